@@ -1,0 +1,45 @@
+# The two commands that do all set-up on a fresh Debian 12 machine:
+#   make demo   install dependencies, build (release), run the demo against a local toclsd
+#   make test   install dependencies, build (dev: debug, warnings as errors), run every test
+# Other targets: build, release, asan, tsan, bench, format, clean.
+
+JOBS ?= $(shell nproc)
+CTEST_JOBS ?= 2
+
+.PHONY: deps demo test build release asan tsan bench format clean
+
+deps:
+	@bash deploy/install-deps.sh
+
+build: deps
+	cmake --preset dev >/dev/null
+	cmake --build build/dev -j $(JOBS)
+
+release: deps
+	cmake --preset release >/dev/null
+	cmake --build build/release -j $(JOBS)
+
+demo: release
+	bash deploy/demo.sh build/release
+
+test: build
+	cd build/dev && ctest -j $(CTEST_JOBS) --output-on-failure --timeout 600
+
+asan: deps
+	cmake --preset asan >/dev/null
+	cmake --build build/asan -j $(JOBS)
+	cd build/asan && ctest -j $(CTEST_JOBS) --output-on-failure --timeout 900
+
+tsan: deps
+	cmake --preset tsan >/dev/null
+	cmake --build build/tsan -j $(JOBS)
+	cd build/tsan && ctest -j $(CTEST_JOBS) --output-on-failure --timeout 900
+
+bench: release
+	build/release/bench/tocl-bench directory
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build

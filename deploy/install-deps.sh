@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building, testing and running tocl
+# needs. Idempotent: when everything is present it only checks (a few
+# seconds) and runs neither `apt-get update` nor `apt-get install`.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git clang-format
+  # gRPC / protobuf
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # storage, logging, CLI, config, JSON
+  libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  # RDMA (the ibverbs provider always builds)
+  libibverbs-dev librdmacm-dev
+  # tests
+  catch2 iproute2 procps sqlite3 psmisc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  # dpkg-query is fast; a package counts only when fully installed.
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+else
+  as_root=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,39 @@
+#include "service/session_registry.h"
+
+#include <spdlog/spdlog.h>
+
+namespace tocl::directory {
+
+uint64_t SessionRegistry::Attach(Gid process, grpc::ServerContext* context) {
+  std::lock_guard lock(mu_);
+  uint64_t generation = next_generation_++;
+  auto [it, inserted] = sessions_.try_emplace(process, Session{generation, context});
+  if (!inserted) {
+    spdlog::info("process {} re-enrolled on a new stream; closing the old one", process.ToString());
+    it->second.context->TryCancel();  // safe: its handler detaches under mu_ before returning
+    it->second = Session{generation, context};
+  }
+  return generation;
+}
+
+bool SessionRegistry::Detach(Gid process, uint64_t generation) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(process);
+  if (it == sessions_.end() || it->second.generation != generation) return false;
+  sessions_.erase(it);
+  return true;
+}
+
+std::set<Gid> SessionRegistry::Live() const {
+  std::lock_guard lock(mu_);
+  std::set<Gid> live;
+  for (const auto& [gid, session] : sessions_) live.insert(gid);
+  return live;
+}
+
+size_t SessionRegistry::size() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace tocl::directory

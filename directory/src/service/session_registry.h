@@ -1,0 +1,40 @@
+// The enroll streams that are open now, one per process.
+//
+// A process that re-enrolls while the daemon still holds its old stream
+// (e.g. a TCP connection not yet seen as broken) takes over: the old stream
+// is cancelled, and only the current stream's end marks the process exited.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "tocl/gid.h"
+
+namespace tocl::directory {
+
+class SessionRegistry {
+ public:
+  // Makes `context` the current session of `process`, cancelling an older
+  // one. Returns the session's generation, to pass to Detach.
+  uint64_t Attach(Gid process, grpc::ServerContext* context);
+  // Forgets the session; true when it was still the process's current one.
+  bool Detach(Gid process, uint64_t generation);
+
+  std::set<Gid> Live() const;
+  size_t size() const;
+
+ private:
+  struct Session {
+    uint64_t generation;
+    grpc::ServerContext* context;  // not owned; valid until Detach
+  };
+  mutable std::mutex mu_;
+  std::map<Gid, Session> sessions_;  // guarded by mu_
+  uint64_t next_generation_ = 1;     // guarded by mu_
+};
+
+}  // namespace tocl::directory

@@ -1,0 +1,23 @@
+// Checks on what clients send, before anything reaches the database.
+#pragma once
+
+#include <google/protobuf/repeated_field.h>
+
+#include "tocl/directory/v1/directory.pb.h"
+#include "tocl/entity.h"
+
+namespace tocl::directory {
+
+inline constexpr size_t kMaxThreadsPerBatch = 10'000;
+inline constexpr size_t kMaxSubsystemNameBytes = 32;
+inline constexpr size_t kMaxEndpointAddressBytes = 1024;
+inline constexpr size_t kMaxQueryResults = 10'000;
+inline constexpr size_t kDefaultQueryResults = 100;
+
+// Count, key syntax, sizes and duplicate keys of an entity's attributes.
+Status ValidateAttributes(
+    const google::protobuf::RepeatedPtrField<tocl::directory::v1::Attribute>& attributes);
+
+Status ValidateEndpoint(const tocl::directory::v1::Endpoint& endpoint);
+
+}  // namespace tocl::directory

@@ -1,0 +1,118 @@
+#include "store/schema.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <span>
+
+namespace tocl::directory {
+namespace {
+
+struct Migration {
+  int version;
+  const char* sql;
+};
+
+// Append-only: a released migration is never edited, a new one is added.
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE hosts(
+  gid INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  address TEXT NOT NULL DEFAULT '',
+  state INTEGER NOT NULL,
+  started_at_us INTEGER NOT NULL,
+  exited_at_us INTEGER NOT NULL DEFAULT 0,
+  exit_reason TEXT NOT NULL DEFAULT '');
+CREATE TABLE processes(
+  gid INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  os_pid INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  started_at_us INTEGER NOT NULL,
+  exited_at_us INTEGER NOT NULL DEFAULT 0,
+  exit_reason TEXT NOT NULL DEFAULT '',
+  session_token BLOB);
+CREATE TABLE threads(
+  gid INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  started_at_us INTEGER NOT NULL,
+  exited_at_us INTEGER NOT NULL DEFAULT 0,
+  exit_reason TEXT NOT NULL DEFAULT '');
+CREATE TABLE attributes(
+  entity INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY(entity, key)) WITHOUT ROWID;
+CREATE INDEX attributes_by_value ON attributes(key, value, entity);
+CREATE TABLE endpoints(
+  process INTEGER NOT NULL,
+  subsystem TEXT NOT NULL,
+  address BLOB NOT NULL,
+  PRIMARY KEY(process, subsystem)) WITHOUT ROWID;
+CREATE TABLE changes(
+  seq INTEGER PRIMARY KEY,
+  gid INTEGER NOT NULL,
+  op INTEGER NOT NULL,
+  at_us INTEGER NOT NULL);
+CREATE INDEX processes_by_name ON processes(name);
+CREATE INDEX processes_by_pid ON processes(os_pid);
+CREATE INDEX threads_by_name ON threads(name);
+)sql"},
+};
+
+Result<int> CurrentVersion(Database& db) {
+  TOCL_RETURN_IF_ERROR(
+      db.Exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)"));
+  TOCL_ASSIGN_OR_RETURN(Statement stmt, db.Prepare("SELECT max(version) FROM schema_version"));
+  TOCL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row || stmt.ColumnIsNull(0)) return 0;
+  return static_cast<int>(stmt.ColumnInt(0));
+}
+
+}  // namespace
+
+int LatestSchemaVersion() {
+  return std::span(kMigrations).back().version;
+}
+
+Status Migrate(Database& db) {
+  TOCL_ASSIGN_OR_RETURN(int version, CurrentVersion(db));
+  if (version > LatestSchemaVersion()) {
+    return FailedPrecondition(
+        fmt::format("database schema version {} is newer than this toclsd understands ({})",
+                    version, LatestSchemaVersion()));
+  }
+  for (const Migration& migration : kMigrations) {
+    if (migration.version <= version) continue;
+    TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db, "BEGIN IMMEDIATE"));
+    TOCL_RETURN_IF_ERROR(
+        db.Exec(migration.sql).WithContext(fmt::format("schema migration {}", migration.version)));
+    TOCL_ASSIGN_OR_RETURN(Statement insert,
+                          db.Prepare("INSERT INTO schema_version(version) VALUES (?1)"));
+    TOCL_RETURN_IF_ERROR(insert.Bind(1, int64_t{migration.version}).Run());
+    TOCL_RETURN_IF_ERROR(txn.Commit());
+    spdlog::info("directory schema migrated to version {}", migration.version);
+  }
+  return Status::Ok();
+}
+
+Status ConfigureConnection(Database& db, int64_t cache_kib) {
+  // WAL lets readers run beside the single writer. synchronous=FULL fsyncs
+  // the WAL at every commit, so an acknowledged write survives a crash of
+  // the daemon and of the machine; group commit (writer.h) pays for it once
+  // per batch of writes, not once per write.
+  TOCL_ASSIGN_OR_RETURN(Statement wal, db.Prepare("PRAGMA journal_mode=WAL"));
+  TOCL_ASSIGN_OR_RETURN(bool row, wal.Step());
+  if (!row || wal.ColumnText(0) != "wal") {
+    return FailedPrecondition("the database refused WAL journal mode");
+  }
+  return db.Exec(
+      fmt::format("PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000; PRAGMA cache_size=-{};"
+                  "PRAGMA temp_store=MEMORY; PRAGMA foreign_keys=OFF;",
+                  cache_kib));
+}
+
+}  // namespace tocl::directory

@@ -1,0 +1,611 @@
+#include "store/store.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <random>
+#include <unordered_set>
+
+#include "query/query_compiler.h"
+#include "query/query_parser.h"
+#include "store/limits.h"
+#include "store/schema.h"
+
+namespace tocl::directory {
+namespace {
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string NewSessionToken() {
+  // std::random_device reads the kernel's getrandom() on Linux.
+  std::random_device random;
+  std::string token(16, '\0');
+  for (size_t i = 0; i < token.size(); i += 4) {
+    uint32_t word = random();
+    for (size_t j = 0; j < 4; ++j) token[i + j] = static_cast<char>(word >> (8 * j));
+  }
+  return token;
+}
+
+// Stored bounds of every id under `parent` (the parent itself included).
+std::pair<int64_t, int64_t> StoredRange(Gid parent) {
+  uint64_t span = parent.is_host() ? (uint64_t{1} << 48) - 1 : uint64_t{Gid::kMaxThread};
+  return {StoredGid(parent), StoredGid(Gid::FromRaw(parent.raw() | span))};
+}
+
+// Host ids are assigned here until daemons join a cluster (a later issue):
+// the first start records host 1, every later start keeps what is recorded.
+Result<Gid> AssignLocalHostId(Database& db) {
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement read,
+                        db.Cached("SELECT value FROM meta WHERE key='host_id'"));
+  TOCL_ASSIGN_OR_RETURN(bool row, read->Step());
+  if (row) return Gid::Make(static_cast<uint32_t>(read->ColumnInt(0)));
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement write,
+                        db.Cached("INSERT INTO meta(key, value) VALUES ('host_id', 1)"));
+  TOCL_RETURN_IF_ERROR(write->Run());
+  return Gid::Host(1);
+}
+
+Status InsertChange(Database& db, Gid gid, int64_t op, int64_t at_us) {
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
+                        db.Cached("INSERT INTO changes(gid, op, at_us) VALUES (?1, ?2, ?3)"));
+  return stmt->Bind(1, StoredGid(gid)).Bind(2, op).Bind(3, at_us).Run();
+}
+
+uint64_t LastChangeSeq(Database& db) {
+  return static_cast<uint64_t>(sqlite3_last_insert_rowid(db.get()));
+}
+
+Status InsertAttributes(Database& db, Gid gid,
+                        const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes) {
+  if (attributes.empty()) return Status::Ok();
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      db.Cached("INSERT INTO attributes(entity, key, value) VALUES (?1, ?2, ?3)"));
+  for (const auto& attribute : attributes) {
+    stmt->Reset();
+    TOCL_RETURN_IF_ERROR(
+        stmt->Bind(1, StoredGid(gid)).Bind(2, attribute.key()).Bind(3, attribute.value()).Run());
+  }
+  return Status::Ok();
+}
+
+// The caller must hold the token of a running process on this host.
+Status CheckOwner(Database& db, Gid process, std::string_view token) {
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      db.Cached("SELECT state, session_token, exit_reason FROM processes WHERE gid = ?1"));
+  TOCL_ASSIGN_OR_RETURN(bool row, stmt->Bind(1, StoredGid(process)).Step());
+  if (!row) return NotFound(fmt::format("no process {}", process.ToString()));
+  if (stmt->ColumnBlob(1) != token) {
+    return PermissionDenied(
+        fmt::format("the session token does not belong to process {}", process.ToString()));
+  }
+  if (stmt->ColumnInt(0) != kStateRunning) {
+    return FailedPrecondition(
+        fmt::format("process {} has exited ({})", process.ToString(), stmt->ColumnText(2)));
+  }
+  return Status::Ok();
+}
+
+Status MarkExitedLocked(Database& db, Gid process, std::string_view reason) {
+  int64_t now = NowMicros();
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement mark,
+                        db.Cached("UPDATE processes SET state = 2, exited_at_us = ?2, "
+                                  "exit_reason = ?3 WHERE gid = ?1 AND state = 1"));
+  TOCL_RETURN_IF_ERROR(mark->Bind(1, StoredGid(process)).Bind(2, now).Bind(3, reason).Run());
+  if (sqlite3_changes(db.get()) == 0) return Status::Ok();  // not running: nothing to do
+
+  auto [low, high] = StoredRange(process);
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement threads,
+      db.Cached("SELECT gid FROM threads WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
+  threads->Bind(1, low).Bind(2, high);
+  std::vector<int64_t> exited;
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool row, threads->Step());
+    if (!row) break;
+    exited.push_back(threads->ColumnInt(0));
+  }
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement mark_threads,
+      db.Cached("UPDATE threads SET state = 2, exited_at_us = ?3, exit_reason = ?4 "
+                "WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
+  TOCL_RETURN_IF_ERROR(mark_threads->Bind(1, low).Bind(2, high).Bind(3, now).Bind(4, reason).Run());
+  for (int64_t thread : exited) {
+    TOCL_RETURN_IF_ERROR(InsertChange(db, GidFromStored(thread), kOpExited, now));
+  }
+  return InsertChange(db, process, kOpExited, now);
+}
+
+Status RegisterHost(Database& db, Gid host, const std::string& name) {
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement read, db.Cached("SELECT name FROM hosts WHERE gid = ?1"));
+  TOCL_ASSIGN_OR_RETURN(bool row, read->Bind(1, StoredGid(host)).Step());
+  int64_t now = NowMicros();
+  if (row && read->ColumnText(0) == name) return Status::Ok();
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement write,
+      db.Cached("INSERT INTO hosts(gid, name, state, started_at_us) VALUES (?1, ?2, 1, ?3) "
+                "ON CONFLICT(gid) DO UPDATE SET name = excluded.name"));
+  TOCL_RETURN_IF_ERROR(write->Bind(1, StoredGid(host)).Bind(2, name).Bind(3, now).Run());
+  return InsertChange(db, host, row ? kOpUpdated : kOpAdded, now);
+}
+
+}  // namespace
+
+// Read connections beside the writer; a connection serves one caller at a
+// time and keeps its prepared statements between calls.
+class ReaderPool {
+ public:
+  ReaderPool(std::string path, int64_t cache_kib) : path_(std::move(path)), cache_kib_(cache_kib) {}
+
+  class Lease {
+   public:
+    Lease(ReaderPool* pool, std::unique_ptr<Database> db) : pool_(pool), db_(std::move(db)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (db_) pool_->Release(std::move(db_));
+    }
+    Database& db() { return *db_; }
+
+   private:
+    ReaderPool* pool_;
+    std::unique_ptr<Database> db_;
+  };
+
+  Result<Lease> Acquire() {
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        auto db = std::move(idle_.back());
+        idle_.pop_back();
+        return Lease(this, std::move(db));
+      }
+    }
+    TOCL_ASSIGN_OR_RETURN(Database db, Database::Open(path_, OpenMode::kReadWrite));
+    TOCL_RETURN_IF_ERROR(ConfigureConnection(db, cache_kib_));
+    TOCL_RETURN_IF_ERROR(db.Exec("PRAGMA query_only=1"));
+    return Lease(this, std::make_unique<Database>(std::move(db)));
+  }
+
+ private:
+  // Idle connections beyond this are closed: a burst of concurrent readers
+  // must not keep its page caches forever.
+  static constexpr size_t kMaxIdle = 8;
+
+  void Release(std::unique_ptr<Database> db) {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < kMaxIdle) idle_.push_back(std::move(db));
+  }
+
+  const std::string path_;
+  const int64_t cache_kib_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Database>> idle_;  // guarded by mu_
+};
+
+namespace {
+
+Result<pb::Entity> LoadEntity(Database& db, Gid gid) {
+  if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
+  pb::Entity entity;
+  entity.set_gid(gid.raw());
+  ScopedStatement row;
+  if (gid.is_host()) {
+    entity.set_kind(pb::HOST);
+    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
+                                         "exit_reason FROM hosts WHERE gid = ?1"));
+  } else if (gid.is_process()) {
+    entity.set_kind(pb::PROCESS);
+    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
+                                         "exit_reason, os_pid FROM processes WHERE gid = ?1"));
+  } else {
+    entity.set_kind(pb::THREAD);
+    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
+                                         "exit_reason FROM threads WHERE gid = ?1"));
+  }
+  TOCL_ASSIGN_OR_RETURN(bool found, row->Bind(1, StoredGid(gid)).Step());
+  if (!found) return NotFound(fmt::format("no entity {}", gid.ToString()));
+  entity.set_name(std::string(row->ColumnText(0)));
+  entity.set_state(row->ColumnInt(1) == kStateRunning ? pb::RUNNING : pb::EXITED);
+  entity.set_started_at_us(row->ColumnInt(2));
+  entity.set_exited_at_us(row->ColumnInt(3));
+  entity.set_exit_reason(std::string(row->ColumnText(4)));
+  if (gid.is_process()) entity.set_os_pid(row->ColumnInt(5));
+
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement attributes,
+      db.Cached("SELECT key, value FROM attributes WHERE entity = ?1 ORDER BY key"));
+  attributes->Bind(1, StoredGid(gid));
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool more, attributes->Step());
+    if (!more) break;
+    pb::Attribute* attribute = entity.add_attributes();
+    attribute->set_key(std::string(attributes->ColumnText(0)));
+    attribute->set_value(std::string(attributes->ColumnText(1)));
+  }
+  if (gid.is_process()) {
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement endpoints,
+        db.Cached(
+            "SELECT subsystem, address FROM endpoints WHERE process = ?1 ORDER BY subsystem"));
+    endpoints->Bind(1, StoredGid(gid));
+    for (;;) {
+      TOCL_ASSIGN_OR_RETURN(bool more, endpoints->Step());
+      if (!more) break;
+      pb::Endpoint* endpoint = entity.add_endpoints();
+      endpoint->set_subsystem(std::string(endpoints->ColumnText(0)));
+      endpoint->set_address(std::string(endpoints->ColumnBlob(1)));
+    }
+  }
+  return entity;
+}
+
+Result<int64_t> ParsePageToken(std::string_view token) {
+  if (token.empty()) return std::numeric_limits<int64_t>::min();
+  int64_t after = 0;
+  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), after);
+  if (ec != std::errc() || end != token.data() + token.size()) {
+    return InvalidArgument(fmt::format("bad page token '{}'", token));
+  }
+  return after;
+}
+
+}  // namespace
+
+Store::Store(Gid host, std::string host_name, std::unique_ptr<ReaderPool> readers)
+    : host_(host), host_name_(std::move(host_name)), readers_(std::move(readers)) {}
+
+Store::~Store() {
+  writer_.reset();  // drain writes before the readers and watchers go
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  TOCL_RETURN_IF_ERROR(ValidateName("host", options.host_name));
+  TOCL_ASSIGN_OR_RETURN(Database db, Database::Open(options.path, OpenMode::kReadWrite));
+  // The first statement that reads the file: a file that is not a database
+  // fails here with a clear DataLoss error.
+  TOCL_RETURN_IF_ERROR(ConfigureConnection(db, options.cache_kib));
+  TOCL_RETURN_IF_ERROR(Migrate(db));
+
+  Gid host;
+  {
+    TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db, "BEGIN IMMEDIATE"));
+    TOCL_ASSIGN_OR_RETURN(host, AssignLocalHostId(db));
+    TOCL_RETURN_IF_ERROR(RegisterHost(db, host, options.host_name));
+    TOCL_RETURN_IF_ERROR(txn.Commit());
+  }
+  TOCL_ASSIGN_OR_RETURN(int64_t head, db.QueryInt("SELECT coalesce(max(seq), 0) FROM changes"));
+
+  auto readers = std::make_unique<ReaderPool>(options.path, options.cache_kib);
+  std::unique_ptr<Store> store(new Store(host, options.host_name, std::move(readers)));
+  store->head_seq_ = static_cast<uint64_t>(head);
+  Store* raw = store.get();
+  store->writer_ =
+      std::make_unique<Writer>(std::move(db), [raw](Database& w) { raw->OnCommit(w); });
+  return store;
+}
+
+void Store::OnCommit(Database& db) {
+  uint64_t head = LastChangeSeq(db);
+  auto max_seq = db.QueryInt("SELECT coalesce(max(seq), 0) FROM changes");
+  if (max_seq.ok()) head = static_cast<uint64_t>(*max_seq);
+  {
+    std::lock_guard lock(head_mu_);
+    head_seq_ = std::max(head_seq_, head);
+  }
+  head_changed_.notify_all();
+}
+
+uint64_t Store::head_seq() const {
+  std::lock_guard lock(head_mu_);
+  return head_seq_;
+}
+
+uint64_t Store::WaitForChange(uint64_t seq, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(head_mu_);
+  uint64_t generation = wake_generation_;
+  head_changed_.wait_until(lock, deadline,
+                           [&] { return head_seq_ > seq || wake_generation_ != generation; });
+  return head_seq_;
+}
+
+void Store::WakeWatchers() {
+  {
+    std::lock_guard lock(head_mu_);
+    ++wake_generation_;
+  }
+  head_changed_.notify_all();
+}
+
+Result<Enrollment> Store::EnrollProcess(const pb::EnrollRegister& request) {
+  TOCL_RETURN_IF_ERROR(ValidateName("process", request.name()));
+  TOCL_RETURN_IF_ERROR(ValidateAttributes(request.attributes()));
+  if (request.os_pid() <= 0) {
+    return InvalidArgument(fmt::format("os_pid {} is not a process id", request.os_pid()));
+  }
+  Enrollment enrollment;
+  enrollment.session_token = NewSessionToken();
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    // Process indexes are never reused while the database lives: the
+    // counter only grows, in the same transaction as the row it numbers.
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement next,
+                          db.Cached("SELECT value FROM meta WHERE key = 'next_process'"));
+    TOCL_ASSIGN_OR_RETURN(bool row, next->Step());
+    int64_t index = row ? next->ColumnInt(0) : 1;
+    if (index > int64_t{Gid::kMaxProcess}) {
+      return ResourceExhausted(
+          fmt::format("host {} has used all {} process ids", host_.ToString(), Gid::kMaxProcess));
+    }
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement bump,
+                          db.Cached("INSERT INTO meta(key, value) VALUES ('next_process', ?1) "
+                                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
+    TOCL_RETURN_IF_ERROR(bump->Bind(1, index + 1).Run());
+
+    Gid gid = Gid::Process(host_.host_index(), static_cast<uint32_t>(index));
+    int64_t now = NowMicros();
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement insert,
+        db.Cached("INSERT INTO processes(gid, name, os_pid, state, started_at_us, session_token) "
+                  "VALUES (?1, ?2, ?3, 1, ?4, ?5)"));
+    TOCL_RETURN_IF_ERROR(insert->Bind(1, StoredGid(gid))
+                             .Bind(2, request.name())
+                             .Bind(3, request.os_pid())
+                             .Bind(4, now)
+                             .BindBlob(5, enrollment.session_token)
+                             .Run());
+    TOCL_RETURN_IF_ERROR(InsertAttributes(db, gid, request.attributes()));
+    TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpAdded, now));
+    enrollment.gid = gid;
+    return Status::Ok();
+  }));
+  return enrollment;
+}
+
+Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token) {
+  if (!gid.is_process()) {
+    return InvalidArgument(fmt::format("resume id {} is not a process id", gid.ToString()));
+  }
+  if (gid.host() != host_) {
+    return InvalidArgument(fmt::format("process {} does not belong to this host ({})",
+                                       gid.ToString(), host_.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, gid, token));
+    resumed_.insert(gid);
+    return Status::Ok();
+  }));
+  return Enrollment{gid, std::string(token), true};
+}
+
+Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& request) {
+  Gid process = Gid::FromRaw(request.process());
+  if (!process.is_process()) {
+    return InvalidArgument(fmt::format("{} is not a process id", process.ToString()));
+  }
+  if (static_cast<size_t>(request.threads_size()) > kMaxThreadsPerBatch) {
+    return ResourceExhausted(fmt::format("{} threads in one batch (at most {})",
+                                         request.threads_size(), kMaxThreadsPerBatch));
+  }
+  std::unordered_set<uint64_t> seen;
+  seen.reserve(request.threads_size());
+  for (const pb::ThreadRegistration& thread : request.threads()) {
+    Gid gid = Gid::FromRaw(thread.gid());
+    if (!gid.is_thread()) {
+      return InvalidArgument(fmt::format("{} is not a thread id", gid.ToString()));
+    }
+    if (gid.process() != process) {
+      return PermissionDenied(fmt::format("thread {} does not belong to process {}", gid.ToString(),
+                                          process.ToString()));
+    }
+    if (!seen.insert(thread.gid()).second) {
+      return InvalidArgument(fmt::format("thread {} appears twice in the batch", gid.ToString()));
+    }
+    TOCL_RETURN_IF_ERROR(ValidateName("thread", thread.name()).WithContext(gid.ToString()));
+    TOCL_RETURN_IF_ERROR(ValidateAttributes(thread.attributes()).WithContext(gid.ToString()));
+  }
+  uint64_t seq = 0;
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement insert,
+        db.Cached("INSERT INTO threads(gid, name, state, started_at_us) VALUES (?1, ?2, 1, ?3)"));
+    int64_t now = NowMicros();
+    for (const pb::ThreadRegistration& thread : request.threads()) {
+      Gid gid = Gid::FromRaw(thread.gid());
+      insert->Reset();
+      Status status = insert->Bind(1, StoredGid(gid)).Bind(2, thread.name()).Bind(3, now).Run();
+      if (status.code() == StatusCode::kAlreadyExists) {
+        return AlreadyExists(fmt::format("thread {} is already registered", gid.ToString()));
+      }
+      TOCL_RETURN_IF_ERROR(status);
+      TOCL_RETURN_IF_ERROR(InsertAttributes(db, gid, thread.attributes()));
+      TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpAdded, now));
+    }
+    seq = LastChangeSeq(db);
+    return Status::Ok();
+  }));
+  return seq;
+}
+
+Result<uint64_t> Store::UnregisterThreads(const pb::UnregisterThreadsRequest& request) {
+  Gid process = Gid::FromRaw(request.process());
+  if (!process.is_process()) {
+    return InvalidArgument(fmt::format("{} is not a process id", process.ToString()));
+  }
+  if (static_cast<size_t>(request.threads_size()) > kMaxThreadsPerBatch) {
+    return ResourceExhausted(fmt::format("{} threads in one batch (at most {})",
+                                         request.threads_size(), kMaxThreadsPerBatch));
+  }
+  for (uint64_t raw : request.threads()) {
+    Gid gid = Gid::FromRaw(raw);
+    if (!gid.is_thread())
+      return InvalidArgument(fmt::format("{} is not a thread id", gid.ToString()));
+    if (gid.process() != process) {
+      return PermissionDenied(fmt::format("thread {} does not belong to process {}", gid.ToString(),
+                                          process.ToString()));
+    }
+  }
+  std::string reason = request.reason().empty() ? "unregistered" : request.reason();
+  TOCL_RETURN_IF_ERROR(ValidateName("exit reason", reason));
+  uint64_t seq = 0;
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement mark,
+                          db.Cached("UPDATE threads SET state = 2, exited_at_us = ?2, "
+                                    "exit_reason = ?3 WHERE gid = ?1 AND state = 1"));
+    int64_t now = NowMicros();
+    for (uint64_t raw : request.threads()) {
+      Gid gid = Gid::FromRaw(raw);
+      mark->Reset();
+      TOCL_RETURN_IF_ERROR(mark->Bind(1, StoredGid(gid)).Bind(2, now).Bind(3, reason).Run());
+      if (sqlite3_changes(db.get()) == 0) {
+        return NotFound(fmt::format("no running thread {}", gid.ToString()));
+      }
+      TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpExited, now));
+    }
+    seq = LastChangeSeq(db);
+    return Status::Ok();
+  }));
+  return seq;
+}
+
+Result<uint64_t> Store::PublishEndpoint(const pb::PublishEndpointRequest& request) {
+  Gid process = Gid::FromRaw(request.process());
+  if (!process.is_process()) {
+    return InvalidArgument(fmt::format("{} is not a process id", process.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(ValidateEndpoint(request.endpoint()));
+  uint64_t seq = 0;
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement upsert,
+        db.Cached("INSERT INTO endpoints(process, subsystem, address) VALUES (?1, ?2, ?3) "
+                  "ON CONFLICT(process, subsystem) DO UPDATE SET address = excluded.address"));
+    TOCL_RETURN_IF_ERROR(upsert->Bind(1, StoredGid(process))
+                             .Bind(2, request.endpoint().subsystem())
+                             .BindBlob(3, request.endpoint().address())
+                             .Run());
+    TOCL_RETURN_IF_ERROR(InsertChange(db, process, kOpUpdated, NowMicros()));
+    seq = LastChangeSeq(db);
+    return Status::Ok();
+  }));
+  return seq;
+}
+
+Status Store::MarkProcessExited(Gid process, std::string_view reason) {
+  return writer_->Run([&](Database& db) { return MarkExitedLocked(db, process, reason); });
+}
+
+Result<size_t> Store::ExpireUnresumed(const std::vector<Gid>& orphans, std::string_view reason) {
+  size_t expired = 0;
+  TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
+    for (Gid gid : orphans) {
+      if (resumed_.contains(gid)) continue;
+      TOCL_RETURN_IF_ERROR(MarkExitedLocked(db, gid, reason));
+      ++expired;
+    }
+    return Status::Ok();
+  }));
+  return expired;
+}
+
+Result<pb::Entity> Store::Lookup(Gid gid) {
+  if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
+  if (gid.host() != host_) {
+    return NotFound(fmt::format("no entity {}: host {} is not known to this daemon (host {})",
+                                gid.ToString(), gid.host().ToString(), host_.ToString()));
+  }
+  TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
+  return LoadEntity(lease.db(), gid);
+}
+
+Result<pb::QueryResponse> Store::Query(std::string_view expression, uint32_t limit,
+                                       std::string_view page_token) {
+  TOCL_ASSIGN_OR_RETURN(query::Expr expr, query::Parse(expression));
+  TOCL_ASSIGN_OR_RETURN(std::vector<query::TableQuery> tables, query::Compile(expr));
+  TOCL_ASSIGN_OR_RETURN(int64_t after, ParsePageToken(page_token));
+  size_t wanted = limit == 0 ? kDefaultQueryResults : std::min<size_t>(limit, kMaxQueryResults);
+
+  TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
+  Database& db = lease.db();
+  // One read transaction: every table and every entity from one snapshot.
+  TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
+  std::vector<int64_t> gids;
+  for (const query::TableQuery& table : tables) {
+    TOCL_ASSIGN_OR_RETURN(Statement stmt, db.Prepare(table.sql));
+    stmt.Bind(1, after).Bind(2, static_cast<int64_t>(wanted + 1));
+    for (size_t i = 0; i < table.params.size(); ++i) {
+      int index = static_cast<int>(i) + 3;
+      std::visit([&](const auto& value) { stmt.Bind(index, value); }, table.params[i]);
+    }
+    for (;;) {
+      TOCL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      gids.push_back(stmt.ColumnInt(0));
+    }
+  }
+  std::sort(gids.begin(), gids.end());
+  pb::QueryResponse response;
+  if (gids.size() > wanted) {
+    gids.resize(wanted);
+    response.set_next_page_token(std::to_string(gids.back()));
+  }
+  for (int64_t stored : gids) {
+    TOCL_ASSIGN_OR_RETURN(pb::Entity entity, LoadEntity(db, GidFromStored(stored)));
+    *response.add_entities() = std::move(entity);
+  }
+  TOCL_RETURN_IF_ERROR(txn.Commit());
+  return response;
+}
+
+Result<std::vector<pb::ChangeEvent>> Store::ChangesSince(uint64_t since, size_t max) {
+  TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
+  Database& db = lease.db();
+  TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      db.Cached("SELECT seq, gid, op, at_us FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2"));
+  stmt->Bind(1, static_cast<int64_t>(std::min<uint64_t>(since, INT64_MAX)))
+      .Bind(2, static_cast<int64_t>(max));
+  std::vector<pb::ChangeEvent> events;
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
+    if (!row) break;
+    pb::ChangeEvent& event = events.emplace_back();
+    event.set_seq(static_cast<uint64_t>(stmt->ColumnInt(0)));
+    event.set_gid(GidFromStored(stmt->ColumnInt(1)).raw());
+    event.set_op(static_cast<pb::ChangeOp>(stmt->ColumnInt(2)));
+    event.set_at_us(stmt->ColumnInt(3));
+  }
+  stmt->Reset();
+  for (pb::ChangeEvent& event : events) {
+    TOCL_ASSIGN_OR_RETURN(*event.mutable_entity(), LoadEntity(db, Gid::FromRaw(event.gid())));
+  }
+  TOCL_RETURN_IF_ERROR(txn.Commit());
+  return events;
+}
+
+Result<std::vector<std::pair<Gid, int64_t>>> Store::RunningProcesses() {
+  TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
+                        lease.db().Cached("SELECT gid, os_pid FROM processes WHERE state = 1"));
+  std::vector<std::pair<Gid, int64_t>> running;
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
+    if (!row) break;
+    running.emplace_back(GidFromStored(stmt->ColumnInt(0)), stmt->ColumnInt(1));
+  }
+  stmt->Reset();
+  return running;
+}
+
+}  // namespace tocl::directory

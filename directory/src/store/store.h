@@ -1,0 +1,109 @@
+// The directory store: the SQLite database of one daemon's hosts,
+// processes, threads, attributes, endpoints and change log.
+//
+// Writes go through one Writer (group commit) and are durable when they
+// return ok. Reads use a pool of read connections beside the writer (WAL), so
+// lookups and queries never wait for a commit's fsync.
+//
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/sqlite.h"
+#include "store/writer.h"
+#include "tocl/directory/v1/directory.pb.h"
+#include "tocl/gid.h"
+
+namespace tocl::directory {
+
+namespace pb = ::tocl::directory::v1;
+
+struct StoreOptions {
+  std::string path;          // the database file
+  std::string host_name;     // this host's name
+  int64_t cache_kib = 8192;  // SQLite page cache per connection
+};
+
+struct Enrollment {
+  Gid gid;
+  std::string session_token;
+  bool resumed = false;
+};
+
+class ReaderPool;
+
+class Store {
+ public:
+  // Opens or creates the database, migrates it, registers this host.
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  ~Store();
+
+  Gid host() const { return host_; }
+  const std::string& host_name() const { return host_name_; }
+
+  // --- Writes: durable when they return ok; the result is the change-log
+  // sequence number of the last change they made. --------------------------
+
+  Result<Enrollment> EnrollProcess(const pb::EnrollRegister& request);
+  // Re-enrolls a process that was running when the daemon restarted.
+  Result<Enrollment> ResumeProcess(Gid gid, std::string_view token);
+  Result<uint64_t> RegisterThreads(const pb::RegisterThreadsRequest& request);
+  Result<uint64_t> UnregisterThreads(const pb::UnregisterThreadsRequest& request);
+  Result<uint64_t> PublishEndpoint(const pb::PublishEndpointRequest& request);
+  // Marks a running process and its running threads exited. Ok (and no
+  // change) if it had already exited.
+  Status MarkProcessExited(Gid process, std::string_view reason);
+  // Marks exited those of `orphans` (processes running before a daemon
+  // restart) that have not re-enrolled since; returns how many. Runs on the
+  // writer thread like ResumeProcess, so a process either re-enrolled first
+  // or is told it was expired.
+  Result<size_t> ExpireUnresumed(const std::vector<Gid>& orphans, std::string_view reason);
+
+  // --- Reads ---------------------------------------------------------------
+
+  Result<pb::Entity> Lookup(Gid gid);
+  Result<pb::QueryResponse> Query(std::string_view expression, uint32_t limit,
+                                  std::string_view page_token);
+  // Up to `max` events with seq > since, oldest first.
+  Result<std::vector<pb::ChangeEvent>> ChangesSince(uint64_t since, size_t max);
+  // Processes recorded as running, with their OS pids.
+  Result<std::vector<std::pair<Gid, int64_t>>> RunningProcesses();
+
+  // The newest change-log sequence number.
+  uint64_t head_seq() const;
+  // Waits until head_seq() > seq or the deadline passes; returns head_seq().
+  uint64_t WaitForChange(uint64_t seq, std::chrono::steady_clock::time_point deadline);
+  // Wakes every WaitForChange (used at shutdown).
+  void WakeWatchers();
+
+  // Group-commit figures, for logs and benchmarks.
+  uint64_t write_operations() const { return writer_->operations(); }
+  uint64_t write_commits() const { return writer_->commits(); }
+
+ private:
+  Store(Gid host, std::string host_name, std::unique_ptr<ReaderPool> readers);
+  void OnCommit(Database& db);
+
+  const Gid host_;
+  const std::string host_name_;
+  std::unique_ptr<ReaderPool> readers_;
+
+  mutable std::mutex head_mu_;
+  std::condition_variable head_changed_;
+  uint64_t head_seq_ = 0;         // guarded by head_mu_
+  uint64_t wake_generation_ = 0;  // guarded by head_mu_
+
+  std::set<Gid> resumed_;  // used only inside writer operations (serialised)
+
+  std::unique_ptr<Writer> writer_;  // last: its thread may call OnCommit
+};
+
+}  // namespace tocl::directory

@@ -1,0 +1,126 @@
+// A client of the local tocl daemon's directory.
+//
+// Finds entities by id (Lookup) or by attribute (Query), follows changes
+// (Watch) and enrolls the calling process (Enroll), which is what a
+// tocl::Runtime does for you; tools and tests use this class directly.
+//
+//   auto client = tocl::DirectoryClient::Connect();  // $TOCL_DAEMON or the default socket
+//   if (!client.ok()) { fmt::print("{}\n", client.status().ToString()); return 2; }
+//   auto mergers = (*client)->Query("kind=thread and role=merger");
+//
+// Threading: all methods are safe to call from many threads at once.
+// Errors: Unavailable when no daemon answers, and the daemon's own codes
+// (NotFound, InvalidArgument with the position of a query error, ...).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tocl/entity.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl {
+
+class ProcessSession;
+
+struct QueryPage {
+  std::vector<Entity> entities;  // in Gid order
+  std::string next_page_token;   // empty when this was the last page
+};
+
+struct EnrollOptions {
+  std::string name;
+  Attributes attributes;
+  int64_t os_pid = 0;  // 0 = getpid()
+};
+
+class DirectoryClient {
+ public:
+  // The address tools and processes use when none is given: $TOCL_DAEMON if
+  // set, else "unix:/var/lib/tocl/toclsd.sock" (toclsd's default socket).
+  static std::string DefaultAddress();
+
+  // Connects to "unix:/path", "unix:///abs/path" or "host:port", waiting up
+  // to `timeout` for the daemon to answer. Unavailable if it does not.
+  static Result<std::unique_ptr<DirectoryClient>> Connect(
+      std::string address = DefaultAddress(),
+      std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  ~DirectoryClient();
+  DirectoryClient(const DirectoryClient&) = delete;
+  DirectoryClient& operator=(const DirectoryClient&) = delete;
+
+  const std::string& address() const;
+
+  // An empty round trip; returns the daemon's newest change sequence number.
+  Result<uint64_t> Ping();
+
+  // The standard gRPC health check: ok when the daemon is serving.
+  Status CheckHealth();
+
+  Result<Entity> Lookup(Gid gid);
+
+  // One page of entities matching `expression` (see the README's query
+  // language). limit 0 means the daemon's default (100).
+  Result<QueryPage> Query(std::string_view expression, uint32_t limit = 0,
+                          std::string_view page_token = {});
+  // Every match, following pages; stops with ResourceExhausted past max_results.
+  Result<std::vector<Entity>> QueryAll(std::string_view expression, size_t max_results = 1'000'000);
+
+  // Streams change events with seq > since_seq to `on_event` until it returns
+  // false, `stop` (when given) becomes true, or the stream fails. Blocks the
+  // calling thread. Returns ok when stopped by the callback or `stop`.
+  Status Watch(uint64_t since_seq, const std::function<bool(const ChangeEvent&)>& on_event,
+               const std::function<bool()>& stop = {});
+
+  // Enrolls the calling process: holds a stream to the daemon for the
+  // session's life. The daemon marks the process exited when the stream
+  // breaks; if the daemon restarts, the session re-enrolls with the same Gid.
+  Result<std::unique_ptr<ProcessSession>> Enroll(const EnrollOptions& options);
+
+  struct Impl;
+
+ private:
+  explicit DirectoryClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The enrollment of one process. Destroying it leaves cleanly (Close()).
+class ProcessSession {
+ public:
+  ~ProcessSession();
+  ProcessSession(const ProcessSession&) = delete;
+  ProcessSession& operator=(const ProcessSession&) = delete;
+
+  Gid gid() const;
+  Gid host() const { return gid().host(); }
+  const std::string& host_name() const;
+
+  // Records threads the process numbered itself (gids under gid()). Durable
+  // when this returns ok. Unavailable while re-enrolling after a daemon restart.
+  Status RegisterThreads(std::span<const ThreadInfo> threads);
+  Status UnregisterThreads(std::span<const Gid> threads, std::string_view reason = {});
+  Status PublishEndpoint(std::string_view subsystem, std::string_view address);
+
+  // Number of times the session re-enrolled after losing its daemon.
+  uint64_t reenroll_count() const;
+
+  // Says goodbye and ends the stream; the daemon marks the process exited
+  // with `reason`. Idempotent.
+  Status Close(std::string_view reason = "exited normally");
+
+  struct Impl;
+  explicit ProcessSession(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tocl

@@ -1,0 +1,80 @@
+// What the directory knows about a host, process or thread.
+// Plain value types: copy them freely.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tocl/gid.h"
+
+namespace tocl {
+
+enum class EntityKind { kHost, kProcess, kThread };
+enum class EntityState { kRunning, kExited };
+
+std::string_view EntityKindName(EntityKind kind);     // "host", "process", "thread"
+std::string_view EntityStateName(EntityState state);  // "running", "exited"
+
+// Attribute keys are [A-Za-z_][A-Za-z0-9_.-]* (so they can appear in
+// queries), at most kMaxAttributeKeyBytes; values are any UTF-8 text up to
+// kMaxAttributeValueBytes; at most kMaxAttributesPerEntity per entity. The
+// keys kind, name, state, host, process, pid and gid are reserved: they name
+// built-in fields in queries.
+using Attributes = std::map<std::string, std::string, std::less<>>;
+
+inline constexpr size_t kMaxNameBytes = 256;
+inline constexpr size_t kMaxAttributeKeyBytes = 256;
+inline constexpr size_t kMaxAttributeValueBytes = 4096;
+inline constexpr size_t kMaxAttributesPerEntity = 64;
+
+struct Endpoint {
+  std::string subsystem;  // "shm", "tcp", ...
+  std::string address;    // bytes, opaque to the directory
+};
+
+struct Entity {
+  Gid gid;
+  EntityKind kind = EntityKind::kThread;
+  std::string name;
+  EntityState state = EntityState::kRunning;
+  int64_t os_pid = 0;  // processes only
+  Attributes attributes;
+  std::vector<Endpoint> endpoints;  // processes only
+  std::chrono::system_clock::time_point started_at;
+  std::chrono::system_clock::time_point exited_at;  // epoch while running
+  std::string exit_reason;
+};
+
+// One thread to register with the directory.
+struct ThreadInfo {
+  Gid gid;
+  std::string name;
+  Attributes attributes;
+};
+
+enum class ChangeOp { kAdded, kUpdated, kExited };
+std::string_view ChangeOpName(ChangeOp op);  // "added", "updated", "exited"
+
+struct ChangeEvent {
+  uint64_t seq = 0;
+  ChangeOp op = ChangeOp::kAdded;
+  Gid gid;
+  std::chrono::system_clock::time_point at;
+  Entity entity;  // as it is when the event was sent
+};
+
+}  // namespace tocl
+
+namespace tocl {
+
+// The checks the daemon applies (clients may apply them early to fail fast).
+// InvalidArgument naming the offending part; ResourceExhausted for counts.
+Status ValidateName(std::string_view what, std::string_view name);
+Status ValidateAttribute(std::string_view key, std::string_view value);
+bool IsReservedAttributeKey(std::string_view key);
+
+}  // namespace tocl

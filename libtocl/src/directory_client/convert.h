@@ -1,0 +1,15 @@
+// Conversions between the directory's protobuf messages and tocl's public
+// value types (which must not show protobuf).
+#pragma once
+
+#include "tocl/directory/v1/directory.pb.h"
+#include "tocl/entity.h"
+
+namespace tocl::client {
+
+Entity FromProto(const tocl::directory::v1::Entity& entity);
+ChangeEvent FromProto(const tocl::directory::v1::ChangeEvent& event);
+void ToProto(const Attributes& attributes,
+             google::protobuf::RepeatedPtrField<tocl::directory::v1::Attribute>* out);
+
+}  // namespace tocl::client

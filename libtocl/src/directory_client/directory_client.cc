@@ -1,0 +1,216 @@
+#include "tocl/directory_client.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "directory_client/channel.h"
+#include "directory_client/convert.h"
+#include "directory_client/grpc_status.h"
+
+namespace tocl {
+namespace client {
+
+std::string NormalizeAddress(std::string_view address) {
+  if (address.starts_with("unix:")) return std::string(address);
+  if (address.starts_with("/") || address.starts_with(".")) return fmt::format("unix:{}", address);
+  return std::string(address);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  // A daemon restart should be noticed and reconnected within about a
+  // second, not after gRPC's default backoff of up to two minutes.
+  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also uses it as the
+  // connect timeout, and 100 ms is too short for a daemon that just started.)
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // The enroll stream is how the daemon learns a process died; keepalives
+  // find a dead peer on a TCP path where no FIN/RST arrives.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+Connection::Connection(const std::string& target)
+    : channel(MakeChannel(target)),
+      directory(pb::Directory::NewStub(channel)),
+      health(grpc::health::v1::Health::NewStub(channel)) {}
+
+std::shared_ptr<Connection> ConnectionSlot::Get() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void ConnectionSlot::Retire(const std::shared_ptr<Connection>& failed) {
+  std::lock_guard lock(mu_);
+  if (current_ == failed) current_ = std::make_shared<Connection>(target_);
+}
+
+void ConnectionSlot::Observe(const std::shared_ptr<Connection>& used, const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) Retire(used);
+}
+
+std::unique_ptr<grpc::ClientContext> NewCallContext() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  return context;
+}
+
+}  // namespace client
+
+std::string DirectoryClient::DefaultAddress() {
+  const char* env = std::getenv("TOCL_DAEMON");
+  if (env != nullptr && *env != '\0') return env;
+  return "unix:/var/lib/tocl/toclsd.sock";
+}
+
+DirectoryClient::DirectoryClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DirectoryClient::~DirectoryClient() = default;
+
+const std::string& DirectoryClient::address() const {
+  return impl_->connection.target();
+}
+
+Result<std::unique_ptr<DirectoryClient>> DirectoryClient::Connect(
+    std::string address, std::chrono::milliseconds timeout) {
+  if (address.empty()) return InvalidArgument("empty daemon address");
+  std::string target = client::NormalizeAddress(address);
+  auto impl = std::make_unique<Impl>(target);
+  auto connection = impl->connection.Get();
+  if (!connection->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    return Unavailable(fmt::format("cannot reach the daemon at {} (is toclsd running?)", target));
+  }
+  return std::unique_ptr<DirectoryClient>(new DirectoryClient(std::move(impl)));
+}
+
+Result<uint64_t> DirectoryClient::Ping() {
+  auto context = client::NewCallContext();
+  client::pb::PingRequest request;
+  client::pb::PingResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->Ping(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) return client::FromGrpcStatus(status, "ping");
+  return response.head_seq();
+}
+
+Status DirectoryClient::CheckHealth() {
+  auto context = client::NewCallContext();
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->health->Check(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) return client::FromGrpcStatus(status, "health check");
+  if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return Unavailable("the daemon is not serving");
+  }
+  return Status::Ok();
+}
+
+Result<Entity> DirectoryClient::Lookup(Gid gid) {
+  auto context = client::NewCallContext();
+  client::pb::LookupRequest request;
+  request.set_gid(gid.raw());
+  client::pb::LookupResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->Lookup(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) return client::FromGrpcStatus(status, fmt::format("lookup {}", gid.ToString()));
+  return client::FromProto(response.entity());
+}
+
+Result<QueryPage> DirectoryClient::Query(std::string_view expression, uint32_t limit,
+                                         std::string_view page_token) {
+  auto context = client::NewCallContext();
+  client::pb::QueryRequest request;
+  request.set_expression(std::string(expression));
+  request.set_limit(limit);
+  request.set_page_token(std::string(page_token));
+  client::pb::QueryResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->Query(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) return client::FromGrpcStatus(status, "query");
+  QueryPage page;
+  page.entities.reserve(response.entities_size());
+  for (const auto& entity : response.entities()) page.entities.push_back(client::FromProto(entity));
+  page.next_page_token = response.next_page_token();
+  return page;
+}
+
+Result<std::vector<Entity>> DirectoryClient::QueryAll(std::string_view expression,
+                                                      size_t max_results) {
+  std::vector<Entity> all;
+  std::string token;
+  do {
+    TOCL_ASSIGN_OR_RETURN(QueryPage page, Query(expression, 10'000, token));
+    if (all.size() + page.entities.size() > max_results) {
+      return ResourceExhausted(
+          fmt::format("query '{}' matches more than {} entities", expression, max_results));
+    }
+    std::move(page.entities.begin(), page.entities.end(), std::back_inserter(all));
+    token = std::move(page.next_page_token);
+  } while (!token.empty());
+  return all;
+}
+
+Status DirectoryClient::Watch(uint64_t since_seq,
+                              const std::function<bool(const ChangeEvent&)>& on_event,
+                              const std::function<bool()>& stop) {
+  grpc::ClientContext context;
+  client::pb::WatchRequest request;
+  request.set_since_seq(since_seq);
+  auto connection = impl_->connection.Get();
+  auto reader = connection->directory->Watch(&context, request);
+
+  // A blocked Read cannot see `stop`; a small companion thread polls it and
+  // cancels the call.
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::atomic<bool> stopped{false};
+  std::thread stopper;
+  if (stop) {
+    stopper = std::thread([&] {
+      std::unique_lock lock(mu);
+      while (!done) {
+        if (stop()) {
+          stopped = true;
+          context.TryCancel();
+          return;
+        }
+        done_cv.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    });
+  }
+  bool stopped_by_callback = false;
+  client::pb::ChangeEvent event;
+  while (reader->Read(&event)) {
+    if (!on_event(client::FromProto(event))) {
+      stopped_by_callback = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  impl_->connection.Observe(connection, status);
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  done_cv.notify_all();
+  if (stopper.joinable()) stopper.join();
+  if (stopped_by_callback || stopped) return Status::Ok();
+  if (status.ok()) return Unavailable("the daemon ended the watch");
+  return client::FromGrpcStatus(status, "watch");
+}
+
+}  // namespace tocl

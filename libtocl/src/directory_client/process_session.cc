@@ -1,0 +1,271 @@
+// The enroll stream of one process, and its recovery when the daemon
+// restarts: a watcher thread reads the stream; when it breaks, the thread
+// reconnects and re-enrolls with the same Gid and session token.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "directory_client/channel.h"
+#include "directory_client/convert.h"
+#include "directory_client/grpc_status.h"
+#include "tocl/directory_client.h"
+
+namespace tocl {
+
+using EnrollStream =
+    grpc::ClientReaderWriter<client::pb::EnrollRequest, client::pb::EnrollResponse>;
+
+struct ProcessSession::Impl {
+  explicit Impl(std::string target) : connection(std::move(target)) {}
+
+  client::ConnectionSlot connection;        // its own channel: outlives the DirectoryClient
+  client::pb::EnrollRegister registration;  // resume fields filled after the first enroll
+
+  mutable std::mutex mu;
+  std::condition_variable changed;  // connected, closing or watcher_done changed
+  Gid gid;                          // guarded by mu (fixed after the first enroll)
+  std::string token;                // guarded by mu
+  std::string host_name;            // guarded by mu
+  bool connected = false;           // guarded by mu
+  bool closing = false;             // guarded by mu
+  bool watcher_done = false;        // guarded by mu
+  Status failure;                   // guarded by mu: why the session ended for good
+  // The stream's connection outlives the stream (declared first).
+  std::shared_ptr<client::Connection> stream_connection;  // guarded by mu
+  std::unique_ptr<grpc::ClientContext> context;           // guarded by mu
+  std::unique_ptr<EnrollStream> stream;                   // guarded by mu
+  std::atomic<uint64_t> reenrolls{0};
+  std::thread watcher;
+
+  // Opens a stream and registers (or resumes); on success installs it.
+  Status OpenStream();
+  void WatchLoop();
+  // Snapshot for a call that needs the session: gid + token, or why not.
+  Result<std::pair<Gid, std::string>> Credentials() const;
+};
+
+Status ProcessSession::Impl::OpenStream() {
+  auto used = connection.Get();
+  auto new_context = std::make_unique<grpc::ClientContext>();
+  std::unique_ptr<EnrollStream> new_stream = used->directory->EnrollProcess(new_context.get());
+  client::pb::EnrollRequest request;
+  *request.mutable_register_() = registration;
+  client::pb::EnrollResponse response;
+  if (!new_stream->Write(request) || !new_stream->Read(&response) || !response.has_enrolled()) {
+    new_context->TryCancel();
+    grpc::Status status = new_stream->Finish();
+    connection.Observe(used, status);
+    if (status.ok()) return Unavailable("the daemon closed the enroll stream");
+    return client::FromGrpcStatus(status, "enroll");
+  }
+  const auto& enrolled = response.enrolled();
+  std::lock_guard lock(mu);
+  if (closing) {
+    new_context->TryCancel();
+    return Status(StatusCode::kCancelled, "the session is closing");
+  }
+  gid = Gid::FromRaw(enrolled.gid());
+  token = enrolled.session_token();
+  host_name = enrolled.host_name();
+  registration.set_resume_gid(enrolled.gid());
+  registration.set_resume_token(enrolled.session_token());
+  stream.reset();  // the old stream goes before its context and connection
+  context = std::move(new_context);
+  stream_connection = std::move(used);
+  stream = std::move(new_stream);
+  connected = true;
+  changed.notify_all();
+  return Status::Ok();
+}
+
+void ProcessSession::Impl::WatchLoop() {
+  auto finish = [this](Status why) {
+    std::lock_guard lock(mu);
+    failure = std::move(why);
+    watcher_done = true;
+    connected = false;
+    changed.notify_all();
+  };
+  for (;;) {
+    EnrollStream* current = nullptr;
+    {
+      std::lock_guard lock(mu);
+      current = stream.get();
+    }
+    // The daemon sends nothing after Enrolled yet; Read returns when the
+    // stream ends (goodbye answered, daemon gone, or cancelled).
+    client::pb::EnrollResponse ignored;
+    while (current->Read(&ignored)) {
+    }
+    grpc::Status ended = current->Finish();
+    // The daemon went away: start the next attempt on a fresh channel.
+    connection.Retire(connection.Get());
+    {
+      std::unique_lock lock(mu);
+      connected = false;
+      if (closing) {
+        lock.unlock();
+        finish(Status::Ok());
+        return;
+      }
+    }
+    spdlog::warn("lost the enroll stream of process {} ({}); re-enrolling", gid.ToString(),
+                 ended.error_message());
+    auto backoff = std::chrono::milliseconds(50);
+    for (;;) {
+      {
+        std::unique_lock lock(mu);
+        if (changed.wait_for(lock, backoff, [this] { return closing; })) {
+          lock.unlock();
+          finish(Status::Ok());
+          return;
+        }
+      }
+      Status status = OpenStream();
+      if (status.ok()) {
+        reenrolls.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("process {} re-enrolled", gid.ToString());
+        break;
+      }
+      spdlog::debug("re-enroll of process {} failed: {}", gid.ToString(), status.ToString());
+      if (status.code() == StatusCode::kCancelled) {
+        finish(Status::Ok());
+        return;
+      }
+      if (status.code() != StatusCode::kUnavailable &&
+          status.code() != StatusCode::kDeadlineExceeded) {
+        spdlog::error("process {} cannot re-enroll: {}", gid.ToString(), status.ToString());
+        finish(status);
+        return;
+      }
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    }
+  }
+}
+
+Result<std::pair<Gid, std::string>> ProcessSession::Impl::Credentials() const {
+  std::lock_guard lock(mu);
+  if (closing) return FailedPrecondition("the process session is closed");
+  if (watcher_done && !failure.ok()) return failure;
+  if (!connected) return Unavailable("re-enrolling with the daemon; try again");
+  return std::make_pair(gid, token);
+}
+
+Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOptions& options) {
+  TOCL_RETURN_IF_ERROR(ValidateName("process", options.name));
+  for (const auto& [key, value] : options.attributes) {
+    TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
+  }
+  auto impl = std::make_unique<ProcessSession::Impl>(impl_->connection.target());
+  impl->registration.set_name(options.name);
+  impl->registration.set_os_pid(options.os_pid != 0 ? options.os_pid : ::getpid());
+  client::ToProto(options.attributes, impl->registration.mutable_attributes());
+  TOCL_RETURN_IF_ERROR(impl->OpenStream());
+  ProcessSession::Impl* raw = impl.get();
+  impl->watcher = std::thread([raw] { raw->WatchLoop(); });
+  return std::make_unique<ProcessSession>(std::move(impl));
+}
+
+ProcessSession::ProcessSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ProcessSession::~ProcessSession() {
+  (void)Close();
+}
+
+Gid ProcessSession::gid() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->gid;
+}
+
+const std::string& ProcessSession::host_name() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->host_name;
+}
+
+uint64_t ProcessSession::reenroll_count() const {
+  return impl_->reenrolls.load(std::memory_order_relaxed);
+}
+
+Status ProcessSession::RegisterThreads(std::span<const ThreadInfo> threads) {
+  TOCL_ASSIGN_OR_RETURN(auto credentials, impl_->Credentials());
+  client::pb::RegisterThreadsRequest request;
+  request.set_process(credentials.first.raw());
+  request.set_session_token(credentials.second);
+  request.mutable_threads()->Reserve(static_cast<int>(threads.size()));
+  for (const ThreadInfo& thread : threads) {
+    client::pb::ThreadRegistration* registration = request.add_threads();
+    registration->set_gid(thread.gid.raw());
+    registration->set_name(thread.name);
+    client::ToProto(thread.attributes, registration->mutable_attributes());
+  }
+  auto context = client::NewCallContext();
+  client::pb::WriteResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->RegisterThreads(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  return client::FromGrpcStatus(status, "register threads");
+}
+
+Status ProcessSession::UnregisterThreads(std::span<const Gid> threads, std::string_view reason) {
+  TOCL_ASSIGN_OR_RETURN(auto credentials, impl_->Credentials());
+  client::pb::UnregisterThreadsRequest request;
+  request.set_process(credentials.first.raw());
+  request.set_session_token(credentials.second);
+  for (Gid thread : threads) request.add_threads(thread.raw());
+  request.set_reason(std::string(reason));
+  auto context = client::NewCallContext();
+  client::pb::WriteResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->UnregisterThreads(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  return client::FromGrpcStatus(status, "unregister threads");
+}
+
+Status ProcessSession::PublishEndpoint(std::string_view subsystem, std::string_view address) {
+  TOCL_ASSIGN_OR_RETURN(auto credentials, impl_->Credentials());
+  client::pb::PublishEndpointRequest request;
+  request.set_process(credentials.first.raw());
+  request.set_session_token(credentials.second);
+  request.mutable_endpoint()->set_subsystem(std::string(subsystem));
+  request.mutable_endpoint()->set_address(std::string(address));
+  auto context = client::NewCallContext();
+  client::pb::WriteResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->PublishEndpoint(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  return client::FromGrpcStatus(status, "publish endpoint");
+}
+
+Status ProcessSession::Close(std::string_view reason) {
+  Impl& impl = *impl_;
+  {
+    std::unique_lock lock(impl.mu);
+    if (impl.closing) return Status::Ok();
+    impl.closing = true;
+    impl.changed.notify_all();
+    if (impl.connected && impl.stream) {
+      // One writer at a time on the stream: only Close writes after enroll.
+      client::pb::EnrollRequest goodbye;
+      goodbye.mutable_goodbye()->set_reason(std::string(reason));
+      EnrollStream* stream = impl.stream.get();
+      lock.unlock();
+      if (stream->Write(goodbye)) stream->WritesDone();
+      lock.lock();
+    }
+    // The daemon ends the stream after the goodbye; if it does not answer
+    // promptly, cancel rather than hang the caller.
+    if (!impl.changed.wait_for(lock, std::chrono::seconds(2), [&] { return impl.watcher_done; })) {
+      if (impl.context) impl.context->TryCancel();
+    }
+  }
+  if (impl.watcher.joinable()) impl.watcher.join();
+  return Status::Ok();
+}
+
+}  // namespace tocl

@@ -1,0 +1,132 @@
+#include "config.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tocl/entity.h"
+#include "tocl/log.h"
+
+namespace tocl::daemon {
+namespace {
+
+std::string Where(const toml::node& node, std::string_view source) {
+  const toml::source_region& region = node.source();
+  return fmt::format("{}:{}", source, region.begin.line);
+}
+
+template <typename T>
+Status Read(const toml::table& table, std::string_view key, std::string_view source, T& out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::Ok();
+  std::optional<T> value = node->value<T>();
+  if (!value) {
+    return InvalidArgument(fmt::format("{}: '{}' has the wrong type", Where(*node, source), key));
+  }
+  out = *value;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string DaemonConfig::socket_path() const {
+  return socket.empty() ? state_dir + "/toclsd.sock" : socket;
+}
+std::string DaemonConfig::database_path() const {
+  return state_dir + "/directory.db";
+}
+std::string DaemonConfig::lock_path() const {
+  return state_dir + "/toclsd.lock";
+}
+std::chrono::milliseconds DaemonConfig::grace_period() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(grace_period_seconds * 1000));
+}
+
+Status LoadConfigText(std::string_view text, std::string_view source, DaemonConfig& config) {
+  // Debian's toml++ is built with exceptions: parse errors are caught here
+  // and become a Status naming the line and column.
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    return InvalidArgument(fmt::format("{}:{}:{}: {}", source, error.source().begin.line,
+                                       error.source().begin.column, error.description()));
+  }
+  static const std::set<std::string_view> kKnown = {
+      "state_dir", "socket", "listen", "log_level", "host_name", "grace_period_seconds",
+      "cache_kib"};
+  for (const auto& [key, node] : table) {
+    if (!kKnown.contains(key.str())) {
+      return InvalidArgument(
+          fmt::format("{}: unknown setting '{}' (known: state_dir, socket, "
+                      "listen, log_level, host_name, grace_period_seconds, "
+                      "cache_kib)",
+                      Where(node, source), key.str()));
+    }
+  }
+  TOCL_RETURN_IF_ERROR(Read(table, "state_dir", source, config.state_dir));
+  TOCL_RETURN_IF_ERROR(Read(table, "socket", source, config.socket));
+  TOCL_RETURN_IF_ERROR(Read(table, "listen", source, config.listen));
+  TOCL_RETURN_IF_ERROR(Read(table, "log_level", source, config.log_level));
+  TOCL_RETURN_IF_ERROR(Read(table, "host_name", source, config.host_name));
+  TOCL_RETURN_IF_ERROR(Read(table, "cache_kib", source, config.cache_kib));
+  // Accept a whole number of seconds as well as a fraction.
+  if (const toml::node* node = table.get("grace_period_seconds")) {
+    if (auto whole = node->value_exact<int64_t>()) {
+      config.grace_period_seconds = static_cast<double>(*whole);
+    } else {
+      TOCL_RETURN_IF_ERROR(
+          Read(table, "grace_period_seconds", source, config.grace_period_seconds));
+    }
+  }
+  return Status::Ok();
+}
+
+Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
+  std::ifstream file(path);
+  if (!file) return NotFound(fmt::format("cannot read config file {}", path));
+  std::stringstream text;
+  text << file.rdbuf();
+  return LoadConfigText(text.str(), path, config);
+}
+
+Status FinishConfig(DaemonConfig& config) {
+  if (config.state_dir.empty()) return InvalidArgument("state_dir is empty");
+  if (config.host_name.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+      return FailedPrecondition("cannot read the hostname; set host_name");
+    }
+    config.host_name = name;
+  }
+  TOCL_RETURN_IF_ERROR(ValidateName("host", config.host_name));
+  if (config.grace_period_seconds < 0 || config.grace_period_seconds > 86400) {
+    return InvalidArgument(
+        fmt::format("grace_period_seconds {} is outside 0..86400", config.grace_period_seconds));
+  }
+  if (config.cache_kib < 256 || config.cache_kib > (int64_t{1} << 22)) {
+    return InvalidArgument(fmt::format("cache_kib {} is outside 256..4194304", config.cache_kib));
+  }
+  if (config.listen.empty()) return InvalidArgument("listen is empty (use \"none\" to disable)");
+  // Checked here so that a typo fails before anything is opened.
+  TOCL_RETURN_IF_ERROR(SetLogLevel(config.log_level));
+  return Status::Ok();
+}
+
+std::string ConfigToToml(const DaemonConfig& config) {
+  toml::table table{
+      {"state_dir", config.state_dir}, {"socket", config.socket_path()},
+      {"listen", config.listen},       {"log_level", config.log_level},
+      {"host_name", config.host_name}, {"grace_period_seconds", config.grace_period_seconds},
+      {"cache_kib", config.cache_kib},
+  };
+  std::stringstream out;
+  out << table << "\n";
+  return out.str();
+}
+
+}  // namespace tocl::daemon

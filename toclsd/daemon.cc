@@ -1,0 +1,160 @@
+#include "daemon.h"
+
+#include <fmt/format.h>
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+namespace tocl::daemon {
+namespace {
+
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+// Processes recorded as running whose OS process is gone are marked exited
+// now; the others get the grace period to re-enroll.
+std::vector<Gid> SortOrphans(directory::Store& store) {
+  std::vector<Gid> orphans;
+  auto running = store.RunningProcesses();
+  if (!running.ok()) {
+    spdlog::error("cannot list running processes: {}", running.status().ToString());
+    return orphans;
+  }
+  for (const auto& [gid, pid] : *running) {
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      Status marked = store.MarkProcessExited(gid, "the process ended while its daemon was down");
+      if (!marked.ok()) spdlog::error("mark {} exited: {}", gid.ToString(), marked.ToString());
+      continue;
+    }
+    orphans.push_back(gid);
+  }
+  return orphans;
+}
+
+}  // namespace
+
+Daemon::Daemon(const DaemonConfig& config, StateLock lock)
+    : config_(config), lock_(std::move(lock)) {}
+
+Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  TOCL_ASSIGN_OR_RETURN(StateLock lock, StateLock::Acquire(config.state_dir, config.lock_path()));
+  std::unique_ptr<Daemon> daemon(new Daemon(config, std::move(lock)));
+
+  directory::StoreOptions options;
+  options.path = config.database_path();
+  options.host_name = config.host_name;
+  options.cache_kib = config.cache_kib;
+  auto store = directory::Store::Open(options);
+  if (!store.ok()) {
+    if (store.status().code() == StatusCode::kDataLoss) {
+      return DataLoss(fmt::format(
+          "directory database {} is corrupt or not a tocl database ({}); move it away to start "
+          "with an empty directory",
+          options.path, store.status().message()));
+    }
+    return store.status().WithContext(fmt::format("directory database {}", options.path));
+  }
+  daemon->store_ = std::move(*store);
+  daemon->service_ = std::make_unique<directory::DirectoryService>(*daemon->store_);
+
+  const std::string socket_path = config.socket_path();
+  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return InvalidArgument(
+        fmt::format("socket path {} is longer than the {} bytes unix sockets allow", socket_path,
+                    sizeof(sockaddr_un::sun_path) - 1));
+  }
+  // We hold the state lock, so a socket file left here is a dead daemon's.
+  std::error_code ignored;
+  std::filesystem::remove(socket_path, ignored);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (config.listen != "none") {
+    builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.RegisterService(daemon->service_.get());
+  // Clients ping every 10 s on enroll streams to detect dead peers; allow it.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  daemon->server_ = builder.BuildAndStart();
+  if (!daemon->server_) {
+    return Unavailable(fmt::format("cannot listen on unix:{}{} (address in use or not permitted)",
+                                   socket_path,
+                                   config.listen == "none" ? "" : " and " + config.listen));
+  }
+  if (config.listen != "none") {
+    if (tcp_port == 0) {
+      return Unavailable(fmt::format("cannot listen on {}", config.listen));
+    }
+    std::string host = config.listen.substr(0, config.listen.rfind(':'));
+    daemon->tcp_address_ = fmt::format("{}:{}", host, tcp_port);
+  }
+  daemon->server_->GetHealthCheckService()->SetServingStatus(true);
+
+  std::vector<Gid> orphans = SortOrphans(*daemon->store_);
+  if (!orphans.empty()) {
+    spdlog::info("{} processes were running before this start; they have {:.1f} s to re-enroll",
+                 orphans.size(), config.grace_period_seconds);
+    Daemon* raw = daemon.get();
+    daemon->grace_thread_ = std::thread([raw, orphans = std::move(orphans)]() mutable {
+      raw->ExpireOrphansAfterGrace(std::move(orphans));
+    });
+  }
+  spdlog::info("toclsd ready: host {} '{}', unix:{}{}{}, state {}",
+               daemon->store_->host().ToString(), config.host_name, socket_path,
+               daemon->tcp_address_.empty() ? "" : ", tcp ", daemon->tcp_address_,
+               config.state_dir);
+  return daemon;
+}
+
+void Daemon::ExpireOrphansAfterGrace(std::vector<Gid> orphans) {
+  {
+    std::unique_lock lock(mu_);
+    if (stopping_cv_.wait_for(lock, config_.grace_period(), [this] { return stopping_; })) return;
+  }
+  auto expired = store_->ExpireUnresumed(
+      orphans, fmt::format("did not re-enroll within {:.1f} s after the daemon restarted",
+                           config_.grace_period_seconds));
+  if (!expired.ok()) {
+    spdlog::error("expiring processes that did not re-enroll: {}", expired.status().ToString());
+  } else if (*expired > 0) {
+    spdlog::info("{} processes did not re-enroll and are marked exited", *expired);
+  }
+}
+
+void Daemon::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stopping_cv_.notify_all();
+  if (grace_thread_.joinable()) grace_thread_.join();
+  if (!server_) return;  // Start() failed: nothing was served
+  spdlog::info("toclsd stopping");
+  {
+    service_->BeginShutdown();
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Wait();
+  }
+  store_.reset();  // drains the writer: every acknowledged write is committed
+  std::error_code ignored;
+  std::filesystem::remove(config_.socket_path(), ignored);
+  spdlog::info("toclsd stopped");
+}
+
+Daemon::~Daemon() {
+  Shutdown();
+}
+
+}  // namespace tocl::daemon

@@ -1,0 +1,87 @@
+// toclsd: the per-node tocl daemon. See the README for flags and config.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <optional>
+
+#include "config.h"
+#include "daemon.h"
+
+namespace {
+
+// Blocks SIGINT/SIGTERM in every thread (gRPC's included: call before any
+// thread starts) so that the main thread can take them with sigwait.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sigset_t stop_signals = BlockStopSignals();
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ toclsd[%P] %v");
+
+  CLI::App app{"toclsd: the tocl per-node daemon (directory of hosts, processes and threads)"};
+  std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name;
+  std::optional<double> grace_period;
+  bool print_config = false;
+  app.add_option("--config", config_file, "TOML configuration file")->check(CLI::ExistingFile);
+  app.add_option("--state-dir", state_dir, "state directory (database, socket, lock)");
+  app.add_option("--socket", socket, "unix socket path (default <state-dir>/toclsd.sock)");
+  app.add_option("--listen", listen,
+                 "TCP listen address host:port, or 'none' (default 127.0.0.1:7390)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off");
+  app.add_option("--host-name", host_name, "this host's name (default: the hostname)");
+  app.add_option("--grace-period", grace_period,
+                 "seconds processes have to re-enroll after a restart (default 10)");
+  app.add_flag("--print-config", print_config, "print the effective configuration and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);
+    return code == 0 ? 0 : 2;
+  }
+
+  tocl::daemon::DaemonConfig config;
+  if (config_file) {
+    tocl::Status loaded = tocl::daemon::LoadConfigFile(*config_file, config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "toclsd: %s\n", loaded.message().c_str());
+      return 2;
+    }
+  }
+  if (state_dir) config.state_dir = *state_dir;
+  if (socket) config.socket = *socket;
+  if (listen) config.listen = *listen;
+  if (log_level) config.log_level = *log_level;
+  if (host_name) config.host_name = *host_name;
+  if (grace_period) config.grace_period_seconds = *grace_period;
+  tocl::Status finished = tocl::daemon::FinishConfig(config);
+  if (!finished.ok()) {
+    std::fprintf(stderr, "toclsd: %s\n", finished.message().c_str());
+    return 2;
+  }
+  if (print_config) {
+    std::fputs(tocl::daemon::ConfigToToml(config).c_str(), stdout);
+    return 0;
+  }
+
+  auto daemon = tocl::daemon::Daemon::Start(config);
+  if (!daemon.ok()) {
+    spdlog::critical("cannot start: {}", daemon.status().ToString());
+    std::fprintf(stderr, "toclsd: %s\n", daemon.status().ToString().c_str());
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  (*daemon)->Shutdown();
+  return 0;
+}
