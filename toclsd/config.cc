@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "tocl/entity.h"
 #include "tocl/log.h"
@@ -23,7 +24,15 @@ template <typename T>
 Status Read(const toml::table& table, std::string_view key, std::string_view source, T& out) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return Status::Ok();
-  std::optional<T> value = node->value<T>();
+  // value_exact: no silent conversions (a boolean is not a cache size); a
+  // floating-point setting also takes a whole number.
+  std::optional<T> value;
+  if constexpr (std::is_floating_point_v<T>) {
+    value = node->is_integer() ? std::optional<T>(static_cast<T>(*node->value_exact<int64_t>()))
+                               : node->value_exact<T>();
+  } else {
+    value = node->value_exact<T>();
+  }
   if (!value) {
     return InvalidArgument(fmt::format("{}: '{}' has the wrong type", Where(*node, source), key));
   }
@@ -68,21 +77,16 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
                       Where(node, source), key.str()));
     }
   }
-  TOCL_RETURN_IF_ERROR(Read(table, "state_dir", source, config.state_dir));
-  TOCL_RETURN_IF_ERROR(Read(table, "socket", source, config.socket));
-  TOCL_RETURN_IF_ERROR(Read(table, "listen", source, config.listen));
-  TOCL_RETURN_IF_ERROR(Read(table, "log_level", source, config.log_level));
-  TOCL_RETURN_IF_ERROR(Read(table, "host_name", source, config.host_name));
-  TOCL_RETURN_IF_ERROR(Read(table, "cache_kib", source, config.cache_kib));
-  // Accept a whole number of seconds as well as a fraction.
-  if (const toml::node* node = table.get("grace_period_seconds")) {
-    if (auto whole = node->value_exact<int64_t>()) {
-      config.grace_period_seconds = static_cast<double>(*whole);
-    } else {
-      TOCL_RETURN_IF_ERROR(
-          Read(table, "grace_period_seconds", source, config.grace_period_seconds));
-    }
-  }
+  // Read into a copy: a file with an error changes nothing.
+  DaemonConfig loaded = config;
+  TOCL_RETURN_IF_ERROR(Read(table, "state_dir", source, loaded.state_dir));
+  TOCL_RETURN_IF_ERROR(Read(table, "socket", source, loaded.socket));
+  TOCL_RETURN_IF_ERROR(Read(table, "listen", source, loaded.listen));
+  TOCL_RETURN_IF_ERROR(Read(table, "log_level", source, loaded.log_level));
+  TOCL_RETURN_IF_ERROR(Read(table, "host_name", source, loaded.host_name));
+  TOCL_RETURN_IF_ERROR(Read(table, "cache_kib", source, loaded.cache_kib));
+  TOCL_RETURN_IF_ERROR(Read(table, "grace_period_seconds", source, loaded.grace_period_seconds));
+  config = std::move(loaded);
   return Status::Ok();
 }
 
@@ -104,7 +108,8 @@ Status FinishConfig(DaemonConfig& config) {
     config.host_name = name;
   }
   TOCL_RETURN_IF_ERROR(ValidateName("host", config.host_name));
-  if (config.grace_period_seconds < 0 || config.grace_period_seconds > 86400) {
+  // Written so that NaN fails too.
+  if (!(config.grace_period_seconds >= 0 && config.grace_period_seconds <= 86400)) {
     return InvalidArgument(
         fmt::format("grace_period_seconds {} is outside 0..86400", config.grace_period_seconds));
   }

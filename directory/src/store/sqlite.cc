@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <mutex>
+
 namespace tocl::directory {
 
 Status SqliteStatus(sqlite3* db, int rc, std::string_view operation) {
@@ -94,6 +96,10 @@ std::string_view Statement::ColumnBlob(int column) const {
 }
 
 Result<Database> Database::Open(const std::string& path, OpenMode mode) {
+  // Memory statistics take a global mutex on every allocation; nobody reads
+  // them. Only possible before SQLite initialises (else a harmless MISUSE).
+  static std::once_flag configured;
+  std::call_once(configured, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
   sqlite3* raw = nullptr;
   int flags = SQLITE_OPEN_NOMUTEX |
               (mode == OpenMode::kReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE

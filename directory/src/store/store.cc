@@ -272,7 +272,7 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   TOCL_ASSIGN_OR_RETURN(Database db, Database::Open(options.path, OpenMode::kReadWrite));
   // The first statement that reads the file: a file that is not a database
   // fails here with a clear DataLoss error.
-  TOCL_RETURN_IF_ERROR(ConfigureConnection(db, options.cache_kib));
+  TOCL_RETURN_IF_ERROR(ConfigureConnection(db, options.writer_cache_kib));
   TOCL_RETURN_IF_ERROR(Migrate(db));
 
   Gid host;
@@ -429,7 +429,8 @@ Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& reques
       TOCL_RETURN_IF_ERROR(InsertAttributes(db, gid, thread.attributes()));
       TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpAdded, now));
     }
-    seq = LastChangeSeq(db);
+    // An empty batch changes nothing: answer with what is already there.
+    seq = request.threads().empty() ? head_seq() : LastChangeSeq(db);
     return Status::Ok();
   }));
   return seq;
@@ -471,7 +472,7 @@ Result<uint64_t> Store::UnregisterThreads(const pb::UnregisterThreadsRequest& re
       }
       TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpExited, now));
     }
-    seq = LastChangeSeq(db);
+    seq = request.threads().empty() ? head_seq() : LastChangeSeq(db);
     return Status::Ok();
   }));
   return seq;

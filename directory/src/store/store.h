@@ -29,7 +29,10 @@ namespace pb = ::tocl::directory::v1;
 struct StoreOptions {
   std::string path;          // the database file
   std::string host_name;     // this host's name
-  int64_t cache_kib = 8192;  // SQLite page cache per connection
+  int64_t cache_kib = 8192;  // SQLite page cache per read connection
+  // The writer's page cache: large, so that index pages stay in memory
+  // while a million threads are registered.
+  int64_t writer_cache_kib = 65536;
 };
 
 struct Enrollment {
@@ -103,7 +106,7 @@ class Store {
 
   std::set<Gid> resumed_;  // used only inside writer operations (serialised)
 
-  std::unique_ptr<Writer> writer_;  // last: its thread may call OnCommit
+  std::unique_ptr<Writer> writer_;  // last: its thread calls OnCommit
 };
 
 }  // namespace tocl::directory

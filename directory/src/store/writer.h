@@ -49,7 +49,7 @@ class Writer {
   std::function<void(Database&)> on_commit_;
 
   mutable std::mutex mu_;
-  std::condition_variable queued_;  // signalled when a job is queued or stopping_
+  std::condition_variable queued_;  // signalled when a job is queued or stopping_ is set
   std::deque<Job*> queue_;          // guarded by mu_
   bool stopping_ = false;           // guarded by mu_
   uint64_t operations_ = 0;         // guarded by mu_

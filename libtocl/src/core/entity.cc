@@ -18,6 +18,33 @@ bool IsKeyChar(char c) {
   return IsKeyStart(c) || (c >= '0' && c <= '9') || c == '.' || c == '-';
 }
 
+// Names and values travel in protobuf string fields, which must be UTF-8.
+bool IsValidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t length = c < 0x80           ? 1
+                    : (c >> 5) == 0x6  ? 2
+                    : (c >> 4) == 0xe  ? 3
+                    : (c >> 3) == 0x1e ? 4
+                                       : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    uint32_t code = length == 1 ? c : c & (0x7f >> length);
+    for (size_t k = 1; k < length; ++k) {
+      auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF.
+    static constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kMinForLength[length] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string_view EntityKindName(EntityKind kind) {
@@ -69,6 +96,7 @@ Status ValidateName(std::string_view what, std::string_view name) {
       return InvalidArgument(fmt::format("{} name contains a control character", what));
     }
   }
+  if (!IsValidUtf8(name)) return InvalidArgument(fmt::format("{} name is not valid UTF-8", what));
   return Status::Ok();
 }
 
@@ -89,6 +117,9 @@ Status ValidateAttribute(std::string_view key, std::string_view value) {
   if (value.size() > kMaxAttributeValueBytes) {
     return InvalidArgument(fmt::format("attribute '{}' value is {} bytes long (at most {})", key,
                                        value.size(), kMaxAttributeValueBytes));
+  }
+  if (!IsValidUtf8(value)) {
+    return InvalidArgument(fmt::format("attribute '{}' value is not valid UTF-8", key));
   }
   return Status::Ok();
 }
