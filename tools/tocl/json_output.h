@@ -1,0 +1,29 @@
+// `tocl --json` output: one JSON object per entity or change event, one per
+// line (JSON Lines). The fields are documented in tools/README.md:
+//
+//   {"gid":"h1.p2","kind":"process","name":"indexer-0","state":"running",
+//    "pid":41873,"attributes":{"role":"indexer"},"endpoints":[{"subsystem":
+//    "tcp","address":"3132372e..."}],"started_at":"2024-05-01T12:34:56.123456Z",
+//    "exited_at":null,"exit_reason":""}
+//
+// Pure functions: safe to call from any thread.
+#pragma once
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tocl/entity.h"
+
+namespace tocl::cli {
+
+nlohmann::json EntityToJson(const Entity& entity);
+
+// The entity's fields (as it was when the event was sent) plus "seq", "op"
+// and "at".
+nlohmann::json ChangeEventToJson(const ChangeEvent& event);
+
+// Writes `value` on one line to `out`. Invalid UTF-8 in names or values is
+// replaced by U+FFFD rather than failing.
+void PrintJsonLine(const nlohmann::json& value, std::FILE* out = stdout);
+
+}  // namespace tocl::cli

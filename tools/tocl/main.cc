@@ -1,0 +1,116 @@
+// tocl: the command line of the tocl directory (hosts, processes, threads,
+// queries and their changes). See tools/README.md.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "commands.h"
+#include "exit_code.h"
+#include "tocl/directory_client.h"
+
+namespace {
+
+using tocl::cli::CommonOptions;
+
+void AddCommonOptions(CLI::App* command, CommonOptions* options) {
+  command
+      ->add_option("--daemon", options->daemon,
+                   "The daemon: unix:/path, a socket path or host:port ($TOCL_DAEMON)")
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "One JSON object per line (JSON Lines)");
+}
+
+// CLI11 2.1 reads "-1" into an unsigned integer as its largest value.
+CLI::Validator NotNegative() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        return text.starts_with('-') ? fmt::format("{} is negative", text) : "";
+      },
+      "", "NotNegative");
+}
+
+// CLI11 exits with its own codes (105, 106, ...); tocl's usage errors are 2
+// and its messages one "tocl: " line. Help is not an error.
+int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
+  if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);
+  return tocl::cli::Fail(tocl::cli::kExitUsage,
+                         fmt::format("{} (see 'tocl --help')", error.what()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Looks at the tocl directory: hosts, processes, threads and their changes.", "tocl"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 success, 1 not found / no match, 2 usage or connection error, "
+      "3 other daemon error.");
+
+  CommonOptions options;
+  options.daemon = tocl::DirectoryClient::DefaultAddress();
+  // Before the subcommand too: `tocl --daemon ADDR ps` and `tocl ps --daemon ADDR`.
+  AddCommonOptions(&app, &options);
+
+  CLI::App* hosts = app.add_subcommand("hosts", "List all hosts");
+  AddCommonOptions(hosts, &options);
+
+  bool all = false;
+  CLI::App* ps = app.add_subcommand("ps", "List processes (running ones unless --all)");
+  AddCommonOptions(ps, &options);
+  ps->add_flag("--all,-a", all, "Exited processes too");
+
+  std::string process;
+  CLI::App* threads = app.add_subcommand("threads", "List threads (running ones unless --all)");
+  AddCommonOptions(threads, &options);
+  threads->add_option("--process,-p", process, "Only the threads of this process (h1.p2)");
+  threads->add_flag("--all,-a", all, "Exited threads too");
+
+  std::string gid;
+  CLI::App* lookup = app.add_subcommand("lookup", "Show one entity by its id");
+  AddCommonOptions(lookup, &options);
+  lookup->add_option("GID", gid, "h3, h3.p17 or h3.p17.t5")->required();
+
+  std::string expression;
+  size_t limit = 1000;
+  CLI::App* query = app.add_subcommand("query", "List the entities matching an expression");
+  AddCommonOptions(query, &options);
+  query->add_option("EXPR", expression, "e.g. 'kind=thread and role=merger'")->required();
+  query->add_option("--limit,-n", limit, "At most this many entities")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
+
+  uint64_t since = 0;
+  uint64_t count = 0;
+  CLI::App* watch = app.add_subcommand("watch", "Print change events as they happen");
+  AddCommonOptions(watch, &options);
+  CLI::Option* since_option =
+      watch
+          ->add_option("--since", since,
+                       "Start after this sequence number (0: all history; default: now)")
+          ->check(NotNegative());
+  watch->add_option("--count", count, "Stop after this many events (0: until Ctrl-C)")
+      ->capture_default_str()
+      ->check(NotNegative());
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return ReportParseError(app, error);
+  }
+
+  if (*hosts) return tocl::cli::RunHosts(options);
+  if (*ps) return tocl::cli::RunPs(options, all);
+  if (*threads) return tocl::cli::RunThreads(options, process, all);
+  if (*lookup) return tocl::cli::RunLookup(options, gid);
+  if (*query) return tocl::cli::RunQuery(options, expression, limit);
+  if (*watch) {
+    const std::optional<uint64_t> start =
+        since_option->count() > 0 ? std::optional<uint64_t>(since) : std::nullopt;
+    return tocl::cli::RunWatch(options, start, count);
+  }
+  return tocl::cli::kExitUsage;  // unreachable: a subcommand is required
+}
