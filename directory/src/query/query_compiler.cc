@@ -254,14 +254,28 @@ std::string_view TableName(Table table) {
   return "?";
 }
 
+// The entity kind stored in attributes.kind for a table's rows (a fixed
+// number in the SQL text, like the table name: not a user value).
+int KindNumber(Table table) {
+  switch (table) {
+    case Table::kHosts:
+      return 1;
+    case Table::kProcesses:
+      return 2;
+    case Table::kThreads:
+      return 3;
+  }
+  return 0;
+}
+
 Result<std::vector<TableQuery>> Compile(const Expr& expr) {
   const Comparison* const expr_driver = FindDriver(expr);
   std::vector<TableQuery> queries;
   for (Table table : {Table::kHosts, Table::kProcesses, Table::kThreads}) {
-    // There are at most 65535 hosts (the id has 16 bits for them), so
-    // scanning them is bounded and cheap, while an attribute that a million
-    // threads share would be a million-entry walk to find no host at all.
-    const Comparison* const driver = table == Table::kHosts ? nullptr : expr_driver;
+    // The driver walks only this table's kind in the index (the kind column
+    // of attributes_by_value), so a role a million threads share costs
+    // nothing when the processes or hosts are queried.
+    const Comparison* const driver = expr_driver;
     TOCL_ASSIGN_OR_RETURN(Condition condition, Fold(expr, table, driver));
     if (condition.type == Condition::Type::kFalse) continue;
     TableQuery query;
@@ -273,8 +287,8 @@ Result<std::vector<TableQuery>> Compile(const Expr& expr) {
       const std::string where = Render(condition, query.params);
       query.sql = fmt::format(
           "SELECT e.gid FROM attributes d CROSS JOIN {} e ON e.gid = d.entity WHERE d.key = {} AND "
-          "d.value = {} AND d.entity > ?1 AND ({}) ORDER BY d.entity LIMIT ?2",
-          TableName(table), key, value, where);
+          "d.value = {} AND d.kind = {} AND d.entity > ?1 AND ({}) ORDER BY d.entity LIMIT ?2",
+          TableName(table), key, value, KindNumber(table), where);
     } else {
       const std::string where = Render(condition, query.params);
       query.sql =

@@ -7,17 +7,16 @@
 //   SELECT e.gid FROM <table> e WHERE e.gid > ?1 AND (<where>)
 //     ORDER BY e.gid LIMIT ?2
 //
-// or, for processes and threads when the top-level and-chain holds an
-// attribute equality key=value (the "driver", the first one written), a walk
-// over just that key/value's slice of the attributes_by_value index, in
-// entity order, so that dense and sparse matches among a million threads are
-// both fast:
+// or, when the top-level and-chain holds an attribute equality key=value
+// (the "driver", the first one written), a walk over just the slice of the
+// attributes_by_value index (key, value, kind, entity) that holds that
+// key/value for the table's kind, in entity order, so that dense and sparse
+// matches among a million threads are both fast, and a value a million
+// threads share costs nothing when processes are queried:
 //
 //   SELECT e.gid FROM attributes d CROSS JOIN <table> e ON e.gid = d.entity
-//     WHERE d.key = ?3 AND d.value = ?4 AND d.entity > ?1 AND (<where>)
-//     ORDER BY d.entity LIMIT ?2
-//
-// The hosts table is always scanned: it holds at most 65535 rows.
+//     WHERE d.key = ?3 AND d.value = ?4 AND d.kind = <1|2|3>
+//       AND d.entity > ?1 AND (<where>) ORDER BY d.entity LIMIT ?2
 //
 // The caller binds ?1 (return gids after this one, as the signed int64 the
 // tables store: std::bit_cast<int64_t>(gid.raw())) and ?2 (the row limit),

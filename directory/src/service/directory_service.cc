@@ -17,6 +17,7 @@ constexpr auto kWatchPoll = std::chrono::milliseconds(200);
 void DirectoryService::BeginShutdown() {
   shutting_down_.store(true, std::memory_order_release);
   store_.WakeWatchers();
+  sessions_.CancelAll();
 }
 
 grpc::Status DirectoryService::EnrollProcess(

@@ -24,6 +24,11 @@ bool SessionRegistry::Detach(Gid process, uint64_t generation) {
   return true;
 }
 
+void SessionRegistry::CancelAll() {
+  std::lock_guard lock(mu_);
+  for (auto& [gid, session] : sessions_) session.context->TryCancel();
+}
+
 std::set<Gid> SessionRegistry::Live() const {
   std::lock_guard lock(mu_);
   std::set<Gid> live;

@@ -24,6 +24,10 @@ class SessionRegistry {
   // Forgets the session; true when it was still the process's current one.
   bool Detach(Gid process, uint64_t generation);
 
+  // Cancels every open stream (daemon shutdown: their handlers return now
+  // instead of at the server's shutdown deadline).
+  void CancelAll();
+
   std::set<Gid> Live() const;
   size_t size() const;
 

@@ -45,8 +45,9 @@ CREATE TABLE attributes(
   entity INTEGER NOT NULL,
   key TEXT NOT NULL,
   value TEXT NOT NULL,
+  kind INTEGER NOT NULL,
   PRIMARY KEY(entity, key)) WITHOUT ROWID;
-CREATE INDEX attributes_by_value ON attributes(key, value, entity);
+CREATE INDEX attributes_by_value ON attributes(key, value, kind, entity);
 CREATE TABLE endpoints(
   process INTEGER NOT NULL,
   subsystem TEXT NOT NULL,

@@ -24,6 +24,16 @@ inline constexpr Gid GidFromStored(int64_t stored) {
 inline constexpr int64_t kStateRunning = 1;
 inline constexpr int64_t kStateExited = 2;
 
+// Entity kinds in attribute rows, so that an attribute-driven query walks
+// only the index slice of the kind it wants (a role shared by a million
+// threads is not walked to find processes).
+inline constexpr int64_t kKindHost = 1;
+inline constexpr int64_t kKindProcess = 2;
+inline constexpr int64_t kKindThread = 3;
+inline constexpr int64_t KindOf(Gid gid) {
+  return gid.is_host() ? kKindHost : gid.is_process() ? kKindProcess : kKindThread;
+}
+
 // Change-log operations, stored as integers (equal to the proto's ChangeOp).
 inline constexpr int64_t kOpAdded = 1;
 inline constexpr int64_t kOpUpdated = 2;

@@ -1,0 +1,108 @@
+// tocl-bench: benchmarks of tocl against a real daemon (bench/README.md).
+//
+//   tocl-bench directory [--json] [--threads N] [--repeats R]
+//
+// Prints an aligned table of figures; with --json, one JSON object per
+// figure on stdout instead, and the table on stderr. Exit code 0 when the
+// benchmark ran (whether or not it met its targets), 1 when it could not
+// run, 2 on a usage error.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "directory_bench.h"
+#include "report.h"
+
+#ifndef TOCL_TOCLSD_PATH
+#define TOCL_TOCLSD_PATH "toclsd"
+#endif
+
+namespace {
+
+// Options every suite takes: where the daemon is and how to print.
+struct CommonOptions {
+  bool json = false;
+  std::string toclsd_path = TOCL_TOCLSD_PATH;
+  std::string daemon_address;
+  int repeats = 5;
+};
+
+void AddCommonOptions(CLI::App& command, CommonOptions& options) {
+  command.add_flag("--json", options.json,
+                   "one JSON line per figure on stdout (the table goes to stderr)");
+  command.add_option("--toclsd", options.toclsd_path, "the toclsd binary to start")
+      ->capture_default_str();
+  command.add_option("--daemon", options.daemon_address,
+                     "measure an already running daemon at ADDR instead of starting one "
+                     "(memory and database size are then not measured)");
+  command
+      .add_option("--repeats", options.repeats,
+                  "rounds of interleaved baseline and measured runs (at least 5 are run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+}
+
+int Finish(const tocl::Status& status, const tocl::bench::Report& report, bool json) {
+  if (!status.ok()) {
+    fmt::print(stderr, "tocl-bench: {}\n", status.ToString());
+    return 1;
+  }
+  if (json) {
+    report.PrintTable(stderr);
+    report.PrintJsonLines(stdout);
+  } else {
+    report.PrintTable(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tocl-bench: benchmarks of tocl against a real toclsd"};
+  app.require_subcommand(1);
+
+  CommonOptions common;
+  tocl::bench::DirectoryBenchOptions directory;
+  CLI::App* directory_command =
+      app.add_subcommand("directory", "thread registration, Lookup, Query and memory of toclsd");
+  AddCommonOptions(*directory_command, common);
+  directory_command->add_option("--threads", directory.threads, "threads to register in total")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10'000'000}));
+  directory_command->add_option("--batch", directory.batch, "threads per RegisterThreads call")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000));
+  directory_command
+      ->add_option("--writers", directory.writers,
+                   "sessions registering at once in the concurrent case")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  directory_command
+      ->add_option("--lookup-calls", directory.lookup_calls,
+                   "Lookup calls (and as many Ping calls) per round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  directory_command
+      ->add_option("--query-calls", directory.query_calls, "calls per query case over all rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100'000));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);
+    return code == 0 ? 0 : 2;
+  }
+
+  if (directory_command->parsed()) {
+    directory.repeats = common.repeats;
+    directory.toclsd_path = common.toclsd_path;
+    directory.daemon_address = common.daemon_address;
+    tocl::bench::Report report("directory");
+    tocl::Status status = tocl::bench::RunDirectoryBench(directory, report);
+    return Finish(status, report, common.json);
+  }
+  return 2;
+}

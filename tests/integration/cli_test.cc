@@ -1,0 +1,386 @@
+// The `tocl` command line against a real toclsd: tables, --json lines and
+// exit codes (0 ok, 1 nothing found, 2 usage and connection errors).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon_harness.h"
+#include "status_assertions.h"
+#include "tocl/directory_client.h"
+
+namespace tocl::testing {
+namespace {
+
+using nlohmann::json;
+
+struct CliRun {
+  int exit_code = -1;  // or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Runs `tocl args...` to completion with stdout and stderr captured apart;
+// killed after 30 s.
+CliRun RunCli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_text = {CliPath()};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_text) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  int out_pipe[2];
+  int err_pipe[2];
+  REQUIRE(::pipe2(out_pipe, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Only async-signal-safe calls between fork and exec: the test is
+    // multi-threaded (gRPC).
+    const int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+
+  CliRun run;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&run.out, &run.err};
+  int open_count = 2;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (open_count > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    const int ready = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    REQUIRE(ready >= 0);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_count;
+      }
+    }
+  }
+  for (const pollfd& entry : fds) {
+    if (entry.fd >= 0) ::close(entry.fd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  UNSCOPED_INFO("tocl " << fmt::format("{}", fmt::join(args, " ")) << " -> exit " << run.exit_code
+                        << "\nstdout:\n"
+                        << run.out << "stderr:\n"
+                        << run.err);
+  return run;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) {
+      lines.push_back(text.substr(start));
+      break;
+    }
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> objects;
+  for (const std::string& line : Lines(text)) {
+    json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    INFO("line: " << line);
+    REQUIRE(object.is_object());
+    objects.push_back(std::move(object));
+  }
+  return objects;
+}
+
+// The line of `lines` that starts with `gid` and a blank.
+std::string RowOf(const std::vector<std::string>& lines, const std::string& gid) {
+  for (const std::string& line : lines) {
+    if (line.starts_with(gid + " ")) return line;
+  }
+  return {};
+}
+
+// An error is one line on stderr that starts with "tocl: ".
+void RequireOneErrorLine(const CliRun& run) {
+  REQUIRE(run.err.starts_with("tocl: "));
+  REQUIRE(Lines(run.err).size() == 1);
+}
+
+const std::regex kIsoUtc(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+
+// A daemon with one enrolled process ("cli-test", this test process) that
+// has three threads (two workers, one merger) and a tcp endpoint.
+struct Directory {
+  Daemon daemon;
+  std::unique_ptr<DirectoryClient> client;
+  std::unique_ptr<ProcessSession> session;
+  Gid process;
+  std::vector<Gid> threads;
+
+  Directory() {
+    REQUIRE_OK(daemon.Start());
+    client = REQUIRE_VALUE(daemon.Connect());
+    EnrollOptions enroll;
+    enroll.name = "cli-test";
+    enroll.attributes = {{"role", "indexer"}, {"shard", "7"}};
+    session = REQUIRE_VALUE(client->Enroll(enroll));
+    process = session->gid();
+    std::vector<ThreadInfo> infos;
+    for (uint32_t i = 1; i <= 3; ++i) {
+      const bool merger = i == 3;
+      infos.push_back({Gid::Thread(process.host_index(), process.process_index(), i),
+                       merger ? "merge-1" : fmt::format("worker-{}", i),
+                       {{"role", merger ? "merger" : "worker"}, {"shard", "7"}}});
+      threads.push_back(infos.back().gid);
+    }
+    REQUIRE_OK(session->RegisterThreads(infos));
+    REQUIRE_OK(session->PublishEndpoint("tcp", std::string("\x7f\x00\x00\x01\x1c\xe6", 6)));
+  }
+
+  std::vector<std::string> With(std::vector<std::string> args) const {
+    args.push_back("--daemon");
+    args.push_back(daemon.address());
+    return args;
+  }
+};
+
+TEST_CASE("tocl prints hosts, processes, threads and query matches as aligned tables",
+          "[cli][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+
+  CliRun hosts = RunCli(directory.With({"hosts"}));
+  REQUIRE(hosts.exit_code == 0);
+  REQUIRE(hosts.err.empty());
+  auto lines = Lines(hosts.out);
+  REQUIRE(lines.size() >= 2);
+  REQUIRE(lines[0].starts_with("GID"));
+  REQUIRE_FALSE(RowOf(lines, directory.process.host().ToString()).empty());
+
+  CliRun ps = RunCli(directory.With({"ps"}));
+  REQUIRE(ps.exit_code == 0);
+  lines = Lines(ps.out);
+  REQUIRE(std::regex_match(lines[0], std::regex("GID +NAME +PID +STATE +STARTED +ATTRIBUTES")));
+  const std::string row = RowOf(lines, process);
+  REQUIRE_FALSE(row.empty());
+  // Every column starts where its header does.
+  const std::pair<std::string, std::string> columns[] = {{"NAME", "cli-test"},
+                                                         {"PID", std::to_string(::getpid())},
+                                                         {"STATE", "running"},
+                                                         {"ATTRIBUTES", "role=indexer,shard=7"}};
+  for (const auto& [header, cell] : columns) {
+    INFO(cell << " under " << header);
+    REQUIRE(row.find(cell) == lines[0].find(header));
+  }
+
+  CliRun threads = RunCli(directory.With({"threads", "--process", process}));
+  REQUIRE(threads.exit_code == 0);
+  lines = Lines(threads.out);
+  REQUIRE(lines.size() == 4);
+  REQUIRE(lines[0].starts_with("GID"));
+  for (const Gid thread : directory.threads) REQUIRE_FALSE(RowOf(lines, thread.ToString()).empty());
+
+  CliRun query = RunCli(directory.With({"query", "kind=thread and role=merger"}));
+  REQUIRE(query.exit_code == 0);
+  lines = Lines(query.out);
+  REQUIRE(lines.size() == 2);
+  REQUIRE(lines[0].starts_with("GID"));
+  REQUIRE(lines[1].starts_with(directory.threads[2].ToString() + " "));
+  REQUIRE(lines[1].find("merge-1") != std::string::npos);
+
+  CliRun lookup = RunCli(directory.With({"lookup", process}));
+  REQUIRE(lookup.exit_code == 0);
+  REQUIRE(lookup.out.find("role=indexer") != std::string::npos);
+  REQUIRE(lookup.out.find("tcp 0x7f0000011ce6") != std::string::npos);
+
+  CliRun watch = RunCli(directory.With({"watch", "--since", "0", "--count", "2"}));
+  REQUIRE(watch.exit_code == 0);
+  lines = Lines(watch.out);
+  REQUIRE(lines.size() == 3);
+  REQUIRE(lines[0].starts_with("SEQ"));
+
+  // Once the process has left, ps shows it only with --all.
+  REQUIRE_OK(directory.session->Close("done"));
+  REQUIRE(RunCli(directory.With({"ps"})).exit_code == 1);
+  CliRun all = RunCli(directory.With({"ps", "--all"}));
+  REQUIRE(all.exit_code == 0);
+  REQUIRE(RowOf(Lines(all.out), process).find("exited") != std::string::npos);
+}
+
+TEST_CASE("tocl --json prints one object per line with the documented fields",
+          "[cli][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+
+  CliRun ps = RunCli(directory.With({"ps", "--json"}));
+  REQUIRE(ps.exit_code == 0);
+  const auto objects = JsonLines(ps.out);
+  REQUIRE(objects.size() == 1);
+  const json& p = objects[0];
+  CHECK(p["gid"] == process);
+  CHECK(p["kind"] == "process");
+  CHECK(p["name"] == "cli-test");
+  CHECK(p["state"] == "running");
+  CHECK(p["pid"] == ::getpid());
+  CHECK(p["attributes"] == json{{"role", "indexer"}, {"shard", "7"}});
+  CHECK(p["endpoints"] == json::array({{{"subsystem", "tcp"}, {"address", "7f0000011ce6"}}}));
+  CHECK(std::regex_match(p["started_at"].get<std::string>(), kIsoUtc));
+  CHECK(p["exited_at"].is_null());
+  CHECK(p["exit_reason"] == "");
+
+  CliRun threads = RunCli(directory.With({"threads", "--json", "--process", process}));
+  REQUIRE(threads.exit_code == 0);
+  const auto thread_objects = JsonLines(threads.out);
+  REQUIRE(thread_objects.size() == 3);
+  for (size_t i = 0; i < thread_objects.size(); ++i) {
+    CHECK(thread_objects[i]["gid"] == directory.threads[i].ToString());
+    CHECK(thread_objects[i]["kind"] == "thread");
+    CHECK(thread_objects[i]["pid"].is_null());
+    CHECK(thread_objects[i]["attributes"]["shard"] == "7");
+  }
+
+  CliRun hosts = RunCli(directory.With({"hosts", "--json"}));
+  REQUIRE(hosts.exit_code == 0);
+  REQUIRE(JsonLines(hosts.out).at(0)["kind"] == "host");
+
+  CliRun query = RunCli(directory.With({"query", "--json", "role=merger"}));
+  REQUIRE(query.exit_code == 0);
+  REQUIRE(JsonLines(query.out).size() == 1);
+
+  CliRun lookup = RunCli(directory.With({"lookup", "--json", directory.threads[0].ToString()}));
+  REQUIRE(lookup.exit_code == 0);
+  REQUIRE(JsonLines(lookup.out).at(0)["name"] == "worker-1");
+
+  CliRun watch = RunCli(directory.With({"watch", "--json", "--since", "0", "--count", "2"}));
+  REQUIRE(watch.exit_code == 0);
+  const auto events = JsonLines(watch.out);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0]["seq"].get<uint64_t>() < events[1]["seq"].get<uint64_t>());
+  CHECK(events[0]["op"].is_string());
+  CHECK(std::regex_match(events[0]["at"].get<std::string>(), kIsoUtc));
+
+  REQUIRE_OK(directory.session->Close("done"));
+  CliRun exited = RunCli(directory.With({"lookup", "--json", process}));
+  REQUIRE(exited.exit_code == 0);
+  const json gone = JsonLines(exited.out).at(0);
+  CHECK(gone["state"] == "exited");
+  CHECK(std::regex_match(gone["exited_at"].get<std::string>(), kIsoUtc));
+  CHECK(gone["exit_reason"] == "done");
+}
+
+TEST_CASE("tocl exits 1 when an id is unknown or nothing matches", "[cli][integration]") {
+  Directory directory;
+  const Gid unknown =
+      Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
+
+  CliRun lookup = RunCli(directory.With({"lookup", unknown.ToString()}));
+  REQUIRE(lookup.exit_code == 1);
+  REQUIRE(lookup.out.empty());
+  RequireOneErrorLine(lookup);
+
+  CliRun query = RunCli(directory.With({"query", "name=no-such-entity"}));
+  REQUIRE(query.exit_code == 1);
+  REQUIRE(query.out.empty());
+  RequireOneErrorLine(query);
+
+  CliRun threads = RunCli(directory.With({"threads", "--json", "--process", unknown.ToString()}));
+  REQUIRE(threads.exit_code == 1);
+  REQUIRE(threads.out.empty());
+  RequireOneErrorLine(threads);
+}
+
+TEST_CASE("tocl exits 2 with one line on stderr for usage errors", "[cli][integration]") {
+  Directory directory;
+
+  CliRun bad_gid = RunCli(directory.With({"lookup", "h1.x7"}));
+  REQUIRE(bad_gid.exit_code == 2);
+  RequireOneErrorLine(bad_gid);
+  REQUIRE(bad_gid.err.find("h1.x7") != std::string::npos);
+
+  CliRun bad_process = RunCli(directory.With({"threads", "--process", "h1"}));
+  REQUIRE(bad_process.exit_code == 2);
+  RequireOneErrorLine(bad_process);
+
+  CliRun bad_query = RunCli(directory.With({"query", "kind=thread and and"}));
+  REQUIRE(bad_query.exit_code == 2);
+  RequireOneErrorLine(bad_query);
+  REQUIRE(bad_query.err.find("position 16") != std::string::npos);
+
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"ps", "--bogus"},
+                                               {},
+                                               {"frobnicate"},
+                                               {"lookup"},
+                                               {"query", "--limit", "0", "kind=host"},
+                                               {"watch", "--count", "-1"}}) {
+    CliRun run = RunCli(directory.With(args));
+    REQUIRE(run.exit_code == 2);
+    REQUIRE(run.out.empty());
+    RequireOneErrorLine(run);
+  }
+
+  CliRun help = RunCli({"ps", "--help"});
+  REQUIRE(help.exit_code == 0);
+  REQUIRE(help.out.find("--daemon") != std::string::npos);
+}
+
+TEST_CASE("tocl exits 2 with one line when the daemon cannot be reached", "[cli][integration]") {
+  TempDir dir;
+  const std::string address = "unix:" + dir.path() + "/toclsd.sock";
+  CliRun missing = RunCli({"hosts", "--daemon", address});
+  REQUIRE(missing.exit_code == 2);
+  RequireOneErrorLine(missing);
+  REQUIRE(missing.err.starts_with(fmt::format("tocl: cannot reach the daemon at {}: ", address)));
+
+  // A bare socket path means the same.
+  CliRun bare = RunCli({"ps", "--daemon", dir.path() + "/toclsd.sock"});
+  REQUIRE(bare.exit_code == 2);
+  REQUIRE(bare.err.starts_with(fmt::format("tocl: cannot reach the daemon at {}: ", address)));
+
+  // A stopped daemon.
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  REQUIRE(daemon.Stop().value_or(-1) == 0);
+  CliRun stopped = RunCli({"lookup", "h1", "--daemon", daemon.address()});
+  REQUIRE(stopped.exit_code == 2);
+  RequireOneErrorLine(stopped);
+  REQUIRE(stopped.err.starts_with("tocl: cannot reach the daemon at "));
+}
+
+}  // namespace
+}  // namespace tocl::testing
