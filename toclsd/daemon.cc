@@ -14,7 +14,11 @@
 namespace tocl::daemon {
 namespace {
 
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
+// How long calls in flight get to finish at shutdown. Enroll streams and
+// watches are ended at once (BeginShutdown); this covers unary calls, which
+// take milliseconds. gRPC 1.51 waits out the whole deadline whenever any
+// client is connected, even idle, so it is kept short.
+constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 
 // Processes recorded as running whose OS process is gone are marked exited
 // now; the others get the grace period to re-enroll.

@@ -8,8 +8,9 @@
 //   REQUIRE(daemon.Stop().value_or(-1) == 0);        // SIGTERM: a clean stop exits 0
 //
 // Every Daemon has its own mkdtemp() directory under /tmp (state, unix
-// socket, log) and no TCP listener unless asked, so tests can run twice in a
-// row and in parallel. The directory is removed by the destructor.
+// socket, log; DaemonOptions::state_dir puts the state elsewhere) and no TCP
+// listener unless asked, so tests can run twice in a row and in parallel.
+// The directory is removed by the destructor.
 //
 // Synchronisation is by polling with a deadline (WaitUntil), never by a bare
 // sleep. A Daemon that goes away in a failed test (a Catch2 listener counts
@@ -137,6 +138,11 @@ struct DaemonOptions {
   std::optional<int> grace_period_seconds;  // --grace-period, when set
   std::string log_level = "info";
   std::vector<std::string> extra_args;
+  // --state-dir (database, state lock) when not empty: a directory the
+  // caller creates and removes, e.g. on a small file system of its own. The
+  // socket and the log stay in the Daemon's temporary directory. Empty: the
+  // state lives in that temporary directory too.
+  std::string state_dir;
   // How long Start() waits for the daemon to answer Ping.
   std::chrono::milliseconds ready_timeout = std::chrono::seconds(10);
 };
@@ -163,10 +169,12 @@ class Daemon {
   // The command line Start() runs; tests start rival instances with it.
   std::vector<std::string> CommandLine() const;
 
-  const std::string& state_dir() const { return dir_.path(); }
+  const std::string& state_dir() const {
+    return options_.state_dir.empty() ? dir_.path() : options_.state_dir;
+  }
   std::string socket_path() const { return dir_.path() + "/toclsd.sock"; }
   std::string address() const { return "unix:" + socket_path(); }
-  std::string db_path() const { return dir_.path() + "/directory.db"; }
+  std::string db_path() const { return state_dir() + "/directory.db"; }
   std::string log_path() const { return dir_.path() + "/toclsd.log"; }
   pid_t pid() const { return process_ ? process_->pid() : -1; }
 

@@ -72,7 +72,8 @@ struct ChangeEvent {
 namespace tocl {
 
 // The checks the daemon applies (clients may apply them early to fail fast).
-// InvalidArgument naming the offending part; ResourceExhausted for counts.
+// InvalidArgument naming the offending part (sizes and counts included:
+// they are limits on one request, not a resource running out).
 Status ValidateName(std::string_view what, std::string_view name);
 Status ValidateAttribute(std::string_view key, std::string_view value);
 bool IsReservedAttributeKey(std::string_view key);

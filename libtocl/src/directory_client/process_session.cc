@@ -134,12 +134,22 @@ void ProcessSession::Impl::WatchLoop() {
         break;
       }
       spdlog::debug("re-enroll of process {} failed: {}", gid.ToString(), status.ToString());
-      if (status.code() == StatusCode::kCancelled) {
+      bool closed_meanwhile = false;
+      {
+        std::lock_guard lock(mu);
+        closed_meanwhile = closing;
+      }
+      if (closed_meanwhile) {
         finish(Status::Ok());
         return;
       }
+      // A daemon that is down, starting or stopping answers UNAVAILABLE,
+      // DEADLINE_EXCEEDED or CANCELLED: keep trying. Anything else is its
+      // word that this process cannot come back (e.g. expired after the
+      // grace period).
       if (status.code() != StatusCode::kUnavailable &&
-          status.code() != StatusCode::kDeadlineExceeded) {
+          status.code() != StatusCode::kDeadlineExceeded &&
+          status.code() != StatusCode::kCancelled) {
         spdlog::error("process {} cannot re-enroll: {}", gid.ToString(), status.ToString());
         finish(status);
         return;

@@ -15,29 +15,14 @@
 #include <vector>
 
 #include "query/query_parser.h"
+#include "store/schema.h"
 
 namespace tocl::directory::query {
 namespace {
 
 using Gids = std::set<std::string>;
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE hosts(gid INTEGER PRIMARY KEY, name TEXT NOT NULL, address TEXT NOT NULL DEFAULT '',
-  state INTEGER NOT NULL, started_at_us INTEGER NOT NULL, exited_at_us INTEGER NOT NULL DEFAULT 0,
-  exit_reason TEXT NOT NULL DEFAULT '');
-CREATE TABLE processes(gid INTEGER PRIMARY KEY, name TEXT NOT NULL, os_pid INTEGER NOT NULL,
-  state INTEGER NOT NULL, started_at_us INTEGER NOT NULL, exited_at_us INTEGER NOT NULL DEFAULT 0,
-  exit_reason TEXT NOT NULL DEFAULT '', session_token BLOB);
-CREATE TABLE threads(gid INTEGER PRIMARY KEY, name TEXT NOT NULL, state INTEGER NOT NULL,
-  started_at_us INTEGER NOT NULL, exited_at_us INTEGER NOT NULL DEFAULT 0,
-  exit_reason TEXT NOT NULL DEFAULT '');
-CREATE TABLE attributes(entity INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-  PRIMARY KEY(entity, key)) WITHOUT ROWID;
-CREATE INDEX attributes_by_value ON attributes(key, value, entity);
-CREATE INDEX processes_by_name ON processes(name);
-CREATE INDEX threads_by_name ON threads(name);
-CREATE INDEX processes_by_pid ON processes(os_pid);
-)sql";
+// The directory's real schema comes from Migrate() (store/schema.h).
 
 constexpr int64_t kRunning = 1;
 constexpr int64_t kExited = 2;
@@ -52,9 +37,6 @@ Gid Id(std::string_view text) {
   return *gid;
 }
 
-struct CloseDatabase {
-  void operator()(sqlite3* db) const { sqlite3_close(db); }
-};
 struct FinalizeStatement {
   void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
 };
@@ -65,10 +47,12 @@ using Statement = std::unique_ptr<sqlite3_stmt, FinalizeStatement>;
 class Directory {
  public:
   Directory() {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(":memory:", &db) == SQLITE_OK);
-    db_.reset(db);
-    REQUIRE(sqlite3_exec(db_.get(), kSchema, nullptr, nullptr, nullptr) == SQLITE_OK);
+    Result<tocl::directory::Database> opened =
+        tocl::directory::Database::Open(":memory:", tocl::directory::OpenMode::kReadWrite);
+    REQUIRE(opened.ok());
+    database_ = std::move(*opened);
+    REQUIRE(tocl::directory::Migrate(database_).ok());
+    db_ = database_.get();
 
     AddHost("h1", "alpha", kRunning);
     AddHost("h4", "delta", kRunning);
@@ -118,8 +102,9 @@ class Directory {
             {Stored(Id(gid)), std::string(name), state});
   }
   void SetAttribute(std::string_view gid, std::string_view key, std::string_view value) {
-    Execute("INSERT INTO attributes(entity, key, value) VALUES(?1, ?2, ?3)",
-            {Stored(Id(gid)), std::string(key), std::string(value)});
+    Execute(
+        "INSERT INTO attributes(entity, key, value, kind) VALUES(?1, ?2, ?3, ?4)",
+        {Stored(Id(gid)), std::string(key), std::string(value), tocl::directory::KindOf(Id(gid))});
   }
 
   int64_t Count(std::string_view table) {
@@ -202,8 +187,8 @@ class Directory {
   Statement Prepare(const std::string& sql) {
     INFO("sql: " << sql);
     sqlite3_stmt* raw = nullptr;
-    const int rc = sqlite3_prepare_v2(db_.get(), sql.c_str(), -1, &raw, nullptr);
-    INFO("sqlite: " << sqlite3_errmsg(db_.get()));
+    const int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, nullptr);
+    INFO("sqlite: " << sqlite3_errmsg(db_));
     REQUIRE(rc == SQLITE_OK);
     return Statement(raw);
   }
@@ -229,7 +214,8 @@ class Directory {
     REQUIRE(sqlite3_step(statement.get()) == SQLITE_DONE);
   }
 
-  std::unique_ptr<sqlite3, CloseDatabase> db_;
+  tocl::directory::Database database_;  // the real schema, migrated
+  sqlite3* db_ = nullptr;               // database_'s handle, for the raw API
 };
 
 const Gids kAll = {"h1",       "h4",        "h40000",       "h65535",      "h1.p1",    "h1.p2",
@@ -264,18 +250,12 @@ bool IsDriven(const TableQuery& query) {
   return query.sql.find("FROM attributes d") != std::string::npos;
 }
 
-// Whether the processes and threads statements walk the attribute index.
+// Whether the statements walk the attribute index (all of them or none).
 bool UsesDriver(std::string_view text) {
   const std::vector<TableQuery> queries = Compiled(text);
   REQUIRE_FALSE(queries.empty());
-  bool driven = false;
-  for (const TableQuery& query : queries) {
-    if (query.table == Table::kHosts) {
-      CHECK_FALSE(IsDriven(query));
-    } else {
-      driven = IsDriven(query);
-    }
-  }
+  const bool driven = IsDriven(queries.front());
+  for (const TableQuery& query : queries) CHECK(IsDriven(query) == driven);
   return driven;
 }
 
@@ -462,22 +442,22 @@ TEST_CASE("an attribute equality in the top-level and drives the query", "[query
   CHECK_FALSE(UsesDriver("not role!=merger"));
   CHECK_FALSE(UsesDriver("role~merger"));
 
-  // The hosts table is scanned, with the driver as an ordinary predicate.
+  // Each table walks only its own kind's slice of the index.
   const std::vector<TableQuery> all = Compiled("role=merger");
   REQUIRE(all.size() == 3);
   CHECK(all[0].sql ==
-        "SELECT e.gid FROM hosts e WHERE e.gid > ?1 AND (EXISTS (SELECT 1 FROM attributes a WHERE "
-        "a.entity = e.gid AND a.key = ?3 AND a.value = ?4)) ORDER BY e.gid LIMIT ?2");
+        "SELECT e.gid FROM attributes d CROSS JOIN hosts e ON e.gid = d.entity WHERE d.key = ?3 "
+        "AND d.value = ?4 AND d.kind = 1 AND d.entity > ?1 AND (1) ORDER BY d.entity LIMIT ?2");
   CHECK(all[1].sql ==
         "SELECT e.gid FROM attributes d CROSS JOIN processes e ON e.gid = d.entity WHERE d.key = "
-        "?3 AND d.value = ?4 AND d.entity > ?1 AND (1) ORDER BY d.entity LIMIT ?2");
+        "?3 AND d.value = ?4 AND d.kind = 2 AND d.entity > ?1 AND (1) ORDER BY d.entity LIMIT ?2");
 
   const std::vector<TableQuery> queries = Compiled("kind=thread and role=merger and host=h4");
   REQUIRE(queries.size() == 1);
   CHECK(queries[0].sql ==
         "SELECT e.gid FROM attributes d CROSS JOIN threads e ON e.gid = d.entity WHERE d.key = ?3 "
-        "AND d.value = ?4 AND d.entity > ?1 AND (e.gid BETWEEN ?5 AND ?6) ORDER BY d.entity "
-        "LIMIT ?2");
+        "AND d.value = ?4 AND d.kind = 3 AND d.entity > ?1 AND (e.gid BETWEEN ?5 AND ?6) ORDER BY "
+        "d.entity LIMIT ?2");
   CHECK(queries[0].params == std::vector<Param>{std::string("role"), std::string("merger"),
                                                 Stored(Gid::Host(4)),
                                                 Stored(Gid::Host(4)) + ((int64_t{1} << 48) - 1)});
