@@ -96,24 +96,6 @@ bool WaitUntil(const std::function<bool()>& predicate, milliseconds timeout,
 
 // --- TempDir ---------------------------------------------------------------
 
-TempDir::TempDir(std::string_view prefix) {
-  std::string pattern = fmt::format("/tmp/{}XXXXXX", prefix);
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    FAIL("mkdtemp " << pattern << ": " << std::strerror(errno));
-  }
-  path_ = pattern;
-}
-
-TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) {
-  other.path_.clear();
-}
-
-TempDir::~TempDir() {
-  if (path_.empty()) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
 // --- ChildProcess ----------------------------------------------------------
 
 Result<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "temp_dir.h"
 #include "tocl/directory_client.h"
 #include "tocl/status.h"
 
@@ -48,24 +49,6 @@ const char* CliPath();
 // timeout passes (-> false, after one last try).
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout,
                std::chrono::milliseconds interval = std::chrono::milliseconds(10));
-
-// A fresh directory from mkdtemp() under /tmp, removed with its contents by
-// the destructor. Move-only.
-class TempDir {
- public:
-  // `prefix` becomes /tmp/<prefix>XXXXXX.
-  explicit TempDir(std::string_view prefix = "tocl-test-");
-  ~TempDir();
-  TempDir(TempDir&& other) noexcept;
-  TempDir& operator=(TempDir&&) = delete;
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;  // empty when moved from
-};
 
 struct SpawnOptions {
   // Where stdout and stderr go (appended). Empty: an anonymous in-memory

@@ -17,6 +17,7 @@
 
 #include "store/schema.h"
 #include "store/sqlite.h"
+#include "temp_dir.h"
 #include "tocl/entity.h"
 
 namespace tocl::directory {
@@ -24,27 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "tocl-store-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(std::string_view name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tocl::testing::TempDir;
 
 std::unique_ptr<Store> OpenStore(const std::string& path, std::string host_name = "node-a") {
   Result<std::unique_ptr<Store>> store = Store::Open(StoreOptions{path, std::move(host_name)});

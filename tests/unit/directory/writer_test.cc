@@ -16,31 +16,12 @@
 
 #include "store/schema.h"
 #include "store/sqlite.h"
+#include "temp_dir.h"
 
 namespace tocl::directory {
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "tocl-writer-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(std::string_view name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tocl::testing::TempDir;
 
 // A connection set up like the store's (WAL, synchronous=FULL) with one table.
 Database OpenTestDatabase(const std::string& path) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "temp_dir.h"
 #include "tocl/log.h"
 
 namespace tocl::daemon {
@@ -19,27 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "tocl-config-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string File(std::string_view name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tocl::testing::TempDir;
 
 DaemonConfig MustLoad(std::string_view text, DaemonConfig config = {}) {
   Status status = LoadConfigText(text, "test.toml", config);
