@@ -149,7 +149,15 @@ TEST_CASE("a thousand clients that drop their enroll streams abruptly leave the 
   CHECK(threads_after <= threads_before + 16);
   const int64_t rss_after = REQUIRE_VALUE(daemon.rss_kib());
   INFO("RSS before " << rss_before << " KiB, after " << rss_after << " KiB");
-  CHECK(rss_after < rss_before + 64 * 1024);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's allocator keeps freed memory (quarantine, shadow, per-size
+  // caches) resident, so RSS says little there; its leak checker runs when
+  // the daemon exits, and Stop() below requires a clean exit.
+  constexpr int64_t kRssSlackKib = 512 * 1024;
+#else
+  constexpr int64_t kRssSlackKib = 64 * 1024;
+#endif
+  CHECK(rss_after < rss_before + kRssSlackKib);
 
   // Still serving enrollments.
   tocl::EnrollOptions options;
