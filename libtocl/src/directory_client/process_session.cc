@@ -85,6 +85,11 @@ Status ProcessSession::Impl::OpenStream() {
 }
 
 void ProcessSession::Impl::WatchLoop() {
+  // The Gid never changes after the first enroll; read it once, locked.
+  const std::string name = [this] {
+    std::lock_guard lock(mu);
+    return gid.ToString();
+  }();
   auto finish = [this](Status why) {
     std::lock_guard lock(mu);
     failure = std::move(why);
@@ -115,7 +120,7 @@ void ProcessSession::Impl::WatchLoop() {
         return;
       }
     }
-    spdlog::warn("lost the enroll stream of process {} ({}); re-enrolling", gid.ToString(),
+    spdlog::warn("lost the enroll stream of process {} ({}); re-enrolling", name,
                  ended.error_message());
     auto backoff = std::chrono::milliseconds(50);
     for (;;) {
@@ -130,10 +135,10 @@ void ProcessSession::Impl::WatchLoop() {
       Status status = OpenStream();
       if (status.ok()) {
         reenrolls.fetch_add(1, std::memory_order_relaxed);
-        spdlog::info("process {} re-enrolled", gid.ToString());
+        spdlog::info("process {} re-enrolled", name);
         break;
       }
-      spdlog::debug("re-enroll of process {} failed: {}", gid.ToString(), status.ToString());
+      spdlog::debug("re-enroll of process {} failed: {}", name, status.ToString());
       bool closed_meanwhile = false;
       {
         std::lock_guard lock(mu);
@@ -150,7 +155,7 @@ void ProcessSession::Impl::WatchLoop() {
       if (status.code() != StatusCode::kUnavailable &&
           status.code() != StatusCode::kDeadlineExceeded &&
           status.code() != StatusCode::kCancelled) {
-        spdlog::error("process {} cannot re-enroll: {}", gid.ToString(), status.ToString());
+        spdlog::error("process {} cannot re-enroll: {}", name, status.ToString());
         finish(status);
         return;
       }
