@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -40,6 +41,17 @@ std::vector<Gid> SortOrphans(directory::Store& store) {
   return orphans;
 }
 
+bool SocketAnswers(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  path.copy(address.sun_path, sizeof(address.sun_path) - 1);
+  bool answers = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return answers;
+}
+
 }  // namespace
 
 Daemon::Daemon(const DaemonConfig& config, StateLock lock)
@@ -66,13 +78,23 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   daemon->store_ = std::move(*store);
   daemon->service_ = std::make_unique<directory::DirectoryService>(*daemon->store_);
 
+  // Before serving: a process that enrolls once the server is up must not
+  // be taken for one that was running before this start.
+  std::vector<Gid> orphans = SortOrphans(*daemon->store_);
+
   const std::string socket_path = config.socket_path();
   if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
     return InvalidArgument(
         fmt::format("socket path {} is longer than the {} bytes unix sockets allow", socket_path,
                     sizeof(sockaddr_un::sun_path) - 1));
   }
-  // We hold the state lock, so a socket file left here is a dead daemon's.
+  // A socket file left by a dead daemon is removed; one that answers
+  // belongs to a live daemon (--socket may point outside our state
+  // directory, which our lock does not cover).
+  if (SocketAnswers(socket_path)) {
+    return FailedPrecondition(
+        fmt::format("another daemon is listening on {}; choose another --socket", socket_path));
+  }
   std::error_code ignored;
   std::filesystem::remove(socket_path, ignored);
 
@@ -104,7 +126,6 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   }
   daemon->server_->GetHealthCheckService()->SetServingStatus(true);
 
-  std::vector<Gid> orphans = SortOrphans(*daemon->store_);
   if (!orphans.empty()) {
     spdlog::info("{} processes were running before this start; they have {:.1f} s to re-enroll",
                  orphans.size(), config.grace_period_seconds);

@@ -92,6 +92,60 @@ TEST_CASE("a second toclsd on the same state directory refuses to start",
   CHECK(daemon.Stop().value_or(-1) == 0);
 }
 
+TEST_CASE("a daemon on another state directory does not take over a live daemon's socket",
+          "[integration][lifecycle]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  TempDir other_state("toclsd-other-state-");
+
+  std::vector<std::string> argv = daemon.CommandLine();
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--state-dir") argv[i + 1] = other_state.path();
+  }
+  auto rival = REQUIRE_VALUE(RunProgram(argv, seconds(20)));
+  INFO("rival output:\n" << rival.output);
+  CHECK_FALSE(rival.timed_out);
+  CHECK(rival.exit_code != 0);
+  CHECK(rival.exit_code < 128);
+  CHECK_THAT(rival.output, Catch::Contains("another daemon is listening"));
+  // The socket still leads to the first daemon.
+  auto client = REQUIRE_VALUE(DirectoryClient::Connect(daemon.address(), seconds(2)));
+  auto host = REQUIRE_VALUE(client->Lookup(Gid::Host(1)));
+  CHECK(daemon.running());
+  CHECK(daemon.Stop().value_or(-1) == 0);
+}
+
+TEST_CASE("a goodbye reason is stored as valid text, cut at a character boundary",
+          "[integration][lifecycle]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto client = REQUIRE_VALUE(DirectoryClient::Connect(daemon.address(), seconds(2)));
+  const std::string long_reason = std::string(255, 'x') + "\xc3\xa9 and more";  // é spans 255-256
+  const std::pair<std::string, std::string> cases[] = {
+      {long_reason, std::string(255, 'x')},
+      {"bell \x07 in it", "exited (its reason was not valid text)"},
+      {"", "exited normally"},
+  };
+  for (const auto& [reason, stored] : cases) {
+    EnrollOptions options;
+    options.name = "leaver";
+    auto session = REQUIRE_VALUE(client->Enroll(options));
+    const Gid gid = session->gid();
+    CHECK_OK(session->Close(reason));
+    Entity process;
+    CHECK(WaitUntil(
+        [&] {
+          auto found = client->Lookup(gid);
+          if (!found.ok()) return false;
+          process = *found;
+          return process.state == EntityState::kExited;
+        },
+        seconds(10)));
+    CHECK(process.exit_reason == stored);
+  }
+  CHECK(daemon.Stop().value_or(-1) == 0);
+}
+
 TEST_CASE("a corrupt database makes toclsd exit non-zero with a clear message",
           "[integration][lifecycle]") {
   Daemon daemon;

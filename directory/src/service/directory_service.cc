@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "service/grpc_status.h"
+#include "store/limits.h"
 
 namespace tocl::directory {
 namespace {
@@ -60,8 +61,7 @@ grpc::Status DirectoryService::EnrollProcess(
     while (stream->Read(&request)) {
       if (request.has_goodbye()) {
         said_goodbye = true;
-        reason = request.goodbye().reason().empty() ? "exited normally"
-                                                    : request.goodbye().reason().substr(0, 256);
+        reason = CleanExitReason(request.goodbye().reason());
         break;
       }
       reason = "protocol error: 'register' sent twice on one enroll stream";
@@ -70,18 +70,18 @@ grpc::Status DirectoryService::EnrollProcess(
   }
   if (reason.empty()) reason = "enroll stream broken (the process died or lost its daemon)";
 
-  const bool current = sessions_.Detach(gid, generation);
+  sessions_.Detach(gid, generation);
   if (shutting_down() && !said_goodbye) {
     // Keep the process running in the directory: it re-enrolls after restart.
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down");
   }
-  if (current) {
-    Status marked = store_.MarkProcessExited(gid, reason);
-    if (!marked.ok()) {
-      spdlog::error("could not mark process {} exited: {}", gid.ToString(), marked.ToString());
-    } else {
-      spdlog::info("process {} exited: {}", gid.ToString(), reason);
-    }
+  // Unless the process re-enrolled on a newer stream meanwhile (decided by
+  // the store, in order with the resume).
+  Status marked = store_.MarkStreamEnded(gid, enrollment->epoch, reason);
+  if (!marked.ok()) {
+    spdlog::error("could not mark process {} exited: {}", gid.ToString(), marked.ToString());
+  } else {
+    spdlog::info("process {} stream ended: {}", gid.ToString(), reason);
   }
   return grpc::Status::OK;
 }

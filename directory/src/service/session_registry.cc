@@ -29,13 +29,6 @@ void SessionRegistry::CancelAll() {
   for (auto& [gid, session] : sessions_) session.context->TryCancel();
 }
 
-std::set<Gid> SessionRegistry::Live() const {
-  std::lock_guard lock(mu_);
-  std::set<Gid> live;
-  for (const auto& [gid, session] : sessions_) live.insert(gid);
-  return live;
-}
-
 size_t SessionRegistry::size() const {
   std::lock_guard lock(mu_);
   return sessions_.size();

@@ -2,7 +2,8 @@
 //
 // A process that re-enrolls while the daemon still holds its old stream
 // (e.g. a TCP connection not yet seen as broken) takes over: the old stream
-// is cancelled, and only the current stream's end marks the process exited.
+// is cancelled (whether its end marks the process exited is the store's
+// call: Store::MarkStreamEnded).
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -10,7 +11,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "tocl/gid.h"
 
@@ -28,7 +28,6 @@ class SessionRegistry {
   // instead of at the server's shutdown deadline).
   void CancelAll();
 
-  std::set<Gid> Live() const;
   size_t size() const;
 
  private:

@@ -41,4 +41,16 @@ Status ValidateEndpoint(const tocl::directory::v1::Endpoint& endpoint) {
   return Status::Ok();
 }
 
+std::string CleanExitReason(std::string_view reason) {
+  if (reason.empty()) return "exited normally";
+  if (reason.size() > kMaxNameBytes) {
+    size_t cut = kMaxNameBytes;
+    // Back off continuation bytes (10xxxxxx) so no character is split.
+    while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xc0) == 0x80) --cut;
+    reason = reason.substr(0, cut);
+  }
+  if (!ValidateName("exit reason", reason).ok()) return "exited (its reason was not valid text)";
+  return std::string(reason);
+}
+
 }  // namespace tocl::directory

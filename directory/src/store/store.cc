@@ -380,12 +380,13 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token) {
     return InvalidArgument(fmt::format("process {} does not belong to this host ({})",
                                        gid.ToString(), host_.ToString()));
   }
+  uint64_t epoch = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
     TOCL_RETURN_IF_ERROR(CheckOwner(db, gid, token));
-    resumed_.insert(gid);
+    epoch = ++resumes_[gid];
     return Status::Ok();
   }));
-  return Enrollment{gid, std::string(token), true};
+  return Enrollment{gid, std::string(token), true, epoch};
 }
 
 Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& request) {
@@ -518,6 +519,15 @@ Result<uint64_t> Store::PublishEndpoint(const pb::PublishEndpointRequest& reques
   return seq;
 }
 
+Status Store::MarkStreamEnded(Gid process, uint64_t epoch, std::string_view reason) {
+  return writer_->Run([&](Database& db) -> Status {
+    auto resumed = resumes_.find(process);
+    uint64_t current = resumed == resumes_.end() ? 0 : resumed->second;
+    if (current != epoch) return Status::Ok();  // a newer stream owns the process
+    return MarkExitedLocked(db, process, reason);
+  });
+}
+
 Status Store::MarkProcessExited(Gid process, std::string_view reason) {
   return writer_->Run([&](Database& db) { return MarkExitedLocked(db, process, reason); });
 }
@@ -526,7 +536,7 @@ Result<size_t> Store::ExpireUnresumed(const std::vector<Gid>& orphans, std::stri
   size_t expired = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
     for (Gid gid : orphans) {
-      if (resumed_.contains(gid)) continue;
+      if (resumes_.contains(gid)) continue;
       TOCL_RETURN_IF_ERROR(MarkExitedLocked(db, gid, reason));
       ++expired;
     }
@@ -576,8 +586,17 @@ Result<pb::QueryResponse> Store::Query(std::string_view expression, uint32_t lim
     gids.resize(wanted);
     response.set_next_page_token(std::to_string(gids.back()));
   }
+  // A page also ends at kMaxQueryReplyBytes: entities can carry up to 64 x
+  // 4 KiB of attributes, and a reply must fit the clients' message limit.
+  size_t bytes = 0;
   for (int64_t stored : gids) {
     TOCL_ASSIGN_OR_RETURN(pb::Entity entity, LoadEntity(db, GidFromStored(stored)));
+    bytes += entity.ByteSizeLong();
+    if (bytes > kMaxQueryReplyBytes && response.entities_size() > 0) {
+      response.set_next_page_token(std::to_string(
+          StoredGid(Gid::FromRaw(response.entities(response.entities_size() - 1).gid()))));
+      break;
+    }
     *response.add_entities() = std::move(entity);
   }
   TOCL_RETURN_IF_ERROR(txn.Commit());

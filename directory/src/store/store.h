@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -39,6 +40,9 @@ struct Enrollment {
   Gid gid;
   std::string session_token;
   bool resumed = false;
+  // How many times the process had re-enrolled, this one included: the
+  // stream that ends passes it back to MarkStreamEnded.
+  uint64_t epoch = 0;
 };
 
 class ReaderPool;
@@ -64,6 +68,10 @@ class Store {
   // Marks a running process and its running threads exited. Ok (and no
   // change) if it had already exited.
   Status MarkProcessExited(Gid process, std::string_view reason);
+  // The enroll stream of `epoch` ended: marks the process exited unless it
+  // re-enrolled since on another stream (decided on the writer thread, so a
+  // resume and the old stream's end cannot interleave).
+  Status MarkStreamEnded(Gid process, uint64_t epoch, std::string_view reason);
   // Marks exited those of `orphans` (processes running before a daemon
   // restart) that have not re-enrolled since; returns how many. Runs on the
   // writer thread like ResumeProcess, so a process either re-enrolled first
@@ -104,7 +112,9 @@ class Store {
   uint64_t head_seq_ = 0;         // guarded by head_mu_
   uint64_t wake_generation_ = 0;  // guarded by head_mu_
 
-  std::set<Gid> resumed_;  // used only inside writer operations (serialised)
+  // Re-enrolls per process since this start; used only inside writer
+  // operations (serialised).
+  std::map<Gid, uint64_t> resumes_;
 
   std::unique_ptr<Writer> writer_;  // last: its thread calls OnCommit
 };

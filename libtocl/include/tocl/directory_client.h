@@ -101,7 +101,7 @@ class ProcessSession {
 
   Gid gid() const;
   Gid host() const { return gid().host(); }
-  const std::string& host_name() const;
+  std::string host_name() const;
 
   // Records threads the process numbered itself (gids under gid()). Durable
   // when this returns ok. Unavailable while re-enrolling after a daemon restart.

@@ -35,6 +35,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  // The daemon caps a Query page at 2 MiB; other replies are smaller. The
+  // margin keeps older or newer daemons readable.
+  args.SetMaxReceiveMessageSize(64 << 20);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -40,6 +40,10 @@ struct ProcessSession::Impl {
   std::shared_ptr<client::Connection> stream_connection;  // guarded by mu
   std::unique_ptr<grpc::ClientContext> context;           // guarded by mu
   std::unique_ptr<EnrollStream> stream;                   // guarded by mu
+  // The context of an enroll attempt in flight, so that Close() can cancel
+  // it (a daemon that accepted the connection but hangs must not hang us).
+  grpc::ClientContext* connecting = nullptr;  // guarded by mu
+  bool writing = false;                       // guarded by mu: Close() is writing the goodbye
   std::atomic<uint64_t> reenrolls{0};
   std::thread watcher;
 
@@ -53,11 +57,22 @@ struct ProcessSession::Impl {
 Status ProcessSession::Impl::OpenStream() {
   auto used = connection.Get();
   auto new_context = std::make_unique<grpc::ClientContext>();
-  std::unique_ptr<EnrollStream> new_stream = used->directory->EnrollProcess(new_context.get());
   client::pb::EnrollRequest request;
-  *request.mutable_register_() = registration;
+  {
+    std::lock_guard lock(mu);
+    if (closing) return Status(StatusCode::kCancelled, "the session is closing");
+    connecting = new_context.get();
+    *request.mutable_register_() = registration;
+  }
+  std::unique_ptr<EnrollStream> new_stream = used->directory->EnrollProcess(new_context.get());
   client::pb::EnrollResponse response;
-  if (!new_stream->Write(request) || !new_stream->Read(&response) || !response.has_enrolled()) {
+  const bool enrolled_ok =
+      new_stream->Write(request) && new_stream->Read(&response) && response.has_enrolled();
+  {
+    std::lock_guard lock(mu);
+    connecting = nullptr;
+  }
+  if (!enrolled_ok) {
     new_context->TryCancel();
     grpc::Status status = new_stream->Finish();
     connection.Observe(used, status);
@@ -107,6 +122,11 @@ void ProcessSession::Impl::WatchLoop() {
     // stream ends (goodbye answered, daemon gone, or cancelled).
     client::pb::EnrollResponse ignored;
     while (current->Read(&ignored)) {
+    }
+    {
+      // gRPC allows Finish() beside Read(), not beside Close()'s Write().
+      std::unique_lock lock(mu);
+      changed.wait(lock, [this] { return !writing; });
     }
     grpc::Status ended = current->Finish();
     // The daemon went away: start the next attempt on a fresh channel.
@@ -198,7 +218,7 @@ Gid ProcessSession::gid() const {
   return impl_->gid;
 }
 
-const std::string& ProcessSession::host_name() const {
+std::string ProcessSession::host_name() const {
   std::lock_guard lock(impl_->mu);
   return impl_->host_name;
 }
@@ -264,14 +284,19 @@ Status ProcessSession::Close(std::string_view reason) {
     if (impl.closing) return Status::Ok();
     impl.closing = true;
     impl.changed.notify_all();
+    if (impl.connecting != nullptr) impl.connecting->TryCancel();
     if (impl.connected && impl.stream) {
-      // One writer at a time on the stream: only Close writes after enroll.
+      // One writer at a time on the stream: only Close writes after enroll,
+      // and the watcher waits for `writing` to clear before Finish().
       client::pb::EnrollRequest goodbye;
       goodbye.mutable_goodbye()->set_reason(std::string(reason));
       EnrollStream* stream = impl.stream.get();
+      impl.writing = true;
       lock.unlock();
       if (stream->Write(goodbye)) stream->WritesDone();
       lock.lock();
+      impl.writing = false;
+      impl.changed.notify_all();
     }
     // The daemon ends the stream after the goodbye; if it does not answer
     // promptly, cancel rather than hang the caller.

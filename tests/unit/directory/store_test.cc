@@ -757,6 +757,45 @@ TEST_CASE("a query pages through 250 threads in gid order", "[store]") {
   }
 }
 
+TEST_CASE("a query page ends at 2 MiB of entities and the token goes on from there", "[store]") {
+  TempDir dir;
+  auto store = OpenStore(dir.File("directory.db"));
+  Enrollment process = Enroll(*store);
+  // 100 threads with 64 attributes of 1 KiB: about 6.5 MiB in all.
+  pb::RegisterThreadsRequest request;
+  request.set_process(process.gid.raw());
+  request.set_session_token(process.session_token);
+  for (uint32_t i = 1; i <= 100; ++i) {
+    pb::ThreadRegistration* thread = request.add_threads();
+    thread->set_gid(ThreadOf(process, i).raw());
+    thread->set_name("fat");
+    for (int k = 0; k < 64; ++k) {
+      pb::Attribute* attribute = thread->add_attributes();
+      attribute->set_key("k" + std::to_string(k));
+      attribute->set_value(std::string(1024, 'v'));
+    }
+  }
+  REQUIRE(store->RegisterThreads(request).ok());
+
+  std::vector<uint64_t> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    Result<pb::QueryResponse> page = store->Query("kind=thread", 100, token);
+    REQUIRE(page.ok());
+    CHECK(page->ByteSizeLong() <= (2u << 20) + (80u << 10));  // at most one entity over
+    CHECK(page->entities_size() > 0);
+    for (const pb::Entity& entity : page->entities()) seen.push_back(entity.gid());
+    token = page->next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 20);
+  CHECK(pages >= 4);
+  REQUIRE(seen.size() == 100);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    CHECK(seen[i] == ThreadOf(process, static_cast<uint32_t>(i + 1)).raw());
+  }
+}
+
 TEST_CASE("a malformed page token or query is invalid", "[store]") {
   TempDir dir;
   auto store = OpenStore(dir.File("directory.db"));
