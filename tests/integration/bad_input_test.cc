@@ -59,7 +59,7 @@ class TwoProcesses {
   }
 
   static Gid Thread(const RawEnrollment& process, uint32_t index) {
-    return Gid::Thread(process.gid().host_index(), process.gid().process_index(), index);
+    return Gid::Thread(process.gid(), index);
   }
 
   Snapshot Take() {

@@ -164,7 +164,7 @@ struct Directory {
     std::vector<ThreadInfo> infos;
     for (uint32_t i = 1; i <= 3; ++i) {
       const bool merger = i == 3;
-      infos.push_back({Gid::Thread(process.host_index(), process.process_index(), i),
+      infos.push_back({Gid::Thread(process, i),
                        merger ? "merge-1" : fmt::format("worker-{}", i),
                        {{"role", merger ? "merger" : "worker"}, {"shard", "7"}}});
       threads.push_back(infos.back().gid);

@@ -42,7 +42,7 @@ struct Writer {
     while (!stop.load(std::memory_order_relaxed)) {
       std::vector<ThreadInfo> batch(kBatch);
       for (ThreadInfo& thread : batch) {
-        thread.gid = Gid::Thread(process.host_index(), process.process_index(), next++);
+        thread.gid = Gid::Thread(process, next++);
         thread.name = "storm-" + std::to_string(next);
         thread.attributes = {{"storm", "yes"}};
       }

@@ -96,6 +96,17 @@ bool WaitUntil(const std::function<bool()>& predicate, milliseconds timeout,
 
 // --- TempDir ---------------------------------------------------------------
 
+std::vector<ThreadInfo> MakeThreads(Gid process, uint32_t first, uint32_t count,
+                                    std::string_view name_prefix, const Attributes& attributes) {
+  std::vector<ThreadInfo> threads;
+  threads.reserve(count);
+  for (uint32_t i = first; i < first + count; ++i) {
+    threads.push_back(
+        {Gid::Thread(process, i), std::string(name_prefix) + std::to_string(i), attributes});
+  }
+  return threads;
+}
+
 // --- ChildProcess ----------------------------------------------------------
 
 Result<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,

@@ -45,6 +45,12 @@ const char* ToclsdPath();
 const char* EnrollWorkerPath();
 const char* CliPath();
 
+// Threads `first` .. `first + count - 1` of `process`, named
+// "<name_prefix><index>", each with `attributes`: one batch to register.
+std::vector<ThreadInfo> MakeThreads(Gid process, uint32_t first, uint32_t count,
+                                    std::string_view name_prefix,
+                                    const Attributes& attributes = {});
+
 // Polls `predicate` every `interval` until it returns true (-> true) or the
 // timeout passes (-> false, after one last try).
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout,

@@ -214,8 +214,7 @@ TEST_CASE("processes killed with SIGKILL are marked exited with their threads",
     CHECK_FALSE(process.exit_reason.empty());
     CHECK(process.exited_at >= process.started_at);
     for (uint32_t t = 1; t <= 3; ++t) {
-      auto thread =
-          REQUIRE_VALUE(client->Lookup(Gid::Thread(gid.host_index(), gid.process_index(), t)));
+      auto thread = REQUIRE_VALUE(client->Lookup(Gid::Thread(gid, t)));
       CHECK(thread.state == EntityState::kExited);
     }
   }

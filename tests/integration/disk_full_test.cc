@@ -76,7 +76,7 @@ std::vector<ThreadInfo> MakeBatch(Gid process, int number) {
   std::vector<ThreadInfo> batch(kBatchThreads);
   for (uint32_t i = 0; i < kBatchThreads; ++i) {
     const uint32_t index = static_cast<uint32_t>(number) * kBatchThreads + i + 1;
-    batch[i].gid = Gid::Thread(process.host_index(), process.process_index(), index);
+    batch[i].gid = Gid::Thread(process, index);
     batch[i].name = "filler-" + std::to_string(index);
     batch[i].attributes = {{"batch", "b" + std::to_string(number)},
                            {"pad", std::string(32, static_cast<char>('a' + index % 26))}};

@@ -26,16 +26,6 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(file), {});
 }
 
-std::vector<ThreadInfo> Threads(Gid process, uint32_t first, uint32_t count) {
-  std::vector<ThreadInfo> threads;
-  for (uint32_t i = first; i < first + count; ++i) {
-    threads.push_back({Gid::Thread(process.host_index(), process.process_index(), i),
-                       "t" + std::to_string(i),
-                       {}});
-  }
-  return threads;
-}
-
 TEST_CASE("SIGTERM stops toclsd cleanly with exit code 0 even with open streams",
           "[integration][lifecycle]") {
   Daemon daemon;
@@ -223,7 +213,7 @@ TEST_CASE("an enrolled process keeps its gid across a daemon restart and a crash
   auto client = REQUIRE_VALUE(daemon.Connect());
   auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("survivor", {{"role", "x"}})));
   const Gid gid = session->gid();
-  REQUIRE_OK(session->RegisterThreads(Threads(gid, 1, 10)));
+  REQUIRE_OK(session->RegisterThreads(MakeThreads(gid, 1, 10, "t")));
   CHECK(session->reenroll_count() == 0);
 
   for (uint64_t round = 1; round <= 2; ++round) {
@@ -238,7 +228,7 @@ TEST_CASE("an enrolled process keeps its gid across a daemon restart and a crash
     CHECK(session->reenroll_count() == round);
     CHECK(session->gid() == gid);
     const uint32_t first = 1 + 10 * static_cast<uint32_t>(round);
-    CHECK_OK(session->RegisterThreads(Threads(gid, first, 10)));
+    CHECK_OK(session->RegisterThreads(MakeThreads(gid, first, 10, "t")));
 
     auto fresh = REQUIRE_VALUE(daemon.Connect());
     auto process = REQUIRE_VALUE(fresh->Lookup(gid));
@@ -290,7 +280,7 @@ TEST_CASE("a process that does not re-enroll within the grace period is marked e
   EnrollAttempt silent = RawEnroll(*stub, MakeRegister("silent"));
   REQUIRE(silent.status.ok());
   const Gid silent_gid = silent.enrollment->gid();
-  const Gid silent_thread = Gid::Thread(silent_gid.host_index(), silent_gid.process_index(), 1);
+  const Gid silent_thread = Gid::Thread(silent_gid, 1);
   REQUIRE(RawRegisterThreads(
               *stub, silent.enrollment->ThreadsRequest({MakeThread(silent_thread, "quiet")}))
               .ok());
@@ -307,9 +297,8 @@ TEST_CASE("a process that does not re-enroll within the grace period is marked e
   };
   CHECK(WaitUntil([&] { return exited(lost_gid) && exited(silent_gid); }, seconds(20),
                   milliseconds(50)));
-  for (Gid gid : {lost_gid, Gid::Thread(lost_gid.host_index(), lost_gid.process_index(), 1),
-                  Gid::Thread(lost_gid.host_index(), lost_gid.process_index(), 2), silent_gid,
-                  silent_thread}) {
+  for (Gid gid :
+       {lost_gid, Gid::Thread(lost_gid, 1), Gid::Thread(lost_gid, 2), silent_gid, silent_thread}) {
     INFO(gid.ToString());
     auto entity = REQUIRE_VALUE(client->Lookup(gid));
     CHECK(entity.state == EntityState::kExited);

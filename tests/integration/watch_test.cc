@@ -18,15 +18,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::vector<ThreadInfo> Threads(Gid process, uint32_t first, uint32_t count) {
-  std::vector<ThreadInfo> threads;
-  for (uint32_t i = first; i < first + count; ++i) {
-    threads.push_back({Gid::Thread(process.host_index(), process.process_index(), i),
-                       "w" + std::to_string(i),
-                       {{"role", "watched"}}});
-  }
-  return threads;
-}
+const Attributes kWatched{{"role", "watched"}};
 
 // Watches from `since` until an event with seq >= `until` arrives (or 20 s).
 std::vector<ChangeEvent> WatchUntil(DirectoryClient& client, uint64_t since, uint64_t until,
@@ -52,7 +44,7 @@ TEST_CASE("a watcher sees the events of an enrollment and a registration in orde
 
   auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("watched")));
   const Gid process = session->gid();
-  REQUIRE_OK(session->RegisterThreads(Threads(process, 1, 5)));
+  REQUIRE_OK(session->RegisterThreads(MakeThreads(process, 1, 5, "w", kWatched)));
   const uint64_t after = REQUIRE_VALUE(client->Ping());
   REQUIRE(after >= before + 6);
 
@@ -73,7 +65,7 @@ TEST_CASE("a watcher sees the events of an enrollment and a registration in orde
   CHECK(events.front().entity.name == "watched");
   for (uint32_t t = 1; t <= 5; ++t) {
     const ChangeEvent& event = events[t];
-    CHECK(event.gid == Gid::Thread(process.host_index(), process.process_index(), t));
+    CHECK(event.gid == Gid::Thread(process, t));
     CHECK(event.entity.kind == EntityKind::kThread);
     CHECK(event.entity.name == "w" + std::to_string(t));
     CHECK(event.entity.attributes.at("role") == "watched");
@@ -89,9 +81,9 @@ TEST_CASE("a watch resumed from a sequence number gets exactly the later events"
   {
     auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("history")));
     const Gid process = session->gid();
-    REQUIRE_OK(session->RegisterThreads(Threads(process, 1, 6)));
-    REQUIRE_OK(session->RegisterThreads(Threads(process, 7, 6)));
-    std::vector<Gid> leaving = {Threads(process, 2, 1)[0].gid, Threads(process, 9, 1)[0].gid};
+    REQUIRE_OK(session->RegisterThreads(MakeThreads(process, 1, 6, "w", kWatched)));
+    REQUIRE_OK(session->RegisterThreads(MakeThreads(process, 7, 6, "w", kWatched)));
+    std::vector<Gid> leaving = {Gid::Thread(process, 2), Gid::Thread(process, 9)};
     REQUIRE_OK(session->UnregisterThreads(leaving, "done early"));
     REQUIRE_OK(session->PublishEndpoint("tcp", "127.0.0.1:9"));
     REQUIRE_OK(session->Close());
@@ -199,12 +191,12 @@ TEST_CASE("a watch waiting for changes receives a new event promptly", "[integra
   RawWatcher watcher(daemon.address(), REQUIRE_VALUE(client->Ping()));
   // The first event shows the watch is established and caught up; from
   // then on it waits for changes.
-  REQUIRE_OK(session->RegisterThreads(Threads(process, 1, 1)));
-  REQUIRE(watcher.WaitForGid(Threads(process, 1, 1)[0].gid, seconds(10)));
+  REQUIRE_OK(session->RegisterThreads(MakeThreads(process, 1, 1, "w", kWatched)));
+  REQUIRE(watcher.WaitForGid(Gid::Thread(process, 1), seconds(10)));
 
   for (uint32_t t = 2; t <= 4; ++t) {
-    const Gid gid = Threads(process, t, 1)[0].gid;
-    REQUIRE_OK(session->RegisterThreads(Threads(process, t, 1)));
+    const Gid gid = Gid::Thread(process, t);
+    REQUIRE_OK(session->RegisterThreads(MakeThreads(process, t, 1, "w", kWatched)));
     const auto acknowledged = std::chrono::steady_clock::now();
     auto arrival = watcher.WaitForGid(gid, seconds(10));
     REQUIRE(arrival);

@@ -20,8 +20,8 @@ Status Run(const std::string& daemon, const DemoProcess& process, const Fd& read
   std::vector<ThreadInfo> threads;
   for (size_t i = 0; i < process.threads.size(); ++i) {
     const auto index = static_cast<uint32_t>(i + 1);
-    threads.push_back({Gid::Thread(gid.host_index(), gid.process_index(), index),
-                       process.threads[i].name, process.threads[i].attributes});
+    threads.push_back(
+        {Gid::Thread(gid, index), process.threads[i].name, process.threads[i].attributes});
   }
   TOCL_RETURN_IF_ERROR(session->RegisterThreads(threads).WithContext("register threads"));
 

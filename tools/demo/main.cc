@@ -125,7 +125,7 @@ Status RunDemo(const std::string& daemon) {
 
   TOCL_RETURN_IF_ERROR(ShowQuery(*client, "kind=process", run, cli::ProcessTable, children.size()));
 
-  const Gid merger_thread = Gid::Thread(gids.back().host_index(), gids.back().process_index(), 1);
+  const Gid merger_thread = Gid::Thread(gids.back(), 1);
   TOCL_ASSIGN_OR_RETURN(Entity thread, client->Lookup(merger_thread));
   PrintSection(fmt::format("lookup {}", merger_thread.ToString()));
   cli::EntityDetailTable(thread).Print();

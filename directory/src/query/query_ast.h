@@ -43,7 +43,7 @@ enum class Op : uint8_t {
 enum class EntityKind : uint8_t { kHost, kProcess, kThread };
 
 // The integers stored in the state columns.
-enum class EntityState : uint8_t { kRunning = 1, kExited = 2 };
+enum class EntityState : uint8_t { kRunning, kExited };
 
 // One "field op value". Which of the resolved members is meaningful depends
 // on `field`; the others keep their defaults.

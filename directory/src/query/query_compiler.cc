@@ -5,8 +5,14 @@
 #include <bit>
 #include <utility>
 
+#include "store/schema.h"
+
 namespace tocl::directory::query {
 namespace {
+
+int64_t StoredState(EntityState state) {
+  return state == EntityState::kExited ? kStateExited : kStateRunning;
+}
 
 // The gids of one host or process form one contiguous range, and both ends
 // have the same sign once stored as int64, so BETWEEN works on the stored
@@ -164,7 +170,7 @@ std::string RenderPredicate(const Comparison& c, std::vector<Param>& params) {
     case Field::kName:
       return fmt::format("e.name {} {}", match, Bind(params, c.value));
     case Field::kState:
-      return fmt::format("e.state = {}", Bind(params, static_cast<int64_t>(c.state)));
+      return fmt::format("e.state = {}", Bind(params, StoredState(c.state)));
     case Field::kPid:
       return fmt::format("e.os_pid = {}", Bind(params, c.pid));
     case Field::kGid:
@@ -256,14 +262,14 @@ std::string_view TableName(Table table) {
 
 // The entity kind stored in attributes.kind for a table's rows (a fixed
 // number in the SQL text, like the table name: not a user value).
-int KindNumber(Table table) {
+int64_t KindNumber(Table table) {
   switch (table) {
     case Table::kHosts:
-      return 1;
+      return kKindHost;
     case Table::kProcesses:
-      return 2;
+      return kKindProcess;
     case Table::kThreads:
-      return 3;
+      return kKindThread;
   }
   return 0;
 }

@@ -45,7 +45,7 @@ grpc::Status DirectoryService::EnrollProcess(
   const Gid gid = enrollment->gid;
   const uint64_t generation = sessions_.Attach(gid, context);
   spdlog::info("process {} '{}' (pid {}) {}", gid.ToString(), reg.name(), reg.os_pid(),
-               enrollment->resumed ? "re-enrolled" : "enrolled");
+               enrollment->resumed() ? "re-enrolled" : "enrolled");
 
   pb::EnrollResponse response;
   pb::Enrolled* enrolled = response.mutable_enrolled();
@@ -53,7 +53,7 @@ grpc::Status DirectoryService::EnrollProcess(
   enrolled->set_session_token(enrollment->session_token);
   enrolled->set_host_gid(store_.host().raw());
   enrolled->set_host_name(store_.host_name());
-  enrolled->set_resumed(enrollment->resumed);
+  enrolled->set_resumed(enrollment->resumed());
 
   std::string reason;
   bool said_goodbye = false;

@@ -23,8 +23,6 @@ class DirectoryService final : public pb::Directory::Service {
   void BeginShutdown();
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
 
-  SessionRegistry& sessions() { return sessions_; }
-
   grpc::Status EnrollProcess(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<pb::EnrollResponse, pb::EnrollRequest>* stream) override;

@@ -29,9 +29,4 @@ void SessionRegistry::CancelAll() {
   for (auto& [gid, session] : sessions_) session.context->TryCancel();
 }
 
-size_t SessionRegistry::size() const {
-  std::lock_guard lock(mu_);
-  return sessions_.size();
-}
-
 }  // namespace tocl::directory

@@ -28,8 +28,6 @@ class SessionRegistry {
   // instead of at the server's shutdown deadline).
   void CancelAll();
 
-  size_t size() const;
-
  private:
   struct Session {
     uint64_t generation;

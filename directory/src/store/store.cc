@@ -297,12 +297,16 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
 }
 
 void Store::OnCommit(Database& db) {
-  uint64_t head = LastChangeSeq(db);
-  auto max_seq = db.QueryInt("SELECT coalesce(max(seq), 0) FROM changes");
-  if (max_seq.ok()) head = static_cast<uint64_t>(*max_seq);
+  // max(seq), not last_insert_rowid(): the latter may name a change that a
+  // rolled-back savepoint wrote.
+  Result<int64_t> head = db.QueryInt("SELECT coalesce(max(seq), 0) FROM changes");
+  if (!head.ok()) {
+    spdlog::error("reading the change-log head: {}", head.status().ToString());
+    return;
+  }
   {
     std::lock_guard lock(head_mu_);
-    head_seq_ = std::max(head_seq_, head);
+    head_seq_ = std::max(head_seq_, static_cast<uint64_t>(*head));
   }
   head_changed_.notify_all();
 }
@@ -386,7 +390,7 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token) {
     epoch = ++resumes_[gid];
     return Status::Ok();
   }));
-  return Enrollment{gid, std::string(token), true, epoch};
+  return Enrollment{gid, std::string(token), epoch};
 }
 
 Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& request) {

@@ -39,10 +39,11 @@ struct StoreOptions {
 struct Enrollment {
   Gid gid;
   std::string session_token;
-  bool resumed = false;
-  // How many times the process had re-enrolled, this one included: the
-  // stream that ends passes it back to MarkStreamEnded.
+  // How many times the process had re-enrolled, this one included (0 for a
+  // new process): the stream that ends passes it back to MarkStreamEnded.
   uint64_t epoch = 0;
+
+  bool resumed() const { return epoch > 0; }
 };
 
 class ReaderPool;
@@ -94,10 +95,6 @@ class Store {
   uint64_t WaitForChange(uint64_t seq, std::chrono::steady_clock::time_point deadline);
   // Wakes every WaitForChange (used at shutdown).
   void WakeWatchers();
-
-  // Group-commit figures, for logs and benchmarks.
-  uint64_t write_operations() const { return writer_->operations(); }
-  uint64_t write_commits() const { return writer_->commits(); }
 
  private:
   Store(Gid host, std::string host_name, std::unique_ptr<ReaderPool> readers);

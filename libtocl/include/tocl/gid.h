@@ -44,6 +44,11 @@ class Gid {
   static constexpr Gid Thread(uint32_t host, uint32_t process, uint32_t thread) {
     return Gid((uint64_t{host} << 48) | (uint64_t{process} << 24) | thread);
   }
+  // Thread `thread` of `process` (a process id): how a process numbers its
+  // own threads.
+  static constexpr Gid Thread(Gid process, uint32_t thread) {
+    return Thread(process.host_index(), process.process_index(), thread);
+  }
 
   // Builds a valid id from indexes, or says which index is out of range.
   static Result<Gid> Make(uint32_t host, uint32_t process = 0, uint32_t thread = 0);

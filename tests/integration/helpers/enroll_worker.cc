@@ -78,7 +78,7 @@ int Run(const Options& options) {
   threads.reserve(options.threads);
   for (uint32_t i = 1; i <= options.threads; ++i) {
     tocl::ThreadInfo& thread = threads.emplace_back();
-    thread.gid = tocl::Gid::Thread(process.host_index(), process.process_index(), i);
+    thread.gid = tocl::Gid::Thread(process, i);
     thread.name = fmt::format("{}-t{}", options.name, i);
     thread.attributes = {{"worker", options.name},
                          {"batch", std::to_string((i - 1) / options.batch)}};

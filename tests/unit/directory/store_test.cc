@@ -49,15 +49,14 @@ pb::RegisterThreadsRequest ThreadsRequest(const Enrollment& process,
   request.set_session_token(process.session_token);
   for (uint32_t index : thread_indexes) {
     pb::ThreadRegistration* thread = request.add_threads();
-    thread->set_gid(
-        Gid::Thread(process.gid.host_index(), process.gid.process_index(), index).raw());
+    thread->set_gid(Gid::Thread(process.gid, index).raw());
     thread->set_name("thread-" + std::to_string(index));
   }
   return request;
 }
 
 Gid ThreadOf(const Enrollment& process, uint32_t index) {
-  return Gid::Thread(process.gid.host_index(), process.gid.process_index(), index);
+  return Gid::Thread(process.gid, index);
 }
 
 uint64_t RegisterOk(Store& store, const pb::RegisterThreadsRequest& request) {
@@ -152,7 +151,7 @@ TEST_CASE("processes are numbered in order and an index is never reused after re
   CHECK(second.gid == Gid::Process(1, 2));
   CHECK(first.gid.ToString() == "h1.p1");
   CHECK(second.gid.ToString() == "h1.p2");
-  CHECK_FALSE(first.resumed);
+  CHECK_FALSE(first.resumed());
   CHECK(first.session_token.size() == 16);
   CHECK(first.session_token != second.session_token);
 
@@ -837,7 +836,7 @@ TEST_CASE("a process resumes with its token and not with another", "[store]") {
   REQUIRE(resumed.ok());
   CHECK(resumed->gid == process.gid);
   CHECK(resumed->session_token == process.session_token);
-  CHECK(resumed->resumed);
+  CHECK(resumed->resumed());
   // The resumed session keeps working.
   RegisterOk(*store, ThreadsRequest(*resumed, {1}));
 }

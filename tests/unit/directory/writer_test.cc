@@ -300,6 +300,10 @@ TEST_CASE("the commit callback runs on the writer thread before Run returns", "[
   CHECK(calls.load() == 1);
 }
 
+// Also: a caller woken by the writer must not touch the Writer again, since
+// ~Writer may return while callers are still waking up. The Writer is
+// destroyed as soon as its last operation is answered, with many callers;
+// the asan and tsan presets report a caller that still touches it.
 TEST_CASE("destroying the writer finishes the operations queued before it", "[writer]") {
   TempDir dir;
   std::string path = dir.File("writer.db");
@@ -307,7 +311,7 @@ TEST_CASE("destroying the writer finishes the operations queued before it", "[wr
   Writer* writer = slot.Emplace(OpenTestDatabase(path));
   Blocker blocker(writer, 0);
 
-  constexpr int kQueued = 16;
+  constexpr int kQueued = 200;
   std::latch queueing(kQueued);
   std::vector<std::future<Status>> queued;
   for (int i = 0; i < kQueued; ++i) {
@@ -336,43 +340,6 @@ TEST_CASE("destroying the writer finishes the operations queued before it", "[wr
   }
   CHECK(rows == committed);
   CHECK(committed > 0);  // the callers queued long before the blocker let go
-}
-
-// A caller woken by the writer must not touch the Writer again: ~Writer may
-// return while callers are still waking up. Here the Writer is destroyed as
-// soon as its last operation is answered; the asan and tsan presets report a
-// caller that still touches it.
-TEST_CASE("callers still waking up when the writer is destroyed get their answers", "[writer]") {
-  TempDir dir;
-  std::string path = dir.File("writer.db");
-  WriterSlot slot;
-  Writer* writer = slot.Emplace(OpenTestDatabase(path));
-  Blocker blocker(writer, 0);
-
-  constexpr int kCallers = 200;
-  std::latch queueing(kCallers);
-  std::vector<std::future<Status>> callers;
-  for (int i = 0; i < kCallers; ++i) {
-    callers.push_back(std::async(std::launch::async, [&, i] {
-      queueing.count_down();
-      return writer->Run(Insert(1, i));
-    }));
-  }
-  queueing.wait();
-  blocker.Release();
-  slot.Destroy();
-
-  REQUIRE(blocker.Wait().ok());
-  int committed = 0;
-  for (std::future<Status>& caller : callers) {
-    Status status = caller.get();
-    // Each caller was either committed or refused because the writer was
-    // stopping; nothing else.
-    CHECK((status.ok() || status.code() == StatusCode::kUnavailable));
-    committed += status.ok() ? 1 : 0;
-  }
-  CHECK(committed > 0);
-  CHECK(CountRows(path, "writer = 1") == committed);
 }
 
 }  // namespace
