@@ -1,0 +1,166 @@
+// The tocl runtime: one per process. It enrolls the process with the local
+// toclsd, opens the networks (shm for processes on the same host, tcp for
+// the others), publishes their addresses in the directory, and lets any
+// enrolled thread send messages to any other thread of the cluster by Gid.
+//
+//   auto runtime = tocl::Runtime::Start({.name = "pinger"});
+//   if (!runtime.ok()) { fmt::print("{}\n", runtime.status().ToString()); return 2; }
+//   tocl::Gid me = *(*runtime)->EnrollThread("main");
+//   (*runtime)->Send(me, peer, /*tag=*/1, std::as_bytes(std::span("ping")));
+//   tocl::Result<tocl::Buffer> reply = (*runtime)->Recv(me, peer, 1);
+//
+// Ids: EnrollThread numbers the thread in-process (no round trip) and
+// registers it with the daemon in the background, in batches; anyone who
+// has the Gid may send to it at once.
+//
+// Order: messages from one sending thread to one receiving thread are
+// received in the order they were sent, among those a selector matches
+// (MPI's non-overtaking rule). Nothing is lost or duplicated: a message is
+// either received exactly once or its sender's buffer state is kFailed (or
+// Send returned an error).
+//
+// Progress: there are no busy threads. A thread blocked in Recv polls the
+// networks itself for a short while (RuntimeOptions::spin) and then sleeps;
+// one thread polls at a time and hands other threads their messages. One
+// background thread keeps things moving while no thread is receiving.
+//
+// Flow control: each process bounds the memory its unexpected (arrived, not
+// yet received) messages use; when it is full, senders to it are slowed
+// (their sends wait in the send queue, Send itself blocks only when that
+// queue is full), nothing is dropped.
+//
+// Threading: every method may be called from any thread. Recv for a given
+// thread Gid should be called by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tocl/buffer.h"
+#include "tocl/entity.h"
+#include "tocl/gid.h"
+#include "tocl/pool_stats.h"
+#include "tocl/status.h"
+
+namespace tocl {
+
+struct RuntimeOptions {
+  // The daemon to enroll with; empty means DirectoryClient::DefaultAddress()
+  // ($TOCL_DAEMON, else toclsd's default socket).
+  std::string daemon_address;
+  std::string name;  // the process's name in the directory; empty: the program's name
+  Attributes attributes;
+
+  // Networks to open, comma-separated ("shm,tcp"). Empty: $TOCL_SUBSYSTEMS,
+  // else both. Disabling shm sends same-host traffic over tcp.
+  std::string subsystems;
+  // Address the tcp network listens on. Empty: $TOCL_TCP_BIND, else 127.0.0.1.
+  std::string tcp_bind;
+
+  // Largest message payload plus header (a power of two, 256 B .. 1 MiB).
+  size_t short_max = 64 * 1024;
+  // All pool memory of the process (every network, every class). At the cap
+  // GetBuffer waits or fails, as its caller asks.
+  size_t pool_cap = size_t{512} << 20;
+  // Memory the process lets unexpected messages use before it slows senders.
+  size_t unexpected_cap = size_t{64} << 20;
+  // Messages a thread may have queued for one destination process before
+  // Send blocks (back-pressure reaches the sending thread here).
+  size_t send_queue_depth = 4096;
+  // How long a waiting receiver polls before it sleeps.
+  std::chrono::microseconds spin{50};
+  // How long Send waits for a destination's endpoint (the directory lookup,
+  // the connection) before it fails.
+  std::chrono::milliseconds connect_timeout{5000};
+  // Pool statistics are reported to the daemon this often (0: never).
+  std::chrono::milliseconds stats_interval{2000};
+};
+
+// What Probe and TryProbe report about a waiting message.
+struct MessageInfo {
+  Gid source;
+  Tag tag = 0;
+  size_t size = 0;
+};
+
+// What GetBuffer does at the pool cap.
+enum class AtCap { kWait, kFail };
+
+class Runtime {
+ public:
+  // Enrolls the process and opens its networks. Unavailable when no daemon
+  // answers at the address; InvalidArgument for bad options.
+  static Result<std::unique_ptr<Runtime>> Start(RuntimeOptions options = {});
+
+  // Shutdown(), then frees everything. Buffers still held by the application
+  // must have been released before.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Gid gid() const;  // the process
+  const RuntimeOptions& options() const;
+
+  // Flushes what was sent (up to `flush_timeout`), unregisters, says goodbye
+  // to the daemon and closes the networks. Idempotent.
+  Status Shutdown(std::chrono::milliseconds flush_timeout = std::chrono::seconds(5));
+
+  // --- threads -------------------------------------------------------------
+  // Gives the calling thread (or any unit of work that will receive) a Gid
+  // at once; the directory learns of it in the background.
+  Result<Gid> EnrollThread(std::string name, Attributes attributes = {});
+  // Unregisters a thread: later sends to it fail; messages waiting for it
+  // are dropped (their senders were told they were delivered).
+  Status LeaveThread(Gid thread);
+
+  // --- buffers (bfget) -------------------------------------------------------
+  // A buffer whose capacity() >= size. InvalidArgument when size plus the
+  // header exceeds the short maximum; at the pool cap waits up to `timeout`
+  // or fails with ResourceExhausted (AtCap::kFail).
+  Result<Buffer> GetBuffer(size_t size, Network network = Network::kFastest,
+                           AtCap at_cap = AtCap::kWait,
+                           std::chrono::milliseconds timeout = std::chrono::hours(24));
+  std::vector<PoolClassStats> PoolStats() const;
+  size_t short_max_payload() const;  // the largest payload of one message
+
+  // --- send ------------------------------------------------------------------
+  // Sends `buffer` from thread `from` (enrolled in this process) to thread
+  // `to` with `tag`. By rvalue the buffer returns to its pool once sent; by
+  // lvalue the caller keeps it (see Buffer). Returns once the message is
+  // queued: ok does not mean delivered. Errors: InvalidArgument (bad ids,
+  // tag, buffer), NotFound (no such thread or process), FailedPrecondition
+  // (the destination has exited), Unavailable (cannot reach it).
+  Status Send(Gid from, Gid to, Tag tag, Buffer&& buffer);
+  Status Send(Gid from, Gid to, Tag tag, Buffer& buffer);
+  // Copies `payload` into a pool buffer and sends it.
+  Status Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+
+  // --- receive ---------------------------------------------------------------
+  // The next message for thread `self` whose source and tag match. `source`
+  // may be a thread, a process (any of its threads), a host (any thread on
+  // it) or Gid() for any source; `tag` may be kAnyTag.
+  Result<Buffer> Recv(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+  // DeadlineExceeded when nothing matched within `timeout`.
+  Result<Buffer> RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
+                         Tag tag = kAnyTag);
+  // TryAgain when no matching message is there now.
+  Result<Buffer> TryRecv(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+  // Like RecvFor/TryRecv but leaves the message where it is.
+  Result<MessageInfo> Probe(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
+                            Tag tag = kAnyTag);
+  Result<MessageInfo> TryProbe(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+
+  struct Impl;
+
+ private:
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tocl
