@@ -1,6 +1,7 @@
 // tocl-bench: benchmarks of tocl against a real daemon (bench/README.md).
 //
 //   tocl-bench directory [--json] [--threads N] [--repeats R]
+//   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--quick] [--repeats R]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
 // figure on stdout instead, and the table on stderr. Exit code 0 when the
@@ -9,9 +10,11 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 
 #include "directory_bench.h"
+#include "msg/msg_bench.h"
 #include "report.h"
 
 #ifndef TOCL_TOCLSD_PATH
@@ -89,6 +92,36 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100'000));
 
+  tocl::bench::MsgBenchOptions msg;
+  int msg_run_ms = static_cast<int>(msg.run.count());
+  int msg_warmup_ms = static_cast<int>(msg.warmup.count());
+  double msg_idle_seconds = std::chrono::duration<double>(msg.idle).count();
+  CLI::App* msg_command = app.add_subcommand(
+      "msg", "message latency, bandwidth and rate between two processes, against raw baselines");
+  AddCommonOptions(*msg_command, common);
+  msg_command
+      ->add_option("--cases", msg.cases,
+                   "case groups to run, comma-separated: latency (shm and tcp), blocking, "
+                   "bandwidth, rate, threads (64 enrolled threads), idle (idle CPU)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(tocl::bench::MsgCaseNames()))
+      ->capture_default_str();
+  msg_command->add_flag("--quick", msg.quick,
+                        "a smoke run: 30 ms runs, 1 s idle windows (figures are rough)");
+  msg_command->add_flag("--baselines-only", msg.baselines_only,
+                        "measure the raw baselines only; start no daemon and no tocl runtime");
+  msg_command->add_option("--run-ms", msg_run_ms, "measured time of each run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60'000));
+  msg_command->add_option("--warmup-ms", msg_warmup_ms, "unmeasured traffic before each run")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 60'000));
+  msg_command
+      ->add_option("--idle-seconds", msg_idle_seconds,
+                   "length of each idle-CPU window (the 64-thread one and its baseline)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -102,6 +135,17 @@ int main(int argc, char** argv) {
     directory.daemon_address = common.daemon_address;
     tocl::bench::Report report("directory");
     tocl::Status status = tocl::bench::RunDirectoryBench(directory, report);
+    return Finish(status, report, common.json);
+  }
+  if (msg_command->parsed()) {
+    msg.repeats = common.repeats;
+    msg.toclsd_path = common.toclsd_path;
+    msg.daemon_address = common.daemon_address;
+    msg.run = std::chrono::milliseconds(msg_run_ms);
+    msg.warmup = std::chrono::milliseconds(msg_warmup_ms);
+    msg.idle = std::chrono::milliseconds(static_cast<int64_t>(msg_idle_seconds * 1000));
+    tocl::bench::Report report("msg");
+    tocl::Status status = tocl::bench::RunMsgBench(msg, report);
     return Finish(status, report, common.json);
   }
   return 2;

@@ -5,7 +5,9 @@
 #
 # Starts BUILD_DIR/toclsd/toclsd on BUILD_DIR/demo-state (unix socket only),
 # waits until it answers, runs tocl-demo, lists what the directory now holds
-# with `tocl ps --all` and a query, and stops the daemon with SIGTERM. The
+# with `tocl ps --all` and a query, runs tocl-pingpong (two processes whose
+# threads exchange messages, over shm and then over tcp, printing their
+# latency), shows their buffer pools, and stops the daemon with SIGTERM. The
 # state directory is kept, so a second run also shows the first run's
 # processes (exited): the directory is durable. Exits non-zero if any step,
 # or the daemon's clean stop, fails.
@@ -19,12 +21,13 @@ build_dir=$(cd "$1" && pwd)
 toclsd="$build_dir/toclsd/toclsd"
 tocl="$build_dir/tools/tocl"
 demo="$build_dir/tools/tocl-demo"
+pingpong="$build_dir/tools/tocl-pingpong"
 state_dir="$build_dir/demo-state"
 address="unix:$state_dir/toclsd.sock"
 log="$state_dir/toclsd.log"
 ready_timeout_s=10
 
-for binary in "$toclsd" "$tocl" "$demo"; do
+for binary in "$toclsd" "$tocl" "$demo" "$pingpong"; do
   if [[ ! -x "$binary" ]]; then
     echo "demo.sh: $binary is missing (build the project first)" >&2
     exit 1
@@ -85,4 +88,11 @@ echo "\$ tocl ps --all"
 echo
 echo "\$ tocl query 'kind=thread and role=merger'"
 "$tocl" --daemon "$address" query 'kind=thread and role=merger'
+echo
+
+echo "\$ tocl-pingpong --subsystems shm --threads 2   (two processes, 2 pairs of threads)"
+"$pingpong" --daemon "$address" --subsystems shm --threads 2 --count 20000
+echo
+echo "\$ tocl-pingpong --subsystems tcp --threads 2"
+"$pingpong" --daemon "$address" --subsystems tcp --threads 2 --count 5000
 echo

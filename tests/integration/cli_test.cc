@@ -359,6 +359,130 @@ TEST_CASE("tocl exits 2 with one line on stderr for usage errors", "[cli][integr
   REQUIRE(help.out.find("--daemon") != std::string::npos);
 }
 
+TEST_CASE("tocl pools prints the reported pool statistics as a table and as JSON",
+          "[cli][pool][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+  const std::vector<PoolClassStats> report = {
+      {.network = "shm",
+       .class_bytes = 64 << 10,
+       .in_use = 3,
+       .free = 61,
+       .provided = 0,
+       .grown = 1,
+       .bytes_registered = 4 << 20},
+      {.network = "tcp",
+       .class_bytes = 1 << 20,
+       .in_use = 12345,
+       .free = 0,
+       .provided = 8,
+       .grown = 2,
+       .bytes_registered = 1536 << 10},
+  };
+  REQUIRE_OK(directory.session->ReportPoolStats(report));
+  REQUIRE(WaitUntil([&] { return directory.client->PoolStats(directory.process).ok(); },
+                    std::chrono::seconds(10)));
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"pools"}, std::vector<std::string>{"pools", process}}) {
+    CliRun pools = RunCli(directory.With(args));
+    REQUIRE(pools.exit_code == 0);
+    REQUIRE(pools.err.empty());
+    const auto lines = Lines(pools.out);
+    REQUIRE(lines.size() == 3);
+    REQUIRE(std::regex_match(
+        lines[0],
+        std::regex("PROCESS +NETWORK +CLASS +IN_USE +FREE +PROVIDED +GROWN +REGISTERED")));
+    const std::vector<std::vector<std::pair<std::string, std::string>>> rows = {
+        {{"NETWORK", "shm"},
+         {"CLASS", "64K "},
+         {"IN_USE", "3 "},
+         {"FREE", "61 "},
+         {"GROWN", "1 "},
+         {"REGISTERED", "4M"}},
+        {{"NETWORK", "tcp"},
+         {"CLASS", "1M "},
+         {"IN_USE", "12345 "},
+         {"PROVIDED", "8 "},
+         {"REGISTERED", "1.5M"}},
+    };
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string& row = lines[i + 1];
+      REQUIRE(row.starts_with(process + " "));
+      for (const auto& [header, cell] : rows[i]) {
+        INFO(cell << " under " << header << " in: " << row);
+        CHECK(row.substr(lines[0].find(header)).starts_with(cell));
+      }
+    }
+  }
+
+  CliRun json_run = RunCli(directory.With({"pools", "--json", process}));
+  REQUIRE(json_run.exit_code == 0);
+  const auto objects = JsonLines(json_run.out);
+  REQUIRE(objects.size() == 1);
+  CHECK(objects[0]["process"] == process);
+  CHECK(std::regex_match(objects[0]["reported_at"].get<std::string>(), kIsoUtc));
+  CHECK(objects[0]["classes"] == json::array({{{"network", "shm"},
+                                               {"class_bytes", 65536},
+                                               {"in_use", 3},
+                                               {"free", 61},
+                                               {"provided", 0},
+                                               {"grown", 1},
+                                               {"bytes_registered", 4194304}},
+                                              {{"network", "tcp"},
+                                               {"class_bytes", 1048576},
+                                               {"in_use", 12345},
+                                               {"free", 0},
+                                               {"provided", 8},
+                                               {"grown", 2},
+                                               {"bytes_registered", 1572864}}}));
+}
+
+TEST_CASE("tocl pools exits 1 for an unknown or silent process and 2 for a bad id",
+          "[cli][pool][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+  const Gid unknown =
+      Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
+
+  CliRun none = RunCli(directory.With({"pools"}));
+  REQUIRE(none.exit_code == 1);
+  REQUIRE(none.out.empty());
+  RequireOneErrorLine(none);
+  CHECK(none.err == "tocl: no process has reported pool statistics\n");
+
+  CliRun silent = RunCli(directory.With({"pools", "--json", process}));
+  REQUIRE(silent.exit_code == 1);
+  REQUIRE(silent.out.empty());
+  CHECK(silent.err ==
+        fmt::format("tocl: process {} has not reported pool statistics yet\n", process));
+
+  CliRun missing = RunCli(directory.With({"pools", unknown.ToString()}));
+  REQUIRE(missing.exit_code == 1);
+  REQUIRE(missing.out.empty());
+  CHECK(missing.err == fmt::format("tocl: no process {}\n", unknown.ToString()));
+
+  for (const std::string bad : {"h1", "h1.p2.t3", "h1.x2"}) {
+    CliRun run = RunCli(directory.With({"pools", bad}));
+    REQUIRE(run.exit_code == 2);
+    REQUIRE(run.out.empty());
+    RequireOneErrorLine(run);
+    CHECK(run.err.find(bad) != std::string::npos);
+  }
+
+  REQUIRE_OK(directory.session->Close("done"));
+  Status gone;
+  REQUIRE(WaitUntil(
+      [&] {
+        gone = directory.client->PoolStats(directory.process).status();
+        return gone.message().ends_with("has exited");
+      },
+      std::chrono::seconds(10)));
+  CliRun exited = RunCli(directory.With({"pools", process}));
+  REQUIRE(exited.exit_code == 1);
+  CHECK(exited.err == fmt::format("tocl: process {} has exited\n", process));
+}
+
 TEST_CASE("tocl exits 2 with one line when the daemon cannot be reached", "[cli][integration]") {
   TempDir dir;
   const std::string address = "unix:" + dir.path() + "/toclsd.sock";

@@ -114,6 +114,10 @@ pb::RegisterThreadsRequest RawEnrollment::ThreadsRequest(
   return request;
 }
 
+bool RawEnrollment::Send(const pb::EnrollRequest& request) {
+  return stream_->Write(request);
+}
+
 grpc::Status RawEnrollment::Goodbye(const std::string& reason) {
   pb::EnrollRequest request;
   request.mutable_goodbye()->set_reason(reason);
@@ -220,6 +224,16 @@ grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
   SetDeadline(context, kCallTimeout);
   pb::WriteResponse response;
   return stub.RegisterThreads(&context, request, &response);
+}
+
+grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
+                             pb::GetPoolStatsResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, kCallTimeout);
+  pb::GetPoolStatsRequest request;
+  request.set_process(raw_process);
+  pb::GetPoolStatsResponse ignored;
+  return stub.GetPoolStats(&context, request, response != nullptr ? response : &ignored);
 }
 
 }  // namespace tocl::testing

@@ -58,6 +58,10 @@ class RawEnrollment {
   // A RegisterThreadsRequest for this process with its token.
   pb::RegisterThreadsRequest ThreadsRequest(std::vector<pb::ThreadRegistration> threads) const;
 
+  // Sends one more message on the stream (e.g. a pool statistics report);
+  // false when the stream is broken.
+  bool Send(const pb::EnrollRequest& request);
+
   // Says goodbye and waits for the daemon to end the stream.
   grpc::Status Goodbye(const std::string& reason = "test done");
 
@@ -90,5 +94,7 @@ grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
                       const std::string& page_token = {}, pb::QueryResponse* response = nullptr);
 grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
                                 const pb::RegisterThreadsRequest& request);
+grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
+                             pb::GetPoolStatsResponse* response = nullptr);
 
 }  // namespace tocl::testing

@@ -15,6 +15,7 @@
 
 #include "exit_code.h"
 #include "json_output.h"
+#include "pool_table.h"
 #include "support/daemon_connection.h"
 #include "support/entity_text.h"
 #include "support/table.h"
@@ -196,6 +197,30 @@ int RunWatch(const CommonOptions& options, std::optional<uint64_t> since, uint64
       },
       [] { return stop_requested != 0; });
   if (!status.ok()) return Fail(InDaemonContext(status, **client));
+  return kExitOk;
+}
+
+int RunPools(const CommonOptions& options, const std::string& process) {
+  Gid gid;
+  if (!process.empty()) {
+    auto parsed = Gid::Parse(process);
+    if (!parsed.ok()) return Fail(parsed.status());
+    if (!parsed->is_process()) {
+      return Fail(kExitUsage,
+                  fmt::format("pools wants a process id like h1.p2, not '{}'", process));
+    }
+    gid = *parsed;
+  }
+  auto client = ConnectToDaemon(options.daemon);
+  if (!client.ok()) return Fail(client.status());
+  auto reports = (*client)->PoolStats(gid);
+  if (!reports.ok()) return Fail(InDaemonContext(reports.status(), **client));
+  if (reports->empty()) return Fail(kExitNoMatch, "no process has reported pool statistics");
+  if (options.json) {
+    for (const ProcessPoolStats& report : *reports) PrintJsonLine(PoolStatsToJson(report));
+  } else {
+    PoolTable(*reports).Print();
+  }
   return kExitOk;
 }
 

@@ -33,4 +33,9 @@ int RunQuery(const CommonOptions& options, const std::string& expression, size_t
 // `count` events (0: no limit). Flushes every line.
 int RunWatch(const CommonOptions& options, std::optional<uint64_t> since, uint64_t count);
 
+// The pool statistics processes reported to the daemon: of one process
+// when `process` ("h1.p2") is not empty, else of every process that has
+// reported.
+int RunPools(const CommonOptions& options, const std::string& process);
+
 }  // namespace tocl::cli

@@ -38,6 +38,26 @@ nlohmann::json ChangeEventToJson(const ChangeEvent& event) {
   return out;
 }
 
+nlohmann::json PoolStatsToJson(const ProcessPoolStats& stats) {
+  nlohmann::json classes = nlohmann::json::array();
+  for (const PoolClassStats& pool : stats.classes) {
+    classes.push_back({
+        {"network", pool.network},
+        {"class_bytes", pool.class_bytes},
+        {"in_use", pool.in_use},
+        {"free", pool.free},
+        {"provided", pool.provided},
+        {"grown", pool.grown},
+        {"bytes_registered", pool.bytes_registered},
+    });
+  }
+  return {
+      {"process", stats.process.ToString()},
+      {"reported_at", FormatUtcTime(stats.reported_at, /*micros=*/true)},
+      {"classes", std::move(classes)},
+  };
+}
+
 void PrintJsonLine(const nlohmann::json& value, std::FILE* out) {
   std::string line = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';

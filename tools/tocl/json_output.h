@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tocl/entity.h"
+#include "tocl/pool_stats.h"
 
 namespace tocl::cli {
 
@@ -21,6 +22,12 @@ nlohmann::json EntityToJson(const Entity& entity);
 // The entity's fields (as it was when the event was sent) plus "seq", "op"
 // and "at".
 nlohmann::json ChangeEventToJson(const ChangeEvent& event);
+
+// One process's pool statistics (`tocl pools --json`): "process",
+// "reported_at" and "classes", an array of objects with "network",
+// "class_bytes", "in_use", "free", "provided", "grown", "bytes_registered"
+// (exact numbers).
+nlohmann::json PoolStatsToJson(const ProcessPoolStats& stats);
 
 // Writes `value` on one line to `out`. Invalid UTF-8 in names or values is
 // replaced by U+FFFD rather than failing.

@@ -1,5 +1,5 @@
 // tocl: the command line of the tocl directory (hosts, processes, threads,
-// queries and their changes). See tools/README.md.
+// queries and their changes, pool statistics). See tools/README.md.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -44,7 +44,9 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Looks at the tocl directory: hosts, processes, threads and their changes.", "tocl"};
+  CLI::App app{
+      "Looks at the tocl directory: hosts, processes, threads, their changes and pool statistics.",
+      "tocl"};
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 success, 1 not found / no match, 2 usage or connection error, "
@@ -96,6 +98,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(NotNegative());
 
+  std::string pools_process;
+  CLI::App* pools =
+      app.add_subcommand("pools", "Show the buffer-pool statistics processes reported");
+  AddCommonOptions(pools, &options);
+  pools->add_option("PROCESS", pools_process, "Only this process (h1.p2); default: all");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -107,6 +115,7 @@ int main(int argc, char** argv) {
   if (*threads) return tocl::cli::RunThreads(options, process, all);
   if (*lookup) return tocl::cli::RunLookup(options, gid);
   if (*query) return tocl::cli::RunQuery(options, expression, limit);
+  if (*pools) return tocl::cli::RunPools(options, pools_process);
   if (*watch) {
     const std::optional<uint64_t> start =
         since_option->count() > 0 ? std::optional<uint64_t>(since) : std::nullopt;

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 #include "service/grpc_status.h"
 #include "store/limits.h"
+#include "tocl/pool_stats.h"
 
 namespace tocl::directory {
 namespace {
@@ -12,6 +15,27 @@ namespace {
 constexpr size_t kWatchBatch = 512;
 // How often a Watch with nothing to send checks for cancellation.
 constexpr auto kWatchPoll = std::chrono::milliseconds(200);
+
+Status CheckPoolStatsReport(const pb::PoolStatsReport& report) {
+  if (static_cast<size_t>(report.classes_size()) > kMaxPoolClassesPerReport) {
+    return InvalidArgument(
+        fmt::format("{} classes (at most {})", report.classes_size(), kMaxPoolClassesPerReport));
+  }
+  for (const pb::PoolClassStats& stats : report.classes()) {
+    const size_t size = stats.network().size();
+    if (size == 0 || size > kMaxPoolNetworkBytes) {
+      return InvalidArgument(
+          fmt::format("a network name of {} bytes (1 to {})", size, kMaxPoolNetworkBytes));
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -64,8 +88,16 @@ grpc::Status DirectoryService::EnrollProcess(
         reason = CleanExitReason(request.goodbye().reason());
         break;
       }
-      reason = "protocol error: 'register' sent twice on one enroll stream";
-      break;
+      if (request.has_pool_stats()) {
+        KeepPoolStats(gid, generation, request.pool_stats());
+        continue;
+      }
+      if (request.has_register_()) {
+        reason = "protocol error: 'register' sent twice on one enroll stream";
+        break;
+      }
+      // A kind of message newer than this daemon: ignored, so that newer
+      // processes keep their session with an older daemon.
     }
   }
   if (reason.empty()) reason = "enroll stream broken (the process died or lost its daemon)";
@@ -149,6 +181,54 @@ grpc::Status DirectoryService::Ping(grpc::ServerContext*, const pb::PingRequest*
                                     pb::PingResponse* response) {
   response->set_head_seq(store_.head_seq());
   return grpc::Status::OK;
+}
+
+void DirectoryService::KeepPoolStats(Gid process, uint64_t generation,
+                                     const pb::PoolStatsReport& report) {
+  Status valid = CheckPoolStatsReport(report);
+  if (!valid.ok()) {
+    spdlog::warn("process {}: pool statistics report ignored: {}", process.ToString(),
+                 valid.message());
+    return;
+  }
+  pb::ProcessPoolStats stats;
+  stats.set_process(process.raw());
+  stats.set_reported_at_us(NowMicros());
+  *stats.mutable_classes() = report.classes();
+  sessions_.SetPoolStats(process, generation, std::move(stats));
+}
+
+grpc::Status DirectoryService::GetPoolStats(grpc::ServerContext*,
+                                            const pb::GetPoolStatsRequest* request,
+                                            pb::GetPoolStatsResponse* response) {
+  if (request->process() == 0) {
+    for (pb::ProcessPoolStats& stats : sessions_.AllPoolStats()) {
+      *response->add_processes() = std::move(stats);
+    }
+    return grpc::Status::OK;
+  }
+  const Gid process = Gid::FromRaw(request->process());
+  if (!process.is_process()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("{} is not a process id", process.ToString()));
+  }
+  std::optional<pb::ProcessPoolStats> stats = sessions_.PoolStats(process);
+  if (!stats) return ToGrpcStatus(NoPoolStats(process));
+  *response->add_processes() = std::move(*stats);
+  return grpc::Status::OK;
+}
+
+Status DirectoryService::NoPoolStats(Gid process) const {
+  Result<pb::Entity> entity = store_.Lookup(process);
+  if (!entity.ok()) {
+    if (entity.status().code() != StatusCode::kNotFound) return entity.status();
+    return NotFound(fmt::format("no process {}", process.ToString()));
+  }
+  if (entity->state() == pb::EXITED) {
+    return NotFound(fmt::format("process {} has exited", process.ToString()));
+  }
+  return NotFound(
+      fmt::format("process {} has not reported pool statistics yet", process.ToString()));
 }
 
 }  // namespace tocl::directory

@@ -43,8 +43,15 @@ class DirectoryService final : public pb::Directory::Service {
                      grpc::ServerWriter<pb::ChangeEvent>* writer) override;
   grpc::Status Ping(grpc::ServerContext* context, const pb::PingRequest* request,
                     pb::PingResponse* response) override;
+  grpc::Status GetPoolStats(grpc::ServerContext* context, const pb::GetPoolStatsRequest* request,
+                            pb::GetPoolStatsResponse* response) override;
 
  private:
+  // Keeps a process's report unless it is over the limits (then logs why).
+  void KeepPoolStats(Gid process, uint64_t generation, const pb::PoolStatsReport& report);
+  // NotFound saying why `process` has no pool statistics.
+  Status NoPoolStats(Gid process) const;
+
   Store& store_;
   SessionRegistry sessions_;
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers

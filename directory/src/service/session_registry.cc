@@ -7,11 +7,11 @@ namespace tocl::directory {
 uint64_t SessionRegistry::Attach(Gid process, grpc::ServerContext* context) {
   std::lock_guard lock(mu_);
   uint64_t generation = next_generation_++;
-  auto [it, inserted] = sessions_.try_emplace(process, Session{generation, context});
+  auto [it, inserted] = sessions_.try_emplace(process, Session{generation, context, std::nullopt});
   if (!inserted) {
     spdlog::info("process {} re-enrolled on a new stream; closing the old one", process.ToString());
     it->second.context->TryCancel();  // safe: its handler detaches under mu_ before returning
-    it->second = Session{generation, context};
+    it->second = Session{generation, context, std::nullopt};
   }
   return generation;
 }
@@ -22,6 +22,30 @@ bool SessionRegistry::Detach(Gid process, uint64_t generation) {
   if (it == sessions_.end() || it->second.generation != generation) return false;
   sessions_.erase(it);
   return true;
+}
+
+void SessionRegistry::SetPoolStats(Gid process, uint64_t generation,
+                                   tocl::directory::v1::ProcessPoolStats stats) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(process);
+  if (it == sessions_.end() || it->second.generation != generation) return;
+  it->second.pool_stats = std::move(stats);
+}
+
+std::optional<tocl::directory::v1::ProcessPoolStats> SessionRegistry::PoolStats(Gid process) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(process);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.pool_stats;
+}
+
+std::vector<tocl::directory::v1::ProcessPoolStats> SessionRegistry::AllPoolStats() const {
+  std::lock_guard lock(mu_);
+  std::vector<tocl::directory::v1::ProcessPoolStats> all;
+  for (const auto& [gid, session] : sessions_) {
+    if (session.pool_stats) all.push_back(*session.pool_stats);
+  }
+  return all;
 }
 
 void SessionRegistry::CancelAll() {

@@ -1,4 +1,9 @@
-// The enroll streams that are open now, one per process.
+// The enroll streams that are open now, one per process, and the latest
+// pool statistics each process reported on its stream.
+//
+// Pool statistics live here, not in the store: they are a snapshot a few
+// seconds old, replaced by every report, worthless after the stream ends
+// (Detach drops them) and not worth a durable write each.
 //
 // A process that re-enrolls while the daemon still holds its old stream
 // (e.g. a TCP connection not yet seen as broken) takes over: the old stream
@@ -11,7 +16,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <vector>
 
+#include "tocl/directory/v1/directory.pb.h"
 #include "tocl/gid.h"
 
 namespace tocl::directory {
@@ -21,8 +29,18 @@ class SessionRegistry {
   // Makes `context` the current session of `process`, cancelling an older
   // one. Returns the session's generation, to pass to Detach.
   uint64_t Attach(Gid process, grpc::ServerContext* context);
-  // Forgets the session; true when it was still the process's current one.
+  // Forgets the session and its pool statistics; true when it was still the
+  // process's current one.
   bool Detach(Gid process, uint64_t generation);
+
+  // Keeps `stats` as the process's latest report, unless `generation` is no
+  // longer its current session (a stream that was taken over).
+  void SetPoolStats(Gid process, uint64_t generation, tocl::directory::v1::ProcessPoolStats stats);
+  // The latest report of `process`; nullopt when it has no open session or
+  // has not reported on it.
+  std::optional<tocl::directory::v1::ProcessPoolStats> PoolStats(Gid process) const;
+  // The latest report of every process that has one, in Gid order.
+  std::vector<tocl::directory::v1::ProcessPoolStats> AllPoolStats() const;
 
   // Cancels every open stream (daemon shutdown: their handlers return now
   // instead of at the server's shutdown deadline).
@@ -32,6 +50,7 @@ class SessionRegistry {
   struct Session {
     uint64_t generation;
     grpc::ServerContext* context;  // not owned; valid until Detach
+    std::optional<tocl::directory::v1::ProcessPoolStats> pool_stats;
   };
   mutable std::mutex mu_;
   std::map<Gid, Session> sessions_;  // guarded by mu_

@@ -55,6 +55,9 @@ enum class BufferState : uint8_t {
 };
 std::string_view BufferStateName(BufferState state);
 
+// What GetBuffer does when the pools are at their memory cap.
+enum class AtCap { kWait, kFail };
+
 using Tag = uint32_t;
 // Matches any tag in Recv/Probe; not a valid tag to send.
 inline constexpr Tag kAnyTag = 0xFFFF'FFFFu;

@@ -1,8 +1,9 @@
 // A client of the local tocl daemon's directory.
 //
 // Finds entities by id (Lookup) or by attribute (Query), follows changes
-// (Watch) and enrolls the calling process (Enroll), which is what a
-// tocl::Runtime does for you; tools and tests use this class directly.
+// (Watch), reads the pool statistics processes reported (PoolStats) and
+// enrolls the calling process (Enroll), which is what a tocl::Runtime does
+// for you; tools and tests use this class directly.
 //
 //   auto client = tocl::DirectoryClient::Connect();  // $TOCL_DAEMON or the default socket
 //   if (!client.ok()) { fmt::print("{}\n", client.status().ToString()); return 2; }
@@ -24,6 +25,7 @@
 
 #include "tocl/entity.h"
 #include "tocl/gid.h"
+#include "tocl/pool_stats.h"
 #include "tocl/status.h"
 
 namespace tocl {
@@ -80,6 +82,13 @@ class DirectoryClient {
   Status Watch(uint64_t since_seq, const std::function<bool(const ChangeEvent&)>& on_event,
                const std::function<bool()>& stop = {});
 
+  // The latest pool statistics reported to this daemon (ReportPoolStats):
+  // of `process`, or of every process that has reported when it is null
+  // (in Gid order; possibly none). For one process, NotFound when it is
+  // unknown, has exited or has not reported on its current session yet (the
+  // message says which); InvalidArgument when it is not a process id.
+  Result<std::vector<ProcessPoolStats>> PoolStats(Gid process = Gid());
+
   // Enrolls the calling process: holds a stream to the daemon for the
   // session's life. The daemon marks the process exited when the stream
   // breaks; if the daemon restarts, the session re-enrolls with the same Gid.
@@ -93,6 +102,8 @@ class DirectoryClient {
 };
 
 // The enrollment of one process. Destroying it leaves cleanly (Close()).
+// Threading: every method but the destructor may be called from many threads
+// at once.
 class ProcessSession {
  public:
   ~ProcessSession();
@@ -108,6 +119,15 @@ class ProcessSession {
   Status RegisterThreads(std::span<const ThreadInfo> threads);
   Status UnregisterThreads(std::span<const Gid> threads, std::string_view reason = {});
   Status PublishEndpoint(std::string_view subsystem, std::string_view address);
+
+  // Sends the process's pool statistics now (one message on the enroll
+  // stream; the daemon keeps the latest until the session ends). Meant to be
+  // called every few seconds. Returns once the message is handed to gRPC, not
+  // when the daemon has it. InvalidArgument over kMaxPoolClassesPerReport
+  // classes or a network name not 1..kMaxPoolNetworkBytes bytes;
+  // Unavailable while re-enrolling after a daemon restart (report again
+  // later); FailedPrecondition after Close().
+  Status ReportPoolStats(std::span<const PoolClassStats> classes);
 
   // Number of times the session re-enrolled after losing its daemon.
   uint64_t reenroll_count() const;

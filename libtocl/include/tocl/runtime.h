@@ -89,9 +89,6 @@ struct MessageInfo {
   size_t size = 0;
 };
 
-// What GetBuffer does at the pool cap.
-enum class AtCap { kWait, kFail };
-
 class Runtime {
  public:
   // Enrolls the process and opens its networks. Unavailable when no daemon

@@ -68,4 +68,33 @@ void ToProto(const Attributes& attributes, google::protobuf::RepeatedPtrField<pb
   }
 }
 
+ProcessPoolStats FromProto(const pb::ProcessPoolStats& in) {
+  ProcessPoolStats out;
+  out.process = Gid::FromRaw(in.process());
+  out.reported_at = FromMicros(in.reported_at_us());
+  out.classes.reserve(static_cast<size_t>(in.classes_size()));
+  for (const pb::PoolClassStats& stats : in.classes()) {
+    out.classes.push_back(PoolClassStats{
+        .network = stats.network(),
+        .class_bytes = stats.class_bytes(),
+        .in_use = stats.in_use(),
+        .free = stats.free(),
+        .provided = stats.provided(),
+        .grown = stats.grown(),
+        .bytes_registered = stats.bytes_registered(),
+    });
+  }
+  return out;
+}
+
+void ToProto(const PoolClassStats& in, pb::PoolClassStats* out) {
+  out->set_network(in.network);
+  out->set_class_bytes(in.class_bytes);
+  out->set_in_use(in.in_use);
+  out->set_free(in.free);
+  out->set_provided(in.provided);
+  out->set_grown(in.grown);
+  out->set_bytes_registered(in.bytes_registered);
+}
+
 }  // namespace tocl::client

@@ -4,6 +4,7 @@
 
 #include "tocl/directory/v1/directory.pb.h"
 #include "tocl/entity.h"
+#include "tocl/pool_stats.h"
 
 namespace tocl::client {
 
@@ -11,5 +12,7 @@ Entity FromProto(const tocl::directory::v1::Entity& entity);
 ChangeEvent FromProto(const tocl::directory::v1::ChangeEvent& event);
 void ToProto(const Attributes& attributes,
              google::protobuf::RepeatedPtrField<tocl::directory::v1::Attribute>* out);
+ProcessPoolStats FromProto(const tocl::directory::v1::ProcessPoolStats& stats);
+void ToProto(const PoolClassStats& stats, tocl::directory::v1::PoolClassStats* out);
 
 }  // namespace tocl::client

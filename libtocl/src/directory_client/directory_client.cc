@@ -165,6 +165,27 @@ Result<std::vector<Entity>> DirectoryClient::QueryAll(std::string_view expressio
   return all;
 }
 
+Result<std::vector<ProcessPoolStats>> DirectoryClient::PoolStats(Gid process) {
+  auto context = client::NewCallContext();
+  client::pb::GetPoolStatsRequest request;
+  request.set_process(process.raw());
+  client::pb::GetPoolStatsResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->GetPoolStats(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) {
+    return client::FromGrpcStatus(
+        status,
+        process.is_null() ? "pool stats" : fmt::format("pool stats of {}", process.ToString()));
+  }
+  std::vector<ProcessPoolStats> all;
+  all.reserve(static_cast<size_t>(response.processes_size()));
+  for (const client::pb::ProcessPoolStats& stats : response.processes()) {
+    all.push_back(client::FromProto(stats));
+  }
+  return all;
+}
+
 Status DirectoryClient::Watch(uint64_t since_seq,
                               const std::function<bool(const ChangeEvent&)>& on_event,
                               const std::function<bool()>& stop) {

@@ -28,7 +28,7 @@ struct ProcessSession::Impl {
   client::pb::EnrollRegister registration;  // resume fields filled after the first enroll
 
   mutable std::mutex mu;
-  std::condition_variable changed;  // connected, closing or watcher_done changed
+  std::condition_variable changed;  // connected, closing, writing or watcher_done changed
   Gid gid;                          // guarded by mu (fixed after the first enroll)
   std::string token;                // guarded by mu
   std::string host_name;            // guarded by mu
@@ -43,13 +43,18 @@ struct ProcessSession::Impl {
   // The context of an enroll attempt in flight, so that Close() can cancel
   // it (a daemon that accepted the connection but hangs must not hang us).
   grpc::ClientContext* connecting = nullptr;  // guarded by mu
-  bool writing = false;                       // guarded by mu: Close() is writing the goodbye
+  // A Write on `stream` is in progress (a report, or Close()'s goodbye).
+  // gRPC allows one Write beside one Read, and Finish() beside neither, so
+  // writers take turns and the watcher waits for this to clear.
+  bool writing = false;  // guarded by mu
   std::atomic<uint64_t> reenrolls{0};
   std::thread watcher;
 
   // Opens a stream and registers (or resumes); on success installs it.
   Status OpenStream();
   void WatchLoop();
+  // Ok while the session can be used now, else why not.
+  Status UsableLocked() const;
   // Snapshot for a call that needs the session: gid + token, or why not.
   Result<std::pair<Gid, std::string>> Credentials() const;
 };
@@ -124,9 +129,9 @@ void ProcessSession::Impl::WatchLoop() {
     while (current->Read(&ignored)) {
     }
     {
-      // gRPC allows Finish() beside Read(), not beside Close()'s Write().
       std::unique_lock lock(mu);
       changed.wait(lock, [this] { return !writing; });
+      connected = false;  // no writer may start on a stream being finished
     }
     grpc::Status ended = current->Finish();
     // The daemon went away: start the next attempt on a fresh channel.
@@ -184,11 +189,16 @@ void ProcessSession::Impl::WatchLoop() {
   }
 }
 
-Result<std::pair<Gid, std::string>> ProcessSession::Impl::Credentials() const {
-  std::lock_guard lock(mu);
+Status ProcessSession::Impl::UsableLocked() const {
   if (closing) return FailedPrecondition("the process session is closed");
   if (watcher_done && !failure.ok()) return failure;
   if (!connected) return Unavailable("re-enrolling with the daemon; try again");
+  return Status::Ok();
+}
+
+Result<std::pair<Gid, std::string>> ProcessSession::Impl::Credentials() const {
+  std::lock_guard lock(mu);
+  TOCL_RETURN_IF_ERROR(UsableLocked());
   return std::make_pair(gid, token);
 }
 
@@ -277,6 +287,37 @@ Status ProcessSession::PublishEndpoint(std::string_view subsystem, std::string_v
   return client::FromGrpcStatus(status, "publish endpoint");
 }
 
+Status ProcessSession::ReportPoolStats(std::span<const PoolClassStats> classes) {
+  if (classes.size() > kMaxPoolClassesPerReport) {
+    return InvalidArgument(fmt::format("{} pool classes in one report (at most {})", classes.size(),
+                                       kMaxPoolClassesPerReport));
+  }
+  client::pb::EnrollRequest request;
+  client::pb::PoolStatsReport* report = request.mutable_pool_stats();
+  report->mutable_classes()->Reserve(static_cast<int>(classes.size()));
+  for (const PoolClassStats& stats : classes) {
+    if (stats.network.empty() || stats.network.size() > kMaxPoolNetworkBytes) {
+      return InvalidArgument(fmt::format("a pool network name of {} bytes (1 to {})",
+                                         stats.network.size(), kMaxPoolNetworkBytes));
+    }
+    client::ToProto(stats, report->add_classes());
+  }
+  Impl& impl = *impl_;
+  std::unique_lock lock(impl.mu);
+  impl.changed.wait(lock, [&] { return !impl.writing || impl.closing; });
+  TOCL_RETURN_IF_ERROR(impl.UsableLocked());
+  // The watcher cannot replace or finish the stream while `writing` is set.
+  EnrollStream* stream = impl.stream.get();
+  impl.writing = true;
+  lock.unlock();
+  const bool written = stream->Write(request);
+  lock.lock();
+  impl.writing = false;
+  impl.changed.notify_all();
+  if (!written) return Unavailable("lost the enroll stream; re-enrolling with the daemon");
+  return Status::Ok();
+}
+
 Status ProcessSession::Close(std::string_view reason) {
   Impl& impl = *impl_;
   {
@@ -285,9 +326,13 @@ Status ProcessSession::Close(std::string_view reason) {
     impl.closing = true;
     impl.changed.notify_all();
     if (impl.connecting != nullptr) impl.connecting->TryCancel();
+    // A report being written goes first; one stuck on a daemon that does
+    // not read is cancelled rather than hang the caller.
+    if (!impl.changed.wait_for(lock, std::chrono::seconds(2), [&] { return !impl.writing; })) {
+      if (impl.context) impl.context->TryCancel();
+      impl.changed.wait(lock, [&] { return !impl.writing; });
+    }
     if (impl.connected && impl.stream) {
-      // One writer at a time on the stream: only Close writes after enroll,
-      // and the watcher waits for `writing` to clear before Finish().
       client::pb::EnrollRequest goodbye;
       goodbye.mutable_goodbye()->set_reason(std::string(reason));
       EnrollStream* stream = impl.stream.get();

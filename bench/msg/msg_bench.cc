@@ -1,0 +1,592 @@
+#include "msg_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "daemon_process.h"
+#include "mpi_pingpong.h"
+#include "peer_pair.h"
+#include "protocol.h"
+#include "stats.h"
+#include "tocl_peer.h"
+
+namespace tocl::bench {
+namespace {
+
+using msg::Command;
+using msg::Contender;
+using msg::Op;
+using msg::PeerPair;
+using msg::Reply;
+
+constexpr int kMinRounds = 5;
+constexpr uint32_t kIdleThreads = 63;  // plus the main thread: 64 enrolled
+constexpr auto kBatch = std::chrono::microseconds(20);
+// A peer that has not answered this long after its run should have ended is
+// taken for hung.
+constexpr auto kCallSlack = std::chrono::seconds(60);
+constexpr uint32_t kLatencySizes[] = {8, 64, 4096, 65536};
+constexpr uint32_t kBandwidthSizes[] = {65536, 16384};
+
+enum class Quantity { kLatency, kBandwidth, kRate };
+
+// The runtime configuration of each pair of peer processes.
+struct PairConfig {
+  const char* name;
+  const char* subsystems;
+  int64_t spin_us;  // -1: the runtime's default
+};
+constexpr PairConfig kPairs[] = {
+    {"shm", "shm", -1},
+    {"tcp", "tcp", -1},
+    {"blocking", "shm", 0},  // spin 0: a receiver sleeps at once
+};
+
+const PairConfig& ConfigOf(const std::string& name) {
+  for (const PairConfig& config : kPairs) {
+    if (name == config.name) return config;
+  }
+  return kPairs[0];
+}
+
+void Progress(std::string_view text) {
+  fmt::print(stderr, "[msg] {}\n", text);
+}
+
+std::string SizeName(uint32_t size) {
+  if (size >= 1024 && size % 1024 == 0) return fmt::format("{} KiB", size / 1024);
+  return fmt::format("{} B", size);
+}
+
+// One contender at one size: run once per round.
+struct Entry {
+  std::string label;
+  Contender contender = Contender::kRawShmPingPong;
+  uint32_t size = 8;
+  uint32_t pairs = 1;
+  uint32_t idle_threads = 0;      // started in both peers around each run
+  std::vector<double> values;     // one per round
+  std::vector<double> per_batch;  // round trips per timed batch, per run (ping-pongs)
+};
+
+// One line of the report: an entry, and the entry it is a ratio to.
+struct Row {
+  size_t entry = 0;
+  std::optional<size_t> reference;
+  std::optional<Target> target;
+  std::string case_name;
+};
+
+// Entries measured together, round after round, between one pair of peers.
+struct Group {
+  std::string name;
+  std::string pair;
+  Quantity quantity = Quantity::kLatency;
+  bool idle_cpu = false;  // the idle-CPU windows instead of entries
+  std::vector<Entry> entries;
+  std::vector<Row> rows;
+};
+
+class GroupBuilder {
+ public:
+  GroupBuilder(std::string name, std::string pair, Quantity quantity, bool tocl) : tocl_(tocl) {
+    group_.name = std::move(name);
+    group_.pair = std::move(pair);
+    group_.quantity = quantity;
+  }
+
+  // The entry's index, or nullopt when it needs tocl and tocl is not measured.
+  std::optional<size_t> Add(std::string label, Contender contender, uint32_t size,
+                            uint32_t pairs = 1, uint32_t idle_threads = 0) {
+    if (msg::IsTocl(contender) && !tocl_) return std::nullopt;
+    Entry& entry = group_.entries.emplace_back();
+    entry.label = std::move(label);
+    entry.contender = contender;
+    entry.size = size;
+    entry.pairs = pairs;
+    entry.idle_threads = idle_threads;
+    return group_.entries.size() - 1;
+  }
+
+  void AddRow(std::optional<size_t> entry, std::optional<size_t> reference, std::string case_name,
+              std::optional<Target> target = std::nullopt) {
+    if (!entry) return;
+    group_.rows.push_back({*entry, reference, target, std::move(case_name)});
+  }
+
+  Group Build() { return std::move(group_); }
+
+ private:
+  bool tocl_;
+  Group group_;
+};
+
+Target RatioAtMost(double limit) {
+  return {Target::Bound::kAtMost, limit, Target::Applies::kRatio};
+}
+Target RatioAtLeast(double limit) {
+  return {Target::Bound::kAtLeast, limit, Target::Applies::kRatio};
+}
+
+// The groups to run, in order, grouped by pair (each pair's processes exit
+// after its last group, so that no idle runtime is around for the next).
+std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
+  auto wanted = [&](std::string_view name) {
+    return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
+  };
+  std::vector<Group> groups;
+
+  if (wanted("latency")) {
+    GroupBuilder g("latency shm", "shm", Quantity::kLatency, tocl);
+    for (uint32_t size : kLatencySizes) {
+      std::string prefix = fmt::format("latency {}: ", SizeName(size));
+      auto raw = g.Add("raw shm ping-pong", Contender::kRawShmPingPong, size);
+      auto ours = g.Add("tocl shm", Contender::kToclPingPong, size);
+      g.AddRow(raw, std::nullopt, prefix + "raw shm ping-pong");
+      g.AddRow(ours, raw, prefix + "tocl shm",
+               size == 8 ? std::optional(RatioAtMost(4)) : std::nullopt);
+    }
+    groups.push_back(g.Build());
+  }
+  if (wanted("threads") && tocl) {
+    GroupBuilder g("threads", "shm", Quantity::kLatency, tocl);
+    auto one = g.Add("tocl shm, 1 thread", Contender::kToclPingPong, 8);
+    auto many = g.Add("tocl shm, 64 threads", Contender::kToclPingPong, 8, 1, kIdleThreads);
+    g.AddRow(one, std::nullopt, "latency 8 B: tocl shm, 1 thread per process");
+    g.AddRow(many, one, "latency 8 B: tocl shm, 64 threads per process", RatioAtMost(1.2));
+    groups.push_back(g.Build());
+  }
+  if (wanted("idle") && tocl) {
+    Group idle;
+    idle.name = "idle";
+    idle.pair = "shm";
+    idle.idle_cpu = true;
+    groups.push_back(std::move(idle));
+  }
+  if (wanted("bandwidth")) {
+    GroupBuilder g("bandwidth shm", "shm", Quantity::kBandwidth, tocl);
+    for (uint32_t size : kBandwidthSizes) {
+      std::string prefix = fmt::format("bandwidth {}: ", SizeName(size));
+      auto copy = g.Add("memcpy", Contender::kMemcpy, size);
+      auto raw = g.Add("raw shm stream", Contender::kRawShmStream, size);
+      auto ours = g.Add("tocl shm", Contender::kToclStream, size);
+      g.AddRow(copy, std::nullopt, prefix + "memcpy, one process");
+      g.AddRow(raw, copy, prefix + "raw shm copy stream");
+      g.AddRow(ours, raw, prefix + "tocl shm",
+               size == 65536 ? std::optional(RatioAtLeast(0.35)) : std::nullopt);
+    }
+    groups.push_back(g.Build());
+  }
+  if (wanted("rate")) {
+    GroupBuilder g("rate", "shm", Quantity::kRate, tocl);
+    auto raw_one = g.Add("raw shm ring, 1 pair", Contender::kRawShmStream, 8, 1);
+    auto raw_many = g.Add("raw shm rings, 8 pairs", Contender::kRawShmStream, 8, 8);
+    auto one = g.Add("tocl shm, 1 pair", Contender::kToclStream, 8, 1);
+    auto many = g.Add("tocl shm, 8 pairs", Contender::kToclStream, 8, 8);
+    g.AddRow(raw_one, std::nullopt, "rate 8 B: raw shm ring, 1 pair");
+    g.AddRow(raw_many, raw_one, "rate 8 B: raw shm rings, 8 pairs");
+    g.AddRow(one, raw_one, "rate 8 B: tocl shm, 1 pair", Target{Target::Bound::kAtLeast, 8});
+    g.AddRow(many, one, "rate 8 B: tocl shm, 8 pairs", RatioAtLeast(1));
+    groups.push_back(g.Build());
+  }
+  if (wanted("latency")) {
+    GroupBuilder g("latency tcp", "tcp", Quantity::kLatency, tocl);
+    for (uint32_t size : kLatencySizes) {
+      std::string prefix = fmt::format("latency {}: ", SizeName(size));
+      auto polling = g.Add("raw tcp polling", Contender::kRawTcpPollPingPong, size);
+      auto blocking = g.Add("raw tcp blocking", Contender::kRawTcpPingPong, size);
+      auto ours = g.Add("tocl tcp", Contender::kToclPingPong, size);
+      g.AddRow(polling, std::nullopt, prefix + "raw tcp polling ping-pong");
+      g.AddRow(blocking, polling, prefix + "raw tcp blocking ping-pong");
+      g.AddRow(ours, polling, prefix + "tocl tcp",
+               size == 8 ? std::optional(RatioAtMost(1.3)) : std::nullopt);
+    }
+    groups.push_back(g.Build());
+  }
+  if (wanted("bandwidth")) {
+    GroupBuilder g("bandwidth tcp", "tcp", Quantity::kBandwidth, tocl);
+    for (uint32_t size : kBandwidthSizes) {
+      std::string prefix = fmt::format("bandwidth {}: ", SizeName(size));
+      auto raw = g.Add("raw tcp stream", Contender::kRawTcpStream, size);
+      auto ours = g.Add("tocl tcp", Contender::kToclStream, size);
+      g.AddRow(raw, std::nullopt, prefix + "raw tcp stream");
+      g.AddRow(ours, raw, prefix + "tocl tcp",
+               size == 65536 ? std::optional(RatioAtLeast(0.8)) : std::nullopt);
+    }
+    groups.push_back(g.Build());
+  }
+  if (wanted("blocking")) {
+    GroupBuilder g("blocking", "blocking", Quantity::kLatency, tocl);
+    auto futex = g.Add("raw futex ping-pong", Contender::kRawFutexPingPong, 8);
+    auto ours = g.Add("tocl shm, spin 0", Contender::kToclPingPong, 8);
+    g.AddRow(futex, std::nullopt, "blocking 8 B: raw futex ping-pong");
+    g.AddRow(ours, futex, "blocking 8 B: tocl shm, receiver asleep (spin 0)", RatioAtMost(1.2));
+    groups.push_back(g.Build());
+  }
+  return groups;
+}
+
+bool GroupNeedsTocl(const Group& group) {
+  if (group.idle_cpu) return true;
+  return std::any_of(group.entries.begin(), group.entries.end(),
+                     [](const Entry& entry) { return msg::IsTocl(entry.contender); });
+}
+
+uint32_t GroupPairs(const Group& group) {
+  uint32_t pairs = 1;
+  for (const Entry& entry : group.entries) {
+    if (msg::IsTocl(entry.contender)) pairs = std::max(pairs, entry.pairs);
+  }
+  return pairs;
+}
+
+struct Run {
+  explicit Run(const MsgBenchOptions& bench_options) : options(bench_options) {}
+  const MsgBenchOptions& options;
+  bool tocl = false;
+  int rounds = kMinRounds;
+  std::chrono::nanoseconds warmup{0};
+  std::chrono::nanoseconds measure{0};
+  std::chrono::nanoseconds idle{0};
+  std::string daemon_address;
+  std::map<std::string, std::unique_ptr<PeerPair>> pairs;
+  std::set<std::string> runtimes;  // pairs whose peers have started tocl
+  uint32_t next_run_id = 0;
+};
+
+std::chrono::milliseconds CallTimeout(std::chrono::nanoseconds work) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(work) + kCallSlack;
+}
+
+void CopyText(char* target, size_t capacity, std::string_view text) {
+  size_t n = std::min(capacity - 1, text.size());
+  std::copy_n(text.data(), n, target);
+  target[n] = '\0';
+}
+
+// Starts tocl in both peers of `pair` (once) and makes sure each has `gids`
+// enrolled Gids and knows the other's.
+Status EnsureRuntime(Run& run, PeerPair& pair, uint32_t gids) {
+  Reply initiator;
+  Reply responder;
+  if (!run.runtimes.contains(pair.name())) {
+    const PairConfig& config = ConfigOf(pair.name());
+    Command start;
+    start.op = Op::kStartRuntime;
+    start.spin_us = config.spin_us;
+    CopyText(start.subsystems, sizeof start.subsystems, config.subsystems);
+    CopyText(start.text, sizeof start.text, run.daemon_address);
+    Progress(fmt::format("{} pair: starting tocl (subsystems {}, spin {})", pair.name(),
+                         config.subsystems,
+                         config.spin_us < 0 ? "default" : fmt::format("{} us", config.spin_us)));
+    TOCL_RETURN_IF_ERROR(pair.Call(start, &initiator, &responder, CallTimeout({})));
+    run.runtimes.insert(pair.name());
+  }
+  Command enroll;
+  enroll.op = Op::kEnroll;
+  enroll.count = gids;
+  TOCL_RETURN_IF_ERROR(pair.Call(enroll, &initiator, &responder, CallTimeout({})));
+  Command to_initiator;
+  to_initiator.op = Op::kSetPeerThreads;
+  to_initiator.gid_count = responder.gid_count;
+  std::copy_n(responder.gids, responder.gid_count, to_initiator.gids);
+  Command to_responder;
+  to_responder.op = Op::kSetPeerThreads;
+  to_responder.gid_count = initiator.gid_count;
+  std::copy_n(initiator.gids, initiator.gid_count, to_responder.gids);
+  return pair.Call(to_initiator, to_responder, nullptr, nullptr, CallTimeout({}));
+}
+
+Status SetIdleThreads(PeerPair& pair, uint32_t count, bool start) {
+  Command command;
+  command.op = start ? Op::kStartIdleThreads : Op::kStopIdleThreads;
+  command.count = count;
+  return pair.Call(command, nullptr, nullptr, CallTimeout(std::chrono::seconds(120)));
+}
+
+double ValueOf(Quantity quantity, const Entry& entry, const Reply& reply) {
+  switch (quantity) {
+    case Quantity::kLatency:
+      return reply.p50_ns;
+    case Quantity::kBandwidth:
+      return static_cast<double>(reply.messages) * entry.size / reply.seconds /
+             (1024.0 * 1024.0 * 1024.0);
+    case Quantity::kRate:
+      return static_cast<double>(reply.messages) / reply.seconds / 1e6;
+  }
+  return 0;
+}
+
+const char* UnitOf(Quantity quantity) {
+  switch (quantity) {
+    case Quantity::kLatency:
+      return "ns";
+    case Quantity::kBandwidth:
+      return "GiB/s";
+    case Quantity::kRate:
+      return "M msg/s";
+  }
+  return "";
+}
+
+const char* MetricOf(Quantity quantity) {
+  switch (quantity) {
+    case Quantity::kLatency:
+      return "one-way p50, median of rounds";
+    case Quantity::kBandwidth:
+      return "bandwidth, median of rounds";
+    case Quantity::kRate:
+      return "messages/s, median of rounds";
+  }
+  return "";
+}
+
+// One run of `entry`; its value in the group's unit.
+Result<double> RunEntry(Run& run, PeerPair& pair, const Group& group, Entry& entry,
+                        std::chrono::nanoseconds measure) {
+  if (entry.idle_threads > 0) TOCL_RETURN_IF_ERROR(SetIdleThreads(pair, entry.idle_threads, true));
+  Command command;
+  command.op = Op::kRun;
+  command.contender = entry.contender;
+  command.size = entry.size;
+  command.pairs = entry.pairs;
+  command.run_id = ++run.next_run_id;
+  command.warmup_ns = run.warmup.count();
+  command.measure_ns = measure.count();
+  command.batch_ns = std::chrono::nanoseconds(kBatch).count();
+  Reply reply;
+  Status status = pair.Call(command, &reply, nullptr, CallTimeout(run.warmup + measure));
+  if (entry.idle_threads > 0 && status.ok()) status = SetIdleThreads(pair, 0, false);
+  TOCL_RETURN_IF_ERROR(status.WithContext(fmt::format("{} {}", entry.label, SizeName(entry.size))));
+  entry.per_batch.push_back(static_cast<double>(reply.per_batch));
+  double value = ValueOf(group.quantity, entry, reply);
+  if (!(value > 0)) {
+    return Internal(
+        fmt::format("{} {}: the run measured nothing", entry.label, SizeName(entry.size)));
+  }
+  return value;
+}
+
+std::string Describe(const Group& group, const Entry& entry, double value) {
+  return fmt::format("{} {} {} {}", entry.label, SizeName(entry.size), FormatNumber(value),
+                     UnitOf(group.quantity));
+}
+
+void AddRows(const Run& run, const Group& group, Report& report) {
+  const char* unit = UnitOf(group.quantity);
+  std::string how =
+      fmt::format("{} rounds x {} ms", run.rounds,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(run.measure).count());
+  for (const Row& row : group.rows) {
+    const Entry& entry = group.entries[row.entry];
+    std::string note = how;
+    if (group.quantity == Quantity::kLatency) {
+      // Few round trips per batch means slow hops: a loaded machine, or sleeping.
+      note += fmt::format(", samples of {:.0f} round trips", Median(entry.per_batch));
+    }
+    if (entry.pairs > 1) note += fmt::format(", {} pairs summed", entry.pairs);
+    if (entry.idle_threads > 0) {
+      note += fmt::format(", {} more threads blocked in Recv per process", entry.idle_threads);
+    }
+    if (!row.reference) {
+      Figure& figure =
+          report.Add(row.case_name, MetricOf(group.quantity), Median(entry.values), unit);
+      if (row.target) figure.WithTarget(*row.target);
+      figure.WithNote(note);
+      continue;
+    }
+    const Entry& reference = group.entries[*row.reference];
+    std::vector<double> ratios;
+    for (size_t i = 0; i < entry.values.size() && i < reference.values.size(); ++i) {
+      ratios.push_back(entry.values[i] / reference.values[i]);
+    }
+    Figure& figure = report.Add(row.case_name, MetricOf(group.quantity), Median(entry.values), unit)
+                         .WithBaseline(Median(reference.values))
+                         .WithRatio(Median(ratios))
+                         .WithNote(fmt::format("{}; baseline: {}", note, reference.label));
+    if (row.target) figure.WithTarget(*row.target);
+    report.Add(row.case_name, "ratio, min of rounds", Min(ratios), "x")
+        .WithNote(fmt::format("max {}", FormatNumber(Max(ratios))));
+  }
+}
+
+Status RunGroup(Run& run, PeerPair& pair, Group& group, Report& report) {
+  if (GroupNeedsTocl(group)) TOCL_RETURN_IF_ERROR(EnsureRuntime(run, pair, GroupPairs(group)));
+  // One unrecorded pass: pages, connections and pools are set up, caches warm.
+  for (Entry& entry : group.entries) {
+    TOCL_RETURN_IF_ERROR(RunEntry(run, pair, group, entry, run.warmup).status());
+  }
+  for (int round = 0; round < run.rounds; ++round) {
+    // Baseline and measured entries alternate their order from round to
+    // round, so that a drift of the machine hits both alike.
+    std::vector<size_t> order(group.entries.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (round % 2 == 1) std::reverse(order.begin(), order.end());
+    for (size_t i : order) {
+      TOCL_ASSIGN_OR_RETURN(double value,
+                            RunEntry(run, pair, group, group.entries[i], run.measure));
+      group.entries[i].values.push_back(value);
+    }
+    std::string line = fmt::format("{} round {}/{}:", group.name, round + 1, run.rounds);
+    for (const Entry& entry : group.entries) {
+      line += fmt::format(" {};", Describe(group, entry, entry.values.back()));
+    }
+    line.pop_back();
+    Progress(line);
+  }
+  AddRows(run, group, report);
+  return Status::Ok();
+}
+
+// CPU use of both peers over an idle window: first with only the main thread
+// enrolled (the baseline), then with 63 more threads blocked in Recv.
+Status RunIdle(Run& run, PeerPair& pair, Report& report) {
+  TOCL_RETURN_IF_ERROR(EnsureRuntime(run, pair, 1));
+  Command window;
+  window.op = Op::kIdleWindow;
+  window.measure_ns = run.idle.count();
+  auto seconds = std::chrono::duration<double>(run.idle).count();
+  auto measure = [&]() -> Result<double> {
+    Reply initiator;
+    Reply responder;
+    TOCL_RETURN_IF_ERROR(pair.Call(window, &initiator, &responder, CallTimeout(run.idle)));
+    return std::max(initiator.cpu_percent, responder.cpu_percent);
+  };
+  Progress(fmt::format("idle: {} s with 1 enrolled thread per process", seconds));
+  TOCL_ASSIGN_OR_RETURN(double baseline, measure());
+  TOCL_RETURN_IF_ERROR(SetIdleThreads(pair, kIdleThreads, true));
+  // Registration with the daemon happens in the background: let it settle.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Progress(
+      fmt::format("idle: {} s with {} enrolled threads per process", seconds, kIdleThreads + 1));
+  Result<double> loaded = measure();
+  Status stopped = SetIdleThreads(pair, 0, false);
+  TOCL_RETURN_IF_ERROR(loaded.status());
+  TOCL_RETURN_IF_ERROR(stopped);
+  Figure& figure =
+      report
+          .Add("idle CPU: 64 enrolled threads per process", "CPU over the window", *loaded,
+               "% of a core")
+          .WithBaseline(baseline)
+          .WithTarget({Target::Bound::kAtMost, 1})
+          .WithNote(fmt::format("{:.0f} s, the busier of the 2 processes, 63 threads in Recv; "
+                                "baseline: 1 enrolled thread",
+                                seconds));
+  if (baseline > 0) figure.WithRatio(*loaded / baseline);
+  return Status::Ok();
+}
+
+void AddMpiRows(const Run& run, Report& report) {
+  std::vector<uint32_t> sizes(std::begin(kLatencySizes), std::end(kLatencySizes));
+  auto measured = msg::RunMpiPingPong(sizes, run.measure);
+  if (!measured.ok()) {
+    Progress(fmt::format("MPI ping-pong: {}", measured.status().ToString()));
+    return;
+  }
+  for (const auto& [size, nanos] : *measured) {
+    report
+        .Add(fmt::format("latency {}: MPI ping-pong (peer)", SizeName(size)), "one-way p50", nanos,
+             "ns")
+        .WithNote("mpiexec -n 2, its own processes, not interleaved");
+  }
+}
+
+// The peers spin on two cores: anything else running halves what they get,
+// and the figures mean little. Said on stderr, before and after.
+void WarnIfLoaded(std::string_view when) {
+  double load = 0;
+  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(file, "%lf", &load) != 1) load = 0;
+    std::fclose(file);
+  }
+  unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  if (load > 0.75 * cpus) {
+    Progress(
+        fmt::format("warning: load average {:.1f} on {} CPUs {}: other processes compete "
+                    "with the peers, the figures are not reliable",
+                    load, cpus, when));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& MsgCaseNames() {
+  static const std::vector<std::string> kNames = {"latency", "blocking", "bandwidth",
+                                                  "rate",    "threads",  "idle"};
+  return kNames;
+}
+
+Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
+  Run run(options);
+  run.rounds = std::max(options.repeats, kMinRounds);
+  run.measure = options.quick ? std::chrono::milliseconds(30) : options.run;
+  run.warmup = options.quick ? std::chrono::milliseconds(10) : options.warmup;
+  run.idle = options.quick ? std::chrono::milliseconds(1000) : options.idle;
+  if (run.measure <= std::chrono::nanoseconds(0) || run.warmup < std::chrono::nanoseconds(0)) {
+    return InvalidArgument("--run-ms must be positive and --warmup-ms not negative");
+  }
+
+  run.tocl = !options.baselines_only && msg::ToclRuntimeBuilt();
+  if (!options.baselines_only && !msg::ToclRuntimeBuilt()) {
+    Progress("this tocl-bench was built without the tocl runtime: baselines only");
+  }
+  std::vector<Group> groups = MakeGroups(options, run.tocl);
+  if (!run.tocl) {
+    for (std::string_view name : {"threads", "idle"}) {
+      if (std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end()) {
+        Progress(fmt::format("'{}' measures tocl only: skipped", name));
+      }
+    }
+  }
+  if (groups.empty()) return InvalidArgument("no case to run");
+
+  // The peers are forked first, while this process has one thread: the
+  // daemon client below starts gRPC's threads.
+  for (const Group& group : groups) {
+    if (run.pairs.contains(group.pair)) continue;
+    TOCL_ASSIGN_OR_RETURN(run.pairs[group.pair], PeerPair::Fork(group.pair));
+  }
+
+  std::unique_ptr<DaemonProcess> daemon;
+  if (run.tocl) {
+    if (options.daemon_address.empty()) {
+      Progress(fmt::format("starting {}", options.toclsd_path));
+      TOCL_ASSIGN_OR_RETURN(daemon, DaemonProcess::Start(options.toclsd_path));
+      run.daemon_address = daemon->address();
+    } else {
+      run.daemon_address = options.daemon_address;
+    }
+  }
+
+  WarnIfLoaded("at the start");
+  Progress(fmt::format("{} rounds, {} ms per run after {} ms of warm-up", run.rounds,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(run.measure).count(),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(run.warmup).count()));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Group& group = groups[g];
+    PeerPair& pair = *run.pairs.at(group.pair);
+    if (group.idle_cpu) {
+      TOCL_RETURN_IF_ERROR(RunIdle(run, pair, report));
+    } else {
+      TOCL_RETURN_IF_ERROR(RunGroup(run, pair, group, report));
+    }
+    if (group.name == "latency shm" && msg::MpiPingPongBuilt()) AddMpiRows(run, report);
+    bool pair_done = std::none_of(groups.begin() + static_cast<std::ptrdiff_t>(g) + 1, groups.end(),
+                                  [&](const Group& later) { return later.pair == group.pair; });
+    if (pair_done) {
+      TOCL_RETURN_IF_ERROR(pair.Exit());
+      run.pairs.erase(group.pair);
+    }
+  }
+  WarnIfLoaded("at the end");
+  if (daemon) TOCL_RETURN_IF_ERROR(daemon->Stop());
+  return Status::Ok();
+}
+
+}  // namespace tocl::bench

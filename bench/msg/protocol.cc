@@ -1,0 +1,29 @@
+#include "protocol.h"
+
+namespace tocl::bench::msg {
+
+std::string_view ContenderName(Contender contender) {
+  switch (contender) {
+    case Contender::kRawShmPingPong:
+      return "raw shm ping-pong";
+    case Contender::kRawTcpPingPong:
+      return "raw tcp ping-pong";
+    case Contender::kRawTcpPollPingPong:
+      return "raw tcp polling ping-pong";
+    case Contender::kRawFutexPingPong:
+      return "raw futex ping-pong";
+    case Contender::kMemcpy:
+      return "memcpy";
+    case Contender::kRawShmStream:
+      return "raw shm stream";
+    case Contender::kRawTcpStream:
+      return "raw tcp stream";
+    case Contender::kToclPingPong:
+      return "tocl ping-pong";
+    case Contender::kToclStream:
+      return "tocl stream";
+  }
+  return "unknown";
+}
+
+}  // namespace tocl::bench::msg

@@ -1,0 +1,90 @@
+// What the coordinator of `tocl-bench msg` and its two peer processes say to
+// each other over their control sockets (SOCK_SEQPACKET: one command, one
+// reply, never split).
+//
+// The coordinator sends the same Command to both peers; each peer runs its
+// side (the initiator pings or sends and measures, the responder answers or
+// receives) and answers with one Reply. Commands and replies are plain
+// structs: both ends are forks of one binary.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace tocl::bench::msg {
+
+inline constexpr uint32_t kMaxPairs = 8;                 // sender/receiver thread pairs per run
+inline constexpr size_t kMaxPayload = size_t{64} << 10;  // the largest message measured
+
+// The initiator measures (pinger, sender); the responder answers (ponger, receiver).
+enum class Role : uint32_t { kInitiator, kResponder };
+
+enum class Op : uint32_t {
+  kStartRuntime,      // tocl::Runtime::Start with text = daemon address; replies the main Gid
+  kEnroll,            // enroll up to `count` Gids in this process; replies all of them
+  kSetPeerThreads,    // `gids` are the other peer's Gids
+  kRun,               // one measured run of `contender`
+  kStartIdleThreads,  // `count` enrolled threads blocked in Recv
+  kStopIdleThreads,
+  kIdleWindow,  // sleep `measure_ns`, reply the process's CPU use over it
+  kExit,        // shut the runtime down and exit
+};
+
+// What a run measures. Raw ones need no tocl; tocl ones need kStartRuntime first.
+enum class Contender : uint32_t {
+  kRawShmPingPong,      // cache-line flag + payload in a MAP_SHARED region, both spinning
+  kRawTcpPingPong,      // loopback TCP, blocking sockets, TCP_NODELAY
+  kRawTcpPollPingPong,  // the same, non-blocking recv in a spin loop on both sides
+  kRawFutexPingPong,    // FUTEX_WAIT / FUTEX_WAKE on a shared word, the waiter asleep
+  kMemcpy,              // memcpy of the message size in the initiator alone
+  kRawShmStream,        // ring of slots in the shared region: copy in, copy out
+  kRawTcpStream,        // loopback TCP, blocking sockets
+  kToclPingPong,        // Runtime::Send / Recv
+  kToclStream,
+};
+std::string_view ContenderName(Contender contender);
+inline bool IsPingPong(Contender c) {
+  return c == Contender::kRawShmPingPong || c == Contender::kRawTcpPingPong ||
+         c == Contender::kRawTcpPollPingPong || c == Contender::kRawFutexPingPong ||
+         c == Contender::kToclPingPong;
+}
+inline bool IsTocl(Contender c) {
+  return c == Contender::kToclPingPong || c == Contender::kToclStream;
+}
+
+struct Command {
+  Op op = Op::kRun;
+  Contender contender = Contender::kRawShmPingPong;
+  uint32_t size = 8;       // payload bytes per message
+  uint32_t pairs = 1;      // thread pairs (streams only)
+  uint32_t count = 0;      // kEnroll, kStartIdleThreads
+  uint32_t run_id = 0;     // unique per run: stale flags of earlier runs never match
+  int64_t warmup_ns = 0;   // unmeasured traffic before the measurement
+  int64_t measure_ns = 0;  // how long the measurement runs
+  int64_t batch_ns = 0;    // ping-pong: round trips are timed in batches about this long
+  int64_t spin_us = -1;    // kStartRuntime: RuntimeOptions::spin (-1: the default)
+  uint32_t gid_count = 0;
+  uint64_t gids[kMaxPairs] = {};
+  char subsystems[16] = {};  // kStartRuntime: "shm" or "tcp"
+  char text[232] = {};       // kStartRuntime: the daemon address
+};
+
+struct Reply {
+  int32_t code = 0;  // tocl::StatusCode
+  char message[232] = {};
+  // Ping-pong (initiator): one-way latency of the batches, in ns.
+  double p50_ns = 0;
+  double min_ns = 0;
+  uint64_t samples = 0;    // batches timed
+  uint64_t per_batch = 0;  // round trips per batch
+  // Streams (initiator): messages counted between two acknowledged markers.
+  uint64_t messages = 0;
+  double seconds = 0;
+  // kIdleWindow: CPU time (user + system) over wall time, percent of one core.
+  double cpu_percent = 0;
+  uint32_t gid_count = 0;
+  uint64_t gids[kMaxPairs] = {};
+};
+
+}  // namespace tocl::bench::msg

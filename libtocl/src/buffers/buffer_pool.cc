@@ -1,0 +1,210 @@
+#include "buffers/buffer_pool.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tocl::buffers {
+
+namespace {
+
+// A slab holds at least 8 buffers and at least 64 KiB: few registrations,
+// little waste for the big classes.
+size_t SlabBytes(uint32_t class_index) {
+  return std::max<size_t>(size_t{64} << 10, 8 * ClassBytes(class_index));
+}
+
+}  // namespace
+
+bool PoolBudget::TryReserve(size_t bytes) {
+  size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (used + bytes > cap_) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+bool PoolBudget::WaitForRelease(std::chrono::steady_clock::time_point deadline,
+                                uint64_t seen_epoch) {
+  std::unique_lock lock(mu_);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool released = cv_.wait_until(lock, deadline, [&] { return epoch() != seen_epoch; });
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  return released;
+}
+
+void PoolBudget::NotifyRelease() {
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) != 0) {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+AnonymousSlabMemory::~AnonymousSlabMemory() {
+  for (auto [base, bytes] : maps_) munmap(base, bytes);
+}
+
+Result<Slab> AnonymousSlabMemory::Allocate(size_t bytes) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    return ResourceExhausted(
+        fmt::format("mmap of a {} byte slab: {}", bytes, std::strerror(errno)));
+  }
+  std::lock_guard lock(mu_);
+  maps_.emplace_back(base, bytes);
+  Slab slab{static_cast<std::byte*>(base), next_offset_};
+  next_offset_ += bytes;
+  return slab;
+}
+
+BufferPool::BufferPool(Network network, uint32_t num_classes, SlabMemory& memory,
+                       PoolBudget& budget)
+    : network_(network),
+      num_classes_(num_classes),
+      memory_(memory),
+      budget_(budget),
+      classes_(std::make_unique<SizeClass[]>(num_classes)) {
+  table_capacity_ = budget.cap() / ClassBytes(0) + 1;
+  void* table = mmap(nullptr, table_capacity_ * sizeof(detail::BufferSlot*), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (table == MAP_FAILED) {
+    // Without a table the pool cannot grow: every Get fails ResourceExhausted.
+    spdlog::error("tocl: cannot map the buffer slot table: {}", std::strerror(errno));
+    table_capacity_ = 0;
+  } else {
+    table_ = static_cast<detail::BufferSlot**>(table);
+  }
+}
+
+BufferPool::~BufferPool() {
+  if (table_ != nullptr) munmap(table_, table_capacity_ * sizeof(detail::BufferSlot*));
+}
+
+bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
+  const size_t class_bytes = ClassBytes(class_index);
+  const size_t slab_bytes = SlabBytes(class_index);
+  const size_t count = slab_bytes / class_bytes;
+  if (!budget_.TryReserve(slab_bytes)) return false;
+  auto slab = memory_.Allocate(slab_bytes);
+  if (!slab.ok()) {
+    budget_.Unreserve(slab_bytes);
+    spdlog::warn("tocl: {} pool cannot grow: {}", NetworkName(network_), slab.status().ToString());
+    return false;
+  }
+  std::lock_guard grow_lock(grow_mu_);
+  const uint32_t first = slot_count_.load(std::memory_order_relaxed);
+  // Cannot happen while the table is sized for the budget; the slab stays
+  // with its memory (it cannot be given back), only the budget returns.
+  if (first + count > table_capacity_) {
+    budget_.Unreserve(slab_bytes);
+    return false;
+  }
+  auto storage = std::make_unique<detail::BufferSlot[]>(count);
+  for (size_t i = 0; i < count; ++i) {
+    detail::BufferSlot& slot = storage[i];
+    slot.bytes = slab->base + i * class_bytes;
+    slot.offset = slab->offset + i * class_bytes;
+    slot.pool = this;
+    slot.class_index = class_index;
+    slot.index = first + static_cast<uint32_t>(i);
+    table_[slot.index] = &slot;
+    slot.next_free = size_class.free_list;
+    size_class.free_list = &slot;
+  }
+  slot_storage_.push_back(std::move(storage));
+  slot_count_.store(first + static_cast<uint32_t>(count), std::memory_order_release);
+  size_class.free_count += count;
+  size_class.total.fetch_add(count, std::memory_order_relaxed);
+  size_class.grown.fetch_add(1, std::memory_order_relaxed);
+  size_class.bytes_registered.fetch_add(slab_bytes, std::memory_order_relaxed);
+  return true;
+}
+
+detail::BufferSlot* BufferPool::TryGet(uint32_t class_index) {
+  if (class_index >= num_classes_) return nullptr;
+  SizeClass& size_class = classes_[class_index];
+  std::lock_guard lock(size_class.mu);
+  if (size_class.free_list == nullptr && !GrowLocked(class_index, size_class)) return nullptr;
+  detail::BufferSlot* slot = size_class.free_list;
+  size_class.free_list = slot->next_free;
+  --size_class.free_count;
+  slot->next_free = nullptr;
+  slot->refs.store(1, std::memory_order_relaxed);
+  slot->set_state(BufferState::kIdle);
+  slot->header() = wire::Header{};
+  return slot;
+}
+
+Result<detail::BufferSlot*> BufferPool::Get(uint32_t class_index, AtCap at_cap,
+                                            std::chrono::steady_clock::time_point deadline) {
+  if (class_index >= num_classes_) {
+    return InvalidArgument(fmt::format("no {} byte class in the {} pool", ClassBytes(class_index),
+                                       NetworkName(network_)));
+  }
+  for (;;) {
+    const uint64_t epoch = budget_.epoch();
+    if (auto* slot = TryGet(class_index)) return slot;
+    if (at_cap == AtCap::kFail) {
+      return ResourceExhausted(fmt::format(
+          "the buffer pools are at their cap of {} bytes and no {} byte {} buffer is free",
+          budget_.cap(), ClassBytes(class_index), NetworkName(network_)));
+    }
+    if (!budget_.WaitForRelease(deadline, epoch)) {
+      return DeadlineExceeded(fmt::format(
+          "no {} byte {} buffer was freed in time (the pools are at their cap of {} bytes)",
+          ClassBytes(class_index), NetworkName(network_), budget_.cap()));
+    }
+  }
+}
+
+void BufferPool::Unref(detail::BufferSlot* slot) {
+  if (slot->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Put(slot);
+}
+
+void BufferPool::Put(detail::BufferSlot* slot) {
+  SizeClass& size_class = classes_[slot->class_index];
+  {
+    std::lock_guard lock(size_class.mu);
+    slot->next_free = size_class.free_list;
+    size_class.free_list = slot;
+    ++size_class.free_count;
+  }
+  budget_.NotifyRelease();
+}
+
+detail::BufferSlot* BufferPool::SlotAt(uint32_t index) const {
+  if (index >= slot_count_.load(std::memory_order_acquire)) return nullptr;
+  return table_[index];
+}
+
+void BufferPool::CountProvided(uint32_t class_index, int64_t delta) {
+  classes_[class_index].provided.fetch_add(delta, std::memory_order_relaxed);
+}
+
+std::vector<PoolClassStats> BufferPool::Stats() const {
+  std::vector<PoolClassStats> stats;
+  for (uint32_t c = 0; c < num_classes_; ++c) {
+    const SizeClass& size_class = classes_[c];
+    PoolClassStats s;
+    s.network = std::string(NetworkName(network_));
+    s.class_bytes = ClassBytes(c);
+    {
+      std::lock_guard lock(size_class.mu);
+      s.free = size_class.free_count;
+    }
+    const uint64_t total = size_class.total.load(std::memory_order_relaxed);
+    const int64_t provided = size_class.provided.load(std::memory_order_relaxed);
+    s.provided = provided > 0 ? static_cast<uint64_t>(provided) : 0;
+    s.in_use = total >= s.free + s.provided ? total - s.free - s.provided : 0;
+    s.grown = size_class.grown.load(std::memory_order_relaxed);
+    s.bytes_registered = size_class.bytes_registered.load(std::memory_order_relaxed);
+    stats.push_back(std::move(s));
+  }
+  return stats;
+}
+
+}  // namespace tocl::buffers

@@ -1,0 +1,141 @@
+// A pool of registered buffers for one network, in power-of-two size classes
+// (the ToCL paper's §4.1: bfget / bfret / provide / reestablish).
+//
+// Memory comes in slabs from the network's SlabMemory (shm: carved from the
+// process's shared segment; tcp: anonymous pages) and is registered once,
+// per slab. A class that runs empty grows by one slab, as long as the
+// process-wide PoolBudget allows; slabs are kept until the pool dies.
+//
+// Threading: every method is safe from any thread. Each class has its own
+// mutex; the slot table is append-only and read lock-free.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "buffers/buffer_slot.h"
+#include "buffers/size_class.h"
+#include "tocl/buffer.h"
+#include "tocl/pool_stats.h"
+#include "tocl/status.h"
+
+namespace tocl::buffers {
+
+// The cap on all pool memory of a process, shared by its pools.
+class PoolBudget {
+ public:
+  explicit PoolBudget(size_t cap) : cap_(cap) {}
+  bool TryReserve(size_t bytes);
+  void Unreserve(size_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  size_t cap() const { return cap_; }
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+
+  // GetBuffer(AtCap::kWait) sleeps here; a buffer going back to any pool
+  // wakes the sleepers (it may be of the class they want).
+  bool WaitForRelease(std::chrono::steady_clock::time_point deadline, uint64_t seen_epoch);
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  void NotifyRelease();
+
+ private:
+  const size_t cap_;
+  std::atomic<size_t> used_{0};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<uint32_t> waiters_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+struct Slab {
+  std::byte* base = nullptr;
+  uint64_t offset = 0;  // of base in the network's memory (what peers are told)
+};
+
+// Where a pool's slabs come from. Allocate is called with the pool's class
+// mutex held; it must not call back into the pool.
+class SlabMemory {
+ public:
+  virtual ~SlabMemory() = default;
+  virtual Result<Slab> Allocate(size_t bytes) = 0;
+};
+
+// Anonymous private pages (tcp: the kernel copies from them).
+class AnonymousSlabMemory final : public SlabMemory {
+ public:
+  ~AnonymousSlabMemory() override;
+  Result<Slab> Allocate(size_t bytes) override;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<void*, size_t>> maps_;
+  uint64_t next_offset_ = 0;
+};
+
+class BufferPool {
+ public:
+  // Classes 0 .. num_classes-1 (256 B .. 256 B << (num_classes-1)).
+  BufferPool(Network network, uint32_t num_classes, SlabMemory& memory, PoolBudget& budget);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  Network network() const { return network_; }
+  uint32_t num_classes() const { return num_classes_; }
+
+  // A free buffer of `class_index` with refs = 1, growing the class when it
+  // is empty; nullptr when the budget is spent (or the slab memory failed).
+  detail::BufferSlot* TryGet(uint32_t class_index);
+  // TryGet, or waits for a release until `deadline` (kWait) or fails at
+  // once (kFail): ResourceExhausted / DeadlineExceeded name the cap.
+  Result<detail::BufferSlot*> Get(uint32_t class_index, AtCap at_cap,
+                                  std::chrono::steady_clock::time_point deadline);
+
+  // Drops one reference; the last one puts the slot back on its free list.
+  void Unref(detail::BufferSlot* slot);
+
+  // The slot with table index `index`, or nullptr when out of range (for
+  // checking indexes that come from a peer).
+  detail::BufferSlot* SlotAt(uint32_t index) const;
+
+  // Buffers handed to the network for receives, for the statistics.
+  void CountProvided(uint32_t class_index, int64_t delta);
+
+  std::vector<PoolClassStats> Stats() const;
+
+ private:
+  struct SizeClass {
+    mutable std::mutex mu;
+    detail::BufferSlot* free_list = nullptr;  // guarded by mu
+    uint64_t free_count = 0;                  // guarded by mu
+    std::atomic<uint64_t> total{0};
+    std::atomic<int64_t> provided{0};
+    std::atomic<uint64_t> grown{0};
+    std::atomic<uint64_t> bytes_registered{0};
+  };
+
+  bool GrowLocked(uint32_t class_index, SizeClass& size_class);
+  void Put(detail::BufferSlot* slot);
+
+  const Network network_;
+  const uint32_t num_classes_;
+  SlabMemory& memory_;
+  PoolBudget& budget_;
+  std::unique_ptr<SizeClass[]> classes_;
+
+  // Slot table: entries [0, slot_count_) are set and never change. Mapped
+  // lazily (MAP_NORESERVE) for the most slots the budget allows.
+  detail::BufferSlot** table_ = nullptr;
+  size_t table_capacity_ = 0;
+  std::atomic<uint32_t> slot_count_{0};
+  std::mutex grow_mu_;  // guards appending to the table and slot_storage_
+  std::vector<std::unique_ptr<detail::BufferSlot[]>> slot_storage_;
+};
+
+}  // namespace tocl::buffers

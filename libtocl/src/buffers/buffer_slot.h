@@ -1,0 +1,42 @@
+// The control block behind a Buffer handle. Lives in process memory (never
+// in shared memory, where a peer could scribble on it); the bytes it names
+// (header + payload) live in a slab of its pool.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "tocl/buffer.h"
+#include "wire/frame.h"
+
+namespace tocl::buffers {
+class BufferPool;
+}
+
+namespace tocl::detail {
+
+struct BufferSlot {
+  std::byte* bytes = nullptr;  // the wire header, then the payload
+  uint64_t offset = 0;         // of `bytes` in the pool's memory (shm: in the segment)
+  buffers::BufferPool* pool = nullptr;
+  uint32_t class_index = 0;
+  uint32_t index = 0;  // in the pool's slot table
+
+  // One per Buffer handle, one while queued or in flight, one while
+  // provided to a network. The slot returns to its pool's free list at zero.
+  std::atomic<uint32_t> refs{0};
+  // BufferState, written by whoever moves the buffer along (release), read
+  // by bfstat (acquire).
+  std::atomic<uint8_t> state{static_cast<uint8_t>(BufferState::kIdle)};
+
+  // Free-list link, guarded by the pool's class mutex.
+  BufferSlot* next_free = nullptr;
+
+  wire::Header& header() { return *reinterpret_cast<wire::Header*>(bytes); }
+  std::byte* payload() { return bytes + wire::kHeaderBytes; }
+
+  void set_state(BufferState s) { state.store(static_cast<uint8_t>(s), std::memory_order_release); }
+};
+
+}  // namespace tocl::detail

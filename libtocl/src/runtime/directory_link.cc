@@ -1,0 +1,134 @@
+#include "runtime/directory_link.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace tocl::runtime {
+
+Result<std::unique_ptr<DirectoryLink>> DirectoryLink::Start(
+    const std::string& address, const EnrollOptions& enroll,
+    std::chrono::milliseconds stats_interval, DirectoryEvents events) {
+  std::unique_ptr<DirectoryLink> link(new DirectoryLink());
+  TOCL_ASSIGN_OR_RETURN(link->client_, DirectoryClient::Connect(address));
+  TOCL_ASSIGN_OR_RETURN(uint64_t since_seq, link->client_->Ping());
+  TOCL_ASSIGN_OR_RETURN(link->session_, link->client_->Enroll(enroll));
+  link->process_ = link->session_->gid();
+  link->events_ = std::move(events);
+  link->stats_interval_ = stats_interval;
+  link->registrar_ = std::thread([l = link.get()] { l->RegistrarLoop(); });
+  link->watcher_ = std::thread([l = link.get(), since_seq] { l->WatchLoop(since_seq); });
+  return link;
+}
+
+DirectoryLink::~DirectoryLink() {
+  (void)Close();
+}
+
+void DirectoryLink::QueueRegister(ThreadInfo thread) {
+  std::lock_guard lock(mu_);
+  to_register_.push_back(std::move(thread));
+  ++queued_;
+  cv_.notify_one();
+}
+
+void DirectoryLink::QueueUnregister(Gid thread) {
+  std::lock_guard lock(mu_);
+  to_unregister_.push_back(thread);
+  ++queued_;
+  cv_.notify_one();
+}
+
+Status DirectoryLink::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  const uint64_t target = queued_;
+  if (!cv_.wait_for(lock, timeout, [&] { return done_ >= target || stop_; })) {
+    return DeadlineExceeded("thread registrations did not reach the daemon in time");
+  }
+  return Status::Ok();
+}
+
+Status DirectoryLink::PublishEndpoint(std::string_view subsystem, std::string_view address) {
+  return session_->PublishEndpoint(subsystem, address);
+}
+
+void DirectoryLink::RegistrarLoop() {
+  auto next_stats = std::chrono::steady_clock::now() + stats_interval_;
+  auto retry_delay = std::chrono::milliseconds(50);
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    if (to_register_.empty() && to_unregister_.empty()) {
+      if (stats_interval_.count() > 0) {
+        cv_.wait_until(lock, next_stats);
+      } else {
+        cv_.wait(lock);
+      }
+    }
+    if (stop_) break;
+    std::vector<ThreadInfo> batch;
+    batch.swap(to_register_);
+    std::vector<Gid> leaving;
+    leaving.swap(to_unregister_);
+    const uint64_t covers = queued_;
+    lock.unlock();
+    Status status;
+    if (!batch.empty()) status = session_->RegisterThreads(batch);
+    if (status.ok() && !leaving.empty()) status = session_->UnregisterThreads(leaving, "left");
+    if (stats_interval_.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
+      next_stats = std::chrono::steady_clock::now() + stats_interval_;
+      if (events_.pool_stats) (void)session_->ReportPoolStats(events_.pool_stats());
+    }
+    lock.lock();
+    if (!status.ok()) {
+      // The daemon is away (restarting): keep the batch and try again.
+      if (status.code() != StatusCode::kUnavailable) {
+        spdlog::warn("tocl: registering threads: {}", status.ToString());
+      }
+      to_register_.insert(to_register_.begin(), batch.begin(), batch.end());
+      to_unregister_.insert(to_unregister_.begin(), leaving.begin(), leaving.end());
+      cv_.wait_for(lock, retry_delay, [&] { return stop_; });
+      retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(1000));
+      continue;
+    }
+    retry_delay = std::chrono::milliseconds(50);
+    done_ = covers;
+    cv_.notify_all();
+  }
+}
+
+void DirectoryLink::WatchLoop(uint64_t since_seq) {
+  auto delay = std::chrono::milliseconds(50);
+  while (!stopping_.load()) {
+    Status status = client_->Watch(
+        since_seq,
+        [&](const ChangeEvent& event) {
+          since_seq = event.seq;
+          if (event.op == ChangeOp::kExited && events_.on_exited) {
+            events_.on_exited(event.gid, event.entity.exit_reason);
+          }
+          return !stopping_.load();
+        },
+        [&] { return stopping_.load(); });
+    if (stopping_.load()) break;
+    if (!status.ok()) {
+      spdlog::debug("tocl: change stream: {} (retrying)", status.ToString());
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, delay, [&] { return stop_; });
+    delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Status DirectoryLink::Close() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return Status::Ok();
+    stop_ = true;
+    cv_.notify_all();
+  }
+  stopping_.store(true);
+  if (registrar_.joinable()) registrar_.join();
+  if (watcher_.joinable()) watcher_.join();
+  return session_ ? session_->Close() : Status::Ok();
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,109 @@
+// The receive side of one enrolled thread: messages that arrived for it and
+// have not been received yet, in arrival order, and the futex its receiver
+// sleeps on.
+//
+// Arrival order already respects each sending process's sequence (the
+// runtime reorders by seq before delivering), so taking the first match is
+// MPI's non-overtaking rule.
+//
+// Threading: Deliver (the polling thread) and Take/Peek (the receiving
+// thread) run concurrently; `mu` guards the queue.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "buffers/buffer_slot.h"
+#include "tocl/buffer.h"
+#include "tocl/gid.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+// What a receiver asks for: a source (thread, process, host or any) and a
+// tag (or any).
+struct Selector {
+  Gid source;  // null: any
+  Tag tag = kAnyTag;
+
+  bool Matches(Gid from, Tag message_tag) const {
+    if (tag != kAnyTag && tag != message_tag) return false;
+    if (source.is_null()) return true;
+    if (source.is_thread()) return from == source;
+    if (source.is_process()) return from.process() == source;
+    return from.host() == source;
+  }
+};
+
+class Mailbox {
+ public:
+  explicit Mailbox(Gid gid) : gid_(gid) {}
+  ~Mailbox();
+
+  Gid gid() const { return gid_; }
+
+  // Queues a message (one slot reference) and wakes the receiver if it
+  // sleeps. Returns false (the slot untouched) when the thread has left.
+  bool Deliver(detail::BufferSlot* slot);
+
+  // The first message matching `selector`, removed (one reference for the
+  // caller), or nullptr.
+  detail::BufferSlot* Take(const Selector& selector);
+  // The first match, left in place.
+  bool Peek(const Selector& selector, MessageInfo& info);
+
+  // Sleeps until a delivery or Wake() after `seen` was read, or `deadline`.
+  uint32_t signal() const { return signal_.load(std::memory_order_acquire); }
+  void Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline);
+  void Wake();
+
+  // The thread leaves: waiting messages are dropped; later deliveries fail.
+  size_t Leave();
+  bool left() const { return left_.load(std::memory_order_acquire); }
+
+  // Bytes of class memory held by queued messages, for flow control.
+  static size_t SlotBytes(const detail::BufferSlot* slot);
+
+ private:
+  const Gid gid_;
+  std::mutex mu_;
+  std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
+  std::atomic<uint32_t> signal_{0};
+  std::atomic<uint32_t> sleepers_{0};
+  std::atomic<bool> left_{false};
+};
+
+// Mailboxes by thread index: lock-free lookup for the polling thread,
+// two levels of 4096 so it can grow while being read.
+class ThreadTable {
+ public:
+  ThreadTable();
+  ~ThreadTable();
+  // nullptr when `index` was never enrolled.
+  Mailbox* Find(uint32_t index) const;
+  void Insert(uint32_t index, std::unique_ptr<Mailbox> mailbox);
+
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (uint32_t chunk = 0; chunk < kChunks; ++chunk) {
+      auto* entries = chunks_[chunk].load(std::memory_order_acquire);
+      if (entries == nullptr) continue;
+      for (uint32_t i = 0; i < kChunkSize; ++i) {
+        if (auto* mailbox = entries[i].load(std::memory_order_acquire)) f(*mailbox);
+      }
+    }
+  }
+
+ private:
+  static constexpr uint32_t kChunkSize = 4096;
+  static constexpr uint32_t kChunks = (Gid::kMaxThread + 1) / kChunkSize;
+  std::unique_ptr<std::atomic<std::atomic<Mailbox*>*>[]> chunks_;
+  std::mutex insert_mu_;
+};
+
+}  // namespace tocl::runtime

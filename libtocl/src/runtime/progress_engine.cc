@@ -1,0 +1,147 @@
+#include "runtime/progress_engine.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+namespace tocl::runtime {
+
+namespace {
+
+// How long the token must lie unused before the progress thread takes it:
+// long enough that a thread in a send/recv loop never meets it.
+constexpr auto kIdleHandOver = std::chrono::milliseconds(2);
+// How often the progress thread looks at the token while someone holds it.
+constexpr auto kProgressCheck = std::chrono::milliseconds(50);
+constexpr auto kHousekeepingPeriod = std::chrono::seconds(1);
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+ProgressEngine::ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued)
+    : reactor_(reactor), flush_queued_(std::move(flush_queued)) {}
+
+ProgressEngine::~ProgressEngine() {
+  Stop();
+}
+
+void ProgressEngine::Start() {
+  base_fds_ = reactor_.watched();
+  thread_ = std::thread([this] { ThreadLoop(); });
+}
+
+void ProgressEngine::Stop() {
+  if (stop_.exchange(true)) return;
+  thread_signal_.fetch_add(1);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&thread_signal_), FUTEX_WAKE_PRIVATE, INT_MAX,
+          nullptr, nullptr, 0);
+  reactor_.Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressEngine::Release() {
+  released_at_ns_.store(NowNs(), std::memory_order_relaxed);
+  token_.store(false, std::memory_order_seq_cst);
+  if (waiter_count_.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(waiters_mu_);
+  if (!waiters_.empty()) waiters_.front()->Wake();
+}
+
+void ProgressEngine::AddTokenWaiter(Mailbox* mailbox) {
+  std::lock_guard lock(waiters_mu_);
+  waiters_.push_back(mailbox);
+  waiter_count_.fetch_add(1, std::memory_order_seq_cst);
+  // The progress thread may hold the token asleep: make it let go.
+  reactor_.Wake();
+}
+
+void ProgressEngine::RemoveTokenWaiter(Mailbox* mailbox) {
+  std::lock_guard lock(waiters_mu_);
+  auto it = std::find(waiters_.begin(), waiters_.end(), mailbox);
+  if (it != waiters_.end()) {
+    waiters_.erase(it);
+    waiter_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+int ProgressEngine::PollOnce() {
+  int events = 0;
+  for (auto* subsystem : subsystems_) events += subsystem->Poll();
+  // epoll_wait costs a syscall: every round while tcp connections are open,
+  // otherwise every 64th (new connections, bells from peers).
+  if (reactor_.watched() > base_fds_ || (++rounds_ & 63) == 0) events += reactor_.Wait(0);
+  if (queued_hint_.load(std::memory_order_acquire)) {
+    queued_hint_.store(false, std::memory_order_relaxed);
+    if (flush_queued_()) queued_hint_.store(true, std::memory_order_relaxed);
+  }
+  if ((rounds_ & 1023) == 0) HousekeepingIfDue();
+  return events;
+}
+
+void ProgressEngine::HousekeepingIfDue() {
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_housekeeping_) return;
+  next_housekeeping_ = now + kHousekeepingPeriod;
+  for (auto* subsystem : subsystems_) subsystem->Housekeeping();
+  queued_hint_.store(true, std::memory_order_relaxed);
+}
+
+void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
+  size_t prepared = 0;
+  bool may_sleep = true;
+  for (; prepared < subsystems_.size(); ++prepared) {
+    if (!subsystems_[prepared]->PrepareToSleep()) {
+      may_sleep = false;
+      ++prepared;
+      break;
+    }
+  }
+  if (may_sleep) {
+    // Sends still queued are retried at least every 10 ms; housekeeping
+    // runs at least once a second.
+    auto now = std::chrono::steady_clock::now();
+    auto until = std::min(
+        deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
+    if (queued_hint_.load(std::memory_order_relaxed)) {
+      until = std::min(until, now + std::chrono::milliseconds(10));
+    }
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    reactor_.Wait(static_cast<int>(std::clamp<int64_t>(ms, 0, INT_MAX)));
+  }
+  for (size_t i = 0; i < prepared; ++i) subsystems_[i]->FinishSleep();
+  HousekeepingIfDue();
+}
+
+void ProgressEngine::ThreadLoop() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    const uint32_t seen = thread_signal_.load(std::memory_order_acquire);
+    const int64_t idle_ns = NowNs() - released_at_ns_.load(std::memory_order_relaxed);
+    const bool idle = idle_ns >= std::chrono::nanoseconds(kIdleHandOver).count();
+    if (idle && waiter_count_.load() == 0 && TryAcquire()) {
+      while (!stop_.load(std::memory_order_acquire) && waiter_count_.load() == 0) {
+        PollOnce();
+        Sleep(std::chrono::steady_clock::now() + kHousekeepingPeriod);
+      }
+      Release();
+      // Do not take it straight back from the receiver we handed it to.
+      released_at_ns_.store(NowNs(), std::memory_order_relaxed);
+      continue;
+    }
+    auto wait = idle ? kProgressCheck
+                     : std::chrono::duration_cast<std::chrono::milliseconds>(kIdleHandOver) +
+                           std::chrono::milliseconds(1);
+    timespec relative{0, std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&thread_signal_), FUTEX_WAIT_PRIVATE, seen,
+            &relative, nullptr, 0);
+  }
+}
+
+}  // namespace tocl::runtime

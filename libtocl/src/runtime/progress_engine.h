@@ -1,0 +1,86 @@
+// Progress: who polls the networks, and when a process sleeps.
+//
+// One thread at a time holds the poll token and polls: a thread waiting in
+// Recv takes it and polls for its own message (no hand-off between threads
+// on the fast path); it spins for RuntimeOptions::spin, then sleeps in the
+// reactor (epoll) until a peer rings (shm bell, tcp data) or its deadline.
+// Other waiting receivers sleep on their mailboxes; the poller hands them
+// their messages. The progress thread takes the token only when nobody has
+// used it for a while (kIdleHandOver), so that unexpected messages, tcp
+// connections and queued sends still move while every thread computes, and
+// it sleeps in the reactor: an idle process costs no CPU.
+//
+// Threading: TryAcquire/Release from any thread; PollOnce/Sleep only by the
+// token holder.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/epoll_reactor.h"
+#include "runtime/mailbox.h"
+#include "subsystem/subsystem.h"
+
+namespace tocl::runtime {
+
+class ProgressEngine {
+ public:
+  // `flush_queued` retries sends waiting in the send queues (called by the
+  // poller; returns true when some are still waiting).
+  ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued);
+  ~ProgressEngine();
+
+  void AddSubsystem(subsystem::Subsystem* subsystem) { subsystems_.push_back(subsystem); }
+  // Starts the progress thread (after every subsystem was added).
+  void Start();
+  void Stop();
+
+  bool TryAcquire() { return !token_.exchange(true, std::memory_order_acquire); }
+  void Release();
+
+  // One non-blocking round: every subsystem, the reactor, the send queues.
+  // Returns the number of events.
+  int PollOnce();
+  // Sleeps in the reactor until woken or `deadline` (unless something is
+  // already there).
+  void Sleep(std::chrono::steady_clock::time_point deadline);
+
+  // A receiver without the token waits for its mailbox; it registers here so
+  // that the token holder hands the token over when it leaves.
+  void AddTokenWaiter(Mailbox* mailbox);
+  void RemoveTokenWaiter(Mailbox* mailbox);
+
+  // Sends are waiting in a queue: the poller retries them.
+  void NoteQueued() { queued_hint_.store(true, std::memory_order_release); }
+
+ private:
+  void ThreadLoop();
+  void HousekeepingIfDue();
+
+  EpollReactor& reactor_;
+  std::function<bool()> flush_queued_;
+  std::vector<subsystem::Subsystem*> subsystems_;
+  int base_fds_ = 0;  // fds watched when no tcp connection is open
+
+  std::atomic<bool> token_{false};
+  std::atomic<int64_t> released_at_ns_{0};
+  std::atomic<bool> queued_hint_{false};
+
+  std::mutex waiters_mu_;
+  std::vector<Mailbox*> waiters_;  // guarded by waiters_mu_
+  std::atomic<int> waiter_count_{0};
+
+  // Token holder only.
+  uint64_t rounds_ = 0;
+  std::chrono::steady_clock::time_point next_housekeeping_{};
+
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> thread_signal_{0};
+  std::thread thread_;
+};
+
+}  // namespace tocl::runtime

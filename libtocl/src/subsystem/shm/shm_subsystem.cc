@@ -1,0 +1,731 @@
+#include "subsystem/shm/shm_subsystem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <new>
+#include <sstream>
+
+#include "subsystem/shm/segment_layout.h"
+
+namespace tocl::subsystem::shm {
+
+namespace {
+
+Status Errno(std::string_view what, std::string_view path) {
+  return Internal(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+// Field 22 of /proc/PID/stat: when the process started, in clock ticks since
+// boot. With the pid it names a process for good (pids are reused).
+uint64_t ProcessStart(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+bool ProcessAlive(int pid, uint64_t start) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  return ProcessStart(pid) == start;
+}
+
+// Depth of provided buffers per channel and class: ~256 KiB per class, at
+// least 8 and at most 64 buffers.
+uint32_t ProvideDepth(uint32_t class_index) {
+  size_t depth = (size_t{256} << 10) / buffers::ClassBytes(class_index);
+  return static_cast<uint32_t>(std::clamp<size_t>(depth, 8, 64));
+}
+
+// A mapping of a whole segment, ours or a peer's.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  ~Mapping() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+  }
+  Mapping(Mapping&& other) noexcept : base_(other.base_), bytes_(other.bytes_) {
+    other.base_ = nullptr;
+  }
+  Mapping& operator=(Mapping&&) = delete;
+
+  static Result<Mapping> Open(const std::string& path, bool create, size_t bytes) {
+    int fd = open(path.c_str(),
+                  create ? (O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC) : (O_RDWR | O_CLOEXEC), 0600);
+    if (fd < 0) return Errno(create ? "create" : "open", path);
+    if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      Status status = Errno("ftruncate", path);
+      close(fd);
+      return status;
+    }
+    if (!create) {
+      struct stat st;
+      if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < SegmentLayout::kDataOffset) {
+        close(fd);
+        return FailedPrecondition(fmt::format("{} is not a tocl shm segment", path));
+      }
+      bytes = static_cast<size_t>(st.st_size);
+    }
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    Status status = base == MAP_FAILED ? Errno("mmap", path) : Status::Ok();
+    close(fd);
+    if (!status.ok()) return status;
+    return Mapping(base, bytes);
+  }
+
+  std::byte* bytes() const { return static_cast<std::byte*>(base_); }
+  size_t size() const { return bytes_; }
+  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  Channel& channel(uint32_t i) const {
+    return reinterpret_cast<Channel*>(bytes() + SegmentLayout::kChannelsOffset)[i];
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A bell is an abstract unix datagram socket named after the segment: a
+// sleeping owner's epoll set watches it, and a sender rings it with one
+// datagram. No file to clean up, and no SIGPIPE when the owner is gone.
+sockaddr_un BellAddress(const std::string& segment_path, socklen_t& length) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::string name = segment_path.substr(0, segment_path.size() - 4) + ".bell";
+  name = name.substr(0, sizeof(address.sun_path) - 2);
+  std::memcpy(address.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return address;
+}
+
+// A socket connected to the bell of `segment_path`, or -1.
+int ConnectBell(const std::string& segment_path) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  socklen_t length;
+  sockaddr_un address = BellAddress(segment_path, length);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One datagram; a full queue (EAGAIN) has rung already, a gone owner
+// (ECONNREFUSED) needs no ringing.
+void Ring(int bell_fd) {
+  if (bell_fd < 0) return;
+  char byte = 1;
+  [[maybe_unused]] ssize_t n = send(bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// Carves pool slabs out of our segment's data region.
+class SegmentSlabMemory final : public buffers::SlabMemory {
+ public:
+  SegmentSlabMemory(std::byte* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  Result<buffers::Slab> Allocate(size_t bytes) override {
+    std::lock_guard lock(mu_);
+    if (next_ + bytes > bytes_) {
+      return ResourceExhausted(
+          fmt::format("the shm segment's {} byte data region is full", bytes_));
+    }
+    buffers::Slab slab{base_ + next_, next_};
+    next_ += bytes;
+    return slab;
+  }
+
+ private:
+  std::byte* const base_;
+  const size_t bytes_;
+  std::mutex mu_;
+  size_t next_ = 0;  // guarded by mu_
+};
+
+// Sending side: our channel in a peer's segment.
+class ShmRoute final : public Route {
+ public:
+  ShmRoute(Mapping mapping, uint32_t channel_index, int bell_fd, Gid peer, uint32_t num_classes)
+      : mapping_(std::move(mapping)),
+        channel_(mapping_.channel(channel_index)),
+        bell_fd_(bell_fd),
+        peer_(peer),
+        num_classes_(num_classes),
+        owner_pid_(mapping_.header().owner_pid),
+        owner_start_(mapping_.header().owner_start),
+        data_(mapping_.bytes() + mapping_.header().data_offset),
+        data_bytes_(mapping_.header().data_bytes) {}
+
+  ~ShmRoute() override {
+    // Let the owner reclaim the channel at once: we are not coming back.
+    uint32_t expected = static_cast<uint32_t>(ChannelState::kReady);
+    channel_.state.compare_exchange_strong(expected, static_cast<uint32_t>(ChannelState::kClosed));
+    if (bell_fd_ >= 0) {
+      WakeOwner();
+      close(bell_fd_);
+    }
+  }
+
+  Status Post(detail::BufferSlot* slot) override {
+    const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + slot->header().length);
+    std::byte* target = nullptr;
+    Descriptor desc;
+    TOCL_RETURN_IF_ERROR(Reserve(slot->class_index, length, desc, target));
+    std::memcpy(target, slot->bytes, length);
+    Publish(desc);
+    slot->set_state(BufferState::kSent);
+    slot->pool->Unref(slot);
+    return Status::Ok();
+  }
+
+  Status PostCopy(const wire::Header& header, std::span<const std::byte> payload) override {
+    const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + payload.size());
+    std::byte* target = nullptr;
+    Descriptor desc;
+    TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, desc, target));
+    wire::EncodeHeader(header, target);
+    std::memcpy(target + wire::kHeaderBytes, payload.data(), payload.size());
+    Publish(desc);
+    return Status::Ok();
+  }
+
+  bool Drained() const override { return true; }  // a frame is done when Post returns
+  bool Broken() const override { return broken_; }
+
+ private:
+  // Finds a provided buffer of class >= `class_index` and room on the
+  // arrival ring. TryAgain when there is none (the owner has not provided
+  // yet, or is congested), Unavailable when the owner is gone.
+  Status Reserve(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
+    if (broken_) return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
+    auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
+    if (state != ChannelState::kReady) {
+      if (state != ChannelState::kClaimed || !OwnerAliveThrottled()) {
+        return Fail("closed its shm channel");
+      }
+      return Status(StatusCode::kTryAgain, "channel not ready");
+    }
+    auto& arrivals = channel_.arrivals;
+    const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
+    if (tail - arrival_head_cache_ >= arrivals.kSize) {
+      arrival_head_cache_ = arrivals.head.value.load(std::memory_order_acquire);
+      if (tail - arrival_head_cache_ >= arrivals.kSize) return Stall();
+    }
+    if (class_index >= num_classes_) {
+      return InvalidArgument(fmt::format("a {} byte frame is larger than {}'s largest buffer",
+                                         length, peer_.ToString()));
+    }
+    if (PopProvided(class_index, length, desc, target)) return CheckProvided(desc, length);
+    // None: ask the owner to ring our bell when it provides more, then look
+    // once more (it may have provided between our look and the flag; it
+    // stores its ring's tail and then loads the flag, both seq_cst).
+    channel_.sender_waiting.store(1, std::memory_order_seq_cst);
+    if (PopProvided(class_index, length, desc, target)) return CheckProvided(desc, length);
+    return Stall();
+  }
+
+  // Takes a provided buffer of the smallest class >= class_index.
+  bool PopProvided(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
+    for (uint32_t c = class_index; c < num_classes_; ++c) {
+      auto& ring = channel_.provides[c];
+      const uint32_t head = ring.head.value.load(std::memory_order_relaxed);
+      if (head == provide_tail_cache_[c]) {
+        provide_tail_cache_[c] = ring.tail.value.load(std::memory_order_seq_cst);
+        if (head == provide_tail_cache_[c]) continue;
+      }
+      desc = ring.entries[head % ring.kSize];
+      ring.head.value.store(head + 1, std::memory_order_release);
+      popped_class_ = c;
+      desc.length = length;
+      target = data_ + (desc.offset < data_bytes_ ? desc.offset : 0);
+      return true;
+    }
+    return false;
+  }
+
+  Status CheckProvided(const Descriptor& desc, uint32_t length) {
+    if (desc.offset + buffers::ClassBytes(popped_class_) > data_bytes_ ||
+        length > buffers::ClassBytes(popped_class_)) {
+      return Fail("provided a buffer outside its segment");
+    }
+    return Status::Ok();
+  }
+
+  void Publish(const Descriptor& desc) {
+    auto& arrivals = channel_.arrivals;
+    const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
+    arrivals.entries[tail % arrivals.kSize] = desc;
+    // seq_cst store, then seq_cst load of `sleeping` in WakeOwner: the
+    // owner does the mirror image (store sleeping, load tail), so one of
+    // the two sees the other (Dekker).
+    arrivals.tail.value.store(tail + 1, std::memory_order_seq_cst);
+    WakeOwner();
+  }
+
+  void WakeOwner() {
+    auto& sleeping = mapping_.header().sleeping;
+    if (sleeping.load(std::memory_order_seq_cst) != 0 &&
+        sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
+      Ring(bell_fd_);
+    }
+  }
+
+  // No buffer (or no room on the arrival ring): the owner rings our bell
+  // when it provides more.
+  Status Stall() {
+    channel_.sender_waiting.store(1, std::memory_order_seq_cst);
+    if (!OwnerAliveThrottled()) return Fail("exited");
+    return Status(StatusCode::kTryAgain, "no receive buffer provided");
+  }
+
+  bool OwnerAliveThrottled() {
+    if (++stalls_ % 4096 != 1) return true;
+    return ProcessAlive(owner_pid_, owner_start_);
+  }
+
+  Status Fail(std::string_view why) {
+    broken_ = true;
+    return Unavailable(fmt::format("process {} {}", peer_.ToString(), why));
+  }
+
+  Mapping mapping_;
+  Channel& channel_;
+  int bell_fd_;
+  Gid peer_;
+  uint32_t num_classes_;
+  int owner_pid_;
+  uint64_t owner_start_;
+  std::byte* data_;
+  uint64_t data_bytes_;
+  // Consumer/producer caches: only this side writes them (under the
+  // runtime's per-destination lock).
+  uint32_t arrival_head_cache_ = 0;
+  uint32_t provide_tail_cache_[buffers::kMaxClasses] = {};
+  uint32_t popped_class_ = 0;
+  uint64_t stalls_ = 0;
+  bool broken_ = false;
+};
+
+class ShmSubsystemImpl final : public Subsystem, public FdHandler {
+ public:
+  ShmSubsystemImpl(const ShmOptions& options, Reactor& reactor, Sink& sink,
+                   buffers::PoolBudget& budget, std::string path, Mapping mapping, int bell_fd)
+      : options_(options),
+        reactor_(reactor),
+        sink_(sink),
+        path_(std::move(path)),
+        mapping_(std::move(mapping)),
+        bell_fd_(bell_fd),
+        slab_memory_(mapping_.bytes() + SegmentLayout::kDataOffset,
+                     mapping_.size() - SegmentLayout::kDataOffset),
+        pool_(Network::kShm, options.num_classes, slab_memory_, budget),
+        limits_{static_cast<uint32_t>(buffers::ClassBytes(options.num_classes - 1) -
+                                      wire::kHeaderBytes)},
+        self_start_(ProcessStart(getpid())) {}
+
+  ~ShmSubsystemImpl() override { Close(); }
+
+  Network network() const override { return Network::kShm; }
+  const std::string& address() const override { return path_; }
+  buffers::BufferPool& pool() override { return pool_; }
+
+  bool Reaches(Gid peer_process, std::string_view address) const override {
+    return peer_process.host() == options_.self_process.host() &&
+           address.starts_with(options_.directory + "/tocl.") && address.ends_with(".seg");
+  }
+
+  Result<std::unique_ptr<Route>> Connect(Gid peer_process, std::string_view address) override {
+    if (!Reaches(peer_process, address)) {
+      return InvalidArgument(fmt::format("'{}' is not a shm address on this host", address));
+    }
+    std::string path(address);
+    TOCL_ASSIGN_OR_RETURN(Mapping mapping, Mapping::Open(path, false, 0));
+    SegmentHeader& header = mapping.header();
+    if (header.magic != kSegmentMagic || header.version != kSegmentVersion ||
+        header.owner_process != peer_process.raw() ||
+        header.data_offset != SegmentLayout::kDataOffset ||
+        header.data_offset + header.data_bytes > mapping.size()) {
+      return FailedPrecondition(
+          fmt::format("{} is not the shm segment of {}", path, peer_process.ToString()));
+    }
+    if (!ProcessAlive(header.owner_pid, header.owner_start)) {
+      return Unavailable(fmt::format("process {} has exited", peer_process.ToString()));
+    }
+    int bell = ConnectBell(path);
+    if (bell < 0) return Errno("connect to the bell of", path);
+    for (uint32_t i = 0; i < kMaxChannels; ++i) {
+      Channel& channel = mapping.channel(i);
+      uint32_t expected = static_cast<uint32_t>(ChannelState::kFree);
+      if (!channel.state.compare_exchange_strong(expected,
+                                                 static_cast<uint32_t>(ChannelState::kClaiming))) {
+        continue;
+      }
+      channel.sender_process = options_.self_process.raw();
+      channel.sender_pid = getpid();
+      channel.sender_start = self_start_;
+      std::snprintf(channel.sender_segment, kPathBytes, "%s", path_.c_str());
+      channel.state.store(static_cast<uint32_t>(ChannelState::kClaimed), std::memory_order_release);
+      header.attach_seq.fetch_add(1, std::memory_order_seq_cst);
+      auto route =
+          std::make_unique<ShmRoute>(std::move(mapping), i, bell, peer_process, header.num_classes);
+      Ring(bell);  // the owner adopts new channels from its poll loop
+      return std::unique_ptr<Route>(std::move(route));
+    }
+    close(bell);
+    return ResourceExhausted(fmt::format("process {} has no free shm channel ({} senders)",
+                                         peer_process.ToString(), kMaxChannels));
+  }
+
+  int Poll() override {
+    SegmentHeader& header = mapping_.header();
+    const uint32_t attach_seq = header.attach_seq.load(std::memory_order_acquire);
+    if (attach_seq != seen_attach_seq_) {
+      seen_attach_seq_ = attach_seq;
+      AdoptChannels();
+    }
+    int delivered = 0;
+    for (auto& in : inbound_) {
+      if (in.index == kNone) continue;
+      delivered += Drain(in);
+    }
+    if (!topup_.empty() && !sink_.Congested()) TopUpAll();
+    return delivered;
+  }
+
+  bool PrepareToSleep() override {
+    SegmentHeader& header = mapping_.header();
+    header.sleeping.store(1, std::memory_order_seq_cst);
+    if (header.attach_seq.load(std::memory_order_seq_cst) != seen_attach_seq_) return false;
+    for (auto& in : inbound_) {
+      if (in.index == kNone) continue;
+      Channel& channel = mapping_.channel(in.index);
+      if (channel.arrivals.tail.value.load(std::memory_order_seq_cst) != in.head) return false;
+    }
+    return true;
+  }
+
+  void FinishSleep() override { mapping_.header().sleeping.store(0, std::memory_order_relaxed); }
+
+  void OnReady(uint32_t) override {
+    char drain[64];
+    while (recv(bell_fd_, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
+    }
+  }
+
+  void Housekeeping() override {
+    for (auto& in : inbound_) {
+      if (in.index == kNone) continue;
+      Channel& channel = mapping_.channel(in.index);
+      const bool closed = channel.state.load(std::memory_order_acquire) ==
+                          static_cast<uint32_t>(ChannelState::kClosed);
+      if (closed || !ProcessAlive(in.sender_pid, in.sender_start)) {
+        Drain(in);  // what it published before it went is delivered
+        if (in.index != kNone) Release(in, /*free_channel=*/true);
+      }
+    }
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    for (uint32_t i = 0; i < kMaxChannels; ++i) {
+      mapping_.channel(i).state.store(static_cast<uint32_t>(ChannelState::kClosed),
+                                      std::memory_order_release);
+    }
+    for (auto& in : inbound_) {
+      if (in.sender_bell >= 0) {
+        Ring(in.sender_bell);
+        close(in.sender_bell);
+        in.sender_bell = -1;
+      }
+    }
+    reactor_.Remove(bell_fd_);
+    close(bell_fd_);
+    unlink(path_.c_str());
+  }
+
+  void Start() { (void)reactor_.Add(bell_fd_, EPOLLIN, this); }
+
+ private:
+  static constexpr uint32_t kNone = ~0u;
+
+  struct Inbound {
+    uint32_t index = kNone;  // channel index in our segment
+    Gid sender;
+    int sender_pid = 0;
+    uint64_t sender_start = 0;
+    int sender_bell = -1;
+    uint32_t head = 0;  // our copy of the arrival ring's head
+    uint32_t provided[buffers::kMaxClasses] = {};
+  };
+
+  void AdoptChannels() {
+    for (uint32_t i = 0; i < kMaxChannels; ++i) {
+      Channel& channel = mapping_.channel(i);
+      if (channel.state.load(std::memory_order_acquire) !=
+          static_cast<uint32_t>(ChannelState::kClaimed)) {
+        continue;
+      }
+      Inbound in;
+      in.index = i;
+      in.sender = Gid::FromRaw(channel.sender_process);
+      in.sender_pid = channel.sender_pid;
+      in.sender_start = channel.sender_start;
+      std::string sender_segment(channel.sender_segment,
+                                 strnlen(channel.sender_segment, kPathBytes));
+      if (!in.sender.is_process() || !sender_segment.ends_with(".seg")) {
+        spdlog::warn("tocl shm: rejecting channel {} claimed by {} ({})", i, in.sender.ToString(),
+                     sender_segment);
+        channel.state.store(static_cast<uint32_t>(ChannelState::kClosed),
+                            std::memory_order_release);
+        continue;
+      }
+      in.sender_bell = ConnectBell(sender_segment);
+      auto slot = std::find_if(inbound_.begin(), inbound_.end(),
+                               [](const Inbound& x) { return x.index == kNone; });
+      if (slot == inbound_.end()) {
+        inbound_.push_back(in);
+        slot = inbound_.end() - 1;
+      } else {
+        *slot = in;
+      }
+      TopUp(*slot);
+      channel.state.store(static_cast<uint32_t>(ChannelState::kReady), std::memory_order_release);
+      Ring(slot->sender_bell);
+    }
+  }
+
+  int Drain(Inbound& in) {
+    Channel& channel = mapping_.channel(in.index);
+    auto& arrivals = channel.arrivals;
+    const uint32_t tail = arrivals.tail.value.load(std::memory_order_acquire);
+    if (tail == in.head) return 0;
+    int delivered = 0;
+    uint32_t head = in.head;
+    for (; head != tail; ++head) {
+      const Descriptor desc = arrivals.entries[head % arrivals.kSize];
+      detail::BufferSlot* slot = pool_.SlotAt(desc.slot_index);
+      if (slot == nullptr || slot->offset != desc.offset || desc.slot_index >= owner_.size() ||
+          owner_[desc.slot_index] != in.index + 1) {
+        ProtocolError(in, "a descriptor for a buffer it was not given");
+        return delivered;
+      }
+      owner_[desc.slot_index] = 0;
+      --in.provided[slot->class_index];
+      pool_.CountProvided(slot->class_index, -1);
+      const wire::Header& header = slot->header();
+      Status valid = wire::ValidateHeader(header, limits_);
+      if (valid.ok() && (desc.length != wire::kHeaderBytes + header.length ||
+                         desc.length > buffers::ClassBytes(slot->class_index))) {
+        valid = InvalidArgument("frame length does not match its descriptor");
+      }
+      if (valid.ok() && (header.kind != wire::FrameKind::kMessage ||
+                         Gid::FromRaw(header.source).process() != in.sender ||
+                         Gid::FromRaw(header.destination).process() != options_.self_process)) {
+        valid = InvalidArgument("a frame with a foreign source or destination");
+      }
+      if (!valid.ok()) {
+        pool_.Unref(slot);
+        arrivals.head.value.store(head + 1, std::memory_order_release);
+        in.head = head + 1;
+        ProtocolError(in, valid.message());
+        return delivered;
+      }
+      ++delivered;
+      if (Status status = sink_.OnMessage(in.sender, slot); !status.ok()) {
+        arrivals.head.value.store(head + 1, std::memory_order_release);
+        in.head = head + 1;
+        ProtocolError(in, status.message());
+        return delivered;
+      }
+    }
+    in.head = head;
+    arrivals.head.value.store(head, std::memory_order_release);
+    if (!sink_.Congested()) {
+      TopUp(in);
+    } else {
+      topup_.push_back(in.index);
+    }
+    return delivered;
+  }
+
+  void TopUp(Inbound& in) {
+    Channel& channel = mapping_.channel(in.index);
+    bool provided_any = false;
+    for (uint32_t c = 0; c < options_.num_classes; ++c) {
+      const uint32_t depth = ProvideDepth(c);
+      if (in.provided[c] >= depth / 2 && in.provided[c] != 0) continue;
+      auto& ring = channel.provides[c];
+      uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+      while (in.provided[c] < depth) {
+        detail::BufferSlot* slot = pool_.TryGet(c);
+        if (slot == nullptr) break;  // at the cap: senders wait, nothing is lost
+        if (slot->index >= owner_.size()) owner_.resize(slot->index + 1024, 0);
+        owner_[slot->index] = static_cast<uint16_t>(in.index + 1);
+        ring.entries[tail % ring.kSize] = Descriptor{slot->index, 0, slot->offset};
+        ++tail;
+        ++in.provided[c];
+        pool_.CountProvided(c, 1);
+        provided_any = true;
+      }
+      ring.tail.value.store(tail, std::memory_order_seq_cst);
+    }
+    if (provided_any && channel.sender_waiting.load(std::memory_order_seq_cst) != 0 &&
+        channel.sender_waiting.exchange(0) != 0) {
+      Ring(in.sender_bell);
+    }
+  }
+
+  void TopUpAll() {
+    std::vector<uint32_t> pending;
+    pending.swap(topup_);
+    for (auto& in : inbound_) {
+      if (in.index != kNone &&
+          std::find(pending.begin(), pending.end(), in.index) != pending.end()) {
+        TopUp(in);
+      }
+    }
+  }
+
+  void ProtocolError(Inbound& in, std::string_view reason) {
+    spdlog::warn("tocl shm: closing the channel from {}: {}", in.sender.ToString(), reason);
+    mapping_.channel(in.index).state.store(static_cast<uint32_t>(ChannelState::kClosed),
+                                           std::memory_order_release);
+    // The channel stays closed (its sender sees that); only the buffers come back.
+    Release(in, /*free_channel=*/false);
+  }
+
+  // Takes back every buffer still provided to the channel and frees it for
+  // the next sender.
+  void Release(Inbound& in, bool free_channel) {
+    for (uint32_t i = 0; i < owner_.size(); ++i) {
+      if (owner_[i] != in.index + 1) continue;
+      owner_[i] = 0;
+      detail::BufferSlot* slot = pool_.SlotAt(i);
+      pool_.CountProvided(slot->class_index, -1);
+      pool_.Unref(slot);
+    }
+    Channel& channel = mapping_.channel(in.index);
+    channel.arrivals.head.value.store(0, std::memory_order_relaxed);
+    channel.arrivals.tail.value.store(0, std::memory_order_relaxed);
+    for (auto& ring : channel.provides) {
+      ring.head.value.store(0, std::memory_order_relaxed);
+      ring.tail.value.store(0, std::memory_order_relaxed);
+    }
+    channel.sender_waiting.store(0, std::memory_order_relaxed);
+    if (in.sender_bell >= 0) close(in.sender_bell);
+    if (free_channel && !closed_) {
+      channel.state.store(static_cast<uint32_t>(ChannelState::kFree), std::memory_order_release);
+    }
+    in = Inbound{};
+  }
+
+  const ShmOptions options_;
+  Reactor& reactor_;
+  Sink& sink_;
+  const std::string path_;
+  Mapping mapping_;
+  int bell_fd_;
+  SegmentSlabMemory slab_memory_;
+  buffers::BufferPool pool_;
+  const wire::Limits limits_;
+  const uint64_t self_start_;
+
+  // Poller-only state.
+  uint32_t seen_attach_seq_ = 0;
+  std::vector<Inbound> inbound_;
+  std::vector<uint16_t> owner_;  // slot index -> channel index + 1 it is provided to
+  std::vector<uint32_t> topup_;  // channels left short while congested
+  bool closed_ = false;
+};
+
+}  // namespace
+
+int RemoveStaleSegments(const std::string& directory) {
+  DIR* dir = opendir(directory.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    int pid = 0;
+    unsigned long long start = 0;
+    unsigned instance = 0;
+    char suffix[8] = {};
+    if (std::sscanf(entry->d_name, "tocl.%d.%llu.%u.%4s", &pid, &start, &instance, suffix) != 4) {
+      continue;
+    }
+    if (std::strcmp(suffix, "seg") != 0) continue;
+    if (ProcessAlive(pid, start)) continue;
+    if (unlinkat(dirfd(dir), entry->d_name, 0) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+Result<std::unique_ptr<Subsystem>> OpenShm(const ShmOptions& options, Reactor& reactor, Sink& sink,
+                                           buffers::PoolBudget& budget) {
+  if (options.num_classes == 0 || options.num_classes > buffers::kMaxClasses) {
+    return InvalidArgument("bad number of shm size classes");
+  }
+  int removed = RemoveStaleSegments(options.directory);
+  if (removed > 0) spdlog::info("tocl shm: removed {} stale segment files", removed);
+  const uint64_t start = ProcessStart(getpid());
+  // A process may run several runtimes (several enrollments): each has its own.
+  static std::atomic<unsigned> instances{0};
+  const std::string base =
+      fmt::format("{}/tocl.{}.{}.{}", options.directory, getpid(), start, instances.fetch_add(1));
+  const std::string path = base + ".seg";
+  const size_t data_bytes = (budget.cap() + 4095) / 4096 * 4096;
+  int bell = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (bell < 0) return Errno("socket for the bell of", path);
+  socklen_t length;
+  sockaddr_un address = BellAddress(path, length);
+  if (bind(bell, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    Status status = Errno("bind the bell of", path);
+    close(bell);
+    return status;
+  }
+  auto mapping = Mapping::Open(path, true, SegmentLayout::kDataOffset + data_bytes);
+  if (!mapping.ok()) {
+    close(bell);
+    return mapping.status();
+  }
+  SegmentHeader& header = mapping->header();
+  new (&header) SegmentHeader();
+  // The channels are all zero in a new file: kFree with empty rings.
+  header.version = kSegmentVersion;
+  header.num_classes = options.num_classes;
+  header.owner_process = options.self_process.raw();
+  header.owner_pid = getpid();
+  header.owner_start = start;
+  header.data_offset = SegmentLayout::kDataOffset;
+  header.data_bytes = data_bytes;
+  // Peers find the segment through the directory, after this returns.
+  header.magic = kSegmentMagic;
+  auto subsystem = std::make_unique<ShmSubsystemImpl>(options, reactor, sink, budget, path,
+                                                      std::move(*mapping), bell);
+  subsystem->Start();
+  return std::unique_ptr<Subsystem>(std::move(subsystem));
+}
+
+}  // namespace tocl::subsystem::shm

@@ -1,0 +1,105 @@
+// The interface every network (subsystem) implements: shm, tcp, and the
+// VIA-style subsystem to come (DESIGN.md §5, the ToCL paper's §4.2).
+//
+// A subsystem owns one endpoint per process shared by all its threads, a
+// buffer pool registered with it, and a Route per remote process it sends
+// to. The runtime above it keeps the send queues, the matching and the
+// ordering (per process pair sequence numbers in the wire header); a
+// subsystem only moves whole frames (wire header + payload) and must keep
+// the frames of one Route in the order they were posted.
+//
+// Ownership: a slot passed to Route::Post comes with one reference that the
+// subsystem owns until it is done with the bytes; it then sets the slot's
+// state (kSent or kFailed) and drops that reference (pool()->Unref). A slot
+// passed to Sink::OnMessage carries one reference for the runtime.
+//
+// Each subsystem is given, when opened, the runtime's Sink (where arrivals
+// go) and Reactor (the fds it wants to be woken for).
+//
+// Threading: Route methods are called by one thread at a time per route
+// (the runtime holds the destination's lock) and never block. Poll and the
+// reactor handlers are called by the polling thread only. Address, pool and
+// Connect may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "buffers/buffer_pool.h"
+#include "tocl/buffer.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+#include "wire/frame.h"
+
+namespace tocl::subsystem {
+
+// Where a subsystem hands what arrives: the runtime's receive side.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // A validated message frame in `slot` (header + payload), sent by
+  // `from_process` as the connection authenticated it. Frames of one route
+  // arrive in the order they were posted. An error means the sender broke
+  // the protocol (duplicate or impossible sequence numbers): the slot was
+  // taken anyway, and the subsystem closes that connection or channel with
+  // the error's message.
+  virtual Status OnMessage(Gid from_process, detail::BufferSlot* slot) = 0;
+  // Whether the receive side wants no more unexpected messages now
+  // (flow control: subsystems stop providing buffers / reading sockets).
+  virtual bool Congested() const = 0;
+};
+
+// The way to one remote process.
+class Route {
+ public:
+  virtual ~Route() = default;
+  // Posts the frame in `slot` (header filled in, one reference handed
+  // over). Ok: taken (a route may queue it while it connects). TryAgain:
+  // no room now (flow control); the slot was not taken and the reference is
+  // still the caller's: retry after progress. Unavailable/FailedPrecondition: the
+  // route is broken for good (peer gone); the slot was not taken.
+  virtual Status Post(detail::BufferSlot* slot) = 0;
+  // Like Post, copying `header` and `payload` straight to the network (no
+  // pool buffer on the sending side). Unimplemented if the subsystem has no
+  // such path (the runtime then copies into a pool buffer and Posts).
+  virtual Status PostCopy(const wire::Header& header, std::span<const std::byte> payload) = 0;
+  // Nothing posted is still waiting for the network (for a flushing Shutdown).
+  virtual bool Drained() const = 0;
+  // The route is broken for good (peer died, connection lost).
+  virtual bool Broken() const = 0;
+};
+
+class Subsystem {
+ public:
+  virtual ~Subsystem() = default;
+  virtual Network network() const = 0;
+  std::string_view name() const { return NetworkName(network()); }
+  // What the process publishes in the directory for this subsystem.
+  virtual const std::string& address() const = 0;
+  virtual buffers::BufferPool& pool() = 0;
+  // Whether this subsystem can reach a process that published `address`
+  // from host `peer_host` (shm: only on our own host).
+  virtual bool Reaches(Gid peer_process, std::string_view address) const = 0;
+  // A route to `peer_process` at `address`. Connecting may finish later
+  // (Post says TryAgain meanwhile). InvalidArgument for a malformed address.
+  virtual Result<std::unique_ptr<Route>> Connect(Gid peer_process, std::string_view address) = 0;
+  // Non-blocking progress on what the reactor does not report (shm rings,
+  // re-providing receive buffers, resuming reads paused by congestion).
+  // Returns the number of messages handed to the sink.
+  virtual int Poll() = 0;
+  // Called by the poller just before it sleeps: true when it may sleep
+  // (nothing arrived since the last Poll, and peers will wake it).
+  virtual bool PrepareToSleep() = 0;
+  virtual void FinishSleep() = 0;
+  // Periodic housekeeping by the polling thread, about once a second (dead
+  // peers, connections that never said hello, ...).
+  virtual void Housekeeping() = 0;
+  // Closes every route and connection; queued frames fail. Called once,
+  // by the polling thread, before destruction.
+  virtual void Close() = 0;
+};
+
+}  // namespace tocl::subsystem

@@ -1,0 +1,261 @@
+#include "subsystem/tcp/inbound_connection.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "buffers/size_class.h"
+
+namespace tocl::subsystem::tcp {
+
+namespace {
+
+// Reads per readiness event: level-triggered epoll calls again for the
+// rest, and other connections get their turn meanwhile.
+constexpr int kMaxReadsPerEvent = 16;
+
+constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
+
+}  // namespace
+
+InboundConnection::InboundConnection(ConnectionContext& context, Fd fd, std::string peer_address)
+    : context_(context),
+      fd_(std::move(fd)),
+      peer_address_(std::move(peer_address)),
+      accepted_at_(std::chrono::steady_clock::now()),
+      staging_(std::make_unique<std::byte[]>(kStagingBytes)) {}
+
+InboundConnection::~InboundConnection() {
+  Close("");
+}
+
+Status InboundConnection::Start() {
+  return context_.reactor.Add(fd_.get(), kReadEvents, this);
+}
+
+void InboundConnection::OnReady(uint32_t /*events*/) {
+  // A closed or paused connection may still be named by the rest of the
+  // current epoll batch. EPOLLERR and EPOLLHUP show up as a failing or
+  // empty recv() below.
+  if (closed() || paused_) return;
+  ReadSome();
+}
+
+void InboundConnection::ReadSome() {
+  for (int reads = 0; reads < kMaxReadsPerEvent; ++reads) {
+    if (direct_ != nullptr) {
+      if (ReadDirect() == Progress::kClosed) return;
+      if (direct_ != nullptr) return;  // the socket has nothing more for now
+      continue;
+    }
+    // Keep the unconsumed tail (less than one stageable frame) at the front.
+    if (begin_ == end_) {
+      begin_ = end_ = 0;
+    } else if (begin_ > 0) {
+      std::memmove(staging_.get(), staging_.get() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    // Never full here: a whole frame at the front was delivered (or paused
+    // us), a partial one is smaller than kDirectReadBytes.
+    const size_t room = kStagingBytes - end_;
+    assert(room > 0);
+    const ssize_t n = recv(fd_.get(), staging_.get() + end_, room, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      OnReadEnd(n, errno);
+      return;
+    }
+    TcpTraffic::Add(context_.traffic.bytes_received, static_cast<uint64_t>(n));
+    end_ += static_cast<size_t>(n);
+    switch (DeliverStaged()) {
+      case Progress::kClosed:
+        return;
+      case Progress::kBlocked:
+        Pause();
+        return;
+      case Progress::kMore:
+        break;
+    }
+    if (static_cast<size_t>(n) < room) return;  // the socket is drained
+  }
+}
+
+InboundConnection::Progress InboundConnection::ReadDirect() {
+  while (direct_ != nullptr) {
+    const size_t want = direct_bytes_ - direct_filled_;
+    const ssize_t n = recv(fd_.get(), direct_->bytes + direct_filled_, want, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Progress::kMore;
+    if (n <= 0) {
+      OnReadEnd(n, errno);
+      return Progress::kClosed;
+    }
+    TcpTraffic::Add(context_.traffic.bytes_received, static_cast<uint64_t>(n));
+    direct_filled_ += static_cast<size_t>(n);
+    if (direct_filled_ == direct_bytes_) {
+      detail::BufferSlot* slot = std::exchange(direct_, nullptr);
+      return Deliver(slot) ? Progress::kMore : Progress::kClosed;
+    }
+    if (static_cast<size_t>(n) < want) return Progress::kMore;  // drained
+  }
+  return Progress::kMore;
+}
+
+InboundConnection::Progress InboundConnection::DeliverStaged() {
+  while (end_ - begin_ >= wire::kHeaderBytes) {
+    const size_t staged = end_ - begin_;
+    std::byte* at = staging_.get() + begin_;
+    auto header = wire::DecodeHeader(std::span<const std::byte>(at, staged), context_.limits);
+    if (!header.ok()) {
+      Close(header.status().message());
+      return Progress::kClosed;
+    }
+    if (!Admit(*header)) return Progress::kClosed;
+    if (header->kind == wire::FrameKind::kHello) {
+      begin_ += wire::kHeaderBytes;
+      continue;
+    }
+    const size_t frame_bytes = wire::kHeaderBytes + header->length;
+    if (staged < frame_bytes && frame_bytes <= kDirectReadBytes) return Progress::kMore;
+    if (context_.sink.Congested()) return Progress::kBlocked;
+    detail::BufferSlot* slot = context_.pool.TryGet(buffers::ClassFor(header->length));
+    if (slot == nullptr) return Progress::kBlocked;
+    if (staged >= frame_bytes) {
+      std::memcpy(slot->bytes, at, frame_bytes);
+      begin_ += frame_bytes;
+      if (!Deliver(slot)) return Progress::kClosed;
+      continue;
+    }
+    // Too big to stage: the rest goes straight into the buffer.
+    std::memcpy(slot->bytes, at, staged);
+    direct_ = slot;
+    direct_filled_ = staged;
+    direct_bytes_ = frame_bytes;
+    begin_ = end_ = 0;
+    return Progress::kMore;
+  }
+  return Progress::kMore;
+}
+
+bool InboundConnection::Admit(const wire::Header& header) {
+  const Gid source = Gid::FromRaw(header.source);
+  const Gid destination = Gid::FromRaw(header.destination);
+  if (!said_hello()) {
+    if (header.kind != wire::FrameKind::kHello) {
+      Close("a message before the hello");
+      return false;
+    }
+    if (destination != context_.self_process) {
+      Close(fmt::format("a hello for {}, but this is {}", destination.ToString(),
+                        context_.self_process.ToString()));
+      return false;
+    }
+    hello_process_ = source;
+    spdlog::debug("tocl tcp: connection from {} is {}", peer_address_, source.ToString());
+    return true;
+  }
+  if (header.kind == wire::FrameKind::kHello) {
+    Close("a second hello");
+    return false;
+  }
+  if (source.process() != hello_process_) {
+    Close(fmt::format("a message from {} on the connection of {}", source.ToString(),
+                      hello_process_.ToString()));
+    return false;
+  }
+  if (destination.process() != context_.self_process) {
+    Close(fmt::format("a message for {}, but this is {}", destination.ToString(),
+                      context_.self_process.ToString()));
+    return false;
+  }
+  return true;
+}
+
+bool InboundConnection::Deliver(detail::BufferSlot* slot) {
+  TcpTraffic::Add(context_.traffic.frames_received, 1);
+  ++context_.delivered;
+  if (Status status = context_.sink.OnMessage(hello_process_, slot); !status.ok()) {
+    Close(status.message());
+    return false;
+  }
+  return true;
+}
+
+void InboundConnection::Pause() {
+  // Out of the epoll set rather than registered with no events: epoll
+  // reports EPOLLERR and EPOLLHUP regardless of the mask, and a reset peer
+  // would make a level-triggered poller spin.
+  paused_ = true;
+  context_.reactor.Remove(fd_.get());
+  context_.inbound_changed = true;
+}
+
+bool InboundConnection::TryResume() {
+  if (closed() || !paused_) return true;
+  if (context_.sink.Congested()) return false;
+  switch (DeliverStaged()) {
+    case Progress::kClosed:
+      return true;
+    case Progress::kBlocked:
+      return false;
+    case Progress::kMore:
+      break;
+  }
+  paused_ = false;
+  if (Status status = context_.reactor.Add(fd_.get(), kReadEvents, this); !status.ok()) {
+    Close(fmt::format("cannot resume reading: {}", status.message()));
+  }
+  return true;
+}
+
+void InboundConnection::OnReadEnd(ssize_t n, int error) {
+  if (n < 0) {
+    Close(ErrnoStatus("recv", error).message());
+    return;
+  }
+  if (direct_ != nullptr) {
+    Close(fmt::format("the stream ended inside a frame ({} of {} bytes)", direct_filled_,
+                      direct_bytes_));
+  } else if (end_ - begin_ >= wire::kHeaderBytes) {
+    wire::Header header;
+    std::memcpy(&header, staging_.get() + begin_, sizeof(header));
+    Close(fmt::format("the stream ended inside a frame ({} of {} bytes)", end_ - begin_,
+                      wire::kHeaderBytes + header.length));
+  } else if (end_ != begin_) {
+    Close(fmt::format("the stream ended inside a header ({} of {} bytes)", end_ - begin_,
+                      wire::kHeaderBytes));
+  } else {
+    spdlog::debug("tocl tcp: {} ({}) closed its connection", peer_address_,
+                  hello_process_.ToString());
+    Close("");
+  }
+}
+
+void InboundConnection::Close(std::string_view reason) {
+  if (closed()) return;
+  if (!reason.empty()) {
+    if (said_hello()) {
+      spdlog::warn("tocl tcp: closing connection from {} ({}): {}", peer_address_,
+                   hello_process_.ToString(), reason);
+    } else {
+      spdlog::warn("tocl tcp: closing connection from {}: {}", peer_address_, reason);
+    }
+    TcpTraffic::Add(context_.traffic.connections_rejected, 1);
+  }
+  if (!paused_) context_.reactor.Remove(fd_.get());
+  fd_.Close();
+  if (direct_ != nullptr) context_.pool.Unref(std::exchange(direct_, nullptr));
+  staging_.reset();
+  begin_ = end_ = 0;
+  context_.inbound_changed = true;
+}
+
+}  // namespace tocl::subsystem::tcp

@@ -1,0 +1,104 @@
+// One accepted tcp connection: a peer process sending to us.
+//
+// The stream is read through a staging buffer (many small frames per
+// recv()); a frame too big to stage is read straight into its pool buffer.
+// The first frame must be a hello naming the peer process (and us as its
+// destination); after it, only message frames from that process to this
+// process. Anything else closes the connection with one warning, and the
+// process goes on.
+//
+// Flow control: when the sink is congested or the pool has no buffer, the
+// connection stops reading (its fd leaves the epoll set, so a sleeping
+// poller does not spin on it) until TryResume succeeds; the sender's socket
+// and then its queue fill up meanwhile. Nothing is dropped.
+//
+// Threading: polling thread only (OnReady, TryResume, Close). A closed
+// connection stays allocated until its owner frees it between epoll
+// batches, so events of the current batch that still name it are harmless.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "buffers/buffer_slot.h"
+#include "subsystem/reactor.h"
+#include "subsystem/tcp/connection_context.h"
+#include "subsystem/tcp/socket.h"
+#include "tocl/gid.h"
+
+namespace tocl::subsystem::tcp {
+
+class InboundConnection final : public subsystem::FdHandler {
+ public:
+  // Bytes of stream staged per connection.
+  static constexpr size_t kStagingBytes = 64 << 10;
+  // Frames bigger than this that are not staged whole are read straight into
+  // their pool buffer (one copy instead of two).
+  static constexpr size_t kDirectReadBytes = 16 << 10;
+
+  InboundConnection(ConnectionContext& context, Fd fd, std::string peer_address);
+  ~InboundConnection() override;
+  InboundConnection(const InboundConnection&) = delete;
+  InboundConnection& operator=(const InboundConnection&) = delete;
+
+  // Registers the fd with the reactor.
+  Status Start();
+
+  void OnReady(uint32_t events) override;
+
+  // For a paused connection: delivers what is staged and starts reading
+  // again. False while still blocked (congested sink, pool at its cap).
+  bool TryResume();
+
+  // Closes the fd (removing it from the reactor) and gives back a partly
+  // read buffer. `reason` is logged as a warning unless empty.
+  void Close(std::string_view reason);
+
+  bool closed() const { return !fd_.valid(); }
+  bool paused() const { return paused_; }
+  bool said_hello() const { return !hello_process_.is_null(); }
+  Gid peer_process() const { return hello_process_; }
+  const std::string& peer_address() const { return peer_address_; }
+  std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
+
+ private:
+  enum class Progress { kMore, kBlocked, kClosed };
+
+  // Reads and delivers until the socket has nothing more, a budget of
+  // reads is spent, delivery is blocked or the connection closed.
+  void ReadSome();
+  // Reads into the pool buffer of a frame too big to stage.
+  Progress ReadDirect();
+  // Delivers every whole staged frame.
+  Progress DeliverStaged();
+  // Checks one header against the connection's state; closes on error.
+  bool Admit(const wire::Header& header);
+  // False when the sink refused the frame (the connection is then closed).
+  bool Deliver(detail::BufferSlot* slot);
+  void Pause();
+  // Handles a recv() that returned 0 or failed; always closes.
+  void OnReadEnd(ssize_t n, int error);
+
+  ConnectionContext& context_;
+  Fd fd_;
+  const std::string peer_address_;
+  const std::chrono::steady_clock::time_point accepted_at_;
+  Gid hello_process_;  // null until the hello
+
+  std::unique_ptr<std::byte[]> staging_;
+  size_t begin_ = 0;  // first staged byte not yet consumed
+  size_t end_ = 0;    // one past the last staged byte
+
+  // A frame being read straight into its pool buffer.
+  detail::BufferSlot* direct_ = nullptr;
+  size_t direct_filled_ = 0;  // bytes of the frame (header included) in place
+  size_t direct_bytes_ = 0;   // the whole frame
+
+  bool paused_ = false;
+};
+
+}  // namespace tocl::subsystem::tcp

@@ -1,0 +1,172 @@
+#include "subsystem/tcp/socket.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace tocl::subsystem::tcp {
+
+Status ErrnoStatus(std::string_view operation, int error) {
+  std::string message = fmt::format("{}: {}", operation, std::strerror(error));
+  switch (error) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EPIPE:
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case EHOSTDOWN:
+      return Unavailable(std::move(message));
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      return ResourceExhausted(std::move(message));
+    case EADDRINUSE:
+      return AlreadyExists(std::move(message));
+    case EADDRNOTAVAIL:
+    case EAFNOSUPPORT:
+      return InvalidArgument(std::move(message));
+    case EACCES:
+    case EPERM:
+      return PermissionDenied(std::move(message));
+    default:
+      return Internal(std::move(message));
+  }
+}
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Fd::Close() {
+  if (fd_ >= 0) {
+    // close() always releases the descriptor on Linux, even when it reports
+    // EINTR: never retry.
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Result<SocketAddress> SocketAddress::FromIp(std::string_view ip, uint16_t port) {
+  // inet_pton wants a NUL-terminated string; an address is short.
+  if (ip.empty() || ip.size() >= INET6_ADDRSTRLEN) {
+    return InvalidArgument(fmt::format("'{}' is not an IP address", ip));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  std::memcpy(text, ip.data(), ip.size());
+  SocketAddress address;
+  if (ip.find(':') == std::string_view::npos) {
+    sockaddr_in v4{};
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons(port);
+    if (inet_pton(AF_INET, text, &v4.sin_addr) != 1) {
+      return InvalidArgument(fmt::format("'{}' is not an IPv4 address", ip));
+    }
+    std::memcpy(&address.storage_, &v4, sizeof(v4));
+    address.length_ = sizeof(v4);
+  } else {
+    sockaddr_in6 v6{};
+    v6.sin6_family = AF_INET6;
+    v6.sin6_port = htons(port);
+    if (inet_pton(AF_INET6, text, &v6.sin6_addr) != 1) {
+      return InvalidArgument(fmt::format("'{}' is not an IPv6 address", ip));
+    }
+    std::memcpy(&address.storage_, &v6, sizeof(v6));
+    address.length_ = sizeof(v6);
+  }
+  return address;
+}
+
+Result<SocketAddress> SocketAddress::Parse(std::string_view text) {
+  std::string_view ip;
+  std::string_view port_text;
+  if (text.starts_with('[')) {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return InvalidArgument(fmt::format("'{}' is not [IPv6]:PORT", text));
+    }
+    ip = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+      return InvalidArgument(fmt::format("'{}' has no port (IP:PORT)", text));
+    }
+    ip = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+    if (ip.find(':') != std::string_view::npos) {
+      return InvalidArgument(
+          fmt::format("'{}': an IPv6 address goes in brackets, [IP]:PORT", text));
+    }
+  }
+  unsigned port = 0;
+  const auto [end, error] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || error != std::errc() || end != port_text.data() + port_text.size() ||
+      port == 0 || port > 65535 || (port_text.size() > 1 && port_text[0] == '0')) {
+    return InvalidArgument(fmt::format("'{}' has no valid port (1..65535)", text));
+  }
+  return FromIp(ip, static_cast<uint16_t>(port));
+}
+
+SocketAddress SocketAddress::FromSockaddr(const sockaddr_storage& storage, socklen_t length) {
+  SocketAddress address;
+  address.storage_ = storage;
+  address.length_ = length;
+  return address;
+}
+
+uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) {
+    sockaddr_in v4;
+    std::memcpy(&v4, &storage_, sizeof(v4));
+    return ntohs(v4.sin_port);
+  }
+  if (family() == AF_INET6) {
+    sockaddr_in6 v6;
+    std::memcpy(&v6, &storage_, sizeof(v6));
+    return ntohs(v6.sin6_port);
+  }
+  return 0;
+}
+
+std::string SocketAddress::ToString() const {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET) {
+    sockaddr_in v4;
+    std::memcpy(&v4, &storage_, sizeof(v4));
+    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
+    return fmt::format("{}:{}", text, ntohs(v4.sin_port));
+  }
+  if (family() == AF_INET6) {
+    sockaddr_in6 v6;
+    std::memcpy(&v6, &storage_, sizeof(v6));
+    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
+    return fmt::format("[{}]:{}", text, ntohs(v6.sin6_port));
+  }
+  return fmt::format("(address family {})", family());
+}
+
+Status SetNoDelay(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return ErrnoStatus("setsockopt TCP_NODELAY", errno);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tocl::subsystem::tcp

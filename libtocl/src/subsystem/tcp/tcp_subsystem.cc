@@ -1,0 +1,277 @@
+#include "subsystem/tcp/tcp_subsystem.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <utility>
+
+#include "buffers/size_class.h"
+#include "subsystem/tcp/inbound_connection.h"
+#include "subsystem/tcp/outbound_connection.h"
+
+namespace tocl::subsystem::tcp {
+
+namespace {
+
+constexpr int kListenBacklog = 128;
+// Connections accepted per readiness event of the listener.
+constexpr int kMaxAcceptsPerEvent = 32;
+
+}  // namespace
+
+// What the runtime holds: a handle on a connection the subsystem owns, so
+// that dropping it never frees memory the current epoll batch may name.
+class TcpSubsystem::TcpRoute final : public subsystem::Route {
+ public:
+  TcpRoute(TcpSubsystem& owner, OutboundConnection* connection)
+      : owner_(owner), connection_(connection) {}
+  ~TcpRoute() override { owner_.Release(connection_); }
+  TcpRoute(const TcpRoute&) = delete;
+  TcpRoute& operator=(const TcpRoute&) = delete;
+
+  Status Post(detail::BufferSlot* slot) override { return connection_->Post(slot); }
+  Status PostCopy(const wire::Header& /*header*/, std::span<const std::byte> /*payload*/) override {
+    return Status(StatusCode::kUnimplemented, "tcp sends pool buffers only");
+  }
+  bool Drained() const override { return connection_->Drained(); }
+  bool Broken() const override { return connection_->Broken(); }
+
+ private:
+  TcpSubsystem& owner_;
+  OutboundConnection* connection_;  // owned by owner_
+};
+
+Result<std::unique_ptr<TcpSubsystem>> TcpSubsystem::Open(const TcpOptions& options,
+                                                         subsystem::Reactor& reactor,
+                                                         subsystem::Sink& sink,
+                                                         buffers::PoolBudget& budget) {
+  if (!options.self_process.is_process()) {
+    return InvalidArgument(
+        fmt::format("tcp: {} is not a process id", options.self_process.ToString()));
+  }
+  if (options.num_classes == 0 || options.num_classes > buffers::kMaxClasses) {
+    return InvalidArgument(fmt::format("tcp: {} size classes (1..{} allowed)", options.num_classes,
+                                       buffers::kMaxClasses));
+  }
+  if (options.hello_timeout.count() <= 0) {
+    return InvalidArgument("tcp: the hello timeout must be positive");
+  }
+  std::unique_ptr<TcpSubsystem> tcp(new TcpSubsystem(options, reactor, sink, budget));
+  TOCL_RETURN_IF_ERROR(tcp->Listen());
+  spdlog::debug("tocl tcp: {} listens on {}", options.self_process.ToString(), tcp->address_);
+  return tcp;
+}
+
+TcpSubsystem::TcpSubsystem(const TcpOptions& options, subsystem::Reactor& reactor,
+                           subsystem::Sink& sink, buffers::PoolBudget& budget)
+    : options_(options),
+      pool_(Network::kTcp, options.num_classes, slab_memory_, budget),
+      context_(options.self_process, reactor, sink, pool_,
+               wire::Limits{.max_payload = static_cast<uint32_t>(
+                                buffers::ClassBytes(options.num_classes - 1) - wire::kHeaderBytes)},
+               options.max_queued_bytes_per_route) {}
+
+TcpSubsystem::~TcpSubsystem() {
+  if (!closed_) Close();
+  FreeReleasedOutbound();
+  // Every Route handle must be gone by now: each points at its connection.
+  assert(outbound_.empty() && "a tcp Route outlived its TcpSubsystem");
+}
+
+Status TcpSubsystem::Listen() {
+  auto bind_address = SocketAddress::FromIp(options_.bind_address, 0);
+  if (!bind_address.ok()) return bind_address.status().WithContext("tcp bind address");
+  const int fd = socket(bind_address->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("tcp listener socket", errno);
+  listen_fd_ = Fd(fd);
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    return ErrnoStatus("setsockopt SO_REUSEADDR", errno);
+  }
+  if (bind(fd, bind_address->get(), bind_address->length()) != 0) {
+    return ErrnoStatus(fmt::format("bind {}", bind_address->ToString()), errno);
+  }
+  if (listen(fd, kListenBacklog) != 0) return ErrnoStatus("listen", errno);
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+    return ErrnoStatus("getsockname", errno);
+  }
+  address_ = SocketAddress::FromSockaddr(bound, length).ToString();
+  return context_.reactor.Add(fd, EPOLLIN, &listener_);
+}
+
+void TcpSubsystem::Listener::OnReady(uint32_t /*events*/) {
+  owner_.AcceptSome();
+}
+
+void TcpSubsystem::AcceptSome() {
+  if (closed_ || !accepting_) return;  // a late event of the current batch
+  for (int i = 0; i < kMaxAcceptsPerEvent; ++i) {
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    const int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&peer), &length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) return;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+        // Level-triggered, the listener would wake the poller again at once:
+        // leave the epoll set until Housekeeping.
+        spdlog::warn("tocl tcp: not accepting connections for a while: {}",
+                     ErrnoStatus("accept4", error).message());
+        context_.reactor.Remove(listen_fd_.get());
+        accepting_ = false;
+      } else {
+        spdlog::warn("tocl tcp: {}", ErrnoStatus("accept4", error).message());
+      }
+      return;
+    }
+    Fd owned(fd);
+    const std::string peer_address = SocketAddress::FromSockaddr(peer, length).ToString();
+    if (Status status = SetNoDelay(fd); !status.ok()) {
+      spdlog::debug("tocl tcp: connection from {}: {}", peer_address, status.message());
+    }
+    auto connection = std::make_unique<InboundConnection>(context_, std::move(owned), peer_address);
+    if (Status status = connection->Start(); !status.ok()) {
+      connection->Close(status.message());
+      continue;
+    }
+    TcpTraffic::Add(context_.traffic.connections_accepted, 1);
+    inbound_.push_back(std::move(connection));
+  }
+}
+
+bool TcpSubsystem::Reaches(Gid /*peer_process*/, std::string_view address) const {
+  return SocketAddress::Parse(address).ok();
+}
+
+Result<std::unique_ptr<subsystem::Route>> TcpSubsystem::Connect(Gid peer_process,
+                                                                std::string_view address) {
+  if (!peer_process.is_process()) {
+    return InvalidArgument(fmt::format("tcp: {} is not a process id", peer_process.ToString()));
+  }
+  auto peer_address = SocketAddress::Parse(address);
+  if (!peer_address.ok()) {
+    return peer_address.status().WithContext(
+        fmt::format("tcp address of {}", peer_process.ToString()));
+  }
+  std::lock_guard lock(mu_);
+  if (closing_) return FailedPrecondition("the tcp subsystem is closed");
+  auto connection = std::make_unique<OutboundConnection>(context_, peer_process, *peer_address);
+  // Under mu_: Close cannot come between creating the socket and
+  // registering the connection.
+  if (Status status = connection->Start(); !status.ok()) {
+    return status.WithContext(fmt::format("tcp connection to {} at {}", peer_process.ToString(),
+                                          connection->address().ToString()));
+  }
+  OutboundConnection* raw = connection.get();
+  outbound_.push_back(std::move(connection));
+  return std::unique_ptr<subsystem::Route>(std::make_unique<TcpRoute>(*this, raw));
+}
+
+void TcpSubsystem::Release(OutboundConnection* connection) {
+  std::lock_guard lock(mu_);
+  connection->Shutdown("the route was dropped");
+  released_.push_back(connection);
+  has_released_.store(true, std::memory_order_release);
+}
+
+int TcpSubsystem::Poll() {
+  if (context_.inbound_changed) {
+    context_.inbound_changed = false;
+    ResumePaused();
+    FreeClosedInbound();
+    // Look again at the next Poll.
+    if (paused_ > 0) context_.inbound_changed = true;
+  }
+  if (has_released_.load(std::memory_order_acquire)) FreeReleasedOutbound();
+  return std::exchange(context_.delivered, 0);
+}
+
+bool TcpSubsystem::PrepareToSleep() {
+  if (paused_ == 0 || context_.sink.Congested()) return true;
+  return !ResumePaused() && context_.delivered == 0;
+}
+
+bool TcpSubsystem::ResumePaused() {
+  bool resumed = false;
+  paused_ = 0;
+  for (auto& connection : inbound_) {
+    if (!connection->paused()) continue;
+    if (connection->TryResume()) {
+      resumed = true;
+    } else {
+      ++paused_;
+    }
+  }
+  return resumed;
+}
+
+void TcpSubsystem::Housekeeping() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& connection : inbound_) {
+    if (!connection->closed() && !connection->said_hello() &&
+        now - connection->accepted_at() >= options_.hello_timeout) {
+      connection->Close(fmt::format("no hello within {} ms", options_.hello_timeout.count()));
+    }
+  }
+  FreeClosedInbound();
+  FreeReleasedOutbound();
+  if (!accepting_ && !closed_) {
+    if (context_.reactor.Add(listen_fd_.get(), EPOLLIN, &listener_).ok()) accepting_ = true;
+  }
+}
+
+void TcpSubsystem::FreeClosedInbound() {
+  std::erase_if(inbound_, [](const std::unique_ptr<InboundConnection>& connection) {
+    return connection->closed();
+  });
+}
+
+void TcpSubsystem::FreeReleasedOutbound() {
+  std::vector<std::unique_ptr<OutboundConnection>> freed;
+  {
+    std::lock_guard lock(mu_);
+    has_released_.store(false, std::memory_order_relaxed);
+    if (released_.empty()) return;
+    for (OutboundConnection* connection : released_) {
+      auto it = std::find_if(outbound_.begin(), outbound_.end(),
+                             [&](const auto& owned) { return owned.get() == connection; });
+      if (it == outbound_.end()) continue;
+      freed.push_back(std::move(*it));
+      outbound_.erase(it);
+    }
+    released_.clear();
+  }
+  // `freed` goes here, outside mu_.
+}
+
+size_t TcpSubsystem::inbound_connections() const {
+  return static_cast<size_t>(
+      std::count_if(inbound_.begin(), inbound_.end(),
+                    [](const auto& connection) { return !connection->closed(); }));
+}
+
+void TcpSubsystem::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (listen_fd_.valid()) {
+    if (accepting_) context_.reactor.Remove(listen_fd_.get());
+    listen_fd_.Close();
+  }
+  for (auto& connection : inbound_) connection->Close("");
+  inbound_.clear();
+  std::lock_guard lock(mu_);
+  closing_ = true;
+  for (auto& connection : outbound_) connection->Shutdown("the tcp subsystem is closed");
+}
+
+}  // namespace tocl::subsystem::tcp

@@ -1,0 +1,60 @@
+#include "wire/frame.h"
+
+#include <fmt/format.h>
+
+namespace tocl::wire {
+
+Status ValidateHeader(const Header& header, const Limits& limits) {
+  if (header.magic != kMagic) {
+    return InvalidArgument(fmt::format("bad magic {:#010x}", header.magic));
+  }
+  if (header.version != kVersion) {
+    return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
+  }
+  if (header.flags != 0 || header.reserved != 0) {
+    return InvalidArgument("reserved header bits are set");
+  }
+  switch (header.kind) {
+    case FrameKind::kMessage: {
+      if (header.length > limits.max_payload) {
+        return InvalidArgument(fmt::format("payload of {} bytes exceeds the limit of {}",
+                                           header.length, limits.max_payload));
+      }
+      if (header.offset != 0 || header.total != header.length) {
+        return InvalidArgument("a short message with a fragment offset or total");
+      }
+      if (!Gid::FromRaw(header.source).is_thread() ||
+          !Gid::FromRaw(header.destination).is_thread()) {
+        return InvalidArgument(fmt::format("source {} or destination {} is not a thread",
+                                           Gid::FromRaw(header.source).ToString(),
+                                           Gid::FromRaw(header.destination).ToString()));
+      }
+      return Status::Ok();
+    }
+    case FrameKind::kHello:
+      if (header.length != 0 || header.offset != 0 || header.total != 0 || header.tag != 0) {
+        return InvalidArgument("a hello frame with a payload");
+      }
+      if (!Gid::FromRaw(header.source).is_process() ||
+          !Gid::FromRaw(header.destination).is_process()) {
+        return InvalidArgument(fmt::format("hello from {} to {}: both must be processes",
+                                           Gid::FromRaw(header.source).ToString(),
+                                           Gid::FromRaw(header.destination).ToString()));
+      }
+      return Status::Ok();
+  }
+  return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));
+}
+
+Result<Header> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits) {
+  if (bytes.size() < kHeaderBytes) {
+    return InvalidArgument(
+        fmt::format("truncated header: {} of {} bytes", bytes.size(), kHeaderBytes));
+  }
+  Header header;
+  std::memcpy(&header, bytes.data(), sizeof(Header));
+  TOCL_RETURN_IF_ERROR(ValidateHeader(header, limits));
+  return header;
+}
+
+}  // namespace tocl::wire

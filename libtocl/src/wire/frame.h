@@ -1,0 +1,84 @@
+// The wire header in front of every message and fragment (DESIGN.md §6).
+//
+// 64 bytes, little-endian, one cache line. A pool buffer holds the header
+// followed by the payload, so a message travels as one contiguous block:
+// shm copies it into a buffer the receiver provided, tcp writes it as is.
+//
+//   offset  size  field
+//        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
+//        4     1  version (1)
+//        5     1  kind (FrameKind)
+//        6     2  flags (0; reserved for fragments and priorities)
+//        8     4  tag
+//       12     4  length: payload bytes in this frame
+//       16     8  source Gid (a thread; a process for control frames)
+//       24     8  destination Gid (a thread; a process for control frames)
+//       32     8  seq: per (source process, destination process), from 0
+//       40     8  offset of this fragment in its message (0 for short messages)
+//       48     8  total length of the message (= length for short messages)
+//       56     8  reserved (0)
+//
+// Nothing from a network is trusted: DecodeHeader checks every field a
+// receiver relies on before anything uses it.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian and so is every host we build for");
+
+inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
+inline constexpr uint8_t kVersion = 1;
+
+enum class FrameKind : uint8_t {
+  kMessage = 1,  // a short message: the whole payload follows
+  kHello = 2,    // control, first frame of a tcp connection: source = the connecting process
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint8_t version = kVersion;
+  FrameKind kind = FrameKind::kMessage;
+  uint16_t flags = 0;
+  uint32_t tag = 0;
+  uint32_t length = 0;
+  uint64_t source = 0;
+  uint64_t destination = 0;
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t total = 0;
+  uint64_t reserved = 0;
+};
+static_assert(sizeof(Header) == 64 && alignof(Header) == 8);
+inline constexpr size_t kHeaderBytes = sizeof(Header);
+
+// What a receiver accepts: payloads up to `max_payload` bytes.
+struct Limits {
+  uint32_t max_payload = 0;
+};
+
+// Reads and checks a header from the first kHeaderBytes of `bytes`.
+// InvalidArgument (with what was wrong) for: too few bytes, bad magic,
+// unknown version or kind, nonzero flags/reserved, a length over the limit,
+// offset/total that do not describe a short message, source or destination
+// that are not thread ids (process ids for hello frames).
+Result<Header> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits);
+
+// Checks an already-placed header in place (the shm path: the header sits in
+// a receive buffer). Same rules as DecodeHeader.
+Status ValidateHeader(const Header& header, const Limits& limits);
+
+inline void EncodeHeader(const Header& header, std::byte* out) {
+  std::memcpy(out, &header, sizeof(Header));
+}
+
+}  // namespace tocl::wire

@@ -1,0 +1,373 @@
+// Bytes that are not tocl frames, written by hand to a process's tcp port
+// (the endpoint it published in the directory): garbage, truncated headers,
+// bad magic, versions and kinds, impossible lengths, messages before the
+// hello, for other processes or for threads that do not exist. Each must
+// close that connection (DESIGN.md §6), or at least change nothing, and the
+// process must go on serving: a normal message from another process still
+// gets its echo.
+//
+// Frames are built from the wire header (libtocl/src/wire/frame.h).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon_harness.h"
+#include "messaging_support.h"
+#include "status_assertions.h"
+#include "wire/frame.h"
+
+namespace tocl::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+
+// A connected TCP socket, closed by the destructor.
+class RawConnection {
+ public:
+  static Result<RawConnection> Open(const std::string& endpoint) {
+    const size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos) return InvalidArgument("no port in " + endpoint);
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+    if (::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &address.sin_addr) != 1) {
+      return InvalidArgument("not an IPv4 address: " + endpoint);
+    }
+    RawConnection connection(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (connection.fd_ < 0) return Internal("socket: " + std::string(std::strerror(errno)));
+    if (::connect(connection.fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) !=
+        0) {
+      return Unavailable("connect " + endpoint + ": " + std::strerror(errno));
+    }
+    timeval send_timeout = {10, 0};
+    ::setsockopt(connection.fd_, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+    return connection;
+  }
+  RawConnection(RawConnection&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  RawConnection& operator=(RawConnection&&) = delete;
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  enum class Written { kAll, kClosed, kStuck };
+  // Writes everything it can; a peer that closes early is not an error
+  // here, one that stops reading for 10 s is kStuck.
+  Written Write(std::span<const std::byte> bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Written::kStuck;
+      if (n <= 0) return Written::kClosed;
+      done += static_cast<size_t>(n);
+    }
+    return Written::kAll;
+  }
+  void EndWrites() { ::shutdown(fd_, SHUT_WR); }
+
+  // True once the other side has closed the connection (EOF or reset),
+  // reading and dropping anything it sends first.
+  bool ClosedByPeer(milliseconds timeout) {
+    const auto deadline = steady_clock::now() + timeout;
+    char sink[4096];
+    while (steady_clock::now() < deadline) {
+      pollfd poll_fd = {fd_, POLLIN | POLLRDHUP, 0};
+      int ready = ::poll(&poll_fd, 1, 100);
+      if (ready <= 0) continue;
+      ssize_t n = ::recv(fd_, sink, sizeof sink, MSG_DONTWAIT);
+      if (n == 0) return true;
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return true;
+    }
+    return false;
+  }
+
+ private:
+  explicit RawConnection(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// Frames as bytes.
+class Frames {
+ public:
+  Frames& Add(const wire::Header& header, std::span<const std::byte> payload = {}) {
+    const size_t at = bytes_.size();
+    bytes_.resize(at + wire::kHeaderBytes);
+    wire::EncodeHeader(header, bytes_.data() + at);
+    bytes_.insert(bytes_.end(), payload.begin(), payload.end());
+    return *this;
+  }
+  Frames& Raw(std::span<const std::byte> raw) {
+    bytes_.insert(bytes_.end(), raw.begin(), raw.end());
+    return *this;
+  }
+  Frames& Truncate(size_t size) {
+    bytes_.resize(size);
+    return *this;
+  }
+  std::span<const std::byte> bytes() const { return bytes_; }
+  size_t size() const { return bytes_.size(); }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+wire::Header Hello(Gid from_process, Gid to_process) {
+  wire::Header header;
+  header.kind = wire::FrameKind::kHello;
+  header.source = from_process.raw();
+  header.destination = to_process.raw();
+  return header;
+}
+
+// `seq` counts the messages of one source process to one destination
+// process, from 0: the receiver delivers them in that order.
+wire::Header Message(Gid from, Gid to, Tag tag, size_t length, uint64_t seq = 0) {
+  wire::Header header;
+  header.kind = wire::FrameKind::kMessage;
+  header.tag = tag;
+  header.length = static_cast<uint32_t>(length);
+  header.total = length;
+  header.source = from.raw();
+  header.destination = to.raw();
+  header.seq = seq;
+  return header;
+}
+
+// The target's budget for unexpected messages.
+constexpr size_t kUnexpectedCap = size_t{4} << 20;
+
+TEST_CASE("malformed frames on a process's tcp port close that connection, the process serves on",
+          "[integration][msg][tcp]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  MsgWorker echo = REQUIRE_VALUE(MsgWorker::Start(
+      daemon, MsgWorkerArgs("echo", "target").Subsystems("tcp").UnexpectedCap(kUnexpectedCap)));
+  const Gid target = echo.threads().front();
+  const Gid target_process = echo.process();
+  auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "honest", "tcp"));
+  const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
+  INFO("target output:\n" << echo.Output());
+
+  auto ping = [&](const std::string& text) -> Status {
+    TOCL_RETURN_IF_ERROR(runtime->Send(me, target, 1, Bytes(text)));
+    TOCL_ASSIGN_OR_RETURN(Buffer reply, runtime->RecvFor(me, seconds(15), target, 1));
+    if (Text(reply) != text) return Internal("the echo of '" + text + "' is '" + Text(reply) + "'");
+    return Status::Ok();
+  };
+  REQUIRE_OK(ping("before anything"));
+
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, target_process));
+  INFO("target's tcp endpoint: " << endpoint);
+  REQUIRE_OK(RawConnection::Open(endpoint));
+
+  // Processes that do not exist, on the target's host: the "attackers",
+  // one per experiment so that each starts a sequence of its own.
+  uint32_t next_stranger = Gid::kMaxProcess - 1;
+  auto new_stranger = [&] { return Gid::Process(target.host_index(), next_stranger--); };
+  const Gid stranger = new_stranger();
+  const Gid stranger_thread = Gid::Thread(stranger, 1);
+  const Gid honest_process = runtime->gid();
+  // What the target has received: echo prints "progress ... received=N".
+  uint64_t target_received = 1;
+  auto target_receives = [&](uint64_t more) {
+    target_received += more;
+    return echo.WaitForValue("progress", "received", target_received, seconds(15));
+  };
+
+  {
+    INFO(
+        "a well-formed frame written by hand is delivered (the cases below are right but for "
+        "one thing)");
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    const Gid writer = new_stranger();
+    const std::string text = "by hand";
+    CHECK(raw.Write(Frames()
+                        .Add(Hello(writer, target_process))
+                        .Add(Message(Gid::Thread(writer, 1), target, 5, text.size()), Bytes(text))
+                        .bytes()) == RawConnection::Written::kAll);
+    // The target receives it (its echo to a process that does not exist fails).
+    CHECK(target_receives(1));
+    CHECK_FALSE(raw.ClosedByPeer(milliseconds(300)));
+  }
+
+  struct Case {
+    std::string what;
+    Frames frames;
+    bool end_writes = false;  // shut our side down after writing
+    bool must_close = true;   // the target must close the connection
+  };
+  std::vector<std::byte> garbage(4096);
+  std::mt19937 random(42);
+  for (std::byte& b : garbage) b = static_cast<std::byte>(random());
+  const std::string payload = "0123456789";
+  auto hello = [&] { return Frames().Add(Hello(stranger, target_process)); };
+
+  std::vector<Case> cases;
+  cases.push_back({"random bytes", Frames().Raw(garbage)});
+  cases.push_back({"a header cut short, then the end of the stream", hello().Truncate(20),
+                   /*end_writes=*/true});
+  cases.push_back({"a message header cut short after the hello, then the end of the stream",
+                   hello().Add(Message(stranger_thread, target, 1, 0)).Truncate(64 + 30), true});
+  cases.push_back({"a payload cut short, then the end of the stream",
+                   hello().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), true});
+  {
+    wire::Header bad = Hello(stranger, target_process);
+    bad.magic = 0xDEADBEEF;
+    cases.push_back({"a hello with bad magic", Frames().Add(bad)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, payload.size());
+    bad.magic = 0x4C434F55;
+    cases.push_back({"a message with bad magic after the hello", hello().Add(bad, Bytes(payload))});
+  }
+  {
+    wire::Header bad = Hello(stranger, target_process);
+    bad.version = 9;
+    cases.push_back({"an unknown version", Frames().Add(bad)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, 0);
+    bad.kind = static_cast<wire::FrameKind>(77);
+    cases.push_back({"an unknown frame kind", hello().Add(bad)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, 0);
+    bad.length = 0xFFFF'FFFFu;  // 4 GiB
+    bad.total = bad.length;
+    cases.push_back({"a length of 4 GiB", hello().Add(bad).Raw(garbage)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, payload.size());
+    bad.total = uint64_t{1} << 40;
+    cases.push_back({"a total length that is not the length", hello().Add(bad, Bytes(payload))});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, payload.size());
+    bad.reserved = 1;
+    cases.push_back({"reserved bits set", hello().Add(bad, Bytes(payload))});
+  }
+  cases.push_back(
+      {"a message before the hello",
+       Frames().Add(Message(stranger_thread, target, 1, payload.size()), Bytes(payload))});
+  cases.push_back({"a hello for another process", Frames().Add(Hello(stranger, honest_process))});
+  cases.push_back({"a hello from a thread, not a process",
+                   Frames().Add(Hello(stranger_thread, target_process))});
+  cases.push_back({"a second hello", hello().Add(Hello(stranger, target_process))});
+  cases.push_back(
+      {"a message for another process",
+       hello().Add(Message(stranger_thread, Gid::Thread(honest_process, 1), 1, payload.size()),
+                   Bytes(payload))});
+  cases.push_back({"a message from another process than the hello's",
+                   hello().Add(Message(Gid::Thread(honest_process, 1), target, 1, payload.size()),
+                               Bytes(payload))});
+  cases.push_back({"a message from a process id, not a thread",
+                   hello().Add(Message(stranger, target, 1, payload.size()), Bytes(payload))});
+  // Not a framing error: the target drops it (or closes); either way it
+  // must neither keep it forever nor stop.
+  cases.push_back(
+      {"a message for a thread that does not exist",
+       hello().Add(Message(stranger_thread, Gid::Thread(target_process, 4000), 1, payload.size()),
+                   Bytes(payload)),
+       false, /*must_close=*/false});
+  // Left open: the target must not wait for the rest of it.
+  cases.push_back({"a header cut short, left open", hello().Truncate(20), false, false});
+  cases.push_back({"a payload cut short, left open",
+                   hello().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), false,
+                   false});
+  cases.push_back({"nothing at all, left open", Frames(), false, false});
+
+  std::vector<RawConnection> left_open;
+  for (Case& test : cases) {
+    INFO("case: " << test.what);
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    const auto written = raw.Write(test.frames.bytes());
+    CHECK(written != RawConnection::Written::kStuck);
+    if (test.end_writes) raw.EndWrites();
+    if (test.must_close) {
+      CHECK(raw.ClosedByPeer(seconds(10)));
+    } else {
+      left_open.push_back(std::move(raw));
+    }
+    REQUIRE(echo.child().running());
+    CHECK_OK(ping("after " + test.what));
+    ++target_received;
+  }
+
+  // Many idle connections at once do not starve the honest one.
+  for (int i = 0; i < 100; ++i) {
+    left_open.push_back(REQUIRE_VALUE(RawConnection::Open(endpoint)));
+    if (i % 2 == 0) (void)left_open.back().Write(hello().Truncate(10).bytes());
+  }
+  CHECK_OK(ping("with a hundred idle connections open"));
+  ++target_received;
+  // A flood of messages for threads that do not exist is not kept.
+  {
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    const Gid flooder = new_stranger();
+    Frames flood = Frames().Add(Hello(flooder, target_process));
+    for (uint32_t i = 0; i < 20000; ++i) {
+      flood.Add(Message(Gid::Thread(flooder, 1), Gid::Thread(target_process, 5000 + i), 1,
+                        payload.size(), /*seq=*/i),
+                Bytes(payload));
+    }
+    const int64_t rss_before = REQUIRE_VALUE(ProcessRssKib(echo.pid()));
+    // Dropped or refused (closed), but not kept while the sender waits.
+    CHECK(raw.Write(flood.bytes()) != RawConnection::Written::kStuck);
+    CHECK_OK(ping("after a flood for absent threads"));
+    ++target_received;
+    const int64_t rss_after = REQUIRE_VALUE(ProcessRssKib(echo.pid()));
+    INFO("target RSS " << rss_before << " -> " << rss_after << " KiB");
+    if (!SanitizedBuild()) CHECK(rss_after - rss_before < 32 * 1024);
+  }
+  // Messages after a gap in a sequence that never closes (message 0 never
+  // comes) wait for it, but within the unexpected-message budget (4 MiB),
+  // not with 64 MiB.
+  {
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    const Gid gapper = new_stranger();
+    Frames gapped = Frames().Add(Hello(gapper, target_process));
+    const std::vector<std::byte> big(16 * 1024, std::byte{0x42});
+    for (uint32_t i = 1; i <= 2000; ++i) {
+      gapped.Add(Message(Gid::Thread(gapper, 1), target, 1, big.size(), /*seq=*/i), big);
+    }
+    const int64_t rss_before = REQUIRE_VALUE(ProcessRssKib(echo.pid()));
+    const auto written = raw.Write(gapped.bytes());
+    raw.EndWrites();
+    // Once the target has read to the end of the stream it closes it (a
+    // target that stopped reading has bounded what it keeps).
+    const bool read_to_the_end = raw.ClosedByPeer(seconds(10));
+    CHECK_OK(ping("after a sequence with a gap"));
+    ++target_received;
+    const int64_t rss_after = REQUIRE_VALUE(ProcessRssKib(echo.pid()));
+    INFO(
+        "wrote: " << (written == RawConnection::Written::kAll      ? "all"
+                      : written == RawConnection::Written::kClosed ? "closed"
+                                                                   : "stuck")
+                  << (read_to_the_end ? ", the target read it all" : ", the target stopped reading")
+                  << "; target RSS " << rss_before << " -> " << rss_after << " KiB");
+    if (!SanitizedBuild()) CHECK(rss_after - rss_before < 20 * 1024);
+  }
+  left_open.clear();
+  CHECK_OK(ping("after everything"));
+
+  Result<int> code = echo.Finish(seconds(30));
+  REQUIRE_OK(code);
+  CHECK(*code == 0);
+}
+
+}  // namespace
+}  // namespace tocl::testing

@@ -1,0 +1,768 @@
+// The tcp subsystem between two instances in one process, each with its own
+// EpollReactor and a sink that collects what arrives; plus raw sockets that
+// speak the wire format badly.
+#include "subsystem/tcp/tcp_subsystem.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/buffer_slot.h"
+#include "buffers/size_class.h"
+#include "runtime/epoll_reactor.h"
+#include "subsystem/tcp/socket.h"
+#include "wire/frame.h"
+
+namespace tocl::subsystem::tcp {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr Gid kA = Gid::Process(1, 1);
+constexpr Gid kB = Gid::Process(1, 2);
+constexpr uint32_t kClasses = 9;  // 256 B .. 64 KiB
+
+uint32_t Checksum(std::span<const std::byte> bytes) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (std::byte b : bytes) hash = (hash ^ std::to_integer<uint32_t>(b)) * 16777619u;
+  return hash;
+}
+
+struct Arrival {
+  Gid from;
+  wire::Header header;
+  bool intact = false;                 // the payload matches the checksum in the tag
+  detail::BufferSlot* slot = nullptr;  // when the sink keeps what arrives
+};
+
+// Collects arrivals; called on the polling thread, read by the test thread.
+class CollectingSink final : public subsystem::Sink {
+ public:
+  Status OnMessage(Gid from, detail::BufferSlot* slot) override {
+    Arrival arrival{from, slot->header(), false, nullptr};
+    arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
+    if (keep.load()) {
+      arrival.slot = slot;
+    } else {
+      slot->pool->Unref(slot);
+    }
+    std::lock_guard lock(mu_);
+    arrivals_.push_back(arrival);
+    return Status::Ok();
+  }
+  bool Congested() const override { return congested.load(); }
+
+  size_t size() const {
+    std::lock_guard lock(mu_);
+    return arrivals_.size();
+  }
+  std::vector<Arrival> arrivals() const {
+    std::lock_guard lock(mu_);
+    return arrivals_;
+  }
+  void ReleaseKept() {
+    std::lock_guard lock(mu_);
+    for (Arrival& arrival : arrivals_) {
+      if (arrival.slot != nullptr) arrival.slot->pool->Unref(std::exchange(arrival.slot, nullptr));
+    }
+  }
+
+  std::atomic<bool> congested{false};
+  std::atomic<bool> keep{false};
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Arrival> arrivals_;
+};
+
+TcpOptions Options(Gid self, uint32_t classes = kClasses) {
+  TcpOptions options;
+  options.self_process = self;
+  options.num_classes = classes;
+  return options;
+}
+
+// One process's worth: a reactor, a sink, a tcp subsystem.
+struct Side {
+  explicit Side(const TcpOptions& options, size_t budget_bytes = size_t{256} << 20)
+      : budget(budget_bytes) {
+    auto created = runtime::EpollReactor::Create();
+    REQUIRE(created.ok());
+    reactor = std::move(*created);
+    auto opened = TcpSubsystem::Open(options, *reactor, sink, budget);
+    INFO(opened.status().ToString());
+    REQUIRE(opened.ok());
+    tcp = std::move(*opened);
+  }
+  ~Side() {
+    sink.ReleaseKept();
+    tcp->Close();
+  }
+  Side(const Side&) = delete;
+  Side& operator=(const Side&) = delete;
+
+  // One round of the polling thread; true when something happened.
+  bool PumpOnce() {
+    const int handled = reactor->Wait(0);
+    return tcp->Poll() + handled > 0;
+  }
+  uint64_t PoolInUse() const {
+    uint64_t in_use = 0;
+    for (const auto& stats : tcp->pool().Stats()) in_use += stats.in_use;
+    return in_use;
+  }
+
+  buffers::PoolBudget budget;
+  std::unique_ptr<runtime::EpollReactor> reactor;
+  CollectingSink sink;
+  std::unique_ptr<TcpSubsystem> tcp;
+};
+
+void Pump(std::initializer_list<Side*> sides) {
+  bool busy = false;
+  for (Side* side : sides) busy = side->PumpOnce() || busy;
+  if (!busy) std::this_thread::sleep_for(50us);
+}
+
+bool PumpUntil(std::initializer_list<Side*> sides, const std::function<bool()>& done,
+               std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    Pump(sides);
+  }
+  return true;
+}
+
+// The polling thread of both sides, for tests that post from another thread.
+class PumpThread {
+ public:
+  PumpThread(Side& a, Side& b)
+      : thread_([this, &a, &b] {
+          while (!stop_.load()) Pump({&a, &b});
+        }) {}
+  ~PumpThread() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+void FillPayload(std::byte* payload, size_t length, uint64_t seq) {
+  for (size_t i = 0; i < length; ++i) {
+    payload[i] = static_cast<std::byte>((seq * 7 + i * 13 + (i >> 8)) & 0xff);
+  }
+}
+
+// A message frame from thread 1..3 of `from` to thread 1 of `to`, its
+// checksum in the tag, in a buffer of `pool` (refs = 1).
+detail::BufferSlot* NewFrame(buffers::BufferPool& pool, Gid from, Gid to, uint64_t seq,
+                             size_t payload) {
+  detail::BufferSlot* slot = pool.TryGet(buffers::ClassFor(payload));
+  REQUIRE(slot != nullptr);
+  wire::Header& header = slot->header();
+  header.kind = wire::FrameKind::kMessage;
+  header.source = Gid::Thread(from, 1 + static_cast<uint32_t>(seq % 3)).raw();
+  header.destination = Gid::Thread(to, 1).raw();
+  header.seq = seq;
+  header.length = static_cast<uint32_t>(payload);
+  header.total = payload;
+  FillPayload(slot->payload(), payload, seq);
+  header.tag = Checksum({slot->payload(), payload});
+  return slot;
+}
+
+// Checks that `arrivals` are frames first_seq, first_seq+1, ... from kA to
+// kB, whole.
+void CheckInOrder(const std::vector<Arrival>& arrivals, uint64_t first_seq = 0) {
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    const Arrival& arrival = arrivals[i];
+    INFO("arrival " << i << " seq " << arrival.header.seq);
+    REQUIRE(arrival.header.seq == first_seq + i);
+    REQUIRE(arrival.from == kA);
+    REQUIRE(Gid::FromRaw(arrival.header.source).process() == kA);
+    REQUIRE(Gid::FromRaw(arrival.header.destination) == Gid::Thread(kB, 1));
+    REQUIRE(arrival.intact);
+  }
+}
+
+// Posts, pumping `sides` while the route says TryAgain.
+Status PostPumping(subsystem::Route& route, detail::BufferSlot* slot,
+                   std::initializer_list<Side*> sides, std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    Status status = route.Post(slot);
+    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
+    Pump(sides);
+  }
+}
+
+// Captures tocl's warnings while alive.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    sink->set_pattern("%v");
+    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+    logger->set_level(spdlog::level::warn);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+
+  std::vector<std::string> Lines() {
+    spdlog::default_logger()->flush();
+    std::vector<std::string> lines;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+  void Clear() { out_.str(""); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A blocking client socket connected to `address`.
+Fd RawConnect(const std::string& address) {
+  auto parsed = SocketAddress::Parse(address);
+  REQUIRE(parsed.ok());
+  Fd fd(socket(parsed->family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(fd.valid());
+  REQUIRE(connect(fd.get(), parsed->get(), parsed->length()) == 0);
+  return fd;
+}
+
+void RawWrite(const Fd& fd, std::span<const std::byte> bytes) {
+  REQUIRE(send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(bytes.size()));
+}
+
+std::vector<std::byte> Encode(const wire::Header& header, size_t payload_bytes = 0) {
+  std::vector<std::byte> bytes(wire::kHeaderBytes + payload_bytes);
+  wire::EncodeHeader(header, bytes.data());
+  return bytes;
+}
+
+wire::Header Hello(Gid from, Gid to) {
+  wire::Header header;
+  header.kind = wire::FrameKind::kHello;
+  header.source = from.raw();
+  header.destination = to.raw();
+  return header;
+}
+
+wire::Header Message(Gid source, Gid destination, uint32_t length) {
+  wire::Header header;
+  header.source = source.raw();
+  header.destination = destination.raw();
+  header.length = length;
+  header.total = length;
+  return header;
+}
+
+// Whether the other end closed `fd` (EOF or reset), pumping `side` meanwhile.
+bool ClosedByPeer(const Fd& fd, Side& side, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    side.PumpOnce();
+    pollfd entry{fd.get(), POLLIN, 0};
+    if (poll(&entry, 1, 1) == 1) {
+      std::byte scratch[64];
+      const ssize_t n = recv(fd.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
+      return n == 0 || (n < 0 && errno == ECONNRESET);
+    }
+  }
+  return false;
+}
+
+uint16_t UnusedPort() {
+  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  auto address = SocketAddress::FromIp("127.0.0.1", 0);
+  REQUIRE(bind(fd.get(), address->get(), address->length()) == 0);
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  REQUIRE(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &length) == 0);
+  return SocketAddress::FromSockaddr(bound, length).port();
+}
+
+TEST_CASE("a tcp subsystem publishes IP:PORT and checks the addresses it is given", "[tcp]") {
+  Side a(Options(kA));
+  const std::string& address = a.tcp->address();
+  REQUIRE(address.starts_with("127.0.0.1:"));
+  REQUIRE(SocketAddress::Parse(address).ok());
+  CHECK(a.tcp->network() == Network::kTcp);
+  CHECK(a.tcp->name() == "tcp");
+  CHECK(a.tcp->max_payload() == buffers::ClassBytes(kClasses - 1) - wire::kHeaderBytes);
+
+  CHECK(a.tcp->Reaches(kB, "127.0.0.1:7400"));
+  CHECK(a.tcp->Reaches(kB, "[::1]:7400"));
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:07400",
+        "127.0.0.1:74x", "localhost:7400", "::1:7400", "[::1]7400", "[::1:7400", "1.2.3:7400"}) {
+    INFO(bad);
+    CHECK_FALSE(a.tcp->Reaches(kB, bad));
+    auto route = a.tcp->Connect(kB, bad);
+    REQUIRE_FALSE(route.ok());
+    CHECK(route.status().code() == StatusCode::kInvalidArgument);
+  }
+  auto thread_route = a.tcp->Connect(Gid::Thread(kB, 1), "127.0.0.1:7400");
+  CHECK(thread_route.status().code() == StatusCode::kInvalidArgument);
+
+  buffers::PoolBudget budget(1 << 20);
+  CollectingSink sink;
+  auto reactor = runtime::EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  TcpOptions options = Options(kB);
+  options.num_classes = 0;
+  CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
+        StatusCode::kInvalidArgument);
+  options = Options(Gid::Thread(kB, 1));
+  CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
+        StatusCode::kInvalidArgument);
+  options = Options(kB);
+  options.bind_address = "localhost";
+  CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
+        StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("ten thousand frames of mixed sizes arrive whole and in order", "[tcp]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  constexpr uint64_t kFrames = 10000;
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+
+  std::mt19937 random(42);
+  const size_t max_payload = a.tcp->max_payload();
+  std::vector<detail::BufferSlot*> watched;  // every 100th: we keep a reference to see its state
+  {
+    PumpThread pump(a, b);
+    for (uint64_t seq = 0; seq < kFrames; ++seq) {
+      const uint32_t kind = random() % 10;
+      const size_t payload = kind < 6   ? random() % 193
+                             : kind < 9 ? 193 + random() % 8000
+                                        : 8193 + random() % (max_payload - 8192);
+      detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, payload);
+      if (seq % 100 == 0) {
+        slot->refs.fetch_add(1);
+        watched.push_back(slot);
+      }
+      Status status;
+      while ((status = (*route)->Post(slot)).code() == StatusCode::kTryAgain) {
+        std::this_thread::sleep_for(20us);
+      }
+      REQUIRE(status.ok());
+    }
+    const auto deadline = Clock::now() + 30s;
+    while ((b.sink.size() < kFrames || !(*route)->Drained()) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  REQUIRE(b.sink.size() == kFrames);
+  REQUIRE((*route)->Drained());
+  CHECK_FALSE((*route)->Broken());
+  CheckInOrder(b.sink.arrivals());
+  for (detail::BufferSlot* slot : watched) {
+    CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kSent);
+    slot->pool->Unref(slot);
+  }
+  CHECK(a.PoolInUse() == 0);
+  CHECK(b.PoolInUse() == 0);
+
+  const TcpTrafficStats sent = a.tcp->traffic();
+  const TcpTrafficStats received = b.tcp->traffic();
+  CHECK(sent.frames_sent == kFrames);
+  CHECK(received.frames_received == kFrames);
+  CHECK(sent.bytes_sent == received.bytes_received);
+  CHECK(received.connections_accepted == 1);
+  CHECK(received.connections_rejected == 0);
+}
+
+TEST_CASE("a payload of the largest class arrives whole", "[tcp]") {
+  Side a(Options(kA, buffers::kMaxClasses));
+  Side b(Options(kB, buffers::kMaxClasses));
+  const size_t max_payload = a.tcp->max_payload();
+  REQUIRE(max_payload == (size_t{1} << 20) - wire::kHeaderBytes);
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  const size_t sizes[] = {max_payload, 10, max_payload, 0, max_payload - 1, 70000};
+  uint64_t seq = 0;
+  for (size_t payload : sizes) {
+    REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq++, payload), {&a, &b}).ok());
+  }
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == std::size(sizes); }));
+  const auto arrivals = b.sink.arrivals();
+  CheckInOrder(arrivals);
+  for (size_t i = 0; i < std::size(sizes); ++i) CHECK(arrivals[i].header.length == sizes[i]);
+  REQUIRE(PumpUntil({&a, &b}, [&] { return (*route)->Drained(); }));
+  CHECK(a.PoolInUse() == 0);
+}
+
+TEST_CASE("malformed connections are closed with one warning while a good one keeps working",
+          "[tcp]") {
+  TcpOptions options = Options(kB);
+  options.hello_timeout = 200ms;
+  Side a(Options(kA));
+  Side b(options);
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  uint64_t seq = 0;
+  auto send_one = [&] {
+    REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq, 100), {&a, &b}).ok());
+    ++seq;
+    REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == seq; }));
+  };
+  send_one();
+
+  const uint32_t max_payload = b.tcp->max_payload();
+  const Gid a_thread = Gid::Thread(kA, 1);
+  const Gid b_thread = Gid::Thread(kB, 1);
+  auto cat = [](std::vector<std::byte> first, const std::vector<std::byte>& second) {
+    first.insert(first.end(), second.begin(), second.end());
+    return first;
+  };
+  struct Case {
+    const char* name;
+    std::vector<std::byte> bytes;
+    bool end_stream;  // shut down our side after writing
+    const char* expected;
+  };
+  std::vector<std::byte> truncated_header = Encode(Hello(kA, kB));
+  truncated_header.resize(30);
+  std::vector<std::byte> truncated_frame =
+      cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 1000)));
+  truncated_frame.resize(truncated_frame.size() + 10);
+  std::vector<Case> cases = {
+      {"bad magic", std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
+      {"truncated header", truncated_header, true, "ended inside a header (30 of 64 bytes)"},
+      {"truncated frame", truncated_frame, true, "ended inside a frame (74 of 1064 bytes)"},
+      {"impossible length",
+       cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, max_payload + 1))), false,
+       "exceeds the limit"},
+      {"huge length", cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 0xffffffffu))),
+       false, "exceeds the limit"},
+      {"message before hello", Encode(Message(a_thread, b_thread, 0)), false,
+       "a message before the hello"},
+      {"hello for someone else", Encode(Hello(kA, Gid::Process(1, 5))), false,
+       "a hello for h1.p5, but this is h1.p2"},
+      {"hello from a thread", Encode(Hello(a_thread, kB)), false, "both must be processes"},
+      {"second hello", cat(Encode(Hello(kA, kB)), Encode(Hello(kA, kB))), false, "a second hello"},
+      {"wrong source",
+       cat(Encode(Hello(kA, kB)), Encode(Message(Gid::Thread(1, 9, 1), b_thread, 0))), false,
+       "a message from h1.p9.t1 on the connection of h1.p1"},
+      {"wrong destination",
+       cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, Gid::Thread(1, 7, 1), 0))), false,
+       "a message for h1.p7.t1, but this is h1.p2"},
+  };
+
+  LogCapture log;
+  for (const Case& c : cases) {
+    INFO(c.name);
+    log.Clear();
+    Fd raw = RawConnect(b.tcp->address());
+    RawWrite(raw, c.bytes);
+    if (c.end_stream) shutdown(raw.get(), SHUT_WR);
+    REQUIRE(ClosedByPeer(raw, b));
+    const auto lines = log.Lines();
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].starts_with("tocl tcp: closing connection from 127.0.0.1:"));
+    CHECK(lines[0].find(c.expected) != std::string::npos);
+    send_one();  // the good connection still works
+  }
+
+  SECTION("a connection that never says hello is closed by housekeeping") {
+    log.Clear();
+    Fd raw = RawConnect(b.tcp->address());
+    REQUIRE(PumpUntil({&b}, [&] { return b.tcp->inbound_connections() == 2; }));
+    b.tcp->Housekeeping();
+    CHECK(b.tcp->inbound_connections() == 2);  // not yet
+    std::this_thread::sleep_for(250ms);
+    b.tcp->Housekeeping();
+    CHECK(b.tcp->inbound_connections() == 1);
+    REQUIRE(ClosedByPeer(raw, b));
+    const auto lines = log.Lines();
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].find("no hello within 200 ms") != std::string::npos);
+  }
+  SECTION("a connection that ends cleanly between frames is closed without a warning") {
+    log.Clear();
+    {
+      Fd raw = RawConnect(b.tcp->address());
+      RawWrite(raw, cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 0))));
+      REQUIRE(PumpUntil({&b}, [&] { return b.sink.size() == seq + 1; }));
+    }
+    REQUIRE(PumpUntil({&b}, [&] { return b.tcp->inbound_connections() == 1; }));
+    CHECK(log.Lines().empty());
+    ++seq;  // the raw message counts
+  }
+  send_one();
+  CHECK(b.tcp->inbound_connections() == 1);
+  CHECK(b.tcp->traffic().connections_rejected >= cases.size());
+}
+
+TEST_CASE("a route to a port nobody listens on is broken and says why", "[tcp]") {
+  Side a(Options(kA));
+  const std::string address = "127.0.0.1:" + std::to_string(UnusedPort());
+  LogCapture log;
+  auto route = a.tcp->Connect(kB, address);
+  REQUIRE(route.ok());
+  REQUIRE(PumpUntil({&a}, [&] { return (*route)->Broken(); }));
+  detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, 0, 10);
+  Status status = (*route)->Post(slot);
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK(status.message() ==
+        "cannot connect to h1.p2 at " + address + ": connect: Connection refused");
+  CHECK(log.Lines().size() == 1);
+  a.tcp->pool().Unref(slot);
+}
+
+TEST_CASE("a route whose peer goes away fails its queued frames and stays broken", "[tcp]") {
+  TcpOptions options = Options(kA);
+  options.max_queued_bytes_per_route = 256 << 10;
+  Side a(options);
+  auto b = std::make_unique<Side>(Options(kB));
+  const std::string b_address = b->tcp->address();
+  auto route = a.tcp->Connect(kB, b_address);
+  REQUIRE(route.ok());
+
+  SECTION("with frames queued (the peer stopped reading)") {
+    b->sink.congested = true;
+    std::vector<detail::BufferSlot*> held;
+    const auto deadline = Clock::now() + 20s;
+    for (uint64_t seq = 0;; ++seq) {
+      REQUIRE(Clock::now() < deadline);
+      detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, 4000);
+      slot->refs.fetch_add(1);
+      Status status;
+      for (int round = 0; round < 100; ++round) {
+        status = (*route)->Post(slot);
+        if (status.code() != StatusCode::kTryAgain) break;
+        Pump({&a, b.get()});
+      }
+      if (status.code() == StatusCode::kTryAgain) {
+        a.tcp->pool().Unref(slot);
+        a.tcp->pool().Unref(slot);
+        break;
+      }
+      REQUIRE(status.ok());
+      held.push_back(slot);
+    }
+    REQUIRE_FALSE((*route)->Drained());
+    CHECK(b->sink.size() == 0);
+    b.reset();  // closes with unread data: the kernel resets the connection
+    REQUIRE(PumpUntil({&a}, [&] { return (*route)->Broken(); }));
+    size_t failed = 0;
+    for (detail::BufferSlot* slot : held) {
+      const auto state = static_cast<BufferState>(slot->state.load());
+      CHECK((state == BufferState::kSent || state == BufferState::kFailed));
+      failed += state == BufferState::kFailed;
+      slot->pool->Unref(slot);
+    }
+    CHECK(failed > 0);
+    CHECK((*route)->Drained());
+  }
+  SECTION("with nothing queued (the peer closed between frames)") {
+    REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, 0, 10), {&a, b.get()}).ok());
+    REQUIRE(PumpUntil({&a, b.get()}, [&] { return b->sink.size() == 1; }));
+    b.reset();
+    REQUIRE(PumpUntil({&a}, [&] { return (*route)->Broken(); }));
+  }
+  detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, 99, 10);
+  Status status = (*route)->Post(slot);
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK(status.message().starts_with("connection to h1.p2 at " + b_address + " lost: "));
+  CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kIdle);  // not taken
+  a.tcp->pool().Unref(slot);
+  CHECK(a.PoolInUse() == 0);
+  CHECK(a.tcp->traffic().routes_broken == 1);
+}
+
+TEST_CASE("a congested receiver stops reading, the sender's queue fills, nothing is lost",
+          "[tcp]") {
+  TcpOptions options = Options(kA);
+  options.max_queued_bytes_per_route = 512 << 10;
+  Side a(options);
+  Side b(Options(kB));
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  b.sink.congested = true;
+
+  // Post until the route says TryAgain (socket buffers and queue full).
+  uint64_t seq = 0;
+  detail::BufferSlot* refused = nullptr;
+  const auto deadline = Clock::now() + 20s;
+  while (refused == nullptr) {
+    REQUIRE(Clock::now() < deadline);
+    detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, 1000);
+    Status status;
+    for (int round = 0; round < 100; ++round) {
+      status = (*route)->Post(slot);
+      if (status.code() != StatusCode::kTryAgain) break;
+      Pump({&a, &b});
+    }
+    if (status.code() == StatusCode::kTryAgain) {
+      refused = slot;
+    } else {
+      REQUIRE(status.ok());
+      ++seq;
+    }
+  }
+  const uint64_t posted = seq;
+  INFO("posted " << posted << " frames before TryAgain");
+  CHECK(posted > 100);
+  for (int i = 0; i < 200; ++i) Pump({&a, &b});
+  CHECK(b.sink.size() == 0);
+  CHECK((*route)->Post(refused).code() == StatusCode::kTryAgain);
+  // The paused connection is out of the epoll set: nothing wakes the poller.
+  CHECK(b.reactor->Wait(0) == 0);
+  CHECK(a.reactor->Wait(0) == 0);
+
+  b.sink.congested = false;
+  REQUIRE(PostPumping(**route, refused, {&a, &b}).ok());
+  ++seq;
+  for (int i = 0; i < 1000; ++i, ++seq) {
+    REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq, 1000), {&a, &b}).ok());
+  }
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == seq && (*route)->Drained(); }));
+  CheckInOrder(b.sink.arrivals());
+  CHECK(a.PoolInUse() == 0);
+}
+
+TEST_CASE("a receiver whose pool is at its cap pauses and resumes when buffers come back",
+          "[tcp]") {
+  TcpOptions options = Options(kA);
+  options.max_queued_bytes_per_route = size_t{32} << 20;
+  Side a(options);
+  Side b(Options(kB), size_t{1} << 20);  // room for about a thousand 1 KiB buffers
+  b.sink.keep = true;
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+
+  uint64_t seq = 0;
+  const uint64_t kFrames = 20000;
+  const auto deadline = Clock::now() + 20s;
+  // More than B's pool holds: B pauses at its cap, A's queue takes the rest.
+  for (; seq < kFrames; ++seq) {
+    REQUIRE(Clock::now() < deadline);
+    REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq, 900), {&a, &b}, 2s).ok());
+  }
+  for (int i = 0; i < 200; ++i) Pump({&a, &b});
+  const size_t held = b.sink.size();
+  INFO(held << " frames arrived before the cap");
+  CHECK(held > 0);
+  CHECK(held < kFrames);
+  CHECK_FALSE((*route)->Drained());
+
+  b.sink.keep = false;
+  b.sink.ReleaseKept();
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == kFrames && (*route)->Drained(); }));
+  CheckInOrder(b.sink.arrivals());
+  CHECK(b.PoolInUse() == 0);
+}
+
+TEST_CASE("closing the subsystem fails what is queued and refuses new routes", "[tcp]") {
+  TcpOptions options = Options(kA);
+  options.max_queued_bytes_per_route = 256 << 10;
+  Side a(options);
+  Side b(Options(kB));
+  b.sink.congested = true;
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  std::vector<detail::BufferSlot*> held;
+  const auto deadline = Clock::now() + 20s;
+  for (uint64_t seq = 0;; ++seq) {
+    REQUIRE(Clock::now() < deadline);
+    detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, 4000);
+    slot->refs.fetch_add(1);
+    Status status = (*route)->Post(slot);
+    if (!status.ok()) {
+      REQUIRE(status.code() == StatusCode::kTryAgain);
+      slot->pool->Unref(slot);
+      slot->pool->Unref(slot);
+      break;
+    }
+    held.push_back(slot);
+    Pump({&a, &b});
+  }
+  REQUIRE_FALSE((*route)->Drained());
+  a.tcp->Close();
+  CHECK((*route)->Broken());
+  CHECK((*route)->Drained());
+  size_t failed = 0;
+  for (detail::BufferSlot* slot : held) {
+    const auto state = static_cast<BufferState>(slot->state.load());
+    CHECK((state == BufferState::kSent || state == BufferState::kFailed));
+    failed += state == BufferState::kFailed;
+    slot->pool->Unref(slot);
+  }
+  CHECK(failed > 0);
+  CHECK(a.tcp->Connect(kB, b.tcp->address()).status().code() == StatusCode::kFailedPrecondition);
+  CHECK((*route)->PostCopy(wire::Header{}, {}).code() == StatusCode::kUnimplemented);
+}
+
+TEST_CASE("routes dropped while the poller runs give back every buffer", "[tcp]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  {
+    PumpThread pump(a, b);
+    for (int i = 0; i < 50; ++i) {
+      auto route = a.tcp->Connect(kB, b.tcp->address());
+      REQUIRE(route.ok());
+      for (uint64_t seq = 0; seq < 20; ++seq) {
+        detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, 100 + 3000 * (seq % 3));
+        if (!(*route)->Post(slot).ok()) a.tcp->pool().Unref(slot);
+      }
+      // Dropped at once, maybe with frames queued or half written.
+    }
+  }
+  REQUIRE(
+      PumpUntil({&a, &b}, [&] { return a.PoolInUse() == 0 && b.tcp->inbound_connections() == 0; }));
+  for (const Arrival& arrival : b.sink.arrivals()) CHECK(arrival.intact);
+}
+
+TEST_CASE("a tcp subsystem bound to an IPv6 address publishes [IP]:PORT", "[tcp]") {
+  TcpOptions options = Options(kB);
+  options.bind_address = "::1";
+  buffers::PoolBudget budget(16 << 20);
+  CollectingSink sink;
+  auto reactor = runtime::EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  if (!TcpSubsystem::Open(options, **reactor, sink, budget).ok()) {
+    WARN("no IPv6 loopback here: skipped");
+    return;
+  }
+  Side a(Options(kA));
+  Side b(options);
+  REQUIRE(b.tcp->address().starts_with("[::1]:"));
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, 0, 500), {&a, &b}).ok());
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == 1; }));
+  CheckInOrder(b.sink.arrivals());
+}
+
+}  // namespace
+}  // namespace tocl::subsystem::tcp
