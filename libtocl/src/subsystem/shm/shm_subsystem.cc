@@ -564,7 +564,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     arrivals.head.value.store(head, std::memory_order_release);
     if (!sink_.Congested()) {
       TopUp(in);
-    } else {
+    } else if (std::find(topup_.begin(), topup_.end(), in.index) == topup_.end()) {
       topup_.push_back(in.index);
     }
     return delivered;
@@ -573,6 +573,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   void TopUp(Inbound& in) {
     Channel& channel = mapping_.channel(in.index);
     bool provided_any = false;
+    bool starved = false;
     for (uint32_t c = 0; c < options_.num_classes; ++c) {
       const uint32_t depth = ProvideDepth(c);
       if (in.provided[c] >= depth / 2 && in.provided[c] != 0) continue;
@@ -590,6 +591,12 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         provided_any = true;
       }
       ring.tail.value.store(tail, std::memory_order_seq_cst);
+      starved = starved || in.provided[c] == 0;
+    }
+    // The pool is at its cap: try again on later polls, as the application
+    // releases buffers (nothing arrives on this channel to trigger it).
+    if (starved && std::find(topup_.begin(), topup_.end(), in.index) == topup_.end()) {
+      topup_.push_back(in.index);
     }
     if (provided_any && channel.sender_waiting.load(std::memory_order_seq_cst) != 0 &&
         channel.sender_waiting.exchange(0) != 0) {
@@ -656,7 +663,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   uint32_t seen_attach_seq_ = 0;
   std::vector<Inbound> inbound_;
   std::vector<uint16_t> owner_;  // slot index -> channel index + 1 it is provided to
-  std::vector<uint32_t> topup_;  // channels left short while congested
+  std::vector<uint32_t> topup_;  // channels left short (congested, or the pool at its cap)
   bool closed_ = false;
 };
 
