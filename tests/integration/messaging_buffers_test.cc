@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -274,6 +275,42 @@ TEST_CASE("at the pool cap GetBuffer fails or waits as asked, and succeeds once 
   for (int i = 0; i < 10; ++i) {
     CHECK_OK(runtime->GetBuffer(payload, Network::kFastest, AtCap::kFail));
   }
+}
+
+TEST_CASE("messages from one thread in buffers of both networks arrive in send order",
+          "[integration][msg][shm][tcp]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto a = REQUIRE_VALUE(StartRuntime(daemon, "a", "shm,tcp"));
+  auto b = REQUIRE_VALUE(StartRuntime(daemon, "b", "shm,tcp"));
+  const Gid a1 = REQUIRE_VALUE(a->EnrollThread("a1"));
+  const Gid b1 = REQUIRE_VALUE(b->EnrollThread("b1"));
+  const int count = static_cast<int>(MessageCount(3000, 600));
+  std::mt19937 random(7);
+
+  // Runs of shm buffers and tcp buffers of random sizes: each network
+  // delivers at its own pace, the receiver must still see send order.
+  std::jthread sender([&] {
+    for (int i = 0; i < count; ++i) {
+      const Network network = (i / 7) % 2 == 0 ? Network::kShm : Network::kTcp;
+      const size_t size = kPayloadHeaderBytes + random() % 3000;
+      auto buffer = a->GetBuffer(size, network);
+      if (!buffer.ok() || !buffer->resize(size)) return;
+      FillPayload(buffer->span(), a1, b1, static_cast<uint64_t>(i));
+      if (!a->Send(a1, b1, 1 + i % 3, std::move(*buffer)).ok()) return;
+    }
+  });
+  for (int i = 0; i < count; ++i) {
+    auto message = b->RecvFor(b1, seconds(20));
+    if (!message.ok()) FAIL("message " << i << ": " << message.status().ToString());
+    const std::string problem = CheckPayload(message->span(), a1, b1);
+    if (!problem.empty()) FAIL("message " << i << ": " << problem);
+    const uint64_t seq = ReadPayloadHeader(message->span()).seq;
+    if (seq != static_cast<uint64_t>(i)) FAIL("message " << seq << " where " << i << " was due");
+    CHECK(message->tag() == static_cast<Tag>(1 + i % 3));
+  }
+  sender.join();
+  CHECK(b->TryRecv(b1).status().code() == StatusCode::kTryAgain);
 }
 
 }  // namespace

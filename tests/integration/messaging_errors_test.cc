@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_harness.h"
@@ -287,6 +289,49 @@ TEST_CASE("after Shutdown, sends and receives fail instead of hanging", "[integr
         return entity.ok() && entity->state == EntityState::kExited;
       },
       seconds(10)));
+}
+
+TEST_CASE("Shutdown and LeaveThread wake receivers that wait", "[integration][msg]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "waking"));
+  const Gid leaving = REQUIRE_VALUE(runtime->EnrollThread("leaving"));
+  const Gid staying = REQUIRE_VALUE(runtime->EnrollThread("staying"));
+
+  struct Waiter {
+    std::atomic<bool> started{false};
+    Status outcome = Internal("not returned");
+    steady_clock::duration waited{};
+  };
+  auto wait_in = [&](Waiter& waiter, Gid self, bool probe) {
+    return std::jthread([&waiter, &runtime, self, probe] {
+      waiter.started = true;
+      const auto start = steady_clock::now();
+      waiter.outcome = probe ? runtime->Probe(self, seconds(60)).status()
+                             : runtime->RecvFor(self, seconds(60)).status();
+      waiter.waited = steady_clock::now() - start;
+    });
+  };
+  Waiter left_recv, left_probe, shut_recv;
+  {
+    std::jthread a = wait_in(left_recv, leaving, false);
+    std::jthread b = wait_in(left_probe, leaving, true);
+    REQUIRE(WaitUntil([&] { return left_recv.started && left_probe.started; }, seconds(5)));
+    REQUIRE_OK(runtime->LeaveThread(leaving));
+  }
+  for (Waiter* waiter : {&left_recv, &left_probe}) {
+    INFO("waiting on a thread that left -> " << waiter->outcome.ToString());
+    CHECK_FALSE(waiter->outcome.ok());
+    CHECK(waiter->waited < seconds(30));
+  }
+  {
+    std::jthread c = wait_in(shut_recv, staying, false);
+    REQUIRE(WaitUntil([&] { return shut_recv.started.load(); }, seconds(5)));
+    REQUIRE_OK(runtime->Shutdown());
+  }
+  INFO("waiting through Shutdown -> " << shut_recv.outcome.ToString());
+  CHECK_FALSE(shut_recv.outcome.ok());
+  CHECK(shut_recv.waited < seconds(30));
 }
 
 }  // namespace

@@ -178,6 +178,58 @@ TEST_CASE("a process killed mid-traffic over tcp: the sender's sends fail",
   KilledMidTraffic("tcp");
 }
 
+// A receiver that never receives holds its sender back until the sender
+// blocks in Send; then the receiver is killed. The blocked Send (or the
+// buffers behind it) must fail instead of waiting for ever.
+void BlockedSenderLosesItsReceiver(const std::string& subsystems) {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  MsgWorker victim = REQUIRE_VALUE(MsgWorker::Start(
+      daemon, MsgWorkerArgs("idle", "deaf").Subsystems(subsystems).UnexpectedCap(64 * 1024)));
+  MsgWorker source = REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("source", "insistent")
+                                                                .Subsystems(subsystems)
+                                                                .To(victim.threads())
+                                                                .Count(0)
+                                                                .Size(1000)
+                                                                .SendQueueDepth(64)
+                                                                .Track()));
+  // The sender stalls: its progress stops moving for half a second.
+  uint64_t last = 0;
+  auto quiet_since = steady_clock::now();
+  const bool stalled = WaitUntil(
+      [&] {
+        const uint64_t sent = source.LastValue("progress", "sent").value_or(0);
+        if (sent != last || sent == 0) {
+          last = sent;
+          quiet_since = steady_clock::now();
+        }
+        return steady_clock::now() - quiet_since > milliseconds(500);
+      },
+      seconds(60), milliseconds(50));
+  INFO("source:\n" << source.Output());
+  REQUIRE(stalled);
+  REQUIRE_FALSE(source.Line("failed").has_value());
+  REQUIRE(victim.child().Kill().value_or(-1) == 128 + SIGKILL);
+
+  Result<int> code = source.child().Wait(seconds(90));
+  INFO("source after the kill:\n" << source.Output());
+  REQUIRE_OK(code);
+  CHECK(*code == 3);
+  const std::string failed = source.Line("failed").value_or("(none)");
+  CHECK(std::regex_search(
+      failed, std::regex("code=(not_found|failed_precondition|unavailable)|state=failed")));
+}
+
+TEST_CASE("a sender blocked by a receiver that never receives fails when it is killed, over shm",
+          "[integration][msg][shm]") {
+  BlockedSenderLosesItsReceiver("shm");
+}
+
+TEST_CASE("a sender blocked by a receiver that never receives fails when it is killed, over tcp",
+          "[integration][msg][tcp]") {
+  BlockedSenderLosesItsReceiver("tcp");
+}
+
 // Two stream workers exchange messages for several seconds; the daemon is
 // killed with SIGKILL in the middle and restarted a little later.
 void DaemonKilled(const std::string& subsystems) {
@@ -231,6 +283,101 @@ TEST_CASE("traffic over shm goes on while the daemon is killed and restarted",
 TEST_CASE("traffic over tcp goes on while the daemon is killed and restarted",
           "[integration][msg][tcp]") {
   DaemonKilled("tcp");
+}
+
+// After a daemon restart, processes that were running re-enroll with their
+// gids; one that starts afterwards finds them in the directory and talks
+// to them.
+void NewcomerAfterRestart(const std::string& subsystems) {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  MsgWorker echo = REQUIRE_VALUE(
+      MsgWorker::Start(daemon, MsgWorkerArgs("echo", "veteran").Subsystems(subsystems)));
+  const Gid target = echo.threads().front();
+  REQUIRE_OK(daemon.Kill());
+  REQUIRE_OK(daemon.Restart());
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  INFO("echo:\n" << echo.Output());
+  // Re-enrolled: running again, with its endpoints.
+  REQUIRE(WaitUntil(
+      [&] {
+        auto entity = client->Lookup(echo.process());
+        return entity.ok() && entity->state == EntityState::kRunning && !entity->endpoints.empty();
+      },
+      seconds(30)));
+  auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "newcomer", subsystems));
+  const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
+  for (int i = 0; i < 10; ++i) {
+    const std::string text = "hello " + std::to_string(i);
+    REQUIRE_OK(runtime->Send(me, target, 1, Bytes(text)));
+    Buffer reply = REQUIRE_VALUE(runtime->RecvFor(me, seconds(15), target, 1));
+    CHECK(Text(reply) == text);
+  }
+  CHECK(echo.Finish(seconds(30)).value_or(-1) == 0);
+}
+
+TEST_CASE("a process started after a daemon restart talks to one from before it, over shm",
+          "[integration][msg][shm]") {
+  NewcomerAfterRestart("shm");
+}
+
+TEST_CASE("a process started after a daemon restart talks to one from before it, over tcp",
+          "[integration][msg][tcp]") {
+  NewcomerAfterRestart("tcp");
+}
+
+TEST_CASE("a first send while the daemon is down fails or goes through, promptly",
+          "[integration][msg]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  RuntimeOptions options = RuntimeOptionsFor(daemon, "a");
+  options.connect_timeout = milliseconds(2000);
+  auto a = REQUIRE_VALUE(StartRuntime(options));
+  auto b = REQUIRE_VALUE(StartRuntime(daemon, "b"));
+  const Gid a1 = REQUIRE_VALUE(a->EnrollThread("a1"));
+  const Gid b1 = REQUIRE_VALUE(b->EnrollThread("b1"));
+  const Gid b2 = REQUIRE_VALUE(b->EnrollThread("b2"));
+  // a knows b1 (and b's process) before the daemon goes.
+  REQUIRE_OK(a->Send(a1, b1, 1, Bytes("before")));
+  REQUIRE_OK(b->RecvFor(b1, seconds(10)));
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  REQUIRE(WaitUntil([&] { return client->Lookup(b2).ok(); }, seconds(10)));
+  REQUIRE_OK(daemon.Kill());
+
+  // An established destination does not need the daemon.
+  REQUIRE_OK(a->Send(a1, b1, 1, Bytes("during")));
+  CHECK(Text(REQUIRE_VALUE(b->RecvFor(b1, seconds(10)))) == "during");
+  // A new one may need it; either way the answer comes within the connect
+  // timeout (plus the daemon client's own), not never.
+  const auto start = steady_clock::now();
+  Status first = a->Send(a1, b2, 1, Bytes("new"));
+  const auto took = steady_clock::now() - start;
+  INFO("first send to " << b2.ToString() << " with no daemon -> " << first.ToString() << " after "
+                        << std::chrono::duration_cast<milliseconds>(took).count() << " ms");
+  CHECK(took < seconds(20));
+  if (first.ok()) {
+    CHECK(Text(REQUIRE_VALUE(b->RecvFor(b2, seconds(10)))) == "new");
+  } else {
+    CHECK(first.code() == StatusCode::kUnavailable);
+  }
+  // Back with its daemon, the new destination works.
+  REQUIRE_OK(daemon.Restart());
+  Status after = Internal("not tried");
+  CHECK(WaitUntil(
+      [&] {
+        after = a->Send(a1, b2, 1, Bytes("after"));
+        return after.ok();
+      },
+      seconds(30), milliseconds(200)));
+  INFO("after the restart: " << after.ToString());
+  bool got_after = false;
+  while (auto message = b->RecvFor(b2, seconds(10))) {
+    if (Text(*message) == "after") {
+      got_after = true;
+      break;
+    }
+  }
+  CHECK(got_after);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon_harness.h"
 #include "messaging_payload.h"
@@ -100,6 +102,71 @@ TEST_CASE("a sender to a receiver that does not receive is held back over shm, a
 TEST_CASE("a sender to a receiver that does not receive is held back over tcp, and nothing is lost",
           "[integration][msg][tcp]") {
   BackPressure("tcp");
+}
+
+// The application holds every message it receives until the pool is at its
+// cap: the sender waits (nothing fails, nothing is dropped), and once the
+// buffers go back, the rest arrives in order.
+void HeldAtPoolCap(const std::string& subsystems) {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  RuntimeOptions options = RuntimeOptionsFor(daemon, "hoarder", subsystems);
+  options.pool_cap = size_t{4} << 20;
+  auto runtime = REQUIRE_VALUE(StartRuntime(options));
+  const Gid r = REQUIRE_VALUE(runtime->EnrollThread("r"));
+  constexpr uint64_t kCount = 400;  // 400 buffers of 32 KiB: three times the cap
+  MsgWorker sender = REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("source", "generous")
+                                                                .Subsystems(subsystems)
+                                                                .To({r})
+                                                                .Count(kCount)
+                                                                .Size(30000)
+                                                                .Linger()));
+  const Gid from = sender.threads().front();
+  uint64_t next = 0;
+  auto take = [&](milliseconds timeout) -> std::optional<Buffer> {
+    auto message = runtime->RecvFor(r, timeout);
+    if (!message.ok()) {
+      INFO("message " << next);
+      CHECK(message.status().code() == StatusCode::kDeadlineExceeded);
+      return std::nullopt;
+    }
+    CHECK(CheckPayload(message->span(), from, r).empty());
+    CHECK(ReadPayloadHeader(message->span()).seq == next);
+    ++next;
+    return std::move(*message);
+  };
+  std::vector<Buffer> held;
+  while (next < kCount) {
+    std::optional<Buffer> message = take(milliseconds(1000));
+    if (!message) break;
+    held.push_back(std::move(*message));
+  }
+  INFO("held " << held.size() << " of " << kCount);
+  REQUIRE_FALSE(held.empty());
+  CHECK(held.size() < kCount);
+  CHECK(held.size() * held.front().size_class() <= options.pool_cap);
+  CHECK(sender.child().running());  // waiting, not failed
+
+  held.clear();
+  while (next < kCount) {
+    std::optional<Buffer> message = take(seconds(15));
+    if (!message) break;
+  }
+  INFO("sender:\n" << sender.Output());
+  CHECK(next == kCount);
+  Result<int> code = sender.Finish(seconds(60));
+  REQUIRE_OK(code);
+  CHECK(*code == 0);
+}
+
+TEST_CASE("a receiver holding its buffers up to the pool cap holds a shm sender back, then drains",
+          "[integration][msg][shm][pool]") {
+  HeldAtPoolCap("shm");
+}
+
+TEST_CASE("a receiver holding its buffers up to the pool cap holds a tcp sender back, then drains",
+          "[integration][msg][tcp][pool]") {
+  HeldAtPoolCap("tcp");
 }
 
 }  // namespace

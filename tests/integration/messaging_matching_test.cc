@@ -334,5 +334,36 @@ TEST_CASE("Probe and TryProbe report a message without taking it", "[integration
   CHECK(c.receiver->TryRecv(c.r).status().code() == StatusCode::kTryAgain);
 }
 
+TEST_CASE("a negative timeout is a poll and the largest one waits for the message",
+          "[integration][msg]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  Cluster c;
+  StartCluster(daemon, c);
+
+  auto start = steady_clock::now();
+  CHECK(c.receiver->RecvFor(c.r, nanoseconds(-5)).status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(c.receiver->Probe(c.r, nanoseconds(-5)).status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(steady_clock::now() - start < seconds(3));
+
+  // nanoseconds::max() must not overflow into "already past".
+  for (const bool probe : {false, true}) {
+    INFO((probe ? "Probe" : "RecvFor") << "(nanoseconds::max())");
+    Status outcome = Internal("not returned");
+    std::jthread receiver([&] {
+      outcome = probe ? c.receiver->Probe(c.r, nanoseconds::max(), c.a1).status()
+                      : c.receiver->RecvFor(c.r, nanoseconds::max(), c.a1).status();
+    });
+    // Whether the receiver is already waiting or not, it must get this.
+    Status sent = c.a->Send(c.a1, c.r, 1, Bytes("eventually"));
+    CHECK_OK(sent);
+    if (!sent.ok()) (void)c.receiver->Shutdown();  // or the receiver waits for ever
+    receiver.join();
+    CHECK_OK(outcome);
+    if (probe) CHECK(Text(REQUIRE_VALUE(c.receiver->TryRecv(c.r))) == "eventually");
+  }
+  CHECK(c.receiver->TryRecv(c.r).status().code() == StatusCode::kTryAgain);
+}
+
 }  // namespace
 }  // namespace tocl::testing

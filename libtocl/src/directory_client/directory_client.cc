@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -85,6 +86,17 @@ Result<std::unique_ptr<DirectoryClient>> DirectoryClient::Connect(
     std::string address, std::chrono::milliseconds timeout) {
   if (address.empty()) return InvalidArgument("empty daemon address");
   std::string target = client::NormalizeAddress(address);
+  // A unix socket that is not there cannot start answering within the
+  // timeout worth waiting for: say so at once.
+  if (target.starts_with("unix:")) {
+    std::string path = target.substr(5);
+    if (path.starts_with("//")) path = path.substr(2);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return Unavailable(fmt::format(
+          "cannot reach the daemon at {}: {} does not exist (is toclsd running?)", target, path));
+    }
+  }
   auto impl = std::make_unique<Impl>(target);
   auto connection = impl->connection.Get();
   if (!connection->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {

@@ -70,6 +70,7 @@ void EpollReactor::Remove(int fd) {
 }
 
 void EpollReactor::Wake() {
+  if (wake_hook_) wake_hook_();
   uint64_t one = 1;
   // A full counter (EAGAIN) already means "wake up".
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "subsystem/reactor.h"
@@ -22,6 +23,9 @@ class EpollReactor final : public subsystem::Reactor {
   Status Modify(int fd, uint32_t events, subsystem::FdHandler* handler) override;
   void Remove(int fd) override;
   void Wake() override;
+  // Also called by Wake(): for a poller that sleeps elsewhere than in
+  // epoll (Subsystem::SleepAlone). Set before the poller starts.
+  void SetWakeHook(std::function<void()> hook) { wake_hook_ = std::move(hook); }
 
   // Waits up to `timeout_ms` (0: just look, -1: forever) and runs the
   // handlers of ready fds. Returns the number of fds handled.
@@ -35,6 +39,7 @@ class EpollReactor final : public subsystem::Reactor {
   int epoll_fd_;
   int wake_fd_;
   std::atomic<int> watched_{0};
+  std::function<void()> wake_hook_;
 };
 
 }  // namespace tocl::runtime

@@ -95,6 +95,18 @@ void ProgressEngine::HousekeepingIfDue() {
 }
 
 void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
+  // Only one subsystem and nothing else to watch (no tcp connection, no
+  // queued send waiting for a peer's bell): its own sleep is cheaper.
+  if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ &&
+      !queued_hint_.load(std::memory_order_relaxed)) {
+    auto now = std::chrono::steady_clock::now();
+    auto until = std::min(
+        deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
+    if (subsystems_.front()->SleepAlone(until)) {
+      HousekeepingIfDue();
+      return;
+    }
+  }
   size_t prepared = 0;
   bool may_sleep = true;
   for (; prepared < subsystems_.size(); ++prepared) {

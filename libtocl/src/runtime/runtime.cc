@@ -103,6 +103,7 @@ Status Runtime::Impl::Open() {
     shm_options.num_classes = num_classes;
     TOCL_ASSIGN_OR_RETURN(shm, subsystem::shm::OpenShm(shm_options, *reactor, *this, budget));
     progress->AddSubsystem(shm.get());
+    reactor->SetWakeHook([subsystem = shm.get()] { subsystem->WakeSleeper(); });
   }
 #else
   if (resolved.shm) return InvalidArgument("this libtocl was built without the shm subsystem");
@@ -581,6 +582,13 @@ Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
     route = peer.routes[static_cast<int>(network)].get();
   }
   header.seq = peer.next_seq++;
+  // Earlier frames first (FIFO): the receiver may have provided buffers
+  // since, and nobody else may be polling for us.
+  if (!peer.queue.empty()) FlushPeerLocked(peer);
+  if (peer.state != SendPeer::State::kReady) {
+    --peer.next_seq;
+    return peer.failure;
+  }
   if (peer.queue.empty()) {
     slot->set_state(BufferState::kInFlight);
     Status status = route->Post(slot);
@@ -600,16 +608,20 @@ Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
     blocked.push_back(&peer);
   }
   progress->NoteQueued();
-  // Back-pressure: wait for room, helping the poller when we can.
-  while (peer.queue.size() >= options.send_queue_depth && peer.state == SendPeer::State::kReady) {
+  // Back-pressure: wait for room, polling when we can (the receiver's
+  // "more buffers" bell may be ours to hear); sleep only after a while.
+  for (int round = 0;
+       peer.queue.size() >= options.send_queue_depth && peer.state == SendPeer::State::kReady;
+       ++round) {
     if (!FlushPeerLocked(peer)) break;
     lock.unlock();
     if (progress->TryAcquire()) {
       progress->PollOnce();
       progress->Release();
     }
+    if (round < 256) std::this_thread::yield();
     lock.lock();
-    peer.space.wait_for(lock, std::chrono::milliseconds(1));
+    if (round >= 256) peer.space.wait_for(lock, std::chrono::milliseconds(1));
   }
   return Status::Ok();
 }
@@ -628,7 +640,9 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
         !shutting_down.load(std::memory_order_relaxed)) {
       SendPeer& peer = *(*dest)->peer;
       std::lock_guard lock(peer.mu);
-      if (ResolvePeerLocked(peer).ok() && peer.queue.empty() && peer.default_route != nullptr) {
+      if (ResolvePeerLocked(peer).ok() && !peer.queue.empty()) FlushPeerLocked(peer);
+      if (peer.state == SendPeer::State::kReady && peer.queue.empty() &&
+          peer.default_route != nullptr) {
         wire::Header header;
         header.tag = tag;
         header.length = static_cast<uint32_t>(payload.size());

@@ -22,6 +22,7 @@
 // Connect may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -94,6 +95,13 @@ class Subsystem {
   // (nothing arrived since the last Poll, and peers will wake it).
   virtual bool PrepareToSleep() = 0;
   virtual void FinishSleep() = 0;
+  // When this subsystem is the only thing the process waits for, it may
+  // offer a cheaper sleep than epoll (shm: a futex in its segment). Sleeps
+  // until a peer wakes it, WakeSleeper() is called, or `deadline`; false
+  // (at once) when it has no such sleep or something is already there.
+  virtual bool SleepAlone(std::chrono::steady_clock::time_point /*deadline*/) { return false; }
+  // Ends a SleepAlone from another thread of the process.
+  virtual void WakeSleeper() {}
   // Periodic housekeeping by the polling thread, about once a second (dead
   // peers, connections that never said hello, ...).
   virtual void Housekeeping() = 0;

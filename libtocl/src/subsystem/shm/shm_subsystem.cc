@@ -3,16 +3,19 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -131,6 +134,30 @@ int ConnectBell(const std::string& segment_path) {
     return -1;
   }
   return fd;
+}
+
+// SegmentHeader::sleeping: how the owner sleeps, so a sender knows how to
+// wake it.
+constexpr uint32_t kAwake = 0;
+constexpr uint32_t kInEpoll = 1;  // ring the bell
+constexpr uint32_t kOnFutex = 2;  // futex-wake the word itself
+
+// Shared (not private) futexes: the word is in memory mapped by several
+// processes.
+void FutexWakeShared(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWaitShared(std::atomic<uint32_t>& word, uint32_t expected,
+                     std::chrono::steady_clock::time_point deadline) {
+  auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::nanoseconds(0)) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::min<std::chrono::steady_clock::duration>(left, std::chrono::hours(1)))
+                      .count();
+  timespec relative{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &relative, nullptr,
+          0);
 }
 
 // One datagram; a full queue (EAGAIN) has rung already, a gone owner
@@ -285,9 +312,16 @@ class ShmRoute final : public Route {
 
   void WakeOwner() {
     auto& sleeping = mapping_.header().sleeping;
-    if (sleeping.load(std::memory_order_seq_cst) != 0 &&
-        sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
-      Ring(bell_fd_);
+    if (sleeping.load(std::memory_order_seq_cst) == kAwake) return;
+    switch (sleeping.exchange(kAwake, std::memory_order_seq_cst)) {
+      case kInEpoll:
+        Ring(bell_fd_);
+        break;
+      case kOnFutex:
+        FutexWakeShared(sleeping);
+        break;
+      default:
+        break;
     }
   }
 
@@ -413,9 +447,26 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     return delivered;
   }
 
-  bool PrepareToSleep() override {
+  bool PrepareToSleep() override { return AnnounceSleep(kInEpoll); }
+
+  bool SleepAlone(std::chrono::steady_clock::time_point deadline) override {
+    if (!topup_.empty()) return false;  // retried by polling, not by a peer
+    if (AnnounceSleep(kOnFutex)) FutexWaitShared(mapping_.header().sleeping, kOnFutex, deadline);
+    FinishSleep();
+    return true;
+  }
+
+  void WakeSleeper() override {
+    uint32_t expected = kOnFutex;
+    auto& sleeping = mapping_.header().sleeping;
+    if (sleeping.compare_exchange_strong(expected, kAwake)) FutexWakeShared(sleeping);
+  }
+
+  // Tells senders how to wake us, then looks once more (they publish, then
+  // read the flag; we set the flag, then read their rings: seq_cst both).
+  bool AnnounceSleep(uint32_t how) {
     SegmentHeader& header = mapping_.header();
-    header.sleeping.store(1, std::memory_order_seq_cst);
+    header.sleeping.store(how, std::memory_order_seq_cst);
     if (header.attach_seq.load(std::memory_order_seq_cst) != seen_attach_seq_) return false;
     for (auto& in : inbound_) {
       if (in.index == kNone) continue;
@@ -425,7 +476,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     return true;
   }
 
-  void FinishSleep() override { mapping_.header().sleeping.store(0, std::memory_order_relaxed); }
+  void FinishSleep() override {
+    mapping_.header().sleeping.store(kAwake, std::memory_order_relaxed);
+  }
 
   void OnReady(uint32_t) override {
     char drain[64];
