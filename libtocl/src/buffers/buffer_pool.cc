@@ -125,18 +125,32 @@ bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
 }
 
 detail::BufferSlot* BufferPool::TryGet(uint32_t class_index) {
-  if (class_index >= num_classes_) return nullptr;
+  detail::BufferSlot* slot = nullptr;
+  return TryGetMany(class_index, 1, &slot) == 1 ? slot : nullptr;
+}
+
+size_t BufferPool::TryGetMany(uint32_t class_index, size_t count, detail::BufferSlot** out) {
+  if (class_index >= num_classes_) return 0;
   SizeClass& size_class = classes_[class_index];
-  std::lock_guard lock(size_class.mu);
-  if (size_class.free_list == nullptr && !GrowLocked(class_index, size_class)) return nullptr;
-  detail::BufferSlot* slot = size_class.free_list;
-  size_class.free_list = slot->next_free;
-  --size_class.free_count;
-  slot->next_free = nullptr;
-  slot->refs.store(1, std::memory_order_relaxed);
-  slot->set_state(BufferState::kIdle);
-  slot->header() = wire::Header{};
-  return slot;
+  size_t got = 0;
+  {
+    std::lock_guard lock(size_class.mu);
+    while (got < count) {
+      if (size_class.free_list == nullptr && !GrowLocked(class_index, size_class)) break;
+      detail::BufferSlot* slot = size_class.free_list;
+      size_class.free_list = slot->next_free;
+      --size_class.free_count;
+      slot->next_free = nullptr;
+      out[got++] = slot;
+    }
+  }
+  for (size_t i = 0; i < got; ++i) {
+    detail::BufferSlot* slot = out[i];
+    slot->refs.store(1, std::memory_order_relaxed);
+    slot->set_state(BufferState::kIdle);
+    slot->header() = wire::Header{};
+  }
+  return got;
 }
 
 Result<detail::BufferSlot*> BufferPool::Get(uint32_t class_index, AtCap at_cap,
@@ -182,7 +196,9 @@ detail::BufferSlot* BufferPool::SlotAt(uint32_t index) const {
 }
 
 void BufferPool::CountProvided(uint32_t class_index, int64_t delta) {
-  classes_[class_index].provided.fetch_add(delta, std::memory_order_relaxed);
+  // One writer: a plain load and store, no read-modify-write on the hot path.
+  auto& provided = classes_[class_index].provided;
+  provided.store(provided.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
 }
 
 std::vector<PoolClassStats> BufferPool::Stats() const {

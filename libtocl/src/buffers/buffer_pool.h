@@ -92,6 +92,9 @@ class BufferPool {
   // A free buffer of `class_index` with refs = 1, growing the class when it
   // is empty; nullptr when the budget is spent (or the slab memory failed).
   detail::BufferSlot* TryGet(uint32_t class_index);
+  // Up to `count` buffers of one class under one lock (providing receive
+  // buffers in batches); returns how many were written to `out`.
+  size_t TryGetMany(uint32_t class_index, size_t count, detail::BufferSlot** out);
   // TryGet, or waits for a release until `deadline` (kWait) or fails at
   // once (kFail): ResourceExhausted / DeadlineExceeded name the cap.
   Result<detail::BufferSlot*> Get(uint32_t class_index, AtCap at_cap,
@@ -104,7 +107,8 @@ class BufferPool {
   // checking indexes that come from a peer).
   detail::BufferSlot* SlotAt(uint32_t index) const;
 
-  // Buffers handed to the network for receives, for the statistics.
+  // Buffers handed to the network for receives, for the statistics. One
+  // thread (the network's poller) counts them.
   void CountProvided(uint32_t class_index, int64_t delta);
 
   std::vector<PoolClassStats> Stats() const;

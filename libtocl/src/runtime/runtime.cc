@@ -194,7 +194,11 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
 // --- receive side -------------------------------------------------------------
 
 Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
-  SourceOrder& source = order[from_process.raw()];
+  if (last_order == nullptr || last_source != from_process.raw()) {
+    last_order = &order[from_process.raw()];
+    last_source = from_process.raw();
+  }
+  SourceOrder& source = *last_order;
   const uint64_t seq = slot->header().seq;
   if (seq != source.next_seq) {
     const size_t bytes = Mailbox::SlotBytes(slot);
@@ -211,6 +215,7 @@ Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
       unexpected_bytes.fetch_sub(source.held_bytes, std::memory_order_relaxed);
       const uint64_t expected = source.next_seq;
       order.erase(from_process.raw());
+      last_order = nullptr;
       return InvalidArgument(fmt::format(
           "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
           seq, expected, options.unexpected_cap / 2));

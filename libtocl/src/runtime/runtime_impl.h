@@ -107,7 +107,9 @@ struct Runtime::Impl final : public subsystem::Sink {
     std::map<uint64_t, detail::BufferSlot*> held;  // arrived ahead of next_seq
     size_t held_bytes = 0;
   };
-  std::unordered_map<uint64_t, SourceOrder> order;
+  std::unordered_map<uint64_t, SourceOrder> order;  // node-based: pointers stay valid
+  uint64_t last_source = 0;                         // a cache for `order` lookups
+  SourceOrder* last_order = nullptr;
   std::atomic<uint64_t> dropped_for_departed{0};
 };
 

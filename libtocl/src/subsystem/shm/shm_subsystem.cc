@@ -632,15 +632,19 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       if (in.provided[c] >= depth / 2 && in.provided[c] != 0) continue;
       auto& ring = channel.provides[c];
       uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
-      while (in.provided[c] < depth) {
-        detail::BufferSlot* slot = pool_.TryGet(c);
-        if (slot == nullptr) break;  // at the cap: senders wait, nothing is lost
+      detail::BufferSlot* batch[64];
+      // Fewer than asked: the pool is at its cap; senders wait, nothing is lost.
+      const size_t got = pool_.TryGetMany(c, std::min<size_t>(depth - in.provided[c], 64), batch);
+      for (size_t i = 0; i < got; ++i) {
+        detail::BufferSlot* slot = batch[i];
         if (slot->index >= owner_.size()) owner_.resize(slot->index + 1024, 0);
         owner_[slot->index] = static_cast<uint16_t>(in.index + 1);
         ring.entries[tail % ring.kSize] = Descriptor{slot->index, 0, slot->offset};
         ++tail;
-        ++in.provided[c];
-        pool_.CountProvided(c, 1);
+      }
+      if (got > 0) {
+        in.provided[c] += static_cast<uint32_t>(got);
+        pool_.CountProvided(c, static_cast<int64_t>(got));
         provided_any = true;
       }
       ring.tail.value.store(tail, std::memory_order_seq_cst);
