@@ -45,7 +45,12 @@ bool Mailbox::Deliver(detail::BufferSlot* slot) {
 
 void Mailbox::Wake() {
   signal_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) != 0) FutexWakeAll(signal_);
+  // One futex wake per sleep: deliveries that follow while the receiver is
+  // still waking up need no system call.
+  if (sleepers_.load(std::memory_order_seq_cst) != 0 &&
+      armed_.exchange(false, std::memory_order_seq_cst)) {
+    FutexWakeAll(signal_);
+  }
 }
 
 void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) {
@@ -53,6 +58,7 @@ void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline
   if (left <= std::chrono::nanoseconds(0)) return;
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
   timespec relative{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  armed_.store(true, std::memory_order_seq_cst);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   if (signal_.load(std::memory_order_seq_cst) == seen) FutexWait(signal_, seen, &relative);
   sleepers_.fetch_sub(1, std::memory_order_relaxed);

@@ -75,6 +75,7 @@ class Mailbox {
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
+  std::atomic<bool> armed_{false};  // a sleeper has not been woken yet
   std::atomic<bool> left_{false};
 };
 

@@ -56,11 +56,14 @@ void ProgressEngine::Release() {
 }
 
 void ProgressEngine::AddTokenWaiter(Mailbox* mailbox) {
-  std::lock_guard lock(waiters_mu_);
-  waiters_.push_back(mailbox);
-  waiter_count_.fetch_add(1, std::memory_order_seq_cst);
-  // The progress thread may hold the token asleep: make it let go.
-  reactor_.Wake();
+  {
+    std::lock_guard lock(waiters_mu_);
+    waiters_.push_back(mailbox);
+    waiter_count_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // A holder asleep (the progress thread, or a receiver with a long
+  // deadline) must let go; one that polls sees waiter_count_ soon enough.
+  if (holder_sleeping_.load(std::memory_order_seq_cst)) reactor_.Wake();
 }
 
 void ProgressEngine::RemoveTokenWaiter(Mailbox* mailbox) {
@@ -95,6 +98,18 @@ void ProgressEngine::HousekeepingIfDue() {
 }
 
 void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
+  holder_sleeping_.store(true, std::memory_order_seq_cst);
+  // A waiter that registered before the flag was set did not wake us: do
+  // not sleep past it.
+  if (waiter_count_.load(std::memory_order_seq_cst) != 0) {
+    holder_sleeping_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  SleepLocked(deadline);
+  holder_sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void ProgressEngine::SleepLocked(std::chrono::steady_clock::time_point deadline) {
   // Only one subsystem and nothing else to watch (no tcp connection, no
   // queued send waiting for a peer's bell): its own sleep is cheaper.
   if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ &&

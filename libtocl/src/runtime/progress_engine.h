@@ -59,6 +59,7 @@ class ProgressEngine {
 
  private:
   void ThreadLoop();
+  void SleepLocked(std::chrono::steady_clock::time_point deadline);
   void HousekeepingIfDue();
 
   EpollReactor& reactor_;
@@ -73,6 +74,8 @@ class ProgressEngine {
   std::mutex waiters_mu_;
   std::vector<Mailbox*> waiters_;  // guarded by waiters_mu_
   std::atomic<int> waiter_count_{0};
+  // The token holder sleeps in Sleep(): token waiters must wake it.
+  std::atomic<bool> holder_sleeping_{false};
 
   // Token holder only.
   uint64_t rounds_ = 0;
