@@ -1,12 +1,17 @@
 #include "msg_bench.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "daemon_process.h"
@@ -25,6 +30,8 @@ using msg::Op;
 using msg::PeerPair;
 using msg::Reply;
 
+using Clock = std::chrono::steady_clock;
+
 constexpr int kMinRounds = 5;
 constexpr uint32_t kIdleThreads = 63;  // plus the main thread: 64 enrolled
 constexpr auto kBatch = std::chrono::microseconds(20);
@@ -33,6 +40,9 @@ constexpr auto kBatch = std::chrono::microseconds(20);
 constexpr auto kCallSlack = std::chrono::seconds(60);
 constexpr uint32_t kLatencySizes[] = {8, 64, 4096, 65536};
 constexpr uint32_t kBandwidthSizes[] = {65536, 16384};
+// A round during which other processes used more than this many CPUs (on
+// average) is marked loaded.
+constexpr double kLoadedCpus = 0.05;
 
 enum class Quantity { kLatency, kBandwidth, kRate };
 
@@ -91,6 +101,7 @@ struct Group {
   bool idle_cpu = false;  // the idle-CPU windows instead of entries
   std::vector<Entry> entries;
   std::vector<Row> rows;
+  int loaded_rounds = 0;  // rounds during which other processes used a CPU
 };
 
 class GroupBuilder {
@@ -255,9 +266,12 @@ struct Run {
   std::chrono::nanoseconds measure{0};
   std::chrono::nanoseconds idle{0};
   std::string daemon_address;
+  pid_t daemon_pid = -1;  // a daemon this run started
   std::map<std::string, std::unique_ptr<PeerPair>> pairs;
   std::set<std::string> runtimes;  // pairs whose peers have started tocl
   uint32_t next_run_id = 0;
+  int rounds_run = 0;
+  int rounds_loaded = 0;
 };
 
 std::chrono::milliseconds CallTimeout(std::chrono::nanoseconds work) {
@@ -347,6 +361,60 @@ const char* MetricOf(Quantity quantity) {
   return "";
 }
 
+// CPU time (user, nice and system; not interrupts, which our own loopback
+// traffic causes) used by the whole machine and by our processes (this one,
+// the peers, the daemon), in clock ticks, and when it was read.
+struct CpuProbe {
+  int64_t machine = 0;
+  int64_t ours = 0;
+  Clock::time_point at;
+};
+
+int64_t ProcessTicks(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(stat, text);
+  // "pid (name) state ppid ...": utime and stime are the 12th and 13th
+  // fields after the name, counted over all of the process's threads.
+  size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos) return 0;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string field;
+  int64_t ticks = 0;
+  for (int i = 0; i < 13 && fields >> field; ++i) {
+    if (i >= 11) ticks += std::strtoll(field.c_str(), nullptr, 10);
+  }
+  return ticks;
+}
+
+CpuProbe ProbeCpu(const Run& run) {
+  CpuProbe probe;
+  probe.at = Clock::now();
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t user = 0, nice = 0, system = 0;
+  if (stat >> cpu >> user >> nice >> system) probe.machine = user + nice + system;
+  std::vector<pid_t> ours = {::getpid()};
+  if (run.daemon_pid > 0) ours.push_back(run.daemon_pid);
+  for (const auto& [name, pair] : run.pairs) {
+    ours.push_back(pair->initiator_pid());
+    ours.push_back(pair->responder_pid());
+  }
+  for (pid_t pid : ours) {
+    if (pid > 0) probe.ours += ProcessTicks(pid);
+  }
+  return probe;
+}
+
+// The CPUs other processes used between two probes (0.5: half of one CPU).
+double OtherCpus(const CpuProbe& before, const CpuProbe& after) {
+  static const double kTicksPerSecond = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  double seconds = std::chrono::duration<double>(after.at - before.at).count();
+  if (seconds <= 0) return 0;
+  auto others = static_cast<double>((after.machine - before.machine) - (after.ours - before.ours));
+  return std::max(0.0, others / kTicksPerSecond / seconds);
+}
+
 // One run of `entry`; its value in the group's unit.
 Result<double> RunEntry(Run& run, PeerPair& pair, const Group& group, Entry& entry,
                         std::chrono::nanoseconds measure) {
@@ -394,6 +462,10 @@ void AddRows(const Run& run, const Group& group, Report& report) {
     if (entry.idle_threads > 0) {
       note += fmt::format(", {} more threads blocked in Recv per process", entry.idle_threads);
     }
+    if (group.loaded_rounds > 0) {
+      note += fmt::format(", LOADED: other processes used CPU in {} of {} rounds",
+                          group.loaded_rounds, run.rounds);
+    }
     if (!row.reference) {
       Figure& figure =
           report.Add(row.case_name, MetricOf(group.quantity), Median(entry.values), unit);
@@ -428,12 +500,21 @@ Status RunGroup(Run& run, PeerPair& pair, Group& group, Report& report) {
     std::vector<size_t> order(group.entries.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (round % 2 == 1) std::reverse(order.begin(), order.end());
+    CpuProbe before = ProbeCpu(run);
     for (size_t i : order) {
       TOCL_ASSIGN_OR_RETURN(double value,
                             RunEntry(run, pair, group, group.entries[i], run.measure));
       group.entries[i].values.push_back(value);
     }
-    std::string line = fmt::format("{} round {}/{}:", group.name, round + 1, run.rounds);
+    double others = OtherCpus(before, ProbeCpu(run));
+    bool loaded = others > kLoadedCpus;
+    if (loaded) ++group.loaded_rounds;
+    ++run.rounds_run;
+    if (loaded) ++run.rounds_loaded;
+    std::string line = fmt::format(
+        "{} round {}/{}{}:", group.name, round + 1, run.rounds,
+        loaded ? fmt::format(" (LOADED: other processes used {:.0f}% of a CPU)", 100 * others)
+               : "");
     for (const Entry& entry : group.entries) {
       line += fmt::format(" {};", Describe(group, entry, entry.values.back()));
     }
@@ -559,6 +640,7 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
       Progress(fmt::format("starting {}", options.toclsd_path));
       TOCL_ASSIGN_OR_RETURN(daemon, DaemonProcess::Start(options.toclsd_path));
       run.daemon_address = daemon->address();
+      run.daemon_pid = daemon->pid();
     } else {
       run.daemon_address = options.daemon_address;
     }
@@ -585,6 +667,12 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
     }
   }
   WarnIfLoaded("at the end");
+  if (run.rounds_loaded > 0) {
+    Progress(
+        fmt::format("warning: other processes used CPU time in {} of {} rounds (marked "
+                    "LOADED in the notes): those figures are not reliable",
+                    run.rounds_loaded, run.rounds_run));
+  }
   if (daemon) TOCL_RETURN_IF_ERROR(daemon->Stop());
   return Status::Ok();
 }

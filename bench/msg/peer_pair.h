@@ -36,6 +36,9 @@ class PeerPair {
   PeerPair& operator=(const PeerPair&) = delete;
 
   const std::string& name() const { return name_; }
+  // The peers' process ids (-1 once reaped).
+  pid_t initiator_pid() const { return peers_[0].pid; }
+  pid_t responder_pid() const { return peers_[1].pid; }
 
   // Sends each peer its command and waits up to `timeout` for both replies.
   Status Call(const Command& to_initiator, const Command& to_responder, Reply* initiator,

@@ -14,8 +14,9 @@ namespace {
 // How long the token must lie unused before the progress thread takes it:
 // long enough that a thread in a send/recv loop never meets it.
 constexpr auto kIdleHandOver = std::chrono::milliseconds(2);
-// How often the progress thread looks at the token while someone holds it.
-constexpr auto kProgressCheck = std::chrono::milliseconds(50);
+// How often the progress thread looks at the token while someone holds it
+// (idle receivers rely on it once the last busy one has left).
+constexpr auto kProgressCheck = std::chrono::milliseconds(10);
 constexpr auto kHousekeepingPeriod = std::chrono::seconds(1);
 
 int64_t NowNs() {

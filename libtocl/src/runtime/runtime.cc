@@ -46,6 +46,10 @@ std::string ProgramName() {
   return name.empty() ? "tocl" : name;
 }
 
+// How long a receiver waits for the poll token (or a message) before it
+// counts as idle.
+constexpr auto kEagerWait = std::chrono::milliseconds(100);
+
 Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
@@ -296,8 +300,13 @@ template <typename TryMatch>
 Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blocking,
                               TryMatch&& try_match) {
   TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
+  // Eager: polls for itself, spinning first, for kEagerWait; idle after
+  // that (see below).
+  const auto eager_until = Clock::now() + kEagerWait;
+  bool eager = true;
   for (;;) {
     if (try_match(*mailbox)) return Status::Ok();
+    if (eager && Clock::now() >= eager_until) eager = false;
     if (mailbox->left())
       return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
     if (shutting_down.load(std::memory_order_relaxed)) {
@@ -315,6 +324,21 @@ Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blockin
       return DeadlineExceeded(
           fmt::format("no matching message for {} arrived in time", self.ToString()));
     }
+    if (!eager) {
+      // An idle receiver (it waited a while and nothing came) does not
+      // take the poll token to spin and sleep with it: with many threads
+      // blocked in Recv that would pass the token around and keep the
+      // busy ones from polling for themselves. It looks once, then sleeps
+      // on its mailbox; the poller of the moment (a busy receiver, else the
+      // progress thread) hands it its messages.
+      if (progress->TryAcquire()) {
+        progress->PollOnce();
+        progress->Release();
+        if (try_match(*mailbox)) return Status::Ok();
+      }
+      mailbox->Wait(mailbox->signal(), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+      continue;
+    }
     if (progress->TryAcquire()) {
       PollFor(*mailbox, deadline);
       progress->Release();
@@ -330,7 +354,7 @@ Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blockin
       progress->Release();
       continue;
     }
-    mailbox->Wait(seen, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    mailbox->Wait(seen, std::min(deadline, eager_until));
     progress->RemoveTokenWaiter(mailbox);
   }
 }
