@@ -292,6 +292,8 @@ TEST_CASE("a session reports again once it has re-enrolled after a daemon restar
   const std::vector<PoolClassStats> next = {Class("tcp", 8192, 2)};
   CHECK(WaitUntil([&] { return session->ReportPoolStats(next).ok() && Holds(*fresh, gid, next); },
                   seconds(20), milliseconds(50)));
+  // The watcher thread counts the re-enroll after the stream is usable.
+  CHECK(WaitUntil([&] { return session->reenroll_count() == 1; }, seconds(5)));
   CHECK(session->reenroll_count() == 1);
   CHECK_OK(session->Close());
 }
