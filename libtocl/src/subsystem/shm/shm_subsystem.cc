@@ -18,10 +18,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <new>
-#include <sstream>
 
 #include "subsystem/shm/segment_layout.h"
 
@@ -36,16 +34,28 @@ Status Errno(std::string_view what, std::string_view path) {
 // Field 22 of /proc/PID/stat: when the process started, in clock ticks since
 // boot. With the pid it names a process for good (pids are reused).
 uint64_t ProcessStart(int pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buffer[1024];
+  const ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buffer[n] = '\0';
+  const std::string_view text(buffer, static_cast<size_t>(n));
+  // The command name (field 2) may hold spaces and parentheses: count
+  // fields from the last ')'.
+  size_t at = text.rfind(')');
+  if (at == std::string_view::npos) return 0;
+  at += 2;  // ") " then field 3
+  for (int field = 3; field < 22 && at < text.size(); ++field) {
+    at = text.find(' ', at);
+    if (at == std::string_view::npos) return 0;
+    ++at;
   }
-  return 0;
+  if (at >= text.size()) return 0;
+  return std::strtoull(buffer + at, nullptr, 10);
 }
 
 bool ProcessAlive(int pid, uint64_t start) {
