@@ -12,6 +12,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/posix.h"
+
 namespace tocl::demo {
 namespace {
 
@@ -22,7 +24,7 @@ constexpr auto kLeaveTimeout = std::chrono::seconds(5);
 Result<int> Reap(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return Internal(fmt::format("waitpid {}: {}", pid, std::strerror(errno)));
+    if (errno != EINTR) return ErrnoStatus(fmt::format("waitpid {}", pid), errno);
   }
   return status;
 }
@@ -38,7 +40,7 @@ Result<std::unique_ptr<DemoChild>> DemoChild::Start(const std::string& daemon,
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = ::fork();
-  if (pid < 0) return Internal(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid < 0) return ErrnoStatus("fork", errno);
   if (pid == 0) {
     for (auto& sibling : started) sibling->Forget();
     ready.read.Close();

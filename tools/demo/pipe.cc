@@ -13,10 +13,6 @@
 namespace tocl::demo {
 namespace {
 
-Status ErrnoStatus(std::string_view operation, int error) {
-  return Internal(fmt::format("{}: {}", operation, std::strerror(error)));
-}
-
 // Waits until `fd` is readable (data or end of file) or `deadline` passes.
 Status WaitReadable(const Fd& fd, Deadline deadline) {
   while (true) {
@@ -44,20 +40,6 @@ Result<size_t> ReadSome(const Fd& fd, char* buffer, size_t size) {
 }
 
 }  // namespace
-
-Fd& Fd::operator=(Fd&& other) noexcept {
-  if (this != &other) {
-    Close();
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-void Fd::Close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
 
 Result<Pipe> Pipe::Open() {
   int fds[2];

@@ -12,31 +12,13 @@
 #include <string>
 #include <string_view>
 
+#include "core/posix.h"
 #include "tocl/status.h"
 
 namespace tocl::demo {
 
 using Deadline = std::chrono::steady_clock::time_point;
 inline constexpr Deadline kNoDeadline = Deadline::max();
-
-// An owned file descriptor, closed when destroyed. Move-only.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Close(); }
-  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Close();
-
- private:
-  int fd_ = -1;
-};
 
 struct Pipe {
   Fd read;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/posix.h"
+
 namespace tocl::buffers {
 
 namespace {
@@ -51,8 +53,7 @@ AnonymousSlabMemory::~AnonymousSlabMemory() {
 Result<Slab> AnonymousSlabMemory::Allocate(size_t bytes) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
-    return ResourceExhausted(
-        fmt::format("mmap of a {} byte slab: {}", bytes, std::strerror(errno)));
+    return ErrnoStatus(fmt::format("mmap of a {} byte slab", bytes), errno);
   }
   std::lock_guard lock(mu_);
   maps_.emplace_back(base, bytes);

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <memory>
 
+#include "core/posix.h"
+
 namespace tocl::runtime {
 
 namespace {
 Status Errno(std::string_view what) {
-  return Internal(fmt::format("{}: {}", what, std::strerror(errno)));
+  return ErrnoStatus(what, errno);
 }
 }  // namespace
 

@@ -1,29 +1,12 @@
 #include "runtime/mailbox.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <climits>
 
 #include "buffers/buffer_pool.h"
+#include "core/posix.h"
 
 namespace tocl::runtime {
-
-namespace {
-
-void FutexWait(std::atomic<uint32_t>& word, uint32_t seen, const timespec* relative) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, relative,
-          nullptr, 0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-          nullptr, 0);
-}
-
-}  // namespace
 
 Mailbox::~Mailbox() {
   Leave();
@@ -49,18 +32,17 @@ void Mailbox::Wake() {
   // still waking up need no system call.
   if (sleepers_.load(std::memory_order_seq_cst) != 0 &&
       armed_.exchange(false, std::memory_order_seq_cst)) {
-    FutexWakeAll(signal_);
+    FutexWakeAll(signal_, FutexScope::kPrivate);
   }
 }
 
 void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) {
-  auto left = deadline - std::chrono::steady_clock::now();
-  if (left <= std::chrono::nanoseconds(0)) return;
-  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-  timespec relative{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  if (deadline <= std::chrono::steady_clock::now()) return;
   armed_.store(true, std::memory_order_seq_cst);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  if (signal_.load(std::memory_order_seq_cst) == seen) FutexWait(signal_, seen, &relative);
+  if (signal_.load(std::memory_order_seq_cst) == seen) {
+    FutexWait(signal_, seen, deadline, FutexScope::kPrivate);
+  }
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 

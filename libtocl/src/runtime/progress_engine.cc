@@ -1,11 +1,9 @@
 #include "runtime/progress_engine.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <climits>
+
+#include "core/posix.h"
 
 namespace tocl::runtime {
 
@@ -42,8 +40,7 @@ void ProgressEngine::Start() {
 void ProgressEngine::Stop() {
   if (stop_.exchange(true)) return;
   thread_signal_.fetch_add(1);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&thread_signal_), FUTEX_WAKE_PRIVATE, INT_MAX,
-          nullptr, nullptr, 0);
+  FutexWakeAll(thread_signal_, FutexScope::kPrivate);
   reactor_.Wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -102,26 +99,26 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
   holder_sleeping_.store(true, std::memory_order_seq_cst);
   // A waiter that registered before the flag was set did not wake us: do
   // not sleep past it.
-  if (waiter_count_.load(std::memory_order_seq_cst) != 0) {
-    holder_sleeping_.store(false, std::memory_order_relaxed);
-    return;
-  }
-  SleepLocked(deadline);
-  holder_sleeping_.store(false, std::memory_order_relaxed);
-}
-
-void ProgressEngine::SleepLocked(std::chrono::steady_clock::time_point deadline) {
-  // Only one subsystem and nothing else to watch (no tcp connection, no
-  // queued send waiting for a peer's bell): its own sleep is cheaper.
-  if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ &&
-      !queued_hint_.load(std::memory_order_relaxed)) {
-    auto now = std::chrono::steady_clock::now();
+  if (waiter_count_.load(std::memory_order_seq_cst) == 0) {
+    // Housekeeping runs at least once a second; sends still queued are
+    // retried at least every 10 ms.
+    const auto now = std::chrono::steady_clock::now();
     auto until = std::min(
         deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
-    if (subsystems_.front()->SleepAlone(until)) {
-      HousekeepingIfDue();
-      return;
-    }
+    const bool queued = queued_hint_.load(std::memory_order_relaxed);
+    if (queued) until = std::min(until, now + std::chrono::milliseconds(10));
+    SleepUntil(until, queued);
+  }
+  holder_sleeping_.store(false, std::memory_order_relaxed);
+  HousekeepingIfDue();
+}
+
+void ProgressEngine::SleepUntil(std::chrono::steady_clock::time_point until, bool queued) {
+  // Only one subsystem and nothing else to watch (no tcp connection, no
+  // queued send waiting for a peer's bell): its own sleep is cheaper.
+  if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ && !queued &&
+      subsystems_.front()->SleepAlone(until)) {
+    return;
   }
   size_t prepared = 0;
   bool may_sleep = true;
@@ -133,19 +130,11 @@ void ProgressEngine::SleepLocked(std::chrono::steady_clock::time_point deadline)
     }
   }
   if (may_sleep) {
-    // Sends still queued are retried at least every 10 ms; housekeeping
-    // runs at least once a second.
-    auto now = std::chrono::steady_clock::now();
-    auto until = std::min(
-        deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
-    if (queued_hint_.load(std::memory_order_relaxed)) {
-      until = std::min(until, now + std::chrono::milliseconds(10));
-    }
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
-    reactor_.Wait(static_cast<int>(std::clamp<int64_t>(ms, 0, INT_MAX)));
+    const auto ms =
+        std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    reactor_.Wait(static_cast<int>(std::clamp<int64_t>(ms.count(), 0, INT_MAX)));
   }
   for (size_t i = 0; i < prepared; ++i) subsystems_[i]->FinishSleep();
-  HousekeepingIfDue();
 }
 
 void ProgressEngine::ThreadLoop() {
@@ -166,9 +155,7 @@ void ProgressEngine::ThreadLoop() {
     auto wait = idle ? kProgressCheck
                      : std::chrono::duration_cast<std::chrono::milliseconds>(kIdleHandOver) +
                            std::chrono::milliseconds(1);
-    timespec relative{0, std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&thread_signal_), FUTEX_WAIT_PRIVATE, seen,
-            &relative, nullptr, 0);
+    FutexWait(thread_signal_, seen, std::chrono::steady_clock::now() + wait, FutexScope::kPrivate);
   }
 }
 

@@ -59,7 +59,7 @@ class ProgressEngine {
 
  private:
   void ThreadLoop();
-  void SleepLocked(std::chrono::steady_clock::time_point deadline);
+  void SleepUntil(std::chrono::steady_clock::time_point until, bool queued);
   void HousekeepingIfDue();
 
   EpollReactor& reactor_;

@@ -85,15 +85,7 @@ Status Runtime::Impl::Open() {
   enroll.attributes = options.attributes;
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
-  events.pool_stats = [this] {
-    std::vector<PoolClassStats> stats;
-    for (auto* subsystem : {shm.get(), tcp.get()}) {
-      if (subsystem == nullptr) continue;
-      auto more = subsystem->pool().Stats();
-      stats.insert(stats.end(), more.begin(), more.end());
-    }
-    return stats;
-  };
+  events.pool_stats = [this] { return PoolStats(); };
   TOCL_ASSIGN_OR_RETURN(
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
@@ -125,8 +117,7 @@ Status Runtime::Impl::Open() {
 #else
   if (resolved.tcp) return InvalidArgument("this libtocl was built without the tcp subsystem");
 #endif
-  for (auto* subsystem : {shm.get(), tcp.get()}) {
-    if (subsystem == nullptr) continue;
+  for (auto* subsystem : Subsystems()) {
     TOCL_RETURN_IF_ERROR(
         link->PublishEndpoint(subsystem->name(), subsystem->address())
             .WithContext(fmt::format("publish the {} endpoint", subsystem->name())));
@@ -233,7 +224,6 @@ Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
     ++source.next_seq;
     if (Status status = DeliverLocal(slot); !status.ok()) {
       // The sender was told the message left; the thread it was for is gone.
-      dropped_for_departed.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("tocl: dropping a message from {}: {}", from_process.ToString(),
                     status.ToString());
       slot->pool->Unref(slot);
@@ -385,6 +375,23 @@ Result<MessageInfo> Runtime::Impl::ProbeFor(Gid self, Selector selector, Clock::
 }
 
 // --- send side ----------------------------------------------------------------
+
+std::vector<subsystem::Subsystem*> Runtime::Impl::Subsystems() const {
+  std::vector<subsystem::Subsystem*> open;
+  for (auto* subsystem : {shm.get(), tcp.get()}) {
+    if (subsystem != nullptr) open.push_back(subsystem);
+  }
+  return open;
+}
+
+std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
+  std::vector<PoolClassStats> stats;
+  for (auto* subsystem : Subsystems()) {
+    auto more = subsystem->pool().Stats();
+    stats.insert(stats.end(), more.begin(), more.end());
+  }
+  return stats;
+}
 
 subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
   switch (network) {
@@ -558,33 +565,51 @@ bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
 }
 
 bool Runtime::Impl::FlushQueued() {
-  std::vector<SendPeer*> list;
+  // Swapping with the poller's own vector keeps both capacities: no
+  // allocation per poll round while sends wait.
   {
     std::lock_guard lock(blocked_mu);
-    list.swap(blocked);
+    flushing.swap(blocked);
   }
-  std::vector<SendPeer*> still;
-  for (SendPeer* peer : list) {
+  std::erase_if(flushing, [&](SendPeer* peer) {
     std::lock_guard lock(peer->mu);
-    if (FlushPeerLocked(*peer)) {
-      still.push_back(peer);
-    } else {
-      peer->listed_blocked = false;
-    }
-  }
-  if (still.empty()) return false;
+    if (FlushPeerLocked(*peer)) return false;  // still waiting
+    peer->listed_blocked = false;
+    return true;
+  });
+  if (flushing.empty()) return false;
   std::lock_guard lock(blocked_mu);
-  blocked.insert(blocked.end(), still.begin(), still.end());
+  blocked.insert(blocked.end(), flushing.begin(), flushing.end());
+  flushing.clear();
   return true;
+}
+
+Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
+  TOCL_RETURN_IF_ERROR(CheckSender(from));
+  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
+  if (shutting_down.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  return Status::Ok();
+}
+
+Result<SendPeer*> Runtime::Impl::PeerOf(Gid to) {
+  TOCL_ASSIGN_OR_RETURN(DestThread * dest, ResolveDestination(to));
+  if (dest->exited.load(std::memory_order_acquire)) {
+    return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
+  }
+  return dest->peer;
 }
 
 Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot,
                                Network network) {
-  TOCL_RETURN_IF_ERROR(CheckSender(from));
-  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
-  if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
-  if (shutting_down.load(std::memory_order_relaxed))
-    return Unavailable("the runtime is shutting down");
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  return PostSlot(from, to, tag, slot, network);
+}
+
+Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot,
+                               Network network) {
   wire::Header& header = slot->header();
   header.magic = wire::kMagic;
   header.version = wire::kVersion;
@@ -599,11 +624,8 @@ Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
 
   if (to.process() == process) return DeliverLocal(slot);
 
-  TOCL_ASSIGN_OR_RETURN(DestThread * dest, ResolveDestination(to));
-  if (dest->exited.load(std::memory_order_acquire)) {
-    return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
-  }
-  SendPeer& peer = *dest->peer;
+  TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
+  SendPeer& peer = *destination;
   std::unique_lock lock(peer.mu);
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
   subsystem::Route* route = peer.default_route;
@@ -662,27 +684,25 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
         "a {} byte message is larger than the short maximum of {} bytes (header included)",
         payload.size(), buffers::ClassBytes(num_classes - 1)));
   }
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   // The shm fast path: straight into the buffer the receiver provided.
-  if (to.process() != process && to.is_thread() && tag != kAnyTag && shm) {
-    auto dest = ResolveDestination(to);
-    if (dest.ok() && !(*dest)->exited.load(std::memory_order_acquire) && CheckSender(from).ok() &&
-        !shutting_down.load(std::memory_order_relaxed)) {
-      SendPeer& peer = *(*dest)->peer;
-      std::lock_guard lock(peer.mu);
-      if (ResolvePeerLocked(peer).ok() && !peer.queue.empty()) FlushPeerLocked(peer);
-      if (peer.state == SendPeer::State::kReady && peer.queue.empty() &&
-          peer.default_route != nullptr) {
-        wire::Header header;
-        header.tag = tag;
-        header.length = static_cast<uint32_t>(payload.size());
-        header.total = header.length;
-        header.source = from.raw();
-        header.destination = to.raw();
-        header.seq = peer.next_seq;
-        if (peer.default_route->PostCopy(header, payload).ok()) {
-          ++peer.next_seq;
-          return Status::Ok();
-        }
+  if (shm && to.process() != process) {
+    TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
+    SendPeer& peer = *destination;
+    std::lock_guard lock(peer.mu);
+    TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
+    if (!peer.queue.empty()) FlushPeerLocked(peer);
+    if (peer.state == SendPeer::State::kReady && peer.queue.empty()) {
+      wire::Header header;
+      header.tag = tag;
+      header.length = static_cast<uint32_t>(payload.size());
+      header.total = header.length;
+      header.source = from.raw();
+      header.destination = to.raw();
+      header.seq = peer.next_seq;
+      if (peer.default_route->PostCopy(header, payload).ok()) {
+        ++peer.next_seq;
+        return Status::Ok();
       }
     }
   }
@@ -691,7 +711,7 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
                         subsystem->pool().Get(class_index, AtCap::kWait, Clock::time_point::max()));
   std::memcpy(slot->payload(), payload.data(), payload.size());
   slot->header().length = static_cast<uint32_t>(payload.size());
-  Status status = SendSlot(from, to, tag, slot, Network::kFastest);
+  Status status = PostSlot(from, to, tag, slot, Network::kFastest);
   if (!status.ok()) slot->pool->Unref(slot);
   return status;
 }
@@ -778,13 +798,7 @@ Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
 }
 
 std::vector<PoolClassStats> Runtime::PoolStats() const {
-  std::vector<PoolClassStats> stats;
-  for (auto* subsystem : {impl_->shm.get(), impl_->tcp.get()}) {
-    if (subsystem == nullptr) continue;
-    auto more = subsystem->pool().Stats();
-    stats.insert(stats.end(), more.begin(), more.end());
-  }
-  return stats;
+  return impl_->PoolStats();
 }
 
 size_t Runtime::short_max_payload() const {

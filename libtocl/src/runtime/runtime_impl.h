@@ -48,9 +48,16 @@ struct Runtime::Impl final : public subsystem::Sink {
   Status AwaitRegistration(Gid to);
   Status ResolvePeerLocked(runtime::SendPeer& peer);
   Status CheckSender(Gid from) const;
+  // Everything about a send that does not need the destination: the
+  // sender, the tag, the destination's form, the runtime's state.
+  Status CheckSend(Gid from, Gid to, Tag tag) const;
+  // The peer of thread `to` (looked up on first use); FailedPrecondition
+  // when the thread has exited.
+  Result<runtime::SendPeer*> PeerOf(Gid to);
   // Sends one reference of `slot` (header length set). On error the
-  // reference is still the caller's.
+  // reference is still the caller's. PostSlot skips CheckSend.
   Status SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
+  Status PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
   Status DeliverLocal(detail::BufferSlot* slot);
   // Retries queued sends (the poller). True when some still wait.
@@ -59,6 +66,8 @@ struct Runtime::Impl final : public subsystem::Sink {
   void FailPeerLocked(runtime::SendPeer& peer, Status why);
   void OnExited(Gid gid, const std::string& reason);
   subsystem::Subsystem* SubsystemFor(Network network) const;
+  std::vector<subsystem::Subsystem*> Subsystems() const;  // the open ones
+  std::vector<PoolClassStats> PoolStats() const;
 
   // --- receive side ---
   Result<runtime::Mailbox*> LocalMailbox(Gid self) const;
@@ -99,7 +108,8 @@ struct Runtime::Impl final : public subsystem::Sink {
   const uint64_t instance;  // tells thread-local caches of different runtimes apart
 
   std::mutex blocked_mu;
-  std::vector<runtime::SendPeer*> blocked;  // guarded by blocked_mu: peers with queued sends
+  std::vector<runtime::SendPeer*> blocked;   // guarded by blocked_mu: peers with queued sends
+  std::vector<runtime::SendPeer*> flushing;  // the poll token holder's: blocked, being retried
 
   // Receive order per source process (the polling thread only).
   struct SourceOrder {
@@ -110,7 +120,6 @@ struct Runtime::Impl final : public subsystem::Sink {
   std::unordered_map<uint64_t, SourceOrder> order;  // node-based: pointers stay valid
   uint64_t last_source = 0;                         // a cache for `order` lookups
   SourceOrder* last_order = nullptr;
-  std::atomic<uint64_t> dropped_for_departed{0};
 };
 
 }  // namespace tocl

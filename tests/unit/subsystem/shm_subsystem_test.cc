@@ -40,6 +40,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
+#include "collecting_sink.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/shm/segment_layout.h"
 #include "wire/frame.h"
@@ -56,12 +57,6 @@ constexpr Gid kReceiver = Gid::Process(1, 2);
 constexpr uint32_t kClasses = 9;  // 256 B .. 64 KiB
 constexpr size_t kMaxPayload = (size_t{64} << 10) - wire::kHeaderBytes;
 constexpr size_t kBudgetBytes = size_t{16} << 20;
-
-uint32_t Checksum(std::span<const std::byte> bytes) {
-  uint32_t hash = 2166136261u;  // FNV-1a
-  for (std::byte b : bytes) hash = (hash ^ std::to_integer<uint32_t>(b)) * 16777619u;
-  return hash;
-}
 
 // A fresh directory under /dev/shm, removed with everything in it.
 class ShmDir {
@@ -90,40 +85,9 @@ class ShmDir {
   std::string path_;
 };
 
-struct Arrival {
-  Gid from;
-  wire::Header header;
-  bool intact = false;  // the payload matches the checksum in the tag
-};
-
-// Collects arrivals; called on the polling thread, read by the test thread.
-class CollectingSink final : public Sink {
- public:
-  Status OnMessage(Gid from, detail::BufferSlot* slot) override {
-    Arrival arrival{from, slot->header(), false};
-    arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
-    slot->pool->Unref(slot);
-    std::lock_guard lock(mu_);
-    arrivals_.push_back(arrival);
-    return Status::Ok();
-  }
-  bool Congested() const override { return congested.load(); }
-
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return arrivals_.size();
-  }
-  std::vector<Arrival> arrivals() const {
-    std::lock_guard lock(mu_);
-    return arrivals_;
-  }
-
-  std::atomic<bool> congested{false};
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Arrival> arrivals_;
-};
+using tocl::subsystem::testing::Arrival;
+using tocl::subsystem::testing::Checksum;
+using tocl::subsystem::testing::CollectingSink;
 
 // One process's worth of shm: a budget, a reactor, a sink, a subsystem.
 struct Node {

@@ -27,6 +27,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
+#include "collecting_sink.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/tcp/socket.h"
 #include "wire/frame.h"
@@ -41,58 +42,9 @@ constexpr Gid kA = Gid::Process(1, 1);
 constexpr Gid kB = Gid::Process(1, 2);
 constexpr uint32_t kClasses = 9;  // 256 B .. 64 KiB
 
-uint32_t Checksum(std::span<const std::byte> bytes) {
-  uint32_t hash = 2166136261u;  // FNV-1a
-  for (std::byte b : bytes) hash = (hash ^ std::to_integer<uint32_t>(b)) * 16777619u;
-  return hash;
-}
-
-struct Arrival {
-  Gid from;
-  wire::Header header;
-  bool intact = false;                 // the payload matches the checksum in the tag
-  detail::BufferSlot* slot = nullptr;  // when the sink keeps what arrives
-};
-
-// Collects arrivals; called on the polling thread, read by the test thread.
-class CollectingSink final : public subsystem::Sink {
- public:
-  Status OnMessage(Gid from, detail::BufferSlot* slot) override {
-    Arrival arrival{from, slot->header(), false, nullptr};
-    arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
-    if (keep.load()) {
-      arrival.slot = slot;
-    } else {
-      slot->pool->Unref(slot);
-    }
-    std::lock_guard lock(mu_);
-    arrivals_.push_back(arrival);
-    return Status::Ok();
-  }
-  bool Congested() const override { return congested.load(); }
-
-  size_t size() const {
-    std::lock_guard lock(mu_);
-    return arrivals_.size();
-  }
-  std::vector<Arrival> arrivals() const {
-    std::lock_guard lock(mu_);
-    return arrivals_;
-  }
-  void ReleaseKept() {
-    std::lock_guard lock(mu_);
-    for (Arrival& arrival : arrivals_) {
-      if (arrival.slot != nullptr) arrival.slot->pool->Unref(std::exchange(arrival.slot, nullptr));
-    }
-  }
-
-  std::atomic<bool> congested{false};
-  std::atomic<bool> keep{false};
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Arrival> arrivals_;
-};
+using tocl::subsystem::testing::Arrival;
+using tocl::subsystem::testing::Checksum;
+using tocl::subsystem::testing::CollectingSink;
 
 TcpOptions Options(Gid self, uint32_t classes = kClasses) {
   TcpOptions options;
@@ -496,12 +448,16 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
   SECTION("a connection that never says hello is closed by housekeeping") {
     log.Clear();
     Fd raw = RawConnect(b.tcp->address());
+    const auto connected = Clock::now();
     REQUIRE(PumpUntil({&b}, [&] { return b.tcp->inbound_connections() == 2; }));
     b.tcp->Housekeeping();
     CHECK(b.tcp->inbound_connections() == 2);  // not yet
-    std::this_thread::sleep_for(250ms);
-    b.tcp->Housekeeping();
-    CHECK(b.tcp->inbound_connections() == 1);
+    // Housekeeping closes it once the 200 ms hello timeout has passed, not before.
+    REQUIRE(PumpUntil({&b}, [&] {
+      b.tcp->Housekeeping();
+      return b.tcp->inbound_connections() == 1;
+    }));
+    CHECK(Clock::now() - connected >= 200ms);
     REQUIRE(ClosedByPeer(raw, b));
     const auto lines = log.Lines();
     REQUIRE(lines.size() == 1);

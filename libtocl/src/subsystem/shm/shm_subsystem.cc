@@ -3,14 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/posix.h"
 #include "subsystem/shm/segment_layout.h"
 
 namespace tocl::subsystem::shm {
@@ -28,7 +27,7 @@ namespace tocl::subsystem::shm {
 namespace {
 
 Status Errno(std::string_view what, std::string_view path) {
-  return Internal(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+  return ErrnoStatus(fmt::format("{} {}", what, path), errno);
 }
 
 // Field 22 of /proc/PID/stat: when the process started, in clock ticks since
@@ -152,27 +151,9 @@ constexpr uint32_t kAwake = 0;
 constexpr uint32_t kInEpoll = 1;  // ring the bell
 constexpr uint32_t kOnFutex = 2;  // futex-wake the word itself
 
-// Shared (not private) futexes: the word is in memory mapped by several
-// processes.
-void FutexWakeShared(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void FutexWaitShared(std::atomic<uint32_t>& word, uint32_t expected,
-                     std::chrono::steady_clock::time_point deadline) {
-  auto left = deadline - std::chrono::steady_clock::now();
-  if (left <= std::chrono::nanoseconds(0)) return;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::min<std::chrono::steady_clock::duration>(left, std::chrono::hours(1)))
-                      .count();
-  timespec relative{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &relative, nullptr,
-          0);
-}
-
 // One datagram; a full queue (EAGAIN) has rung already, a gone owner
 // (ECONNREFUSED) needs no ringing.
-void Ring(int bell_fd) {
+void RingBell(int bell_fd) {
   if (bell_fd < 0) return;
   char byte = 1;
   [[maybe_unused]] ssize_t n = send(bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -273,16 +254,20 @@ class ShmRoute final : public Route {
       return InvalidArgument(fmt::format("a {} byte frame is larger than {}'s largest buffer",
                                          length, peer_.ToString()));
     }
-    if (PopProvided(class_index, length, desc, target)) return CheckProvided(desc, length);
+    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
+    if (broken_) return Fail("provided a buffer outside its segment");
     // None: ask the owner to ring our bell when it provides more, then look
     // once more (it may have provided between our look and the flag; it
     // stores its ring's tail and then loads the flag, both seq_cst).
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
-    if (PopProvided(class_index, length, desc, target)) return CheckProvided(desc, length);
+    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
+    if (broken_) return Fail("provided a buffer outside its segment");
     return Stall();
   }
 
-  // Takes a provided buffer of the smallest class >= class_index.
+  // Takes a provided buffer of the smallest class >= class_index that holds
+  // `length` bytes inside the owner's data region. A descriptor that does
+  // not breaks the route (and counts as taken).
   bool PopProvided(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
     for (uint32_t c = class_index; c < num_classes_; ++c) {
       auto& ring = channel_.provides[c];
@@ -293,20 +278,15 @@ class ShmRoute final : public Route {
       }
       desc = ring.entries[head % ring.kSize];
       ring.head.value.store(head + 1, std::memory_order_release);
-      popped_class_ = c;
+      if (desc.offset + buffers::ClassBytes(c) > data_bytes_ || length > buffers::ClassBytes(c)) {
+        broken_ = true;
+        return false;
+      }
       desc.length = length;
-      target = data_ + (desc.offset < data_bytes_ ? desc.offset : 0);
+      target = data_ + desc.offset;
       return true;
     }
     return false;
-  }
-
-  Status CheckProvided(const Descriptor& desc, uint32_t length) {
-    if (desc.offset + buffers::ClassBytes(popped_class_) > data_bytes_ ||
-        length > buffers::ClassBytes(popped_class_)) {
-      return Fail("provided a buffer outside its segment");
-    }
-    return Status::Ok();
   }
 
   void Publish(const Descriptor& desc) {
@@ -325,10 +305,10 @@ class ShmRoute final : public Route {
     if (sleeping.load(std::memory_order_seq_cst) == kAwake) return;
     switch (sleeping.exchange(kAwake, std::memory_order_seq_cst)) {
       case kInEpoll:
-        Ring(bell_fd_);
+        RingBell(bell_fd_);
         break;
       case kOnFutex:
-        FutexWakeShared(sleeping);
+        FutexWakeAll(sleeping, FutexScope::kShared);
         break;
       default:
         break;
@@ -366,7 +346,6 @@ class ShmRoute final : public Route {
   // runtime's per-destination lock).
   uint32_t arrival_head_cache_ = 0;
   uint32_t provide_tail_cache_[buffers::kMaxClasses] = {};
-  uint32_t popped_class_ = 0;
   uint64_t stalls_ = 0;
   bool broken_ = false;
 };
@@ -433,7 +412,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       header.attach_seq.fetch_add(1, std::memory_order_seq_cst);
       auto route =
           std::make_unique<ShmRoute>(std::move(mapping), i, bell, peer_process, header.num_classes);
-      Ring(bell);  // the owner adopts new channels from its poll loop
+      RingBell(bell);  // the owner adopts new channels from its poll loop
       return std::unique_ptr<Route>(std::move(route));
     }
     close(bell);
@@ -461,7 +440,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
 
   bool SleepAlone(std::chrono::steady_clock::time_point deadline) override {
     if (!topup_.empty()) return false;  // retried by polling, not by a peer
-    if (AnnounceSleep(kOnFutex)) FutexWaitShared(mapping_.header().sleeping, kOnFutex, deadline);
+    if (AnnounceSleep(kOnFutex))
+      FutexWait(mapping_.header().sleeping, kOnFutex, deadline, FutexScope::kShared);
     FinishSleep();
     return true;
   }
@@ -469,7 +449,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   void WakeSleeper() override {
     uint32_t expected = kOnFutex;
     auto& sleeping = mapping_.header().sleeping;
-    if (sleeping.compare_exchange_strong(expected, kAwake)) FutexWakeShared(sleeping);
+    if (sleeping.compare_exchange_strong(expected, kAwake))
+      FutexWakeAll(sleeping, FutexScope::kShared);
   }
 
   // Tells senders how to wake us, then looks once more (they publish, then
@@ -518,7 +499,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     }
     for (auto& in : inbound_) {
       if (in.sender_bell >= 0) {
-        Ring(in.sender_bell);
+        RingBell(in.sender_bell);
         close(in.sender_bell);
         in.sender_bell = -1;
       }
@@ -575,7 +556,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       }
       TopUp(*slot);
       channel.state.store(static_cast<uint32_t>(ChannelState::kReady), std::memory_order_release);
-      Ring(slot->sender_bell);
+      RingBell(slot->sender_bell);
     }
   }
 
@@ -667,19 +648,21 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     }
     if (provided_any && channel.sender_waiting.load(std::memory_order_seq_cst) != 0 &&
         channel.sender_waiting.exchange(0) != 0) {
-      Ring(in.sender_bell);
+      RingBell(in.sender_bell);
     }
   }
 
   void TopUpAll() {
-    std::vector<uint32_t> pending;
-    pending.swap(topup_);
+    // TopUp puts back what it still cannot fill; swapping keeps both
+    // vectors' capacity (no allocation per poll while starved).
+    topping_up_.swap(topup_);
     for (auto& in : inbound_) {
       if (in.index != kNone &&
-          std::find(pending.begin(), pending.end(), in.index) != pending.end()) {
+          std::find(topping_up_.begin(), topping_up_.end(), in.index) != topping_up_.end()) {
         TopUp(in);
       }
     }
+    topping_up_.clear();
   }
 
   void ProtocolError(Inbound& in, std::string_view reason) {
@@ -729,8 +712,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   // Poller-only state.
   uint32_t seen_attach_seq_ = 0;
   std::vector<Inbound> inbound_;
-  std::vector<uint16_t> owner_;  // slot index -> channel index + 1 it is provided to
-  std::vector<uint32_t> topup_;  // channels left short (congested, or the pool at its cap)
+  std::vector<uint16_t> owner_;       // slot index -> channel index + 1 it is provided to
+  std::vector<uint32_t> topup_;       // channels left short (congested, or the pool at its cap)
+  std::vector<uint32_t> topping_up_;  // TopUpAll's copy of topup_
   bool closed_ = false;
 };
 

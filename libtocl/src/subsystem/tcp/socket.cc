@@ -12,55 +12,6 @@
 
 namespace tocl::subsystem::tcp {
 
-Status ErrnoStatus(std::string_view operation, int error) {
-  std::string message = fmt::format("{}: {}", operation, std::strerror(error));
-  switch (error) {
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ECONNABORTED:
-    case EPIPE:
-    case ETIMEDOUT:
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-    case ENETDOWN:
-    case EHOSTDOWN:
-      return Unavailable(std::move(message));
-    case EMFILE:
-    case ENFILE:
-    case ENOBUFS:
-    case ENOMEM:
-      return ResourceExhausted(std::move(message));
-    case EADDRINUSE:
-      return AlreadyExists(std::move(message));
-    case EADDRNOTAVAIL:
-    case EAFNOSUPPORT:
-      return InvalidArgument(std::move(message));
-    case EACCES:
-    case EPERM:
-      return PermissionDenied(std::move(message));
-    default:
-      return Internal(std::move(message));
-  }
-}
-
-Fd& Fd::operator=(Fd&& other) noexcept {
-  if (this != &other) {
-    Close();
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-void Fd::Close() {
-  if (fd_ >= 0) {
-    // close() always releases the descriptor on Linux, even when it reports
-    // EINTR: never retry.
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
-
 Result<SocketAddress> SocketAddress::FromIp(std::string_view ip, uint16_t port) {
   // inet_pton wants a NUL-terminated string; an address is short.
   if (ip.empty() || ip.size() >= INET6_ADDRSTRLEN) {

@@ -12,34 +12,10 @@
 #include <string>
 #include <string_view>
 
+#include "core/posix.h"
 #include "tocl/status.h"
 
 namespace tocl::subsystem::tcp {
-
-// The Status for a failed system call: `operation` and errno's text, with a
-// code that says what the caller may do about it (Unavailable for a peer
-// that refused or went away, ResourceExhausted for fd or memory limits,
-// Internal otherwise).
-Status ErrnoStatus(std::string_view operation, int error);
-
-// An owned file descriptor, closed when destroyed. Move-only.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Close(); }
-  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Close();
-
- private:
-  int fd_ = -1;
-};
 
 // An IPv4 or IPv6 socket address.
 class SocketAddress {

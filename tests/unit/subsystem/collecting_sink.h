@@ -1,0 +1,73 @@
+// What the subsystem tests share: a payload checksum carried in the tag,
+// and a Sink that collects what arrives (on the polling thread) for the
+// test thread to read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/buffer_slot.h"
+#include "subsystem/subsystem.h"
+#include "wire/frame.h"
+
+namespace tocl::subsystem::testing {
+
+inline uint32_t Checksum(std::span<const std::byte> bytes) {
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (std::byte b : bytes) hash = (hash ^ std::to_integer<uint32_t>(b)) * 16777619u;
+  return hash;
+}
+
+struct Arrival {
+  Gid from;
+  wire::Header header;
+  bool intact = false;                 // the payload matches the checksum in the tag
+  detail::BufferSlot* slot = nullptr;  // when the sink keeps what arrives
+};
+
+class CollectingSink final : public Sink {
+ public:
+  Status OnMessage(Gid from, detail::BufferSlot* slot) override {
+    Arrival arrival{from, slot->header(), false, nullptr};
+    arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
+    if (keep.load()) {
+      arrival.slot = slot;
+    } else {
+      slot->pool->Unref(slot);
+    }
+    std::lock_guard lock(mu_);
+    arrivals_.push_back(arrival);
+    return Status::Ok();
+  }
+  bool Congested() const override { return congested.load(); }
+
+  size_t size() const {
+    std::lock_guard lock(mu_);
+    return arrivals_.size();
+  }
+  std::vector<Arrival> arrivals() const {
+    std::lock_guard lock(mu_);
+    return arrivals_;
+  }
+  // Gives back the buffers kept while `keep` was set.
+  void ReleaseKept() {
+    std::lock_guard lock(mu_);
+    for (Arrival& arrival : arrivals_) {
+      if (arrival.slot != nullptr) arrival.slot->pool->Unref(std::exchange(arrival.slot, nullptr));
+    }
+  }
+
+  std::atomic<bool> congested{false};
+  std::atomic<bool> keep{false};
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Arrival> arrivals_;
+};
+
+}  // namespace tocl::subsystem::testing
