@@ -2,6 +2,7 @@
 //
 //   tocl-bench directory [--json] [--threads N] [--repeats R]
 //   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--quick] [--repeats R]
+//   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
 // figure on stdout instead, and the table on stderr. Exit code 0 when the
@@ -15,6 +16,7 @@
 
 #include "directory_bench.h"
 #include "msg/msg_bench.h"
+#include "multinet/multinet_bench.h"
 #include "report.h"
 
 #ifndef TOCL_TOCLSD_PATH
@@ -122,6 +124,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
 
+  tocl::bench::MultinetBenchOptions multinet;
+  CLI::App* multinet_command = app.add_subcommand(
+      "multinet",
+      "16 MiB messages between two hosts in network namespaces over one and two networks, "
+      "against raw TCP and the links' rates (needs root)");
+  AddCommonOptions(*multinet_command, common);
+  multinet_command->add_flag("--quick", multinet.quick,
+                             "a smoke run: about 0.4 s of traffic per run (figures are rough)");
+  multinet_command->add_flag("--baselines-only", multinet.baselines_only,
+                             "measure raw TCP only; start no tocl peers");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -146,6 +159,17 @@ int main(int argc, char** argv) {
     msg.idle = std::chrono::milliseconds(static_cast<int64_t>(msg_idle_seconds * 1000));
     tocl::bench::Report report("msg");
     tocl::Status status = tocl::bench::RunMsgBench(msg, report);
+    return Finish(status, report, common.json);
+  }
+  if (multinet_command->parsed()) {
+    if (!common.daemon_address.empty()) {
+      fmt::print(stderr, "tocl-bench: multinet starts its own daemons; --daemon is not used\n");
+      return 2;
+    }
+    multinet.repeats = common.repeats;
+    multinet.toclsd_path = common.toclsd_path;
+    tocl::bench::Report report("multinet");
+    tocl::Status status = tocl::bench::RunMultinetBench(multinet, report);
     return Finish(status, report, common.json);
   }
   return 2;

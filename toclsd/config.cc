@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "tocl/entity.h"
+#include "tocl/gid.h"
 #include "tocl/log.h"
 
 namespace tocl::daemon {
@@ -42,6 +43,25 @@ Status Read(const toml::table& table, std::string_view key, std::string_view sou
 
 }  // namespace
 
+Status ValidateNetworks(std::string_view networks) {
+  // The runtime parses the list; the daemon only keeps text that any
+  // reader of the host's attribute can print.
+  if (networks.find_first_not_of(' ') == std::string_view::npos) {
+    return InvalidArgument("networks is empty (\"auto\" picks them)");
+  }
+  if (networks.size() > kMaxAttributeValueBytes) {
+    return InvalidArgument(
+        fmt::format("networks is {} bytes (at most {})", networks.size(), kMaxAttributeValueBytes));
+  }
+  for (size_t i = 0; i < networks.size(); ++i) {
+    if (networks[i] < 0x20 || networks[i] > 0x7e) {
+      return InvalidArgument(fmt::format("networks: byte {} (0x{:02x}) is not printable ASCII", i,
+                                         static_cast<unsigned char>(networks[i])));
+    }
+  }
+  return Status::Ok();
+}
+
 std::string DaemonConfig::socket_path() const {
   return socket.empty() ? state_dir + "/toclsd.sock" : socket;
 }
@@ -66,14 +86,14 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
                                        error.source().begin.column, error.description()));
   }
   static const std::set<std::string_view> kKnown = {
-      "state_dir", "socket", "listen", "log_level", "host_name", "grace_period_seconds",
-      "cache_kib"};
+      "state_dir", "socket",  "listen",  "log_level", "host_name", "grace_period_seconds",
+      "cache_kib", "host_id", "networks"};
   for (const auto& [key, node] : table) {
     if (!kKnown.contains(key.str())) {
       return InvalidArgument(
           fmt::format("{}: unknown setting '{}' (known: state_dir, socket, "
                       "listen, log_level, host_name, grace_period_seconds, "
-                      "cache_kib)",
+                      "cache_kib, host_id, networks)",
                       Where(node, source), key.str()));
     }
   }
@@ -86,6 +106,12 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
   TOCL_RETURN_IF_ERROR(Read(table, "host_name", source, loaded.host_name));
   TOCL_RETURN_IF_ERROR(Read(table, "cache_kib", source, loaded.cache_kib));
   TOCL_RETURN_IF_ERROR(Read(table, "grace_period_seconds", source, loaded.grace_period_seconds));
+  if (table.contains("host_id")) {
+    int64_t host_id = 0;
+    TOCL_RETURN_IF_ERROR(Read(table, "host_id", source, host_id));
+    loaded.host_id = host_id;
+  }
+  TOCL_RETURN_IF_ERROR(Read(table, "networks", source, loaded.networks));
   config = std::move(loaded);
   return Status::Ok();
 }
@@ -117,6 +143,11 @@ Status FinishConfig(DaemonConfig& config) {
     return InvalidArgument(fmt::format("cache_kib {} is outside 256..4194304", config.cache_kib));
   }
   if (config.listen.empty()) return InvalidArgument("listen is empty (use \"none\" to disable)");
+  if (config.host_id && (*config.host_id < 1 || *config.host_id > Gid::kMaxHost)) {
+    return InvalidArgument(
+        fmt::format("host_id {} is outside 1..{}", *config.host_id, Gid::kMaxHost));
+  }
+  TOCL_RETURN_IF_ERROR(ValidateNetworks(config.networks));
   // Checked here so that a typo fails before anything is opened.
   TOCL_RETURN_IF_ERROR(SetLogLevel(config.log_level));
   return Status::Ok();
@@ -127,8 +158,10 @@ std::string ConfigToToml(const DaemonConfig& config) {
       {"state_dir", config.state_dir}, {"socket", config.socket_path()},
       {"listen", config.listen},       {"log_level", config.log_level},
       {"host_name", config.host_name}, {"grace_period_seconds", config.grace_period_seconds},
-      {"cache_kib", config.cache_kib},
+      {"cache_kib", config.cache_kib}, {"networks", config.networks},
   };
+  // TOML has no null: an unset host id is left out.
+  if (config.host_id) table.insert("host_id", *config.host_id);
   std::stringstream out;
   out << table << "\n";
   return out.str();

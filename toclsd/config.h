@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "tocl/status.h"
 
@@ -20,6 +22,13 @@ struct DaemonConfig {
   // re-enroll after it starts again before they are marked exited.
   double grace_period_seconds = 10.0;
   int64_t cache_kib = 8192;  // SQLite page cache per connection
+  // This host's id, 1..65535. Unset: the id recorded in the database (1 for
+  // a new one). A database that recorded another id refuses to start.
+  // (Until daemons form clusters, this is how hosts get distinct ids.)
+  std::optional<int64_t> host_id;
+  // The networks processes of this host open by default ("shm,tcp:eth0,
+  // tcp:eth1", "auto"), published as the host entity's `networks` attribute.
+  std::string networks = "auto";
 
   std::string socket_path() const;
   std::string database_path() const;
@@ -31,6 +40,10 @@ struct DaemonConfig {
 // Unknown keys and wrong types are errors naming the key and line.
 Status LoadConfigFile(const std::string& path, DaemonConfig& config);
 Status LoadConfigText(std::string_view toml, std::string_view source_name, DaemonConfig& config);
+
+// Checks a `networks` setting: not blank, printable ASCII, at most one
+// attribute value long (the runtime parses it; the daemon only publishes it).
+Status ValidateNetworks(std::string_view networks);
 
 // Fills derived defaults (host name) and checks values.
 Status FinishConfig(DaemonConfig& config);

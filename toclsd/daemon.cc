@@ -65,6 +65,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   options.path = config.database_path();
   options.host_name = config.host_name;
   options.cache_kib = config.cache_kib;
+  options.host_id = static_cast<uint32_t>(config.host_id.value_or(0));
+  options.host_attributes = {{"networks", config.networks}};
   auto store = directory::Store::Open(options);
   if (!store.ok()) {
     if (store.status().code() == StatusCode::kDataLoss) {
@@ -134,10 +136,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
       raw->ExpireOrphansAfterGrace(std::move(orphans));
     });
   }
-  spdlog::info("toclsd ready: host {} '{}', unix:{}{}{}, state {}",
+  spdlog::info("toclsd ready: host {} '{}', unix:{}{}{}, state {}, networks {}",
                daemon->store_->host().ToString(), config.host_name, socket_path,
-               daemon->tcp_address_.empty() ? "" : ", tcp ", daemon->tcp_address_,
-               config.state_dir);
+               daemon->tcp_address_.empty() ? "" : ", tcp ", daemon->tcp_address_, config.state_dir,
+               config.networks);
   return daemon;
 }
 

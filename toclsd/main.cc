@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 
@@ -29,8 +30,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ toclsd[%P] %v");
 
   CLI::App app{"toclsd: the tocl per-node daemon (directory of hosts, processes and threads)"};
-  std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name;
+  std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name, networks;
   std::optional<double> grace_period;
+  std::optional<int64_t> host_id;
   bool print_config = false;
   app.add_option("--config", config_file, "TOML configuration file")->check(CLI::ExistingFile);
   app.add_option("--state-dir", state_dir, "state directory (database, socket, lock)");
@@ -41,6 +43,12 @@ int main(int argc, char** argv) {
   app.add_option("--host-name", host_name, "this host's name (default: the hostname)");
   app.add_option("--grace-period", grace_period,
                  "seconds processes have to re-enroll after a restart (default 10)");
+  app.add_option("--host-id", host_id,
+                 "this host's id, 1..65535 (default: the recorded one, 1 for a new database)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+  app.add_option("--networks", networks,
+                 "networks this host's processes open by default, e.g. shm,tcp:eth0,tcp:eth1 "
+                 "(default auto)");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -63,6 +71,8 @@ int main(int argc, char** argv) {
   if (log_level) config.log_level = *log_level;
   if (host_name) config.host_name = *host_name;
   if (grace_period) config.grace_period_seconds = *grace_period;
+  if (host_id) config.host_id = *host_id;
+  if (networks) config.networks = *networks;
   tocl::Status finished = tocl::daemon::FinishConfig(config);
   if (!finished.ok()) {
     std::fprintf(stderr, "toclsd: %s\n", finished.message().c_str());

@@ -40,6 +40,7 @@ constexpr auto kBatch = std::chrono::microseconds(20);
 constexpr auto kCallSlack = std::chrono::seconds(60);
 constexpr uint32_t kLatencySizes[] = {8, 64, 4096, 65536};
 constexpr uint32_t kBandwidthSizes[] = {65536, 16384};
+constexpr uint32_t kLongSizes[] = {16u << 20, 1u << 20};
 // A round during which other processes used more than this many CPUs (on
 // average) is marked loaded.
 constexpr double kLoadedCpus = 0.05;
@@ -70,6 +71,7 @@ void Progress(std::string_view text) {
 }
 
 std::string SizeName(uint32_t size) {
+  if (size >= (1u << 20) && size % (1u << 20) == 0) return fmt::format("{} MiB", size >> 20);
   if (size >= 1024 && size % 1024 == 0) return fmt::format("{} KiB", size / 1024);
   return fmt::format("{} B", size);
 }
@@ -191,6 +193,20 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
       g.AddRow(raw, copy, prefix + "raw shm copy stream");
       g.AddRow(ours, raw, prefix + "tocl shm",
                size == 65536 ? std::optional(RatioAtLeast(0.35)) : std::nullopt);
+    }
+    groups.push_back(g.Build());
+  }
+  if (wanted("long")) {
+    // Long messages (fragments) over shm from user memory into user memory
+    // (RecvInto): against one memcpy of the same size.
+    GroupBuilder g("long shm", "shm", Quantity::kBandwidth, tocl);
+    for (uint32_t size : kLongSizes) {
+      std::string prefix = fmt::format("long {}: ", SizeName(size));
+      auto copy = g.Add("memcpy", Contender::kMemcpy, size);
+      auto ours = g.Add("tocl shm long", Contender::kToclStream, size);
+      g.AddRow(copy, std::nullopt, prefix + "memcpy, one process");
+      g.AddRow(ours, copy, prefix + "tocl shm long message",
+               size == kLongSizes[0] ? std::optional(RatioAtLeast(0.6)) : std::nullopt);
     }
     groups.push_back(g.Build());
   }
@@ -598,7 +614,7 @@ void WarnIfLoaded(std::string_view when) {
 }  // namespace
 
 const std::vector<std::string>& MsgCaseNames() {
-  static const std::vector<std::string> kNames = {"latency", "blocking", "bandwidth",
+  static const std::vector<std::string> kNames = {"latency", "blocking", "bandwidth", "long",
                                                   "rate",    "threads",  "idle"};
   return kNames;
 }

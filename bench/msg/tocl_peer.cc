@@ -210,14 +210,28 @@ class RuntimePeer final : public ToclPeer {
     const Gid peer = peer_threads_[pair];
     Runtime& runtime = *runtime_;
     PayloadBuffer target(spec.size);
+    const bool long_messages = spec.size > runtime.short_max_payload();
     for (;;) {
-      Result<Buffer> got = runtime.Recv(me, peer, kTagData);
-      if (!got.ok()) return got.status().WithContext(fmt::format("tocl stream {}: Recv", pair));
-      if (got->size() != spec.size) {
-        return DataLoss(
-            fmt::format("tocl stream {}: {} bytes, expected {}", pair, got->size(), spec.size));
+      if (long_messages) {
+        // Long messages land straight in our memory (no copy afterwards).
+        auto got =
+            runtime.RecvInto(me, std::span<std::byte>(target.data(), spec.size), peer, kTagData);
+        if (!got.ok()) {
+          return got.status().WithContext(fmt::format("tocl stream {}: RecvInto", pair));
+        }
+        if (got->size != spec.size) {
+          return DataLoss(
+              fmt::format("tocl stream {}: {} bytes, expected {}", pair, got->size, spec.size));
+        }
+      } else {
+        Result<Buffer> got = runtime.Recv(me, peer, kTagData);
+        if (!got.ok()) return got.status().WithContext(fmt::format("tocl stream {}: Recv", pair));
+        if (got->size() != spec.size) {
+          return DataLoss(
+              fmt::format("tocl stream {}: {} bytes, expected {}", pair, got->size(), spec.size));
+        }
+        std::memcpy(target.data(), got->data(), spec.size);
       }
-      std::memcpy(target.data(), got->data(), spec.size);
       auto mark = static_cast<StreamMark>(LoadStamp(target.data()));
       if (mark == StreamMark::kData) continue;
       TOCL_RETURN_IF_ERROR(runtime.Send(me, peer, kTagAck, Bytes(target, 8))

@@ -483,6 +483,216 @@ TEST_CASE("tocl pools exits 1 for an unknown or silent process and 2 for a bad i
   CHECK(exited.err == fmt::format("tocl: process {} has exited\n", process));
 }
 
+// What cli-test reports for `tocl networks`: shm, and two tcp networks with
+// peers (one bandwidth measured, one not yet; one peer failed).
+std::vector<NetworkStats> NetworkReport() {
+  std::vector<NetworkStats> report(3);
+  report[0].name = "shm";
+  report[0].kind = "shm";
+  report[0].frames_sent = 10;
+  report[0].bytes_sent = 640;
+  report[1].name = "tcp.0";
+  report[1].kind = "tcp";
+  report[1].device = "eth0";
+  report[1].address = "10.0.0.1:41234";
+  report[1].frames_sent = 1204;
+  report[1].bytes_sent = uint64_t{3} << 30;
+  report[1].frames_received = 998;
+  report[1].bytes_received = 1536;
+  report[1].failures = 1;
+  report[1].peers = {{.peer = Gid::Process(2, 5),
+                      .bandwidth = 812.4e6,
+                      .fragments_sent = 1024,
+                      .fragments_resent = 0,
+                      .failed = false},
+                     {.peer = Gid::Process(3, 1),
+                      .bandwidth = 0,
+                      .fragments_sent = 40,
+                      .fragments_resent = 17,
+                      .failed = true}};
+  report[2].name = "tcp.1";
+  report[2].kind = "tcp";
+  report[2].device = "eth1";
+  report[2].address = std::string("\x0a\x00\x01\x01\xa0\x12", 6);
+  report[2].peers = {{.peer = Gid::Process(2, 5),
+                      .bandwidth = 117.5e6,
+                      .fragments_sent = 300,
+                      .fragments_resent = 2,
+                      .failed = false}};
+  return report;
+}
+
+// Checks that each {header, cell} of `cells` is the start of `row` under
+// `header` in `header_line`.
+void CheckCells(const std::string& header_line, const std::string& row,
+                const std::vector<std::pair<std::string, std::string>>& cells) {
+  for (const auto& [header, cell] : cells) {
+    INFO(cell << " under " << header << " in: " << row);
+    const size_t column = header_line.find(header);
+    REQUIRE(column != std::string::npos);
+    CHECK(row.substr(column).starts_with(cell));
+  }
+}
+
+TEST_CASE("tocl networks prints the reported networks and their peers as tables and as JSON",
+          "[cli][network][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+  REQUIRE_OK(directory.session->ReportNetworkStats(NetworkReport()));
+  REQUIRE(WaitUntil([&] { return directory.client->NetworkStats(directory.process).ok(); },
+                    std::chrono::seconds(10)));
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"networks"}, std::vector<std::string>{"networks", process}}) {
+    CliRun networks = RunCli(directory.With(args));
+    REQUIRE(networks.exit_code == 0);
+    REQUIRE(networks.err.empty());
+    const auto lines = Lines(networks.out);
+    REQUIRE(lines.size() == 9);
+    REQUIRE(std::regex_match(lines[0],
+                             std::regex("PROCESS +NETWORK +KIND +DEVICE +ADDRESS +FRAMES_SENT "
+                                        "+BYTES_SENT +FRAMES_RECV +BYTES_RECV +FAILURES")));
+    for (size_t i = 1; i <= 3; ++i) REQUIRE(lines[i].starts_with(process + " "));
+    CheckCells(lines[0], lines[1],
+               {{"NETWORK", "shm "},
+                {"KIND", "shm "},
+                {"DEVICE", "- "},
+                {"ADDRESS", "- "},
+                {"FRAMES_SENT", "10 "},
+                {"BYTES_SENT", "640 "},
+                {"FRAMES_RECV", "0 "},
+                {"FAILURES", "0"}});
+    CheckCells(lines[0], lines[2],
+               {{"NETWORK", "tcp.0 "},
+                {"KIND", "tcp "},
+                {"DEVICE", "eth0 "},
+                {"ADDRESS", "10.0.0.1:41234 "},
+                {"FRAMES_SENT", "1204 "},
+                {"BYTES_SENT", "3G "},
+                {"FRAMES_RECV", "998 "},
+                {"BYTES_RECV", "1.5K "},
+                {"FAILURES", "1"}});
+    CheckCells(lines[0], lines[3], {{"DEVICE", "eth1 "}, {"ADDRESS", "0x0a000101a012 "}});
+    REQUIRE(lines[4].empty());
+    REQUIRE(std::regex_match(
+        lines[5], std::regex("PROCESS +NETWORK +PEER +BANDWIDTH +FRAGMENTS +RESENT +FAILED")));
+    CheckCells(lines[5], lines[6],
+               {{"PROCESS", process + " "},
+                {"NETWORK", "tcp.0 "},
+                {"PEER", "h2.p5 "},
+                {"BANDWIDTH", "812.4 MB/s "},
+                {"FRAGMENTS", "1024 "},
+                {"RESENT", "0 "},
+                {"FAILED", "no"}});
+    CheckCells(lines[5], lines[7],
+               {{"NETWORK", "tcp.0 "},
+                {"PEER", "h3.p1 "},
+                {"BANDWIDTH", "unknown "},
+                {"RESENT", "17 "},
+                {"FAILED", "yes"}});
+    CheckCells(lines[5], lines[8],
+               {{"NETWORK", "tcp.1 "}, {"PEER", "h2.p5 "}, {"BANDWIDTH", "117.5 MB/s "}});
+  }
+
+  CliRun json_run = RunCli(directory.With({"networks", "--json", process}));
+  REQUIRE(json_run.exit_code == 0);
+  const auto objects = JsonLines(json_run.out);
+  REQUIRE(objects.size() == 1);
+  CHECK(objects[0]["process"] == process);
+  CHECK(std::regex_match(objects[0]["reported_at"].get<std::string>(), kIsoUtc));
+  const json& networks = objects[0]["networks"];
+  REQUIRE(networks.size() == 3);
+  CHECK(networks[0] == json({{"name", "shm"},
+                             {"kind", "shm"},
+                             {"device", ""},
+                             {"address", ""},
+                             {"frames_sent", 10},
+                             {"bytes_sent", 640},
+                             {"frames_received", 0},
+                             {"bytes_received", 0},
+                             {"failures", 0},
+                             {"peers", json::array()}}));
+  CHECK(networks[1]["address"] == "31302e302e302e313a3431323334");
+  CHECK(networks[1]["bytes_sent"] == uint64_t{3} << 30);
+  CHECK(networks[1]["peers"] == json::array({{{"peer", "h2.p5"},
+                                              {"bandwidth", 812.4e6},
+                                              {"fragments_sent", 1024},
+                                              {"fragments_resent", 0},
+                                              {"failed", false}},
+                                             {{"peer", "h3.p1"},
+                                              {"bandwidth", nullptr},
+                                              {"fragments_sent", 40},
+                                              {"fragments_resent", 17},
+                                              {"failed", true}}}));
+  CHECK(networks[2]["address"] == "0a000101a012");
+  CHECK(networks[2]["peers"][0]["bandwidth"] == 117.5e6);
+}
+
+TEST_CASE("tocl networks exits 1 for a silent or unknown process, 2 for a bad id or no daemon",
+          "[cli][network][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+  const Gid unknown =
+      Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
+
+  CliRun none = RunCli(directory.With({"networks"}));
+  REQUIRE(none.exit_code == 1);
+  REQUIRE(none.out.empty());
+  RequireOneErrorLine(none);
+  CHECK(none.err == "tocl: no process has reported network statistics\n");
+
+  CliRun silent = RunCli(directory.With({"networks", "--json", process}));
+  REQUIRE(silent.exit_code == 1);
+  REQUIRE(silent.out.empty());
+  CHECK(silent.err ==
+        fmt::format("tocl: process {} has not reported network statistics yet\n", process));
+
+  CliRun missing = RunCli(directory.With({"networks", unknown.ToString()}));
+  REQUIRE(missing.exit_code == 1);
+  REQUIRE(missing.out.empty());
+  CHECK(missing.err == fmt::format("tocl: no process {}\n", unknown.ToString()));
+
+  for (const std::string bad : {"h1", "h1.p2.t3", "h1.x2"}) {
+    CliRun run = RunCli(directory.With({"networks", bad}));
+    REQUIRE(run.exit_code == 2);
+    REQUIRE(run.out.empty());
+    RequireOneErrorLine(run);
+    CHECK(run.err.find(bad) != std::string::npos);
+  }
+
+  std::vector<NetworkStats> shm_only(1);
+  shm_only[0].name = "shm";
+  shm_only[0].kind = "shm";
+  REQUIRE_OK(directory.session->ReportNetworkStats(shm_only));
+  REQUIRE(WaitUntil([&] { return directory.client->NetworkStats(directory.process).ok(); },
+                    std::chrono::seconds(10)));
+  CliRun one = RunCli(directory.With({"networks", process}));
+  REQUIRE(one.exit_code == 0);
+  const auto lines = Lines(one.out);
+  REQUIRE(lines.size() == 2);  // no peers: no second table
+  REQUIRE(lines[1].starts_with(process + " "));
+  CheckCells(lines[0], lines[1], {{"NETWORK", "shm "}, {"DEVICE", "- "}, {"FAILURES", "0"}});
+
+  REQUIRE_OK(directory.session->Close("done"));
+  Status gone;
+  REQUIRE(WaitUntil(
+      [&] {
+        gone = directory.client->NetworkStats(directory.process).status();
+        return gone.message().ends_with("has exited");
+      },
+      std::chrono::seconds(10)));
+  CliRun exited = RunCli(directory.With({"networks", process}));
+  REQUIRE(exited.exit_code == 1);
+  CHECK(exited.err == fmt::format("tocl: process {} has exited\n", process));
+
+  // The daemon gone.
+  REQUIRE(directory.daemon.Stop().value_or(-1) == 0);
+  CliRun stopped = RunCli(directory.With({"networks"}));
+  REQUIRE(stopped.exit_code == 2);
+  RequireOneErrorLine(stopped);
+  CHECK(stopped.err.starts_with("tocl: cannot reach the daemon at "));
+}
+
 TEST_CASE("tocl exits 2 with one line when the daemon cannot be reached", "[cli][integration]") {
   TempDir dir;
   const std::string address = "unix:" + dir.path() + "/toclsd.sock";

@@ -236,4 +236,14 @@ grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
   return stub.GetPoolStats(&context, request, response != nullptr ? response : &ignored);
 }
 
+grpc::Status RawGetNetworkStats(pb::Directory::Stub& stub, uint64_t raw_process,
+                                pb::GetNetworkStatsResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, kCallTimeout);
+  pb::GetNetworkStatsRequest request;
+  request.set_process(raw_process);
+  pb::GetNetworkStatsResponse ignored;
+  return stub.GetNetworkStats(&context, request, response != nullptr ? response : &ignored);
+}
+
 }  // namespace tocl::testing

@@ -96,5 +96,7 @@ grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
                                 const pb::RegisterThreadsRequest& request);
 grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
                              pb::GetPoolStatsResponse* response = nullptr);
+grpc::Status RawGetNetworkStats(pb::Directory::Stub& stub, uint64_t raw_process,
+                                pb::GetNetworkStatsResponse* response = nullptr);
 
 }  // namespace tocl::testing

@@ -2,19 +2,26 @@
 
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 namespace tocl::testing {
 
 TempDir::TempDir(std::string_view prefix) {
+  Result<TempDir> made = Make(prefix);
+  if (!made.ok()) throw std::runtime_error(made.status().message());
+  path_ = std::move(made->path_);
+  made->path_.clear();
+}
+
+Result<TempDir> TempDir::Make(std::string_view prefix) {
   std::string pattern = "/tmp/" + std::string(prefix) + "XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
-    FAIL("mkdtemp " << pattern << ": " << std::strerror(errno));
+    return Internal("mkdtemp " + pattern + ": " + std::strerror(errno));
   }
-  path_ = pattern;
+  return TempDir(Adopt{}, std::move(pattern));
 }
 
 TempDir::TempDir(TempDir&& other) noexcept : path_(std::move(other.path_)) {

@@ -1,17 +1,22 @@
 // A fresh directory under /tmp for one test, removed with everything in it.
-// Shared by the unit and integration tests (target tocl_test_support).
+// Shared by the unit and integration tests, the netns harness and tocl-bench
+// (target tocl_test_support; no Catch2).
 #pragma once
 
 #include <string>
 #include <string_view>
 
+#include "tocl/status.h"
+
 namespace tocl::testing {
 
 class TempDir {
  public:
-  // `prefix` becomes /tmp/<prefix>XXXXXX. Fails the current test if the
-  // directory cannot be made.
+  // `prefix` becomes /tmp/<prefix>XXXXXX. Throws std::runtime_error (which
+  // fails the current test) if the directory cannot be made; Make() is the
+  // form that returns the error.
   explicit TempDir(std::string_view prefix = "tocl-test-");
+  static Result<TempDir> Make(std::string_view prefix);
   ~TempDir();
   TempDir(TempDir&& other) noexcept;
   TempDir& operator=(TempDir&&) = delete;
@@ -23,6 +28,9 @@ class TempDir {
   std::string File(std::string_view name) const;
 
  private:
+  struct Adopt {};
+  TempDir(Adopt, std::string path) : path_(std::move(path)) {}
+
   std::string path_;  // empty when moved from
 };
 

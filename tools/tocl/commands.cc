@@ -15,6 +15,7 @@
 
 #include "exit_code.h"
 #include "json_output.h"
+#include "network_table.h"
 #include "pool_table.h"
 #include "support/daemon_connection.h"
 #include "support/entity_text.h"
@@ -118,6 +119,20 @@ void WriteLine(const std::string& line) {
   std::fwrite(line.data(), 1, line.size(), stdout);
 }
 
+// Reads the optional PROCESS argument of `command` into `gid` (null when
+// `text` is empty); on a bad one, says so and returns the exit code.
+int ParseProcess(std::string_view command, const std::string& text, Gid* gid) {
+  if (text.empty()) return kExitOk;
+  auto parsed = Gid::Parse(text);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (!parsed->is_process()) {
+    return Fail(kExitUsage,
+                fmt::format("{} wants a process id like h1.p2, not '{}'", command, text));
+  }
+  *gid = *parsed;
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunHosts(const CommonOptions& options) {
@@ -202,15 +217,7 @@ int RunWatch(const CommonOptions& options, std::optional<uint64_t> since, uint64
 
 int RunPools(const CommonOptions& options, const std::string& process) {
   Gid gid;
-  if (!process.empty()) {
-    auto parsed = Gid::Parse(process);
-    if (!parsed.ok()) return Fail(parsed.status());
-    if (!parsed->is_process()) {
-      return Fail(kExitUsage,
-                  fmt::format("pools wants a process id like h1.p2, not '{}'", process));
-    }
-    gid = *parsed;
-  }
+  if (int bad = ParseProcess("pools", process, &gid); bad != kExitOk) return bad;
   auto client = ConnectToDaemon(options.daemon);
   if (!client.ok()) return Fail(client.status());
   auto reports = (*client)->PoolStats(gid);
@@ -220,6 +227,27 @@ int RunPools(const CommonOptions& options, const std::string& process) {
     for (const ProcessPoolStats& report : *reports) PrintJsonLine(PoolStatsToJson(report));
   } else {
     PoolTable(*reports).Print();
+  }
+  return kExitOk;
+}
+
+int RunNetworks(const CommonOptions& options, const std::string& process) {
+  Gid gid;
+  if (int bad = ParseProcess("networks", process, &gid); bad != kExitOk) return bad;
+  auto client = ConnectToDaemon(options.daemon);
+  if (!client.ok()) return Fail(client.status());
+  auto reports = (*client)->NetworkStats(gid);
+  if (!reports.ok()) return Fail(InDaemonContext(reports.status(), **client));
+  if (reports->empty()) return Fail(kExitNoMatch, "no process has reported network statistics");
+  if (options.json) {
+    for (const ProcessNetworkStats& report : *reports) PrintJsonLine(NetworkStatsToJson(report));
+    return kExitOk;
+  }
+  NetworkTable(*reports).Print();
+  Table peers = NetworkPeerTable(*reports);
+  if (!peers.empty()) {
+    std::fputc('\n', stdout);
+    peers.Print();
   }
   return kExitOk;
 }

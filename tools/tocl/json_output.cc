@@ -58,6 +58,39 @@ nlohmann::json PoolStatsToJson(const ProcessPoolStats& stats) {
   };
 }
 
+nlohmann::json NetworkStatsToJson(const ProcessNetworkStats& stats) {
+  nlohmann::json networks = nlohmann::json::array();
+  for (const NetworkStats& network : stats.networks) {
+    nlohmann::json peers = nlohmann::json::array();
+    for (const NetworkPeerStats& peer : network.peers) {
+      peers.push_back({
+          {"peer", peer.peer.ToString()},
+          {"bandwidth", peer.bandwidth > 0 ? nlohmann::json(peer.bandwidth) : nullptr},
+          {"fragments_sent", peer.fragments_sent},
+          {"fragments_resent", peer.fragments_resent},
+          {"failed", peer.failed},
+      });
+    }
+    networks.push_back({
+        {"name", network.name},
+        {"kind", network.kind},
+        {"device", network.device},
+        {"address", HexEncode(network.address)},
+        {"frames_sent", network.frames_sent},
+        {"bytes_sent", network.bytes_sent},
+        {"frames_received", network.frames_received},
+        {"bytes_received", network.bytes_received},
+        {"failures", network.failures},
+        {"peers", std::move(peers)},
+    });
+  }
+  return {
+      {"process", stats.process.ToString()},
+      {"reported_at", FormatUtcTime(stats.reported_at, /*micros=*/true)},
+      {"networks", std::move(networks)},
+  };
+}
+
 void PrintJsonLine(const nlohmann::json& value, std::FILE* out) {
   std::string line = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tocl/entity.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 
 namespace tocl::cli {
@@ -28,6 +29,14 @@ nlohmann::json ChangeEventToJson(const ChangeEvent& event);
 // "class_bytes", "in_use", "free", "provided", "grown", "bytes_registered"
 // (exact numbers).
 nlohmann::json PoolStatsToJson(const ProcessPoolStats& stats);
+
+// One process's network statistics (`tocl networks --json`): "process",
+// "reported_at" and "networks", an array of objects with "name", "kind",
+// "device", "address" (lower-case hex), "frames_sent", "bytes_sent",
+// "frames_received", "bytes_received", "failures" and "peers", an array of
+// {"peer", "bandwidth" (bytes/s, null when unknown), "fragments_sent",
+// "fragments_resent", "failed"}.
+nlohmann::json NetworkStatsToJson(const ProcessNetworkStats& stats);
 
 // Writes `value` on one line to `out`. Invalid UTF-8 in names or values is
 // replaced by U+FFFD rather than failing.

@@ -1,5 +1,6 @@
 // tocl: the command line of the tocl directory (hosts, processes, threads,
-// queries and their changes, pool statistics). See tools/README.md.
+// queries and their changes, pool and network statistics). See
+// tools/README.md.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -45,7 +46,8 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Looks at the tocl directory: hosts, processes, threads, their changes and pool statistics.",
+      "Looks at the tocl directory: hosts, processes, threads, their changes, pool and network "
+      "statistics.",
       "tocl"};
   app.require_subcommand(1);
   app.footer(
@@ -104,6 +106,12 @@ int main(int argc, char** argv) {
   AddCommonOptions(pools, &options);
   pools->add_option("PROCESS", pools_process, "Only this process (h1.p2); default: all");
 
+  std::string networks_process;
+  CLI::App* networks = app.add_subcommand(
+      "networks", "Show the networks processes reported, their traffic and measured bandwidth");
+  AddCommonOptions(networks, &options);
+  networks->add_option("PROCESS", networks_process, "Only this process (h1.p2); default: all");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -116,6 +124,7 @@ int main(int argc, char** argv) {
   if (*lookup) return tocl::cli::RunLookup(options, gid);
   if (*query) return tocl::cli::RunQuery(options, expression, limit);
   if (*pools) return tocl::cli::RunPools(options, pools_process);
+  if (*networks) return tocl::cli::RunNetworks(options, networks_process);
   if (*watch) {
     const std::optional<uint64_t> start =
         since_option->count() > 0 ? std::optional<uint64_t>(since) : std::nullopt;

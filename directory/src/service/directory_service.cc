@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <optional>
 
 #include "service/grpc_status.h"
 #include "store/limits.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 
 namespace tocl::directory {
@@ -26,6 +28,59 @@ Status CheckPoolStatsReport(const pb::PoolStatsReport& report) {
     if (size == 0 || size > kMaxPoolNetworkBytes) {
       return InvalidArgument(
           fmt::format("a network name of {} bytes (1 to {})", size, kMaxPoolNetworkBytes));
+    }
+  }
+  return Status::Ok();
+}
+
+// Errors name a network by its index: its name may hold anything that is
+// not to be written to the log.
+Status CheckNetworkStats(int index, const pb::NetworkStats& network) {
+  if (network.name().empty() || network.name().size() > kMaxNetworkNameBytes) {
+    return InvalidArgument(fmt::format("network {}: a name of {} bytes (1 to {})", index,
+                                       network.name().size(), kMaxNetworkNameBytes));
+  }
+  if (network.kind().empty() || network.kind().size() > kMaxNetworkNameBytes) {
+    return InvalidArgument(fmt::format("network {}: a kind of {} bytes (1 to {})", index,
+                                       network.kind().size(), kMaxNetworkNameBytes));
+  }
+  if (network.device().size() > kMaxNetworkDeviceBytes) {
+    return InvalidArgument(fmt::format("network {}: a device name of {} bytes (at most {})", index,
+                                       network.device().size(), kMaxNetworkDeviceBytes));
+  }
+  if (network.address().size() > kMaxNetworkAddressBytes) {
+    return InvalidArgument(fmt::format("network {}: an address of {} bytes (at most {})", index,
+                                       network.address().size(), kMaxNetworkAddressBytes));
+  }
+  if (static_cast<size_t>(network.peers_size()) > kMaxNetworkPeersPerReport) {
+    return InvalidArgument(fmt::format("network {}: {} peers (at most {})", index,
+                                       network.peers_size(), kMaxNetworkPeersPerReport));
+  }
+  for (const pb::NetworkPeerStats& peer : network.peers()) {
+    const Gid gid = Gid::FromRaw(peer.peer());
+    if (!gid.is_process()) {
+      return InvalidArgument(
+          fmt::format("network {}: peer {} is not a process id", index, gid.ToString()));
+    }
+    if (!std::isfinite(peer.bandwidth()) || peer.bandwidth() < 0) {
+      return InvalidArgument(fmt::format("network {}: a bandwidth of {} to {}", index,
+                                         peer.bandwidth(), gid.ToString()));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckNetworkStatsReport(const pb::NetworkStatsReport& report) {
+  if (static_cast<size_t>(report.networks_size()) > kMaxNetworksPerReport) {
+    return InvalidArgument(
+        fmt::format("{} networks (at most {})", report.networks_size(), kMaxNetworksPerReport));
+  }
+  for (int i = 0; i < report.networks_size(); ++i) {
+    TOCL_RETURN_IF_ERROR(CheckNetworkStats(i, report.networks(i)));
+    for (int j = 0; j < i; ++j) {
+      if (report.networks(j).name() == report.networks(i).name()) {
+        return InvalidArgument(fmt::format("network {} has the name of network {}", i, j));
+      }
     }
   }
   return Status::Ok();
@@ -90,6 +145,10 @@ grpc::Status DirectoryService::EnrollProcess(
       }
       if (request.has_pool_stats()) {
         KeepPoolStats(gid, generation, request.pool_stats());
+        continue;
+      }
+      if (request.has_network_stats()) {
+        KeepNetworkStats(gid, generation, request.network_stats());
         continue;
       }
       if (request.has_register_()) {
@@ -213,12 +272,47 @@ grpc::Status DirectoryService::GetPoolStats(grpc::ServerContext*,
                         fmt::format("{} is not a process id", process.ToString()));
   }
   std::optional<pb::ProcessPoolStats> stats = sessions_.PoolStats(process);
-  if (!stats) return ToGrpcStatus(NoPoolStats(process));
+  if (!stats) return ToGrpcStatus(NoStats(process, "pool"));
   *response->add_processes() = std::move(*stats);
   return grpc::Status::OK;
 }
 
-Status DirectoryService::NoPoolStats(Gid process) const {
+void DirectoryService::KeepNetworkStats(Gid process, uint64_t generation,
+                                        const pb::NetworkStatsReport& report) {
+  Status valid = CheckNetworkStatsReport(report);
+  if (!valid.ok()) {
+    spdlog::warn("process {}: network statistics report ignored: {}", process.ToString(),
+                 valid.message());
+    return;
+  }
+  pb::ProcessNetworkStats stats;
+  stats.set_process(process.raw());
+  stats.set_reported_at_us(NowMicros());
+  *stats.mutable_networks() = report.networks();
+  sessions_.SetNetworkStats(process, generation, std::move(stats));
+}
+
+grpc::Status DirectoryService::GetNetworkStats(grpc::ServerContext*,
+                                               const pb::GetNetworkStatsRequest* request,
+                                               pb::GetNetworkStatsResponse* response) {
+  if (request->process() == 0) {
+    for (pb::ProcessNetworkStats& stats : sessions_.AllNetworkStats()) {
+      *response->add_processes() = std::move(stats);
+    }
+    return grpc::Status::OK;
+  }
+  const Gid process = Gid::FromRaw(request->process());
+  if (!process.is_process()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        fmt::format("{} is not a process id", process.ToString()));
+  }
+  std::optional<pb::ProcessNetworkStats> stats = sessions_.NetworkStats(process);
+  if (!stats) return ToGrpcStatus(NoStats(process, "network"));
+  *response->add_processes() = std::move(*stats);
+  return grpc::Status::OK;
+}
+
+Status DirectoryService::NoStats(Gid process, std::string_view what) const {
   Result<pb::Entity> entity = store_.Lookup(process);
   if (!entity.ok()) {
     if (entity.status().code() != StatusCode::kNotFound) return entity.status();
@@ -228,7 +322,7 @@ Status DirectoryService::NoPoolStats(Gid process) const {
     return NotFound(fmt::format("process {} has exited", process.ToString()));
   }
   return NotFound(
-      fmt::format("process {} has not reported pool statistics yet", process.ToString()));
+      fmt::format("process {} has not reported {} statistics yet", process.ToString(), what));
 }
 
 }  // namespace tocl::directory

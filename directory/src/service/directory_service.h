@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <string>
+#include <string_view>
 
 #include "service/session_registry.h"
 #include "store/store.h"
@@ -45,12 +46,17 @@ class DirectoryService final : public pb::Directory::Service {
                     pb::PingResponse* response) override;
   grpc::Status GetPoolStats(grpc::ServerContext* context, const pb::GetPoolStatsRequest* request,
                             pb::GetPoolStatsResponse* response) override;
+  grpc::Status GetNetworkStats(grpc::ServerContext* context,
+                               const pb::GetNetworkStatsRequest* request,
+                               pb::GetNetworkStatsResponse* response) override;
 
  private:
   // Keeps a process's report unless it is over the limits (then logs why).
   void KeepPoolStats(Gid process, uint64_t generation, const pb::PoolStatsReport& report);
-  // NotFound saying why `process` has no pool statistics.
-  Status NoPoolStats(Gid process) const;
+  void KeepNetworkStats(Gid process, uint64_t generation, const pb::NetworkStatsReport& report);
+  // NotFound saying why `process` has no statistics of `what` ("pool",
+  // "network").
+  Status NoStats(Gid process, std::string_view what) const;
 
   Store& store_;
   SessionRegistry sessions_;

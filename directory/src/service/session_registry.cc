@@ -7,11 +7,12 @@ namespace tocl::directory {
 uint64_t SessionRegistry::Attach(Gid process, grpc::ServerContext* context) {
   std::lock_guard lock(mu_);
   uint64_t generation = next_generation_++;
-  auto [it, inserted] = sessions_.try_emplace(process, Session{generation, context, std::nullopt});
+  auto [it, inserted] =
+      sessions_.try_emplace(process, Session{generation, context, std::nullopt, std::nullopt});
   if (!inserted) {
     spdlog::info("process {} re-enrolled on a new stream; closing the old one", process.ToString());
     it->second.context->TryCancel();  // safe: its handler detaches under mu_ before returning
-    it->second = Session{generation, context, std::nullopt};
+    it->second = Session{generation, context, std::nullopt, std::nullopt};
   }
   return generation;
 }
@@ -24,28 +25,59 @@ bool SessionRegistry::Detach(Gid process, uint64_t generation) {
   return true;
 }
 
-void SessionRegistry::SetPoolStats(Gid process, uint64_t generation,
-                                   tocl::directory::v1::ProcessPoolStats stats) {
+template <typename Stats>
+void SessionRegistry::SetStats(Gid process, uint64_t generation,
+                               std::optional<Stats> Session::*field, Stats stats) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(process);
   if (it == sessions_.end() || it->second.generation != generation) return;
-  it->second.pool_stats = std::move(stats);
+  it->second.*field = std::move(stats);
 }
 
-std::optional<tocl::directory::v1::ProcessPoolStats> SessionRegistry::PoolStats(Gid process) const {
+template <typename Stats>
+std::optional<Stats> SessionRegistry::GetStats(Gid process,
+                                               std::optional<Stats> Session::*field) const {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(process);
   if (it == sessions_.end()) return std::nullopt;
-  return it->second.pool_stats;
+  return it->second.*field;
+}
+
+template <typename Stats>
+std::vector<Stats> SessionRegistry::AllStats(std::optional<Stats> Session::*field) const {
+  std::lock_guard lock(mu_);
+  std::vector<Stats> all;
+  for (const auto& [gid, session] : sessions_) {
+    if (session.*field) all.push_back(*(session.*field));
+  }
+  return all;
+}
+
+void SessionRegistry::SetPoolStats(Gid process, uint64_t generation,
+                                   tocl::directory::v1::ProcessPoolStats stats) {
+  SetStats(process, generation, &Session::pool_stats, std::move(stats));
+}
+
+std::optional<tocl::directory::v1::ProcessPoolStats> SessionRegistry::PoolStats(Gid process) const {
+  return GetStats(process, &Session::pool_stats);
 }
 
 std::vector<tocl::directory::v1::ProcessPoolStats> SessionRegistry::AllPoolStats() const {
-  std::lock_guard lock(mu_);
-  std::vector<tocl::directory::v1::ProcessPoolStats> all;
-  for (const auto& [gid, session] : sessions_) {
-    if (session.pool_stats) all.push_back(*session.pool_stats);
-  }
-  return all;
+  return AllStats(&Session::pool_stats);
+}
+
+void SessionRegistry::SetNetworkStats(Gid process, uint64_t generation,
+                                      tocl::directory::v1::ProcessNetworkStats stats) {
+  SetStats(process, generation, &Session::network_stats, std::move(stats));
+}
+
+std::optional<tocl::directory::v1::ProcessNetworkStats> SessionRegistry::NetworkStats(
+    Gid process) const {
+  return GetStats(process, &Session::network_stats);
+}
+
+std::vector<tocl::directory::v1::ProcessNetworkStats> SessionRegistry::AllNetworkStats() const {
+  return AllStats(&Session::network_stats);
 }
 
 void SessionRegistry::CancelAll() {

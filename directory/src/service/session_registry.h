@@ -1,7 +1,7 @@
 // The enroll streams that are open now, one per process, and the latest
-// pool statistics each process reported on its stream.
+// pool and network statistics each process reported on its stream.
 //
-// Pool statistics live here, not in the store: they are a snapshot a few
+// Statistics live here, not in the store: they are a snapshot a few
 // seconds old, replaced by every report, worthless after the stream ends
 // (Detach drops them) and not worth a durable write each.
 //
@@ -29,7 +29,7 @@ class SessionRegistry {
   // Makes `context` the current session of `process`, cancelling an older
   // one. Returns the session's generation, to pass to Detach.
   uint64_t Attach(Gid process, grpc::ServerContext* context);
-  // Forgets the session and its pool statistics; true when it was still the
+  // Forgets the session and its statistics; true when it was still the
   // process's current one.
   bool Detach(Gid process, uint64_t generation);
 
@@ -42,6 +42,12 @@ class SessionRegistry {
   // The latest report of every process that has one, in Gid order.
   std::vector<tocl::directory::v1::ProcessPoolStats> AllPoolStats() const;
 
+  // The same for network statistics.
+  void SetNetworkStats(Gid process, uint64_t generation,
+                       tocl::directory::v1::ProcessNetworkStats stats);
+  std::optional<tocl::directory::v1::ProcessNetworkStats> NetworkStats(Gid process) const;
+  std::vector<tocl::directory::v1::ProcessNetworkStats> AllNetworkStats() const;
+
   // Cancels every open stream (daemon shutdown: their handlers return now
   // instead of at the server's shutdown deadline).
   void CancelAll();
@@ -51,7 +57,18 @@ class SessionRegistry {
     uint64_t generation;
     grpc::ServerContext* context;  // not owned; valid until Detach
     std::optional<tocl::directory::v1::ProcessPoolStats> pool_stats;
+    std::optional<tocl::directory::v1::ProcessNetworkStats> network_stats;
   };
+
+  // The statistics of one kind (`field` of Session), as the methods above.
+  template <typename Stats>
+  void SetStats(Gid process, uint64_t generation, std::optional<Stats> Session::*field,
+                Stats stats);
+  template <typename Stats>
+  std::optional<Stats> GetStats(Gid process, std::optional<Stats> Session::*field) const;
+  template <typename Stats>
+  std::vector<Stats> AllStats(std::optional<Stats> Session::*field) const;
+
   mutable std::mutex mu_;
   std::map<Gid, Session> sessions_;  // guarded by mu_
   uint64_t next_generation_ = 1;     // guarded by mu_

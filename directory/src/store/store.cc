@@ -41,16 +41,28 @@ std::pair<int64_t, int64_t> StoredRange(Gid parent) {
 }
 
 // Host ids are assigned here until daemons join a cluster (a later issue):
-// the first start records host 1, every later start keeps what is recorded.
-Result<Gid> AssignLocalHostId(Database& db) {
+// the first start records `wanted` (1 when not given), every later start
+// keeps what is recorded and refuses a different `wanted`.
+Result<Gid> AssignLocalHostId(Database& db, uint32_t wanted) {
   TOCL_ASSIGN_OR_RETURN(ScopedStatement read,
                         db.Cached("SELECT value FROM meta WHERE key='host_id'"));
   TOCL_ASSIGN_OR_RETURN(bool row, read->Step());
-  if (row) return Gid::Make(static_cast<uint32_t>(read->ColumnInt(0)));
+  if (row) {
+    const int64_t recorded = read->ColumnInt(0);
+    if (wanted != 0 && recorded != wanted) {
+      // The caller names the file.
+      return FailedPrecondition(fmt::format(
+          "it belongs to host id {}, not {}; start with --host-id {} or use another state "
+          "directory",
+          recorded, wanted, recorded));
+    }
+    return Gid::Host(static_cast<uint32_t>(recorded));
+  }
+  const uint32_t id = wanted != 0 ? wanted : 1;
   TOCL_ASSIGN_OR_RETURN(ScopedStatement write,
-                        db.Cached("INSERT INTO meta(key, value) VALUES ('host_id', 1)"));
-  TOCL_RETURN_IF_ERROR(write->Run());
-  return Gid::Host(1);
+                        db.Cached("INSERT INTO meta(key, value) VALUES ('host_id', ?1)"));
+  TOCL_RETURN_IF_ERROR(write->Bind(1, int64_t{id}).Run());
+  return Gid::Host(id);
 }
 
 Status InsertChange(Database& db, Gid gid, int64_t op, int64_t at_us) {
@@ -128,17 +140,43 @@ Status MarkExitedLocked(Database& db, Gid process, std::string_view reason) {
   return InsertChange(db, process, kOpExited, now);
 }
 
-Status RegisterHost(Database& db, Gid host, const std::string& name) {
+Status RegisterHost(Database& db, Gid host, const std::string& name,
+                    const std::map<std::string, std::string>& attributes) {
   TOCL_ASSIGN_OR_RETURN(ScopedStatement read, db.Cached("SELECT name FROM hosts WHERE gid = ?1"));
   TOCL_ASSIGN_OR_RETURN(bool row, read->Bind(1, StoredGid(host)).Step());
   int64_t now = NowMicros();
-  if (row && read->ColumnText(0) == name) return Status::Ok();
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement write,
-      db.Cached("INSERT INTO hosts(gid, name, state, started_at_us) VALUES (?1, ?2, 1, ?3) "
-                "ON CONFLICT(gid) DO UPDATE SET name = excluded.name"));
-  TOCL_RETURN_IF_ERROR(write->Bind(1, StoredGid(host)).Bind(2, name).Bind(3, now).Run());
+  bool changed = !row || read->ColumnText(0) != name;
+  if (changed) {
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement write,
+        db.Cached("INSERT INTO hosts(gid, name, state, started_at_us) VALUES (?1, ?2, 1, ?3) "
+                  "ON CONFLICT(gid) DO UPDATE SET name = excluded.name"));
+    TOCL_RETURN_IF_ERROR(write->Bind(1, StoredGid(host)).Bind(2, name).Bind(3, now).Run());
+  }
+  for (const auto& [key, value] : attributes) {
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement set,
+        db.Cached("INSERT INTO attributes(entity, key, value, kind) VALUES (?1, ?2, ?3, ?4) "
+                  "ON CONFLICT(entity, key) DO UPDATE SET value = excluded.value "
+                  "WHERE value != excluded.value"));
+    TOCL_RETURN_IF_ERROR(
+        set->Bind(1, StoredGid(host)).Bind(2, key).Bind(3, value).Bind(4, kKindHost).Run());
+    if (sqlite3_changes(db.get()) > 0) changed = true;
+  }
+  if (!changed) return Status::Ok();
   return InsertChange(db, host, row ? kOpUpdated : kOpAdded, now);
+}
+
+// The host's attributes go through the same checks as a client's.
+Status ValidateHostAttributes(const std::map<std::string, std::string>& attributes) {
+  if (attributes.size() > kMaxAttributesPerEntity) {
+    return InvalidArgument(
+        fmt::format("{} host attributes (at most {})", attributes.size(), kMaxAttributesPerEntity));
+  }
+  for (const auto& [key, value] : attributes) {
+    TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value).WithContext("host attribute"));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -272,6 +310,11 @@ Store::~Store() {
 
 Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   TOCL_RETURN_IF_ERROR(ValidateName("host", options.host_name));
+  if (options.host_id > Gid::kMaxHost) {
+    return InvalidArgument(
+        fmt::format("host id {} is outside 1..{}", options.host_id, Gid::kMaxHost));
+  }
+  TOCL_RETURN_IF_ERROR(ValidateHostAttributes(options.host_attributes));
   TOCL_ASSIGN_OR_RETURN(Database db, Database::Open(options.path, OpenMode::kReadWrite));
   // The first statement that reads the file: a file that is not a database
   // fails here with a clear DataLoss error.
@@ -281,8 +324,8 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   Gid host;
   {
     TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db, "BEGIN IMMEDIATE"));
-    TOCL_ASSIGN_OR_RETURN(host, AssignLocalHostId(db));
-    TOCL_RETURN_IF_ERROR(RegisterHost(db, host, options.host_name));
+    TOCL_ASSIGN_OR_RETURN(host, AssignLocalHostId(db, options.host_id));
+    TOCL_RETURN_IF_ERROR(RegisterHost(db, host, options.host_name, options.host_attributes));
     TOCL_RETURN_IF_ERROR(txn.Commit());
   }
   TOCL_ASSIGN_OR_RETURN(int64_t head, db.QueryInt("SELECT coalesce(max(seq), 0) FROM changes"));

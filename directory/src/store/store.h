@@ -34,6 +34,13 @@ struct StoreOptions {
   // The writer's page cache: large, so that index pages stay in memory
   // while a million threads are registered.
   int64_t writer_cache_kib = 65536;
+  // This host's id (1..65535). 0: the id recorded in the database, or 1 for
+  // a new one. A database that recorded another id is not opened
+  // (FailedPrecondition naming both): a store never renumbers its host.
+  uint32_t host_id = 0;
+  // Attributes of this host's entity, set (added or replaced) at every open,
+  // e.g. {"networks", "shm,tcp:eth0"}. Attributes not named here are kept.
+  std::map<std::string, std::string> host_attributes = {};
 };
 
 struct Enrollment {

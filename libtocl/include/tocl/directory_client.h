@@ -1,9 +1,10 @@
 // A client of the local tocl daemon's directory.
 //
 // Finds entities by id (Lookup) or by attribute (Query), follows changes
-// (Watch), reads the pool statistics processes reported (PoolStats) and
-// enrolls the calling process (Enroll), which is what a tocl::Runtime does
-// for you; tools and tests use this class directly.
+// (Watch), reads the pool and network statistics processes reported
+// (PoolStats, NetworkStats) and enrolls the calling process (Enroll), which
+// is what a tocl::Runtime does for you; tools and tests use this class
+// directly.
 //
 //   auto client = tocl::DirectoryClient::Connect();  // $TOCL_DAEMON or the default socket
 //   if (!client.ok()) { fmt::print("{}\n", client.status().ToString()); return 2; }
@@ -25,6 +26,7 @@
 
 #include "tocl/entity.h"
 #include "tocl/gid.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 #include "tocl/status.h"
 
@@ -89,6 +91,12 @@ class DirectoryClient {
   // message says which); InvalidArgument when it is not a process id.
   Result<std::vector<ProcessPoolStats>> PoolStats(Gid process = Gid());
 
+  // The latest network statistics reported to this daemon
+  // (ReportNetworkStats), with the same rules as PoolStats: of `process`, or
+  // of every process that has reported when it is null; NotFound for one
+  // process that is unknown, has exited or has not reported yet.
+  Result<std::vector<ProcessNetworkStats>> NetworkStats(Gid process = Gid());
+
   // Enrolls the calling process: holds a stream to the daemon for the
   // session's life. The daemon marks the process exited when the stream
   // breaks; if the daemon restarts, the session re-enrolls with the same Gid.
@@ -128,6 +136,16 @@ class ProcessSession {
   // Unavailable while re-enrolling after a daemon restart (report again
   // later); FailedPrecondition after Close().
   Status ReportPoolStats(std::span<const PoolClassStats> classes);
+
+  // Sends the process's network statistics now, like ReportPoolStats (the
+  // daemon keeps the latest until the session ends). Peers past
+  // kMaxNetworkPeersPerReport in a network are left out. InvalidArgument
+  // over kMaxNetworksPerReport networks, for a name or kind not
+  // 1..kMaxNetworkNameBytes bytes, a name twice, a device over
+  // kMaxNetworkDeviceBytes, an address over kMaxNetworkAddressBytes, a peer
+  // that is not a process id or a bandwidth that is negative or not finite;
+  // Unavailable while re-enrolling; FailedPrecondition after Close().
+  Status ReportNetworkStats(std::span<const tocl::NetworkStats> networks);
 
   // Number of times the session re-enrolled after losing its daemon.
   uint64_t reenroll_count() const;

@@ -45,6 +45,7 @@
 #include "tocl/buffer.h"
 #include "tocl/entity.h"
 #include "tocl/gid.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 #include "tocl/status.h"
 
@@ -57,11 +58,22 @@ struct RuntimeOptions {
   std::string name;  // the process's name in the directory; empty: the program's name
   Attributes attributes;
 
-  // Networks to open, comma-separated ("shm,tcp"). Empty: $TOCL_SUBSYSTEMS,
-  // else both. Disabling shm sends same-host traffic over tcp.
+  // The networks to open, comma-separated: "shm", "tcp:IFACE" (the
+  // interface's IPv4 address and subnet), "tcp:ADDR[/PREFIX]" (an address,
+  // /32 when no prefix is given), "tcp" (= tcp:127.0.0.1/8), "auto" (shm
+  // and tcp on every interface that is up and has an IPv4 address, not
+  // loopback; loopback alone when there is none). Several tcp networks may
+  // be given (two NICs). Empty: $TOCL_NETWORKS, else `subsystems`/`tcp_bind`
+  // below when set, else the host's `networks` (toclsd config, published as
+  // the host's attribute), else "auto".
+  std::string networks;
+  // Older spelling, kept: "shm,tcp" ($TOCL_SUBSYSTEMS) and the tcp address
+  // ($TOCL_TCP_BIND); used only when `networks` and $TOCL_NETWORKS are empty.
   std::string subsystems;
-  // Address the tcp network listens on. Empty: $TOCL_TCP_BIND, else 127.0.0.1.
   std::string tcp_bind;
+  // Until the cluster issue lands, the daemons of other hosts to look their
+  // processes up at: "HOSTID=ADDRESS,..." (empty: $TOCL_PEER_DAEMONS).
+  std::string peer_daemons;
 
   // Largest message payload plus header (a power of two, 256 B .. 1 MiB).
   size_t short_max = 64 * 1024;
@@ -78,9 +90,24 @@ struct RuntimeOptions {
   // How long Send waits for a destination's endpoint (the directory lookup,
   // the connection) before it fails.
   std::chrono::milliseconds connect_timeout{5000};
-  // Pool statistics are reported to the daemon this often (0: never).
+  // Pool and network statistics are reported to the daemon this often (0: never).
   std::chrono::milliseconds stats_interval{2000};
+
+  // --- long messages (larger than the short maximum) ---
+  // Library memory for long messages being received that have no posted
+  // RecvInto buffer. A sender whose message does not fit waits until
+  // received messages free enough (it is slowed, never dropped).
+  size_t reassembly_cap = size_t{1} << 30;
+  // A network that acknowledges none of a peer's fragments for this long is
+  // failed for that peer: its fragments are sent again over the others.
+  std::chrono::milliseconds fragment_timeout{1000};
+  // A partly received message whose sender sent nothing for this long is
+  // discarded (its sender has failed or died).
+  std::chrono::milliseconds partial_timeout{10000};
 };
+
+// The largest message Send takes (1 TiB).
+inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
 
 // What Probe and TryProbe report about a waiting message.
 struct MessageInfo {
@@ -135,13 +162,23 @@ class Runtime {
   // (the destination has exited), Unavailable (cannot reach it).
   Status Send(Gid from, Gid to, Tag tag, Buffer&& buffer);
   Status Send(Gid from, Gid to, Tag tag, Buffer& buffer);
-  // Copies `payload` into a pool buffer and sends it.
+  // Sends `payload` from user memory, any size up to kMaxMessageBytes. Up to
+  // short_max_payload() it is copied into a pool buffer and sent as above.
+  // A longer one is cut into fragments sent over every network that reaches
+  // the destination at once (weighted by the bandwidth each has shown), and
+  // Send returns once the receiver holds all of it: `payload` may be reused
+  // then. If a network fails mid-message its fragments go over the others;
+  // if none is left Send returns Unavailable and the receiver discards what
+  // it had. Long messages keep the order of the short ones between the same
+  // two threads.
   Status Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
 
   // --- receive ---------------------------------------------------------------
   // The next message for thread `self` whose source and tag match. `source`
   // may be a thread, a process (any of its threads), a host (any thread on
-  // it) or Gid() for any source; `tag` may be kAnyTag.
+  // it) or Gid() for any source; `tag` may be kAnyTag. A long message comes
+  // whole, in one Buffer of library memory (capacity() == size()); dropping
+  // the Buffer frees it.
   Result<Buffer> Recv(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
   // DeadlineExceeded when nothing matched within `timeout`.
   Result<Buffer> RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
@@ -152,6 +189,21 @@ class Runtime {
   Result<MessageInfo> Probe(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
                             Tag tag = kAnyTag);
   Result<MessageInfo> TryProbe(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+  // Receives the next matching message into `out` (any size): a long
+  // message whose first fragment arrives while the caller waits here is
+  // placed straight into `out` (no other copy); one that arrived before is
+  // copied from library memory. InvalidArgument when the message is larger
+  // than `out` (it stays queued: receive it with a larger buffer or Recv).
+  Result<MessageInfo> RecvInto(Gid self, std::span<std::byte> out, Gid source = Gid(),
+                               Tag tag = kAnyTag);
+  Result<MessageInfo> RecvIntoFor(Gid self, std::span<std::byte> out,
+                                  std::chrono::nanoseconds timeout, Gid source = Gid(),
+                                  Tag tag = kAnyTag);
+
+  // --- networks ---------------------------------------------------------------
+  // The open networks with their traffic counters and the bandwidth learned
+  // per destination.
+  std::vector<NetworkStats> Networks() const;
 
   struct Impl;
 

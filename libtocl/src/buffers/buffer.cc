@@ -3,6 +3,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
+#include "buffers/large_slot.h"
 
 namespace tocl {
 
@@ -50,17 +51,24 @@ const std::byte* Buffer::data() const {
   return slot_->payload();
 }
 size_t Buffer::size() const {
-  return slot_->header().length;
+  // A long message's length does not fit the frame's 32-bit length field.
+  return buffers::IsLarge(slot_) ? slot_->header().total : slot_->header().length;
 }
 size_t Buffer::capacity() const {
+  if (buffers::IsLarge(slot_)) return slot_->header().total;
   return buffers::ClassBytes(slot_->class_index) - wire::kHeaderBytes;
 }
 bool Buffer::resize(size_t n) {
   if (n > capacity()) return false;
-  slot_->header().length = static_cast<uint32_t>(n);
+  if (buffers::IsLarge(slot_)) {
+    slot_->header().total = n;
+  } else {
+    slot_->header().length = static_cast<uint32_t>(n);
+  }
   return true;
 }
 size_t Buffer::size_class() const {
+  if (buffers::IsLarge(slot_)) return capacity() + wire::kHeaderBytes;
   return buffers::ClassBytes(slot_->class_index);
 }
 Network Buffer::network() const {

@@ -1,5 +1,7 @@
 #include "buffers/buffer_pool.h"
 
+#include "buffers/large_slot.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -177,7 +179,12 @@ Result<detail::BufferSlot*> BufferPool::Get(uint32_t class_index, AtCap at_cap,
 }
 
 void BufferPool::Unref(detail::BufferSlot* slot) {
-  if (slot->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Put(slot);
+  if (slot->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (IsLarge(slot)) {
+    FreeLargeSlot(slot);
+  } else {
+    Put(slot);
+  }
 }
 
 void BufferPool::Put(detail::BufferSlot* slot) {

@@ -1,5 +1,7 @@
 #include "directory_client/convert.h"
 
+#include <algorithm>
+
 namespace tocl::client {
 namespace pb = ::tocl::directory::v1;
 namespace {
@@ -95,6 +97,59 @@ void ToProto(const PoolClassStats& in, pb::PoolClassStats* out) {
   out->set_provided(in.provided);
   out->set_grown(in.grown);
   out->set_bytes_registered(in.bytes_registered);
+}
+
+ProcessNetworkStats FromProto(const pb::ProcessNetworkStats& in) {
+  ProcessNetworkStats out;
+  out.process = Gid::FromRaw(in.process());
+  out.reported_at = FromMicros(in.reported_at_us());
+  out.networks.reserve(static_cast<size_t>(in.networks_size()));
+  for (const pb::NetworkStats& network : in.networks()) {
+    NetworkStats& stats = out.networks.emplace_back();
+    stats.name = network.name();
+    stats.kind = network.kind();
+    stats.device = network.device();
+    stats.address = network.address();
+    stats.frames_sent = network.frames_sent();
+    stats.bytes_sent = network.bytes_sent();
+    stats.frames_received = network.frames_received();
+    stats.bytes_received = network.bytes_received();
+    stats.failures = network.failures();
+    stats.peers.reserve(static_cast<size_t>(network.peers_size()));
+    for (const pb::NetworkPeerStats& peer : network.peers()) {
+      stats.peers.push_back(NetworkPeerStats{
+          .peer = Gid::FromRaw(peer.peer()),
+          .bandwidth = peer.bandwidth(),
+          .fragments_sent = peer.fragments_sent(),
+          .fragments_resent = peer.fragments_resent(),
+          .failed = peer.failed(),
+      });
+    }
+  }
+  return out;
+}
+
+void ToProto(const NetworkStats& in, size_t max_peers, pb::NetworkStats* out) {
+  out->set_name(in.name);
+  out->set_kind(in.kind);
+  out->set_device(in.device);
+  out->set_address(in.address);
+  out->set_frames_sent(in.frames_sent);
+  out->set_bytes_sent(in.bytes_sent);
+  out->set_frames_received(in.frames_received);
+  out->set_bytes_received(in.bytes_received);
+  out->set_failures(in.failures);
+  const size_t peers = std::min(in.peers.size(), max_peers);
+  out->mutable_peers()->Reserve(static_cast<int>(peers));
+  for (size_t i = 0; i < peers; ++i) {
+    const NetworkPeerStats& peer = in.peers[i];
+    pb::NetworkPeerStats* stats = out->add_peers();
+    stats->set_peer(peer.peer.raw());
+    stats->set_bandwidth(peer.bandwidth);
+    stats->set_fragments_sent(peer.fragments_sent);
+    stats->set_fragments_resent(peer.fragments_resent);
+    stats->set_failed(peer.failed);
+  }
 }
 
 }  // namespace tocl::client

@@ -4,6 +4,7 @@
 
 #include "tocl/directory/v1/directory.pb.h"
 #include "tocl/entity.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 
 namespace tocl::client {
@@ -14,5 +15,8 @@ void ToProto(const Attributes& attributes,
              google::protobuf::RepeatedPtrField<tocl::directory::v1::Attribute>* out);
 ProcessPoolStats FromProto(const tocl::directory::v1::ProcessPoolStats& stats);
 void ToProto(const PoolClassStats& stats, tocl::directory::v1::PoolClassStats* out);
+ProcessNetworkStats FromProto(const tocl::directory::v1::ProcessNetworkStats& stats);
+// Copies at most `max_peers` of the network's peers (the first ones).
+void ToProto(const NetworkStats& stats, size_t max_peers, tocl::directory::v1::NetworkStats* out);
 
 }  // namespace tocl::client

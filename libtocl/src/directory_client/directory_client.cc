@@ -198,6 +198,27 @@ Result<std::vector<ProcessPoolStats>> DirectoryClient::PoolStats(Gid process) {
   return all;
 }
 
+Result<std::vector<ProcessNetworkStats>> DirectoryClient::NetworkStats(Gid process) {
+  auto context = client::NewCallContext();
+  client::pb::GetNetworkStatsRequest request;
+  request.set_process(process.raw());
+  client::pb::GetNetworkStatsResponse response;
+  auto connection = impl_->connection.Get();
+  grpc::Status status = connection->directory->GetNetworkStats(context.get(), request, &response);
+  impl_->connection.Observe(connection, status);
+  if (!status.ok()) {
+    return client::FromGrpcStatus(
+        status, process.is_null() ? "network stats"
+                                  : fmt::format("network stats of {}", process.ToString()));
+  }
+  std::vector<ProcessNetworkStats> all;
+  all.reserve(static_cast<size_t>(response.processes_size()));
+  for (const client::pb::ProcessNetworkStats& stats : response.processes()) {
+    all.push_back(client::FromProto(stats));
+  }
+  return all;
+}
+
 Status DirectoryClient::Watch(uint64_t since_seq,
                               const std::function<bool(const ChangeEvent&)>& on_event,
                               const std::function<bool()>& stop) {

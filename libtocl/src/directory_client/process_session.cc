@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -57,6 +58,8 @@ struct ProcessSession::Impl {
   Status UsableLocked() const;
   // Snapshot for a call that needs the session: gid + token, or why not.
   Result<std::pair<Gid, std::string>> Credentials() const;
+  // Writes one report on the enroll stream, taking turns with other writers.
+  Status WriteReport(const client::pb::EnrollRequest& request);
 };
 
 Status ProcessSession::Impl::OpenStream() {
@@ -302,18 +305,71 @@ Status ProcessSession::ReportPoolStats(std::span<const PoolClassStats> classes) 
     }
     client::ToProto(stats, report->add_classes());
   }
-  Impl& impl = *impl_;
-  std::unique_lock lock(impl.mu);
-  impl.changed.wait(lock, [&] { return !impl.writing || impl.closing; });
-  TOCL_RETURN_IF_ERROR(impl.UsableLocked());
+  return impl_->WriteReport(request);
+}
+
+Status ProcessSession::ReportNetworkStats(std::span<const NetworkStats> networks) {
+  if (networks.size() > kMaxNetworksPerReport) {
+    return InvalidArgument(fmt::format("{} networks in one report (at most {})", networks.size(),
+                                       kMaxNetworksPerReport));
+  }
+  client::pb::EnrollRequest request;
+  client::pb::NetworkStatsReport* report = request.mutable_network_stats();
+  report->mutable_networks()->Reserve(static_cast<int>(networks.size()));
+  for (size_t i = 0; i < networks.size(); ++i) {
+    const NetworkStats& network = networks[i];
+    if (network.name.empty() || network.name.size() > kMaxNetworkNameBytes) {
+      return InvalidArgument(fmt::format("a network name of {} bytes (1 to {})",
+                                         network.name.size(), kMaxNetworkNameBytes));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (networks[j].name == network.name) {
+        return InvalidArgument(fmt::format("network '{}' twice in one report", network.name));
+      }
+    }
+    if (network.kind.empty() || network.kind.size() > kMaxNetworkNameBytes) {
+      return InvalidArgument(fmt::format("network '{}': a kind of {} bytes (1 to {})", network.name,
+                                         network.kind.size(), kMaxNetworkNameBytes));
+    }
+    if (network.device.size() > kMaxNetworkDeviceBytes) {
+      return InvalidArgument(fmt::format("network '{}': a device name of {} bytes (at most {})",
+                                         network.name, network.device.size(),
+                                         kMaxNetworkDeviceBytes));
+    }
+    if (network.address.size() > kMaxNetworkAddressBytes) {
+      return InvalidArgument(fmt::format("network '{}': an address of {} bytes (at most {})",
+                                         network.name, network.address.size(),
+                                         kMaxNetworkAddressBytes));
+    }
+    const size_t peers = std::min(network.peers.size(), kMaxNetworkPeersPerReport);
+    for (size_t p = 0; p < peers; ++p) {
+      const NetworkPeerStats& peer = network.peers[p];
+      if (!peer.peer.is_process()) {
+        return InvalidArgument(fmt::format("network '{}': peer {} is not a process id",
+                                           network.name, peer.peer.ToString()));
+      }
+      if (!std::isfinite(peer.bandwidth) || peer.bandwidth < 0) {
+        return InvalidArgument(fmt::format("network '{}': a bandwidth of {} to {}", network.name,
+                                           peer.bandwidth, peer.peer.ToString()));
+      }
+    }
+    client::ToProto(network, kMaxNetworkPeersPerReport, report->add_networks());
+  }
+  return impl_->WriteReport(request);
+}
+
+Status ProcessSession::Impl::WriteReport(const client::pb::EnrollRequest& request) {
+  std::unique_lock lock(mu);
+  changed.wait(lock, [&] { return !writing || closing; });
+  TOCL_RETURN_IF_ERROR(UsableLocked());
   // The watcher cannot replace or finish the stream while `writing` is set.
-  EnrollStream* stream = impl.stream.get();
-  impl.writing = true;
+  EnrollStream* open_stream = stream.get();
+  writing = true;
   lock.unlock();
-  const bool written = stream->Write(request);
+  const bool written = open_stream->Write(request);
   lock.lock();
-  impl.writing = false;
-  impl.changed.notify_all();
+  writing = false;
+  changed.notify_all();
   if (!written) return Unavailable("lost the enroll stream; re-enrolling with the daemon");
   return Status::Ok();
 }

@@ -75,7 +75,7 @@ void DirectoryLink::RegistrarLoop() {
     if (status.ok() && !leaving.empty()) status = session_->UnregisterThreads(leaving, "left");
     if (stats_interval_.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
       next_stats = std::chrono::steady_clock::now() + stats_interval_;
-      if (events_.pool_stats) (void)session_->ReportPoolStats(events_.pool_stats());
+      ReportStats();
     }
     lock.lock();
     if (!status.ok()) {
@@ -92,6 +92,24 @@ void DirectoryLink::RegistrarLoop() {
     retry_delay = std::chrono::milliseconds(50);
     done_ = covers;
     cv_.notify_all();
+  }
+}
+
+void DirectoryLink::ReportStats() {
+  // Unavailable (re-enrolling) and FailedPrecondition (closing) pass: the
+  // next interval reports again. Anything else is a report over the limits,
+  // which would be refused every time: said once.
+  auto refused = [&](const Status& status, const char* what) {
+    if (status.ok() || status.code() == StatusCode::kUnavailable ||
+        status.code() == StatusCode::kFailedPrecondition || stats_refused_) {
+      return;
+    }
+    stats_refused_ = true;
+    spdlog::warn("tocl: {} statistics not reported: {}", what, status.ToString());
+  };
+  if (events_.pool_stats) refused(session_->ReportPoolStats(events_.pool_stats()), "pool");
+  if (events_.network_stats) {
+    refused(session_->ReportNetworkStats(events_.network_stats()), "network");
   }
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tocl/directory_client.h"
+#include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 
 namespace tocl::runtime {
@@ -27,8 +28,9 @@ namespace tocl::runtime {
 struct DirectoryEvents {
   // An entity (process or thread) we may send to has exited.
   std::function<void(Gid gid, const std::string& reason)> on_exited;
-  // Statistics to report every `stats_interval`.
+  // Statistics to report every `stats_interval` (each one only when set).
   std::function<std::vector<PoolClassStats>()> pool_stats;
+  std::function<std::vector<NetworkStats>()> network_stats;
 };
 
 class DirectoryLink {
@@ -56,6 +58,8 @@ class DirectoryLink {
   DirectoryLink() = default;
   void RegistrarLoop();
   void WatchLoop(uint64_t since_seq);
+  // Sends the statistics of `events_` (registrar thread).
+  void ReportStats();
 
   std::unique_ptr<DirectoryClient> client_;
   std::unique_ptr<ProcessSession> session_;
@@ -71,6 +75,7 @@ class DirectoryLink {
   uint64_t done_ = 0;                    // guarded by mu_: batches the daemon has
   bool stop_ = false;                    // guarded by mu_
   std::atomic<bool> stopping_{false};
+  bool stats_refused_ = false;  // registrar thread only: a report was refused (logged once)
   std::thread registrar_;
   std::thread watcher_;
 };

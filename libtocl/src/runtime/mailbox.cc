@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "buffers/buffer_pool.h"
+#include "buffers/large_slot.h"
 #include "core/posix.h"
 
 namespace tocl::runtime {
@@ -13,8 +14,43 @@ Mailbox::~Mailbox() {
 }
 
 size_t Mailbox::SlotBytes(const detail::BufferSlot* slot) {
-  return buffers::ClassBytes(slot->class_index);
+  // Long messages count against reassembly_cap, not unexpected_cap.
+  return buffers::IsLarge(slot) ? 0 : buffers::ClassBytes(slot->class_index);
 }
+
+namespace {
+
+// A long message whose fragments are still arriving.
+bool Incomplete(detail::BufferSlot* slot) {
+  return buffers::IsLarge(slot) &&
+         slot->state.load(std::memory_order_acquire) != static_cast<uint8_t>(BufferState::kIdle);
+}
+
+uint64_t PayloadBytes(detail::BufferSlot* slot) {
+  return buffers::IsLarge(slot) ? slot->header().total : slot->header().length;
+}
+
+// Walks `queue` in order for the first complete match; a match still
+// arriving hides every later message from the same sender.
+template <typename Queue>
+auto FindMatch(Queue& queue, const Selector& selector) {
+  uint64_t blocked[8];
+  size_t num_blocked = 0;
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    const wire::Header& header = (*it)->header();
+    if (!selector.Matches(Gid::FromRaw(header.source), header.tag)) continue;
+    if (std::find(blocked, blocked + num_blocked, header.source) != blocked + num_blocked) continue;
+    if (Incomplete(*it)) {
+      if (num_blocked == std::size(blocked)) return queue.end();  // be safe: wait
+      blocked[num_blocked++] = header.source;
+      continue;
+    }
+    return it;
+  }
+  return queue.end();
+}
+
+}  // namespace
 
 bool Mailbox::Deliver(detail::BufferSlot* slot) {
   {
@@ -48,27 +84,81 @@ void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline
 
 detail::BufferSlot* Mailbox::Take(const Selector& selector) {
   std::lock_guard lock(mu_);
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    const wire::Header& header = (*it)->header();
-    if (selector.Matches(Gid::FromRaw(header.source), header.tag)) {
-      detail::BufferSlot* slot = *it;
-      queue_.erase(it);
-      return slot;
-    }
-  }
-  return nullptr;
+  auto it = FindMatch(queue_, selector);
+  if (it == queue_.end()) return nullptr;
+  detail::BufferSlot* slot = *it;
+  queue_.erase(it);
+  return slot;
 }
 
 bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   std::lock_guard lock(mu_);
+  auto it = FindMatch(queue_, selector);
+  if (it == queue_.end()) return false;
+  const wire::Header& header = (*it)->header();
+  info = MessageInfo{Gid::FromRaw(header.source), header.tag, PayloadBytes(*it)};
+  return true;
+}
+
+detail::BufferSlot* Mailbox::TakeOrPost(const Selector& selector, size_t max_bytes,
+                                        PostedReceive* post, std::optional<MessageInfo>& too_big) {
+  std::lock_guard lock(mu_);
+  if (post != nullptr && post->bound != nullptr) return nullptr;  // a message lands in it
+  auto it = FindMatch(queue_, selector);
+  if (it != queue_.end()) {
+    const uint64_t bytes = PayloadBytes(*it);
+    if (bytes > max_bytes) {
+      const wire::Header& header = (*it)->header();
+      too_big = MessageInfo{Gid::FromRaw(header.source), header.tag, bytes};
+      return nullptr;
+    }
+    detail::BufferSlot* slot = *it;
+    queue_.erase(it);
+    if (post != nullptr && posted_ == post) {
+      posted_ = nullptr;
+      has_posted_.store(false, std::memory_order_release);
+    }
+    return slot;
+  }
+  if (post != nullptr && posted_ != post) {
+    posted_ = post;
+    has_posted_.store(true, std::memory_order_release);
+  }
+  return nullptr;
+}
+
+bool Mailbox::Unpost(PostedReceive* post) {
+  std::lock_guard lock(mu_);
+  if (posted_ == post) {
+    posted_ = nullptr;
+    has_posted_.store(false, std::memory_order_release);
+  }
+  return post->bound == nullptr;
+}
+
+PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* binder) {
+  std::lock_guard lock(mu_);
+  PostedReceive* post = posted_;
+  if (post == nullptr || !post->selector.Matches(from, tag) || total > post->out.size()) {
+    return nullptr;
+  }
+  // A queued match goes first; the receiver takes it when it wakes.
   for (detail::BufferSlot* slot : queue_) {
     const wire::Header& header = slot->header();
-    if (selector.Matches(Gid::FromRaw(header.source), header.tag)) {
-      info = MessageInfo{Gid::FromRaw(header.source), header.tag, header.length};
-      return true;
-    }
+    if (post->selector.Matches(Gid::FromRaw(header.source), header.tag)) return nullptr;
   }
-  return false;
+  post->bound = binder;
+  posted_ = nullptr;
+  has_posted_.store(false, std::memory_order_release);
+  return post;
+}
+
+bool Mailbox::Remove(detail::BufferSlot* slot) {
+  std::lock_guard lock(mu_);
+  auto it = std::find(queue_.begin(), queue_.end(), slot);
+  if (it == queue_.end()) return false;
+  queue_.erase(it);
+  return true;
 }
 
 size_t Mailbox::Leave() {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 
 #include "buffers/buffer_slot.h"
 #include "tocl/buffer.h"
@@ -40,6 +41,17 @@ struct Selector {
   }
 };
 
+// A RecvInto waiting for a message: the poller may bind a long message to
+// it (its fragments then land in `out`).
+struct PostedReceive {
+  Selector selector;
+  std::span<std::byte> out;
+  void* bound = nullptr;          // guarded by the mailbox lock: the InboundLong using `out`
+  std::atomic<bool> done{false};  // set (release) by the poller when bound and finished
+  Status status;                  // valid once done
+  MessageInfo info;               // valid once done
+};
+
 class Mailbox {
  public:
   explicit Mailbox(Gid gid) : gid_(gid) {}
@@ -52,10 +64,28 @@ class Mailbox {
   bool Deliver(detail::BufferSlot* slot);
 
   // The first message matching `selector`, removed (one reference for the
-  // caller), or nullptr.
+  // caller), or nullptr. A long message still arriving is skipped, and so
+  // is every later message from its sender (they stay behind it).
   detail::BufferSlot* Take(const Selector& selector);
   // The first match, left in place.
   bool Peek(const Selector& selector, MessageInfo& info);
+  // For RecvInto: the first match when it fits in `max_bytes` (removed);
+  // else nullptr with `too_big` set when one matched but is larger, or,
+  // when none matched, `post` registered for the poller to bind.
+  detail::BufferSlot* TakeOrPost(const Selector& selector, size_t max_bytes, PostedReceive* post,
+                                 std::optional<MessageInfo>& too_big);
+  // Withdraws `post`: true when it was not bound (the caller is free), false
+  // when the poller has bound a message to it.
+  bool Unpost(PostedReceive* post);
+  // The poller: binds `binder` to the posted receive when it matches a
+  // message of `total` bytes from `from` with `tag` and nothing queued
+  // matches it first. The receive is then no longer posted.
+  PostedReceive* BindPosted(Gid from, Tag tag, uint64_t total, void* binder);
+  // Whether a receive is posted (the poller looks before binding).
+  bool HasPosted() const { return has_posted_.load(std::memory_order_acquire); }
+  // Removes a message that will not complete (its sender gave up); false
+  // when it is no longer queued.
+  bool Remove(detail::BufferSlot* slot);
 
   // Sleeps until a delivery or Wake() after `seen` was read, or `deadline`.
   uint32_t signal() const { return signal_.load(std::memory_order_acquire); }
@@ -73,6 +103,8 @@ class Mailbox {
   const Gid gid_;
   std::mutex mu_;
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
+  PostedReceive* posted_ = nullptr;        // guarded by mu_
+  std::atomic<bool> has_posted_{false};
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> armed_{false};  // a sleeper has not been woken yet

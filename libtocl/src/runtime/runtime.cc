@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "buffers/large_slot.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
 #if TOCL_WITH_SHM
@@ -37,6 +39,14 @@ struct SendCache {
   uint64_t to = 0;
   DestThread* dest = nullptr;
 };
+// The sequence counter of the last (from, to) pair a thread sent on.
+struct SeqCache {
+  uint64_t instance = 0;
+  uint64_t from = 0;
+  uint64_t to = 0;
+  uint64_t* seq = nullptr;
+};
+thread_local SeqCache seq_cache;
 thread_local SendCache send_cache;
 
 std::string ProgramName() {
@@ -72,6 +82,10 @@ Runtime::Impl::~Impl() {
     for (auto& [seq, slot] : state.held) slot->pool->Unref(slot);
   }
   order.clear();
+  for (auto& [key, message] : inbound) {
+    if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
+  }
+  inbound.clear();
   threads.ForEach([](Mailbox& mailbox) { mailbox.Leave(); });
 }
 
@@ -86,43 +100,73 @@ Status Runtime::Impl::Open() {
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
   events.pool_stats = [this] { return PoolStats(); };
+  events.network_stats = [this] { return Networks(); };
   TOCL_ASSIGN_OR_RETURN(
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
   process = link->process();
 
-  progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] { return FlushQueued(); });
+  progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
+    const bool queued = FlushQueued();
+    return LongHousekeeping() || queued;
+  });
+  peer_daemons = resolved.peer_daemons;
+  std::string networks = resolved.networks;
+  if (networks.empty()) {
+    // The host's default (toclsd's `networks`), else every interface.
+    auto host = link->client().Lookup(process.host());
+    if (host.ok()) {
+      auto it = host->attributes.find("networks");
+      if (it != host->attributes.end()) networks = it->second;
+    }
+    if (networks.empty()) networks = "auto";
+  }
+  TOCL_ASSIGN_OR_RETURN(std::vector<runtime::NetworkSpec> specs, runtime::ParseNetworks(networks));
+  for (const runtime::NetworkSpec& spec : specs) {
+    TOCL_RETURN_IF_ERROR(OpenRail(spec).WithContext(fmt::format("open network {}", spec.name)));
+  }
+  if (shm != nullptr && rails.size() == 1) {
+    reactor->SetWakeHook([subsystem = shm] { subsystem->WakeSleeper(); });
+  }
+  for (auto& rail : rails) {
+    TOCL_RETURN_IF_ERROR(link->PublishEndpoint(rail->spec.name, rail->published)
+                             .WithContext(fmt::format("publish the {} endpoint", rail->spec.name)));
+  }
+  progress->Start();
+  return Status::Ok();
+}
+
+Status Runtime::Impl::OpenRail(const runtime::NetworkSpec& spec) {
+  auto rail = std::make_unique<Rail>();
+  rail->spec = spec;
+  rail->sink = std::make_unique<RailSink>(*this, static_cast<int>(rails.size()));
+  if (spec.kind == "shm") {
 #if TOCL_WITH_SHM
-  if (resolved.shm) {
     subsystem::shm::ShmOptions shm_options;
     shm_options.self_process = process;
     shm_options.num_classes = num_classes;
-    TOCL_ASSIGN_OR_RETURN(shm, subsystem::shm::OpenShm(shm_options, *reactor, *this, budget));
-    progress->AddSubsystem(shm.get());
-    reactor->SetWakeHook([subsystem = shm.get()] { subsystem->WakeSleeper(); });
-  }
+    TOCL_ASSIGN_OR_RETURN(rail->subsystem,
+                          subsystem::shm::OpenShm(shm_options, *reactor, *rail->sink, budget));
+    rail->published = rail->subsystem->address();
+    shm = rail->subsystem.get();
 #else
-  if (resolved.shm) return InvalidArgument("this libtocl was built without the shm subsystem");
+    return InvalidArgument("this libtocl was built without the shm subsystem");
 #endif
+  } else {
 #if TOCL_WITH_TCP
-  if (resolved.tcp) {
     subsystem::tcp::TcpOptions tcp_options;
     tcp_options.self_process = process;
-    tcp_options.bind_address = resolved.tcp_bind;
+    tcp_options.bind_address = spec.ip;
     tcp_options.num_classes = num_classes;
-    TOCL_ASSIGN_OR_RETURN(tcp,
-                          subsystem::tcp::TcpSubsystem::Open(tcp_options, *reactor, *this, budget));
-    progress->AddSubsystem(tcp.get());
-  }
+    TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::tcp::TcpSubsystem::Open(tcp_options, *reactor,
+                                                                              *rail->sink, budget));
+    rail->published = runtime::FormatTcpEndpoint(rail->subsystem->address(), spec.prefix);
 #else
-  if (resolved.tcp) return InvalidArgument("this libtocl was built without the tcp subsystem");
+    return InvalidArgument("this libtocl was built without the tcp subsystem");
 #endif
-  for (auto* subsystem : Subsystems()) {
-    TOCL_RETURN_IF_ERROR(
-        link->PublishEndpoint(subsystem->name(), subsystem->address())
-            .WithContext(fmt::format("publish the {} endpoint", subsystem->name())));
   }
-  progress->Start();
+  progress->AddSubsystem(rail->subsystem.get());
+  rails.push_back(std::move(rail));
   return Status::Ok();
 }
 
@@ -140,8 +184,8 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
       for (auto& [raw, peer] : peers) {
         std::lock_guard peer_lock(peer->mu);
         if (!peer->queue.empty()) pending = true;
-        for (auto& route : peer->routes) {
-          if (route && !route->Broken() && !route->Drained()) pending = true;
+        for (auto& rail : peer->rails) {
+          if (rail.route && !rail.route->Broken() && !rail.route->Drained()) pending = true;
         }
       }
     }
@@ -171,12 +215,10 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
     for (auto& [raw, peer] : peers) {
       std::lock_guard peer_lock(peer->mu);
       FailPeerLocked(*peer, Unavailable("the runtime shut down"));
-      for (auto& route : peer->routes) route.reset();
-      peer->default_route = nullptr;
+      for (auto& rail : peer->rails) rail.route.reset();
     }
   }
-  if (tcp) tcp->Close();
-  if (shm) shm->Close();
+  for (auto& rail : rails) rail->subsystem->Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
     Status closed = link->Close();
@@ -188,12 +230,39 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
 
 // --- receive side -------------------------------------------------------------
 
-Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
-  if (last_order == nullptr || last_source != from_process.raw()) {
-    last_order = &order[from_process.raw()];
-    last_source = from_process.raw();
+Status RailSink::OnMessage(Gid from_process, detail::BufferSlot* slot) {
+  return impl_.OnFrame(rail_, from_process, slot);
+}
+
+bool RailSink::Congested() const {
+  return impl_.Congested();
+}
+
+Status Runtime::Impl::OnFrame(int rail, Gid from_process, detail::BufferSlot* slot) {
+  Rail& network = *rails[rail];
+  network.frames_received.store(network.frames_received.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+  network.bytes_received.store(network.bytes_received.load(std::memory_order_relaxed) +
+                                   wire::kHeaderBytes + slot->header().length,
+                               std::memory_order_relaxed);
+  switch (slot->header().kind) {
+    case wire::FrameKind::kMessage:
+    case wire::FrameKind::kLongStart:
+      return OnOrdered(from_process, slot);
+    case wire::FrameKind::kFragment:
+      return OnFragment(rail, from_process, slot);
+    default:
+      return OnLongControl(from_process, slot);
   }
-  SourceOrder& source = *last_order;
+}
+
+Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
+  const std::pair<uint64_t, uint64_t> pair{slot->header().source, slot->header().destination};
+  if (last_order == nullptr || last_pair != pair) {
+    last_order = &order[pair];
+    last_pair = pair;
+  }
+  PairOrder& source = *last_order;
   const uint64_t seq = slot->header().seq;
   if (seq != source.next_seq) {
     const size_t bytes = Mailbox::SlotBytes(slot);
@@ -203,13 +272,19 @@ Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
                                          seq, source.next_seq));
     }
     // A correct sender's frames are missing only while they travel another
-    // network; a gap that holds this much memory is a broken sender.
-    if (source.held_bytes + bytes > options.unexpected_cap / 2) {
+    // network; gaps that hold this much memory (over all the pairs of one
+    // sending process) are a broken sender.
+    size_t& process_held = held_by_process[from_process.raw()];
+    if (process_held + bytes > options.unexpected_cap / 2) {
       slot->pool->Unref(slot);
-      for (auto& [held_seq, held] : source.held) held->pool->Unref(held);
-      unexpected_bytes.fetch_sub(source.held_bytes, std::memory_order_relaxed);
       const uint64_t expected = source.next_seq;
-      order.erase(from_process.raw());
+      std::erase_if(order, [&](auto& entry) {
+        if (Gid::FromRaw(entry.first.first).process() != from_process) return false;
+        for (auto& [held_seq, held] : entry.second.held) held->pool->Unref(held);
+        unexpected_bytes.fetch_sub(entry.second.held_bytes, std::memory_order_relaxed);
+        return true;
+      });
+      held_by_process.erase(from_process.raw());
       last_order = nullptr;
       return InvalidArgument(fmt::format(
           "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
@@ -217,24 +292,32 @@ Status Runtime::Impl::OnMessage(Gid from_process, detail::BufferSlot* slot) {
     }
     source.held.emplace(seq, slot);
     source.held_bytes += bytes;
+    process_held += bytes;
     unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
     return Status::Ok();
   }
   for (;;) {
     ++source.next_seq;
-    if (Status status = DeliverLocal(slot); !status.ok()) {
-      // The sender was told the message left; the thread it was for is gone.
-      spdlog::debug("tocl: dropping a message from {}: {}", from_process.ToString(),
-                    status.ToString());
-      slot->pool->Unref(slot);
-    }
+    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
     auto next = source.held.find(source.next_seq);
     if (next == source.held.end()) break;
     slot = next->second;
     source.held.erase(next);
     const size_t bytes = Mailbox::SlotBytes(slot);
     source.held_bytes -= bytes;
+    held_by_process[from_process.raw()] -= bytes;
     unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status Runtime::Impl::DeliverInOrder(Gid from_process, detail::BufferSlot* slot) {
+  if (slot->header().kind == wire::FrameKind::kLongStart) return OnLongStart(from_process, slot);
+  if (Status status = DeliverLocal(slot); !status.ok()) {
+    // The sender was told the message left; the thread it was for is gone.
+    spdlog::debug("tocl: dropping a message from {}: {}", from_process.ToString(),
+                  status.ToString());
+    slot->pool->Unref(slot);
   }
   return Status::Ok();
 }
@@ -356,6 +439,11 @@ Result<Buffer> Runtime::Impl::Receive(Gid self, Selector selector, Clock::time_p
     slot = mailbox.Take(selector);
     return slot != nullptr;
   }));
+  NoteReceived(slot);
+  return Buffer(slot);
+}
+
+void Runtime::Impl::NoteReceived(detail::BufferSlot* slot) {
   const size_t bytes = Mailbox::SlotBytes(slot);
   const size_t before = unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   if (before > options.unexpected_cap && before - bytes <= options.unexpected_cap) {
@@ -363,7 +451,60 @@ Result<Buffer> Runtime::Impl::Receive(Gid self, Selector selector, Clock::time_p
     // the paused connections again.
     reactor->Wake();
   }
-  return Buffer(slot);
+}
+
+void Runtime::Impl::ReleaseReceived(detail::BufferSlot* slot) {
+  NoteReceived(slot);
+  slot->pool->Unref(slot);
+}
+
+Result<MessageInfo> Runtime::Impl::ReceiveInto(Gid self, runtime::Selector selector,
+                                               std::span<std::byte> out,
+                                               Clock::time_point deadline) {
+  runtime::PostedReceive post;
+  post.selector = selector;
+  post.out = out;
+  detail::BufferSlot* slot = nullptr;
+  std::optional<MessageInfo> too_big;
+  bool announced = false;
+  Status waited = WaitFor(self, deadline, true, [&](Mailbox& mailbox) {
+    if (post.done.load(std::memory_order_acquire)) return true;
+    slot = mailbox.TakeOrPost(selector, out.size(), &post, too_big);
+    if (!announced && slot == nullptr && !too_big) {
+      // Long starts waiting for memory may take this buffer.
+      announced = true;
+      long_housekeeping.store(true);
+      progress->NoteQueued();
+      reactor->Wake();
+    }
+    return slot != nullptr || too_big.has_value();
+  });
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
+  if (!mailbox->Unpost(&post) && !post.done.load(std::memory_order_acquire)) {
+    // A long message is landing in `out`: wait for it unless we gave up.
+    if (!waited.ok()) UnbindPosted(post);
+  }
+  if (post.done.load(std::memory_order_acquire)) {
+    if (slot != nullptr) {
+      // Cannot happen (a bound receive takes nothing), but never lose it.
+      (void)mailbox->Deliver(slot);
+    }
+    TOCL_RETURN_IF_ERROR(post.status);
+    return post.info;
+  }
+  TOCL_RETURN_IF_ERROR(waited);
+  if (too_big) {
+    return InvalidArgument(fmt::format(
+        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
+        "it stays queued",
+        too_big->size, too_big->source.ToString(), too_big->tag, out.size()));
+  }
+  const wire::Header& header = slot->header();
+  MessageInfo info{Gid::FromRaw(header.source), header.tag,
+                   buffers::IsLarge(slot) ? header.total : header.length};
+  std::memcpy(out.data(), slot->payload(), info.size);
+  ReleaseReceived(slot);
+  return info;
 }
 
 Result<MessageInfo> Runtime::Impl::ProbeFor(Gid self, Selector selector, Clock::time_point deadline,
@@ -376,33 +517,30 @@ Result<MessageInfo> Runtime::Impl::ProbeFor(Gid self, Selector selector, Clock::
 
 // --- send side ----------------------------------------------------------------
 
-std::vector<subsystem::Subsystem*> Runtime::Impl::Subsystems() const {
-  std::vector<subsystem::Subsystem*> open;
-  for (auto* subsystem : {shm.get(), tcp.get()}) {
-    if (subsystem != nullptr) open.push_back(subsystem);
-  }
-  return open;
-}
-
 std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
   std::vector<PoolClassStats> stats;
-  for (auto* subsystem : Subsystems()) {
-    auto more = subsystem->pool().Stats();
+  for (auto& rail : rails) {
+    auto more = rail->subsystem->pool().Stats();
+    for (auto& entry : more) entry.network = rail->spec.name;
     stats.insert(stats.end(), more.begin(), more.end());
   }
   return stats;
 }
 
 subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
-  switch (network) {
-    case Network::kFastest:
-      return shm ? shm.get() : tcp.get();
-    case Network::kShm:
-      return shm.get();
-    case Network::kTcp:
-      return tcp.get();
+  // kFastest: shm when open, else the first tcp network.
+  if (network == Network::kShm || (network == Network::kFastest && shm != nullptr)) return shm;
+  for (auto& rail : rails) {
+    if (rail->spec.kind == "tcp") return rail->subsystem.get();
   }
   return nullptr;
+}
+
+int Runtime::Impl::RailOfPool(const buffers::BufferPool* pool) const {
+  for (size_t i = 0; i < rails.size(); ++i) {
+    if (&rails[i]->subsystem->pool() == pool) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 Status Runtime::Impl::CheckSender(Gid from) const {
@@ -422,7 +560,7 @@ Status Runtime::Impl::CheckSender(Gid from) const {
 Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
   if (peer.state == SendPeer::State::kReady) return Status::Ok();
   if (peer.state == SendPeer::State::kFailed) return peer.failure;
-  auto entity = link->client().Lookup(peer.process);
+  auto entity = Lookup(peer.process);
   if (!entity.ok()) {
     if (entity.status().code() == StatusCode::kNotFound) {
       FailPeerLocked(peer, NotFound(fmt::format("no process {}", peer.process.ToString())));
@@ -436,31 +574,57 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
                                              entity->exit_reason)));
     return peer.failure;
   }
-  // One route per network that reaches it; the default is the fastest.
-  for (Network network : {Network::kShm, Network::kTcp}) {
-    subsystem::Subsystem* subsystem = SubsystemFor(network);
-    if (subsystem == nullptr) continue;
-    for (const Endpoint& endpoint : entity->endpoints) {
-      if (endpoint.subsystem != subsystem->name() ||
-          !subsystem->Reaches(peer.process, endpoint.address)) {
-        continue;
+  // One route per network that reaches it. On the same host shm alone
+  // when both have it (tcp would add no bandwidth, only copies); each of our
+  // tcp networks pairs with one of the peer's in its subnet.
+  const bool same_host = peer.process.host() == process.host();
+  std::vector<bool> used(entity->endpoints.size(), false);
+  std::vector<size_t> order_of_rails;  // shm first: whether it connects decides about tcp
+  for (size_t index = 0; index < rails.size(); ++index) {
+    if (rails[index]->spec.kind == "shm")
+      order_of_rails.insert(order_of_rails.begin(), index);
+    else
+      order_of_rails.push_back(index);
+  }
+  for (size_t index : order_of_rails) {
+    Rail& rail = *rails[index];
+    // (A shm route that could not open, e.g. no channel left in the peer's
+    // segment, leaves tcp to carry same-host traffic.)
+    if (rail.spec.kind == "tcp" && same_host && !peer.rails.empty() &&
+        rails[peer.rails.front().rail]->spec.kind == "shm") {
+      continue;
+    }
+    if (rail.spec.kind == "tcp" && runtime::IsLoopback(rail.spec) && !same_host) continue;
+    for (size_t e = 0; e < entity->endpoints.size(); ++e) {
+      const Endpoint& endpoint = entity->endpoints[e];
+      if (used[e] || runtime::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
+      std::string address = endpoint.address;
+      if (rail.spec.kind == "tcp") {
+        runtime::TcpEndpoint tcp_endpoint = runtime::ParseTcpEndpoint(endpoint.address);
+        if (!runtime::TcpReaches(rail.spec, tcp_endpoint)) continue;
+        address = tcp_endpoint.connect;
       }
-      auto route = subsystem->Connect(peer.process, endpoint.address);
+      if (!rail.subsystem->Reaches(peer.process, address)) continue;
+      auto route = rail.subsystem->Connect(peer.process, address);
       if (!route.ok()) {
-        spdlog::warn("tocl: cannot open a {} route to {}: {}", subsystem->name(),
+        spdlog::warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
                      peer.process.ToString(), route.status().ToString());
         continue;
       }
-      peer.routes[static_cast<int>(network)] = std::move(*route);
-      if (peer.default_route == nullptr)
-        peer.default_route = peer.routes[static_cast<int>(network)].get();
+      used[e] = true;
+      runtime::PeerRail peer_rail;
+      peer_rail.rail = static_cast<int>(index);
+      peer_rail.route = std::move(*route);
+      peer.rails.push_back(std::move(peer_rail));
       break;
     }
   }
-  if (peer.default_route == nullptr) {
+  if (peer.rails.empty()) {
     return Unavailable(fmt::format("no network of this process reaches {} (its endpoints: {})",
                                    peer.process.ToString(), entity->endpoints.size()));
   }
+  peer.default_rail = 0;  // shm when it connected
+  peer.resolved_at = Clock::now();
   peer.state = SendPeer::State::kReady;
   return Status::Ok();
 }
@@ -498,7 +662,7 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
   const auto deadline = Clock::now() + options.connect_timeout;
   auto delay = std::chrono::milliseconds(1);
   for (;;) {
-    auto thread = link->client().Lookup(to);
+    auto thread = Lookup(to);
     if (thread.ok()) {
       if (thread->state == EntityState::kExited) {
         return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
@@ -508,7 +672,7 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
     if (thread.status().code() != StatusCode::kNotFound) {
       return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
     }
-    auto owner = link->client().Lookup(to.process());
+    auto owner = Lookup(to.process());
     if (!owner.ok()) {
       if (owner.status().code() == StatusCode::kNotFound) {
         return NotFound(fmt::format("no process {}", to.process().ToString()));
@@ -548,7 +712,9 @@ void Runtime::Impl::FailPeerLocked(SendPeer& peer, Status why) {
 bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
   while (!peer.queue.empty()) {
     auto& head = peer.queue.front();
-    Status status = head.route->Post(head.slot);
+    runtime::PeerRail& rail = peer.rails[head.rail];
+    const uint64_t bytes = wire::kHeaderBytes + head.slot->header().length;
+    Status status = rail.route->Post(head.slot);
     if (status.code() == StatusCode::kTryAgain) return true;
     if (!status.ok()) {
       head.slot->set_state(BufferState::kFailed);
@@ -557,6 +723,8 @@ bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
       FailPeerLocked(peer, status);
       return false;
     }
+    ++rail.frames_sent;
+    rail.bytes_sent += bytes;
     peer.queue.pop_front();
     if (peer.queue.size() + 1 == options.send_queue_depth) peer.space.notify_all();
   }
@@ -628,37 +796,42 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
   SendPeer& peer = *destination;
   std::unique_lock lock(peer.mu);
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-  subsystem::Route* route = peer.default_route;
-  if (network != Network::kFastest && peer.routes[static_cast<int>(network)]) {
-    route = peer.routes[static_cast<int>(network)].get();
+  int rail = peer.default_rail;
+  if (network != Network::kFastest) {
+    // The buffer's own network when it reaches the peer (no copy to
+    // another pool), else the default.
+    const int own = RailOfPool(slot->pool);
+    for (size_t i = 0; i < peer.rails.size(); ++i) {
+      if (peer.rails[i].rail == own && !peer.rails[i].failed) rail = static_cast<int>(i);
+    }
   }
-  header.seq = peer.next_seq++;
+  uint64_t& seq = PairSeqLocked(peer, from, to);
+  header.seq = seq++;
   // Earlier frames first (FIFO): the receiver may have provided buffers
   // since, and nobody else may be polling for us.
   if (!peer.queue.empty()) FlushPeerLocked(peer);
   if (peer.state != SendPeer::State::kReady) {
-    --peer.next_seq;
+    --seq;
     return peer.failure;
   }
   if (peer.queue.empty()) {
     slot->set_state(BufferState::kInFlight);
-    Status status = route->Post(slot);
-    if (status.ok()) return Status::Ok();
+    runtime::PeerRail& peer_rail = peer.rails[rail];
+    const uint64_t bytes = wire::kHeaderBytes + header.length;
+    Status status = peer_rail.route->Post(slot);
+    if (status.ok()) {
+      ++peer_rail.frames_sent;
+      peer_rail.bytes_sent += bytes;
+      return Status::Ok();
+    }
     if (status.code() != StatusCode::kTryAgain) {
-      --peer.next_seq;  // never sent: the receiver must not wait for it
+      --seq;  // never sent: the receiver must not wait for it
       slot->set_state(BufferState::kFailed);
       FailPeerLocked(peer, status);
       return status;
     }
   }
-  slot->set_state(BufferState::kQueued);
-  peer.queue.push_back({slot, route});
-  if (!peer.listed_blocked) {
-    peer.listed_blocked = true;
-    std::lock_guard blocked_lock(blocked_mu);
-    blocked.push_back(&peer);
-  }
-  progress->NoteQueued();
+  QueueLocked(peer, slot, rail);
   // Back-pressure: wait for room, polling when we can (the receiver's
   // "more buffers" bell may be ours to hear); sleep only after a while.
   for (int round = 0;
@@ -679,11 +852,7 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
 
 Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
   const uint32_t class_index = buffers::ClassFor(payload.size());
-  if (class_index >= num_classes) {
-    return InvalidArgument(fmt::format(
-        "a {} byte message is larger than the short maximum of {} bytes (header included)",
-        payload.size(), buffers::ClassBytes(num_classes - 1)));
-  }
+  if (class_index >= num_classes) return SendLong(from, to, tag, payload);
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   // The shm fast path: straight into the buffer the receiver provided.
   if (shm && to.process() != process) {
@@ -693,15 +862,19 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
     TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
     if (!peer.queue.empty()) FlushPeerLocked(peer);
     if (peer.state == SendPeer::State::kReady && peer.queue.empty()) {
+      uint64_t& seq = PairSeqLocked(peer, from, to);
       wire::Header header;
       header.tag = tag;
       header.length = static_cast<uint32_t>(payload.size());
       header.total = header.length;
       header.source = from.raw();
       header.destination = to.raw();
-      header.seq = peer.next_seq;
-      if (peer.default_route->PostCopy(header, payload).ok()) {
-        ++peer.next_seq;
+      header.seq = seq;
+      runtime::PeerRail& rail = peer.rails[peer.default_rail];
+      if (rail.route->PostCopy(header, payload).ok()) {
+        ++seq;
+        ++rail.frames_sent;
+        rail.bytes_sent += wire::kHeaderBytes + payload.size();
         return Status::Ok();
       }
     }
@@ -716,6 +889,129 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   return status;
 }
 
+uint64_t& Runtime::Impl::PairSeqLocked(SendPeer& peer, Gid from, Gid to) {
+  if (seq_cache.instance == instance && seq_cache.from == from.raw() && seq_cache.to == to.raw()) {
+    return *seq_cache.seq;
+  }
+  uint64_t& seq = peer.next_seq[runtime::ThreadPairKey(from, to)];  // node-based: stable
+  seq_cache = SeqCache{instance, from.raw(), to.raw(), &seq};
+  return seq;
+}
+
+Result<Entity> Runtime::Impl::Lookup(Gid gid) {
+  const uint32_t host = gid.host_index();
+  auto daemon = peer_daemons.find(host);
+  if (host == process.host_index() || daemon == peer_daemons.end()) {
+    return link->client().Lookup(gid);
+  }
+  DirectoryClient* client = nullptr;
+  {
+    std::lock_guard lock(peer_clients_mu);
+    auto& entry = peer_clients[host];
+    if (!entry) {
+      TOCL_ASSIGN_OR_RETURN(entry, DirectoryClient::Connect(daemon->second));
+    }
+    client = entry.get();
+  }
+  return client->Lookup(gid);
+}
+
+Result<SendPeer*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
+  SendPeer* peer = nullptr;
+  {
+    std::shared_lock lock(dest_mu);
+    auto it = peers.find(peer_process.raw());
+    if (it != peers.end()) peer = it->second.get();
+  }
+  if (peer == nullptr) {
+    std::unique_lock lock(dest_mu);
+    auto& entry = peers[peer_process.raw()];
+    if (!entry) entry = std::make_unique<SendPeer>(peer_process);
+    peer = entry.get();
+  }
+  return peer;
+}
+
+Result<detail::BufferSlot*> Runtime::Impl::ControlFrame(int rail, wire::FrameKind kind, Gid from,
+                                                        Gid to, uint64_t seq) {
+  detail::BufferSlot* slot = rails[rail]->subsystem->pool().TryGet(0);
+  if (slot == nullptr) {
+    return ResourceExhausted("no pool buffer for a control frame (the pool cap is reached)");
+  }
+  wire::Header& header = slot->header();
+  header = wire::Header();
+  header.kind = kind;
+  header.source = from.raw();
+  header.destination = to.raw();
+  header.seq = seq;
+  return slot;
+}
+
+void Runtime::Impl::QueueLocked(SendPeer& peer, detail::BufferSlot* slot, int rail) {
+  slot->set_state(BufferState::kQueued);
+  peer.queue.push_back({slot, rail});
+  if (!peer.listed_blocked) {
+    peer.listed_blocked = true;
+    std::lock_guard blocked_lock(blocked_mu);
+    blocked.push_back(&peer);
+  }
+  progress->NoteQueued();
+}
+
+Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, detail::BufferSlot* slot) {
+  if (rail < 0 || rail >= static_cast<int>(peer.rails.size())) rail = peer.default_rail;
+  runtime::PeerRail& peer_rail = peer.rails[rail];
+  const uint64_t bytes = wire::kHeaderBytes + slot->header().length;
+  // Behind what waits already (FIFO), unless that drains now.
+  if (!peer.queue.empty()) FlushPeerLocked(peer);
+  if (peer.state == SendPeer::State::kFailed) return peer.failure;
+  if (peer.queue.empty()) {
+    slot->set_state(BufferState::kInFlight);
+    Status status = peer_rail.route->Post(slot);
+    if (status.ok()) {
+      ++peer_rail.frames_sent;
+      peer_rail.bytes_sent += bytes;
+      return status;
+    }
+    if (status.code() != StatusCode::kTryAgain) return status;
+  }
+  // Behind what waits already; the poller retries it.
+  QueueLocked(peer, slot, rail);
+  return Status::Ok();
+}
+
+std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
+  std::vector<tocl::NetworkStats> out;
+  for (auto& rail : rails) {
+    tocl::NetworkStats stats;
+    stats.name = rail->spec.name;
+    stats.kind = rail->spec.kind;
+    stats.device = rail->spec.device;
+    stats.address = rail->published;
+    stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
+    stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
+    stats.failures = rail->failures.load(std::memory_order_relaxed);
+    out.push_back(std::move(stats));
+  }
+  std::shared_lock lock(dest_mu);
+  for (auto& [raw, peer] : peers) {
+    std::lock_guard peer_lock(peer->mu);
+    for (const runtime::PeerRail& rail : peer->rails) {
+      tocl::NetworkStats& stats = out[rail.rail];
+      stats.frames_sent += rail.frames_sent;
+      stats.bytes_sent += rail.bytes_sent;
+      if (rail.fragments_sent == 0 && rail.bandwidth == 0) continue;
+      stats.peers.push_back(NetworkPeerStats{peer->process, rail.bandwidth, rail.fragments_sent,
+                                             rail.fragments_resent, rail.failed});
+    }
+  }
+  for (tocl::NetworkStats& stats : out) {
+    std::sort(stats.peers.begin(), stats.peers.end(),
+              [](const auto& a, const auto& b) { return a.fragments_sent > b.fragments_sent; });
+  }
+  return out;
+}
+
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   std::shared_lock lock(dest_mu);
   if (gid.is_thread()) {
@@ -724,6 +1020,18 @@ void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
     return;
   }
   if (!gid.is_process()) return;
+  {
+    // Its long messages to us will not complete.
+    std::lock_guard inbound_lock(inbound_mu);
+    std::vector<runtime::InboundLong*> orphans;
+    for (auto& [key, message] : inbound) {
+      if (message->source_process == gid) orphans.push_back(message.get());
+    }
+    for (runtime::InboundLong* message : orphans) {
+      FinishInbound(*message, Unavailable(fmt::format("its sending process {} has exited ({})",
+                                                      gid.ToString(), reason)));
+    }
+  }
   for (auto& [raw, dest] : dests) {
     if (Gid::FromRaw(raw).process() == gid) dest->exited.store(true, std::memory_order_release);
   }
@@ -808,6 +1116,12 @@ size_t Runtime::short_max_payload() const {
 Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
   if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
   detail::BufferSlot* slot = buffer.slot();
+  if (buffers::IsLarge(slot)) {
+    // A long message received and sent on: fragments again.
+    Status status = impl_->SendLong(from, to, tag, buffer.span());
+    if (status.ok()) buffer.Release();
+    return status;
+  }
   Status status = impl_->SendSlot(from, to, tag, slot, slot->pool->network());
   if (status.ok()) buffer.Detach();  // the runtime has its reference now
   return status;
@@ -820,7 +1134,7 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
     return FailedPrecondition("the buffer is still being sent; wait until state() is kSent");
   }
   detail::BufferSlot* slot = buffer.slot();
-  if (to.process() == impl_->process) {
+  if (to.process() == impl_->process || buffers::IsLarge(slot)) {
     // The receiver gets its own copy: the caller keeps writing to this one.
     return Send(from, to, tag, buffer.span());
   }
@@ -853,6 +1167,19 @@ Result<MessageInfo> Runtime::Probe(Gid self, std::chrono::nanoseconds timeout, G
 
 Result<MessageInfo> Runtime::TryProbe(Gid self, Gid source, Tag tag) {
   return impl_->ProbeFor(self, Selector{source, tag}, Clock::now(), false);
+}
+
+Result<MessageInfo> Runtime::RecvInto(Gid self, std::span<std::byte> out, Gid source, Tag tag) {
+  return impl_->ReceiveInto(self, Selector{source, tag}, out, Clock::time_point::max());
+}
+
+Result<MessageInfo> Runtime::RecvIntoFor(Gid self, std::span<std::byte> out,
+                                         std::chrono::nanoseconds timeout, Gid source, Tag tag) {
+  return impl_->ReceiveInto(self, Selector{source, tag}, out, DeadlineAfter(timeout));
+}
+
+std::vector<NetworkStats> Runtime::Networks() const {
+  return impl_->Networks();
 }
 
 }  // namespace tocl

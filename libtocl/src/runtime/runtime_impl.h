@@ -1,8 +1,13 @@
 // Runtime::Impl: the pieces of a process's runtime and how they meet.
 //
-//   Send ──> SendPeer (FIFO queue, seq) ──> Route of a Subsystem (shm, tcp)
-//   Subsystem ──> Sink::OnMessage ──> ReceiveOrder (per source process) ──> Mailbox
+//   Send ──> SendPeer (FIFO queue, seq per thread pair) ──> Route of a Rail (shm, tcp, tcp-1)
+//   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
+//   Rail's Subsystem ──> RailSink ──> OnFrame ──> pair order ──> Mailbox
+//                                            └──> long messages (long_receive.cc)
 //   Recv ──> Mailbox, polling through the ProgressEngine while it waits
+//
+// A Rail is one open network: one subsystem instance (a process may have
+// several tcp networks, one per NIC).
 //
 // Member order is destruction order reversed: the reactor outlives the
 // subsystems (their fds), the subsystems (their pools) outlive the
@@ -10,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,7 +26,9 @@
 #include "buffers/buffer_pool.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
+#include "runtime/long_message.h"
 #include "runtime/mailbox.h"
+#include "runtime/network_spec.h"
 #include "runtime/progress_engine.h"
 #include "runtime/send_peer.h"
 #include "subsystem/subsystem.h"
@@ -28,18 +36,49 @@
 
 namespace tocl {
 
-struct Runtime::Impl final : public subsystem::Sink {
+// Where one rail's arrivals go: the runtime, told which rail.
+class RailSink final : public subsystem::Sink {
+ public:
+  RailSink(Runtime::Impl& impl, int rail) : impl_(impl), rail_(rail) {}
+  Status OnMessage(Gid from_process, detail::BufferSlot* slot) override;
+  bool Congested() const override;
+
+ private:
+  Runtime::Impl& impl_;
+  const int rail_;
+};
+
+struct Rail {
+  runtime::NetworkSpec spec;
+  std::unique_ptr<RailSink> sink;
+  std::unique_ptr<subsystem::Subsystem> subsystem;
+  std::string published;  // the address in the directory
+  // Counted by the polling thread, read by Networks().
+  std::atomic<uint64_t> frames_received{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> failures{0};
+};
+
+struct Runtime::Impl final {
   explicit Impl(RuntimeOptions opts);
-  ~Impl() override;
+  ~Impl();
 
   Status Open();
+  Status OpenRail(const runtime::NetworkSpec& spec);
   Status Shutdown(std::chrono::milliseconds flush_timeout);
 
-  // --- Sink (the polling thread) ---
-  Status OnMessage(Gid from_process, detail::BufferSlot* slot) override;
-  bool Congested() const override {
+  // --- arrivals (the polling thread) ---
+  Status OnFrame(int rail, Gid from_process, detail::BufferSlot* slot);
+  // A short message or long-message start, in its pair's order.
+  Status OnOrdered(Gid from_process, detail::BufferSlot* slot);
+  Status DeliverInOrder(Gid from_process, detail::BufferSlot* slot);
+  bool Congested() const {
     return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
   }
+
+  // --- directory ---
+  // Looks `gid` up at its own host's daemon (peer_daemons) or ours.
+  Result<Entity> Lookup(Gid gid);
 
   // --- send side ---
   Result<runtime::DestThread*> ResolveDestination(Gid to);
@@ -59,6 +98,42 @@ struct Runtime::Impl final : public subsystem::Sink {
   Status SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
   Status PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // Posts a frame outside the pair order (fragments, control) on `rail` of
+  // `peer`, or queues it behind the others (rail < 0: the default rail).
+  Status PostControlLocked(runtime::SendPeer& peer, int rail, detail::BufferSlot* slot);
+  // Puts `slot` at the end of the peer's queue for the poller to post.
+  void QueueLocked(runtime::SendPeer& peer, detail::BufferSlot* slot, int rail);
+  // Next sequence number of the (from, to) pair, under peer.mu.
+  uint64_t& PairSeqLocked(runtime::SendPeer& peer, Gid from, Gid to);
+  // The peer of process `process` (resolved), for control frames.
+  Result<runtime::SendPeer*> PeerOfProcess(Gid process);
+  // A header-only frame of `kind` from this process's thread `from` to
+  // `to`, in a pool buffer of `rail`.
+  Result<detail::BufferSlot*> ControlFrame(int rail, wire::FrameKind kind, Gid from, Gid to,
+                                           uint64_t seq);
+  int RailOfPool(const buffers::BufferPool* pool) const;
+
+  // --- long messages (long_send.cc, long_receive.cc) ---
+  Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  Status OnLongStart(Gid from_process, detail::BufferSlot* slot);  // in pair order
+  Status OnFragment(int rail, Gid from_process, detail::BufferSlot* slot);
+  Status OnLongControl(Gid from_process, detail::BufferSlot* slot);  // grant, ack, abort
+  // Grants waiting starts when memory or a RecvInto appeared; discards
+  // partial messages whose sender went silent. True while starts wait.
+  bool LongHousekeeping();
+  bool TryGrant(runtime::InboundLong& message);
+  void FinishInbound(runtime::InboundLong& message, Status status);
+  // Library memory for `message` (counted in reassembly_used), arriving
+  // (Take skips it), with one reference for the mailbox and one for us.
+  Result<buffers::LargeSlot*> NewMessageSlot(const runtime::InboundLong& message);
+  void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const wire::Header& about,
+                  uint64_t offset = 0, uint64_t length = 0);
+  // A received message leaves the unexpected-memory count.
+  void NoteReceived(detail::BufferSlot* slot);
+  void ReleaseReceived(detail::BufferSlot* slot);
+  Result<MessageInfo> ReceiveInto(Gid self, runtime::Selector selector, std::span<std::byte> out,
+                                  std::chrono::steady_clock::time_point deadline);
+  void UnbindPosted(runtime::PostedReceive& post);
   Status DeliverLocal(detail::BufferSlot* slot);
   // Retries queued sends (the poller). True when some still wait.
   bool FlushQueued();
@@ -66,8 +141,8 @@ struct Runtime::Impl final : public subsystem::Sink {
   void FailPeerLocked(runtime::SendPeer& peer, Status why);
   void OnExited(Gid gid, const std::string& reason);
   subsystem::Subsystem* SubsystemFor(Network network) const;
-  std::vector<subsystem::Subsystem*> Subsystems() const;  // the open ones
   std::vector<PoolClassStats> PoolStats() const;
+  std::vector<tocl::NetworkStats> Networks() const;
 
   // --- receive side ---
   Result<runtime::Mailbox*> LocalMailbox(Gid self) const;
@@ -88,10 +163,13 @@ struct Runtime::Impl final : public subsystem::Sink {
   std::unique_ptr<runtime::DirectoryLink> link;
   std::unique_ptr<runtime::EpollReactor> reactor;
   buffers::PoolBudget budget;
-  std::unique_ptr<subsystem::Subsystem> shm;
-  std::unique_ptr<subsystem::Subsystem> tcp;
+  std::vector<std::unique_ptr<Rail>> rails;  // fixed after Open
+  subsystem::Subsystem* shm = nullptr;       // rails' shm, if open
   std::unique_ptr<runtime::ProgressEngine> progress;
   uint32_t num_classes = 0;
+  std::map<uint32_t, std::string> peer_daemons;
+  std::mutex peer_clients_mu;
+  std::map<uint32_t, std::unique_ptr<DirectoryClient>> peer_clients;  // guarded by peer_clients_mu
 
   runtime::ThreadTable threads;
   std::atomic<uint32_t> next_thread{1};
@@ -111,15 +189,36 @@ struct Runtime::Impl final : public subsystem::Sink {
   std::vector<runtime::SendPeer*> blocked;   // guarded by blocked_mu: peers with queued sends
   std::vector<runtime::SendPeer*> flushing;  // the poll token holder's: blocked, being retried
 
-  // Receive order per source process (the polling thread only).
-  struct SourceOrder {
+  // Receive order per (source thread, destination thread) pair (the
+  // polling thread only).
+  struct PairOrder {
     uint64_t next_seq = 0;
     std::map<uint64_t, detail::BufferSlot*> held;  // arrived ahead of next_seq
     size_t held_bytes = 0;
   };
-  std::unordered_map<uint64_t, SourceOrder> order;  // node-based: pointers stay valid
-  uint64_t last_source = 0;                         // a cache for `order` lookups
-  SourceOrder* last_order = nullptr;
+  struct PairHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& key) const {
+      return std::hash<uint64_t>()(key.first * 0x9E3779B97F4A7C15ull ^ key.second);
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, uint64_t>, PairOrder, PairHash> order;
+  std::unordered_map<uint64_t, size_t> held_by_process;  // bytes in `order`, by source process
+  std::pair<uint64_t, uint64_t> last_pair{0, 0};         // a cache for `order` lookups
+  PairOrder* last_order = nullptr;
+
+  // Long messages being sent (by their sending threads) and received (the
+  // poller's).
+  std::mutex outbound_mu;
+  std::unordered_map<runtime::LongKey, runtime::LongSend*, runtime::LongKeyHash>
+      outbound;           // guarded by outbound_mu
+  std::mutex inbound_mu;  // the poller, and RecvInto giving up
+  std::unordered_map<runtime::LongKey, std::unique_ptr<runtime::InboundLong>,
+                     runtime::LongKeyHash>
+      inbound;                                      // guarded by inbound_mu
+  std::deque<runtime::InboundLong*> waiting_grant;  // guarded by inbound_mu, FIFO
+  std::atomic<uint64_t> reassembly_used{0};
+  std::atomic<bool> long_housekeeping{false};                // something to grant or check
+  std::chrono::steady_clock::time_point next_partial_check;  // poller only
 };
 
 }  // namespace tocl

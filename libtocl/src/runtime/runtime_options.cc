@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <charconv>
 #include <cstdlib>
 
 #include "buffers/size_class.h"
+#include "runtime/network_spec.h"
 #include "tocl/directory_client.h"
 
 namespace tocl::runtime {
@@ -24,27 +26,43 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   ResolvedOptions resolved;
   resolved.daemon_address =
       options.daemon_address.empty() ? DirectoryClient::DefaultAddress() : options.daemon_address;
-  resolved.tcp_bind = FromEnv(options.tcp_bind, "TOCL_TCP_BIND", "127.0.0.1");
-
-  const std::string subsystems = FromEnv(options.subsystems, "TOCL_SUBSYSTEMS", "shm,tcp");
-  resolved.shm = resolved.tcp = false;
-  size_t start = 0;
-  while (start <= subsystems.size()) {
-    size_t comma = subsystems.find(',', start);
-    if (comma == std::string::npos) comma = subsystems.size();
-    std::string name = subsystems.substr(start, comma - start);
-    if (name == "shm") {
-      resolved.shm = true;
-    } else if (name == "tcp") {
-      resolved.tcp = true;
-    } else if (!name.empty()) {
-      return InvalidArgument(
-          fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp)", name, subsystems));
+  resolved.networks = FromEnv(options.networks, "TOCL_NETWORKS", "");
+  if (resolved.networks.empty()) {
+    // The older spelling: "shm,tcp" and the tcp address.
+    const std::string subsystems = FromEnv(options.subsystems, "TOCL_SUBSYSTEMS", "");
+    const std::string bind = FromEnv(options.tcp_bind, "TOCL_TCP_BIND", "");
+    if (!subsystems.empty() || !bind.empty()) {
+      std::string list = subsystems.empty() ? "shm,tcp" : subsystems;
+      std::string networks;
+      for (std::string_view entry : SplitList(list)) {
+        std::string name(entry);
+        if (name == "tcp" && !bind.empty()) name = "tcp:" + bind;
+        if (name != "shm" && !name.starts_with("tcp")) {
+          return InvalidArgument(
+              fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp)", name, list));
+        }
+        networks += (networks.empty() ? "" : ",") + name;
+      }
+      if (networks.empty())
+        return InvalidArgument(fmt::format("no subsystem enabled by '{}'", list));
+      resolved.networks = networks;
     }
-    start = comma + 1;
   }
-  if (!resolved.shm && !resolved.tcp) {
-    return InvalidArgument(fmt::format("no subsystem enabled by '{}'", subsystems));
+
+  const std::string peers = FromEnv(options.peer_daemons, "TOCL_PEER_DAEMONS", "");
+  for (std::string_view peer : SplitList(peers)) {
+    const std::string entry(peer);
+    const size_t equals = entry.find('=');
+    uint32_t host = 0;
+    const char* first = entry.data();
+    auto [end, ec] =
+        std::from_chars(first, first + (equals == std::string::npos ? 0 : equals), host);
+    if (equals == std::string::npos || ec != std::errc() || end != first + equals || host == 0 ||
+        host > Gid::kMaxHost || equals + 1 == entry.size()) {
+      return InvalidArgument(
+          fmt::format("bad peer daemon '{}' in '{}' (expected HOSTID=ADDRESS)", entry, peers));
+    }
+    resolved.peer_daemons[host] = entry.substr(equals + 1);
   }
 
   const size_t max = options.short_max;

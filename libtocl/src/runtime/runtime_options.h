@@ -1,6 +1,7 @@
 // RuntimeOptions with the environment applied and checked.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "tocl/runtime.h"
@@ -9,14 +10,17 @@ namespace tocl::runtime {
 
 struct ResolvedOptions {
   std::string daemon_address;
-  bool shm = true;
-  bool tcp = true;
-  std::string tcp_bind;
+  // The networks to open (ParseNetworks syntax); empty: ask the host (its
+  // `networks` attribute), else "auto".
+  std::string networks;
+  // Until the cluster issue lands: the daemons of other hosts, by host id.
+  std::map<uint32_t, std::string> peer_daemons;
   uint32_t num_classes = 0;  // size classes from 256 B to short_max
 };
 
-// Applies $TOCL_DAEMON, $TOCL_SUBSYSTEMS and $TOCL_TCP_BIND where the
-// options leave them empty; InvalidArgument names the bad option.
+// Applies $TOCL_DAEMON, $TOCL_NETWORKS ($TOCL_SUBSYSTEMS, $TOCL_TCP_BIND)
+// and $TOCL_PEER_DAEMONS where the options leave them empty;
+// InvalidArgument names the bad option.
 Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options);
 
 }  // namespace tocl::runtime

@@ -1,13 +1,17 @@
-// The send side of one destination process: its routes, the FIFO queue of
-// frames its routes could not take yet, and the sequence numbers that let
-// the receiver keep this process pair's order across networks.
+// The send side of one destination process: a route per network that
+// reaches it, the FIFO queue of frames its routes could not take yet, and
+// the sequence numbers (per sending thread, receiving thread pair) that let
+// the receiver keep each pair's order across networks.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "buffers/buffer_slot.h"
 #include "subsystem/subsystem.h"
@@ -16,6 +20,27 @@
 
 namespace tocl::runtime {
 
+// The key of a (sending thread, receiving thread) pair within one pair of
+// processes: both thread indexes (24 bits each).
+inline uint64_t ThreadPairKey(Gid from, Gid to) {
+  return (uint64_t{from.thread_index()} << 24) | to.thread_index();
+}
+
+// One network's route to the peer, with what that network has shown.
+struct PeerRail {
+  int rail = -1;  // index of the network in Runtime::Impl::rails
+  std::unique_ptr<subsystem::Route> route;
+  uint64_t frames_sent = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t fragments_sent = 0;
+  uint64_t fragments_resent = 0;
+  double bandwidth = 0;  // bytes/s learned from acknowledgements; 0 = unknown
+  // Stopped acknowledging fragments (or broke): not used until retry_at.
+  bool failed = false;
+  std::chrono::steady_clock::time_point retry_at;
+  uint64_t inflight_bytes = 0;  // fragments of every long send not yet acknowledged
+};
+
 struct SendPeer {
   explicit SendPeer(Gid process_gid) : process(process_gid) {}
 
@@ -23,19 +48,20 @@ struct SendPeer {
 
   struct Pending {
     detail::BufferSlot* slot;  // one reference, ours
-    subsystem::Route* route;
+    int rail;                  // index into rails
   };
 
   const Gid process;
   std::mutex mu;
-  std::condition_variable space;                // a sender waits here while the queue is full
-  State state = State::kUnresolved;             // guarded by mu
-  Status failure;                               // guarded by mu: why kFailed
-  std::unique_ptr<subsystem::Route> routes[3];  // guarded by mu, by Network value
-  subsystem::Route* default_route = nullptr;    // guarded by mu
-  uint64_t next_seq = 0;                        // guarded by mu
-  std::deque<Pending> queue;                    // guarded by mu
-  bool listed_blocked = false;                  // guarded by mu
+  std::condition_variable space;     // a sender waits here while the queue is full
+  State state = State::kUnresolved;  // guarded by mu
+  Status failure;                    // guarded by mu: why kFailed
+  std::vector<PeerRail> rails;       // guarded by mu; fixed once kReady
+  int default_rail = -1;             // guarded by mu: short messages and control frames
+  std::unordered_map<uint64_t, uint64_t> next_seq;    // guarded by mu, by ThreadPairKey
+  std::deque<Pending> queue;                          // guarded by mu
+  bool listed_blocked = false;                        // guarded by mu
+  std::chrono::steady_clock::time_point resolved_at;  // guarded by mu
 };
 
 // What the sender knows of a destination thread.

@@ -4,6 +4,34 @@
 
 namespace tocl::wire {
 
+namespace {
+
+Status CheckThreads(const Header& header) {
+  if (!Gid::FromRaw(header.source).is_thread() || !Gid::FromRaw(header.destination).is_thread()) {
+    return InvalidArgument(fmt::format("source {} or destination {} is not a thread",
+                                       Gid::FromRaw(header.source).ToString(),
+                                       Gid::FromRaw(header.destination).ToString()));
+  }
+  return Status::Ok();
+}
+
+Status CheckLength(const Header& header, const Limits& limits) {
+  if (header.length > limits.max_payload) {
+    return InvalidArgument(fmt::format("payload of {} bytes exceeds the limit of {}", header.length,
+                                       limits.max_payload));
+  }
+  return Status::Ok();
+}
+
+Status CheckControl(const Header& header) {
+  if (header.length != 0 || header.offset != 0 || header.total != 0) {
+    return InvalidArgument("a control frame with a payload, offset or total");
+  }
+  return CheckThreads(header);
+}
+
+}  // namespace
+
 Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.magic != kMagic) {
     return InvalidArgument(fmt::format("bad magic {:#010x}", header.magic));
@@ -11,26 +39,16 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.version != kVersion) {
     return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
   }
-  if (header.flags != 0 || header.reserved != 0) {
+  if (header.flags != 0 || (header.reserved != 0 && header.kind != FrameKind::kLongStart)) {
     return InvalidArgument("reserved header bits are set");
   }
   switch (header.kind) {
-    case FrameKind::kMessage: {
-      if (header.length > limits.max_payload) {
-        return InvalidArgument(fmt::format("payload of {} bytes exceeds the limit of {}",
-                                           header.length, limits.max_payload));
-      }
+    case FrameKind::kMessage:
+      TOCL_RETURN_IF_ERROR(CheckLength(header, limits));
       if (header.offset != 0 || header.total != header.length) {
         return InvalidArgument("a short message with a fragment offset or total");
       }
-      if (!Gid::FromRaw(header.source).is_thread() ||
-          !Gid::FromRaw(header.destination).is_thread()) {
-        return InvalidArgument(fmt::format("source {} or destination {} is not a thread",
-                                           Gid::FromRaw(header.source).ToString(),
-                                           Gid::FromRaw(header.destination).ToString()));
-      }
-      return Status::Ok();
-    }
+      return CheckThreads(header);
     case FrameKind::kHello:
       if (header.length != 0 || header.offset != 0 || header.total != 0 || header.tag != 0) {
         return InvalidArgument("a hello frame with a payload");
@@ -42,6 +60,36 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
                                            Gid::FromRaw(header.destination).ToString()));
       }
       return Status::Ok();
+    case FrameKind::kLongStart:
+      if (header.length != 0 || header.offset != 0) {
+        return InvalidArgument("a long-message start with a payload or offset");
+      }
+      if (header.total == 0 || header.total > kMaxMessageBytes) {
+        return InvalidArgument(fmt::format("a long message of {} bytes", header.total));
+      }
+      if (header.reserved == 0 || header.reserved > limits.max_payload) {
+        return InvalidArgument(fmt::format("a fragment size of {} bytes (limit {})",
+                                           header.reserved, limits.max_payload));
+      }
+      return CheckThreads(header);
+    case FrameKind::kFragment:
+      TOCL_RETURN_IF_ERROR(CheckLength(header, limits));
+      if (header.length == 0 || header.total > kMaxMessageBytes || header.length > header.total ||
+          header.offset > header.total - header.length) {
+        return InvalidArgument(fmt::format("a fragment of {} bytes at {} of a {} byte message",
+                                           header.length, header.offset, header.total));
+      }
+      return CheckThreads(header);
+    case FrameKind::kAck:
+      if (header.length != 0 || header.total == 0 || header.offset > kMaxMessageBytes ||
+          header.total > kMaxMessageBytes - header.offset) {
+        return InvalidArgument(
+            fmt::format("an acknowledgement of {} bytes at {}", header.total, header.offset));
+      }
+      return CheckThreads(header);
+    case FrameKind::kGrant:
+    case FrameKind::kAbort:
+      return CheckControl(header);
   }
   return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));
 }

@@ -8,15 +8,29 @@
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
 //        4     1  version (1)
 //        5     1  kind (FrameKind)
-//        6     2  flags (0; reserved for fragments and priorities)
+//        6     2  flags (0; reserved for priorities)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
-//       16     8  source Gid (a thread; a process for control frames)
-//       24     8  destination Gid (a thread; a process for control frames)
-//       32     8  seq: per (source process, destination process), from 0
+//       16     8  source Gid (a thread; a process for hello frames)
+//       24     8  destination Gid (a thread; a process for hello frames)
+//       32     8  seq: per (source thread, destination thread), from 0
 //       40     8  offset of this fragment in its message (0 for short messages)
 //       48     8  total length of the message (= length for short messages)
-//       56     8  reserved (0)
+//       56     8  reserved (0; the fragment size of a long-message start)
+//
+// A long message (larger than the short maximum, paper §4.3) is a
+// conversation between the sending and the receiving thread:
+//   kLongStart  sender -> receiver, in the pair's sequence like a short
+//               message: tag, total, fragment size (in `reserved`)
+//   kGrant      receiver -> sender: memory is ready, send the fragments
+//   kFragment   sender -> receiver, over any network: `length` bytes at
+//               `offset` of the message with sequence number `seq`
+//   kAck        receiver -> sender, over the network the fragment came by:
+//               bytes [offset, offset + total) of message `seq` are placed
+//   kAbort      either way: message `seq` is given up (sender out of
+//               networks, receiver thread gone)
+// Control frames (grant, ack, abort) go from the receiving thread to the
+// sending one, so every frame names two threads.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -42,7 +56,15 @@ inline constexpr uint8_t kVersion = 1;
 enum class FrameKind : uint8_t {
   kMessage = 1,  // a short message: the whole payload follows
   kHello = 2,    // control, first frame of a tcp connection: source = the connecting process
+  kLongStart = 3,
+  kGrant = 4,
+  kFragment = 5,
+  kAck = 6,
+  kAbort = 7,
 };
+
+// The largest long message (1 TiB): totals and offsets above it are refused.
+inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
 
 struct Header {
   uint32_t magic = kMagic;
@@ -69,7 +91,7 @@ struct Limits {
 // Reads and checks a header from the first kHeaderBytes of `bytes`.
 // InvalidArgument (with what was wrong) for: too few bytes, bad magic,
 // unknown version or kind, nonzero flags/reserved, a length over the limit,
-// offset/total that do not describe a short message, source or destination
+// offset/total that do not fit the kind (see above), source or destination
 // that are not thread ids (process ids for hello frames).
 Result<Header> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits);
 

@@ -131,6 +131,80 @@ TEST_CASE("reopening with another host name renames the host and logs an update"
   CHECK(store->head_seq() == 2);
 }
 
+TEST_CASE("a new store takes the host id it is given and keeps it on later opens", "[store]") {
+  TempDir dir;
+  std::string path = dir.File("directory.db");
+  StoreOptions options{path, "node-c"};
+  options.host_id = 3;
+  {
+    auto store = Store::Open(options);
+    REQUIRE(store.status().message() == "");
+    CHECK((*store)->host() == Gid::Host(3));
+    Result<pb::Entity> host = (*store)->Lookup(Gid::Host(3));
+    REQUIRE(host.ok());
+    CHECK(host->name() == "node-c");
+    CHECK((*store)->Lookup(Gid::Host(1)).status().code() == StatusCode::kNotFound);
+  }
+  // Without an id the recorded one is kept; with the same id too.
+  CHECK(OpenStore(path, "node-c")->host() == Gid::Host(3));
+  auto again = Store::Open(options);
+  REQUIRE(again.ok());
+  CHECK((*again)->host() == Gid::Host(3));
+}
+
+TEST_CASE("a store that recorded another host id refuses to open and names both ids", "[store]") {
+  TempDir dir;
+  std::string path = dir.File("directory.db");
+  OpenStore(path).reset();  // records h1
+  StoreOptions options{path, "node-a"};
+  options.host_id = 2;
+  Status status = Store::Open(options).status();
+  CHECK(status.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(status.message(),
+             Catch::Contains("belongs to host id 1, not 2") && Catch::Contains("--host-id 1"));
+  // Nothing was renumbered.
+  CHECK(OpenStore(path)->host() == Gid::Host(1));
+
+  options.host_id = 65536;
+  CHECK(Store::Open(options).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("host attributes are set at every open and a change is logged as an update", "[store]") {
+  TempDir dir;
+  std::string path = dir.File("directory.db");
+  StoreOptions options{path, "node-a"};
+  options.host_attributes = {{"networks", "shm,tcp:eth0"}};
+  auto Attribute = [](Store& store, const std::string& key) {
+    Result<pb::Entity> host = store.Lookup(store.host());
+    REQUIRE(host.ok());
+    for (const pb::Attribute& attribute : host->attributes()) {
+      if (attribute.key() == key) return attribute.value();
+    }
+    return std::string("<none>");
+  };
+  {
+    auto store = std::move(Store::Open(options)).value();
+    CHECK(Attribute(*store, "networks") == "shm,tcp:eth0");
+    CHECK(store->head_seq() == 1);  // the host's "added" only
+    Result<pb::QueryResponse> found = store->Query("kind=host and networks~*tcp:eth0*", 10, "");
+    REQUIRE(found.ok());
+    CHECK(found->entities_size() == 1);
+  }
+  {
+    auto store = std::move(Store::Open(options)).value();
+    CHECK(store->head_seq() == 1);  // the same value again changes nothing
+  }
+  options.host_attributes = {{"networks", "shm,tcp:eth0,tcp:eth1"}};
+  auto store = std::move(Store::Open(options)).value();
+  CHECK(Attribute(*store, "networks") == "shm,tcp:eth0,tcp:eth1");
+  std::vector<pb::ChangeEvent> changes = Changes(*store, 0);
+  REQUIRE(changes.size() == 2);
+  CHECK(changes[1].op() == pb::CHANGE_OP_UPDATED);
+
+  options.host_attributes = {{"bad key!", "x"}};
+  CHECK(Store::Open(options).status().code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a store cannot be opened with an empty host name or in a missing directory", "[store]") {
   TempDir dir;
   RequireCode(Store::Open(StoreOptions{dir.File("directory.db"), ""}).status(),

@@ -53,6 +53,8 @@ void CheckSameSettings(const DaemonConfig& a, const DaemonConfig& b) {
   CHECK(a.host_name == b.host_name);
   CHECK(a.grace_period_seconds == b.grace_period_seconds);
   CHECK(a.cache_kib == b.cache_kib);
+  CHECK(a.host_id == b.host_id);
+  CHECK(a.networks == b.networks);
 }
 
 // FinishConfig sets spdlog's level: put it back for the tests that follow.
@@ -69,6 +71,8 @@ TEST_CASE("an empty config keeps every default", "[config]") {
   CHECK(config.host_name.empty());
   CHECK(config.grace_period_seconds == 10.0);
   CHECK(config.cache_kib == 8192);
+  CHECK_FALSE(config.host_id.has_value());
+  CHECK(config.networks == "auto");
   CheckSameSettings(MustLoad("# only a comment\n\n"), DaemonConfig{});
 }
 
@@ -81,6 +85,8 @@ log_level = "debug"
 host_name = "node-7"
 grace_period_seconds = 2.5
 cache_kib = 1024
+host_id = 7
+networks = "shm,tcp:eth0,tcp:eth1"
 )");
   CHECK(config.state_dir == "/srv/tocl");
   CHECK(config.socket == "/run/tocl/d.sock");
@@ -89,6 +95,8 @@ cache_kib = 1024
   CHECK(config.host_name == "node-7");
   CHECK(config.grace_period_seconds == 2.5);
   CHECK(config.cache_kib == 1024);
+  CHECK(config.host_id == 7);
+  CHECK(config.networks == "shm,tcp:eth0,tcp:eth1");
 }
 
 TEST_CASE("settings missing from the text keep the value they had", "[config]") {
@@ -129,6 +137,11 @@ TEST_CASE("a value of the wrong type is an error naming the key and its line", "
            Case{"grace_period_seconds", "[1]"},
            Case{"cache_kib", "\"big\""},
            Case{"cache_kib", "1.5"},
+           Case{"host_id", "\"3\""},
+           Case{"host_id", "3.0"},
+           Case{"host_id", "true"},
+           Case{"networks", "[\"shm\", \"tcp\"]"},
+           Case{"networks", "1"},
        }) {
     std::string text = "# toclsd\n\n" + c.key + " = " + c.value + "\n";
     CHECK(LoadError(text) == "test.toml:3: '" + c.key + "' has the wrong type");
@@ -149,7 +162,7 @@ TEST_CASE("a boolean is the wrong type for cache_kib", "[config]") {
 TEST_CASE("an unknown setting is an error naming it and its line", "[config]") {
   std::string known =
       " (known: state_dir, socket, listen, log_level, host_name, grace_period_seconds, "
-      "cache_kib)";
+      "cache_kib, host_id, networks)";
   CHECK(LoadError("listen = \"none\"\nsockt = \"/x\"\n") ==
         "test.toml:2: unknown setting 'sockt'" + known);
   CHECK(LoadError("\n\n\nStateDir = \"/x\"\n") ==
@@ -304,6 +317,48 @@ TEST_CASE("FinishConfig rejects an empty state_dir or listen and a bad host name
   CHECK(FinishConfig(config).ok());
 }
 
+TEST_CASE("FinishConfig bounds the host id to 1..65535", "[config]") {
+  RestoreLogLevel restore;
+  for (int64_t id : {int64_t{0}, int64_t{-1}, int64_t{65536}, int64_t{1} << 40}) {
+    DaemonConfig config = Finishable();
+    config.host_id = id;
+    CHECK(FinishConfig(config) ==
+          InvalidArgument("host_id " + std::to_string(id) + " is outside 1..65535"));
+  }
+  for (int64_t id : {1, 2, 65535}) {
+    DaemonConfig config = Finishable();
+    config.host_id = id;
+    CHECK(FinishConfig(config).ok());
+    CHECK(config.host_id == id);
+  }
+  DaemonConfig unset = Finishable();
+  CHECK(FinishConfig(unset).ok());
+  CHECK_FALSE(unset.host_id.has_value());
+}
+
+TEST_CASE("FinishConfig takes any printable networks list and rejects blank or control text",
+          "[config]") {
+  RestoreLogLevel restore;
+  for (const char* good : {"auto", "shm", "shm,tcp:eth0,tcp:eth1", "tcp:10.1.2.3/24, shm",
+                           "something the runtime will reject"}) {
+    DaemonConfig config = Finishable();
+    config.networks = good;
+    INFO(good);
+    CHECK(FinishConfig(config).ok());
+  }
+  DaemonConfig config = Finishable();
+  config.networks = "";
+  CHECK_THAT(FinishConfig(config).message(), Catch::StartsWith("networks is empty"));
+  config.networks = "   ";
+  CHECK_THAT(FinishConfig(config).message(), Catch::StartsWith("networks is empty"));
+  config.networks = "shm,\ttcp";
+  CHECK(FinishConfig(config) == InvalidArgument("networks: byte 4 (0x09) is not printable ASCII"));
+  config.networks = "shm,tcp:\xc3\xa9th0";
+  CHECK(FinishConfig(config) == InvalidArgument("networks: byte 8 (0xc3) is not printable ASCII"));
+  config.networks = std::string(4097, 's');
+  CHECK(FinishConfig(config) == InvalidArgument("networks is 4097 bytes (at most 4096)"));
+}
+
 TEST_CASE("the printed config loads back to the same settings", "[config]") {
   DaemonConfig config;
   config.state_dir = "/srv/tocl data";
@@ -315,9 +370,23 @@ TEST_CASE("the printed config loads back to the same settings", "[config]") {
       "de-\xe2\x9c\x93";
   config.grace_period_seconds = 2.5;
   config.cache_kib = 65536;
+  config.networks = "shm,tcp:eth0,tcp:10.0.0.1/24";
   std::string toml = ConfigToToml(config);
   INFO("printed:\n" << toml);
   CheckSameSettings(MustLoad(toml), config);
+
+  config.host_id = 65535;
+  toml = ConfigToToml(config);
+  INFO("printed with a host id:\n" << toml);
+  CheckSameSettings(MustLoad(toml), config);
+}
+
+TEST_CASE("an unset host id is left out of the printed config", "[config]") {
+  DaemonConfig config;
+  std::string toml = ConfigToToml(config);
+  INFO("printed:\n" << toml);
+  CHECK_THAT(toml, !Catch::Contains("host_id"));
+  CHECK_THAT(toml, Catch::Contains("networks = 'auto'") || Catch::Contains("networks = \"auto\""));
 }
 
 TEST_CASE("the printed config names the effective socket", "[config]") {

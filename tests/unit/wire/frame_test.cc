@@ -142,7 +142,7 @@ TEST_CASE("a header of another wire version is rejected naming the version", "[w
 
 TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t kind : {uint8_t{0}, uint8_t{3}, uint8_t{200}}) {
+  for (uint8_t kind : {uint8_t{0}, uint8_t{8}, uint8_t{200}}) {
     INFO("kind " << int{kind});
     header.kind = static_cast<FrameKind>(kind);
     CheckRejected(header, "unknown frame kind " + std::to_string(kind));
@@ -270,6 +270,76 @@ TEST_CASE("the first problem found is the one reported: magic before everything 
   header.flags = 1;
   header.length = 0xFFFF'FFFFu;
   CheckRejected(header, "bad magic");
+}
+
+}  // namespace
+}  // namespace tocl::wire
+
+namespace tocl::wire {
+namespace {
+
+TEST_CASE("long-message frames: starts, fragments, acks and control frames are checked", "[wire]") {
+  const Header message = ValidMessage();
+  Header start = message;
+  start.kind = FrameKind::kLongStart;
+  start.length = 0;
+  start.total = uint64_t{1} << 32;  // over 4 GiB
+  start.reserved = kLimits.max_payload;
+  CHECK(ValidateHeader(start, kLimits).ok());
+  Header bad = start;
+  bad.total = kMaxMessageBytes + 1;
+  CheckRejected(bad, "a long message of");
+  bad = start;
+  bad.reserved = kLimits.max_payload + 1;
+  CheckRejected(bad, "a fragment size of");
+  bad = start;
+  bad.length = 10;
+  CheckRejected(bad, "a long-message start with a payload");
+
+  Header fragment = message;
+  fragment.kind = FrameKind::kFragment;
+  fragment.length = 100;
+  fragment.total = 1000;
+  fragment.offset = 900;
+  CHECK(ValidateHeader(fragment, kLimits).ok());
+  bad = fragment;
+  bad.offset = 901;  // past the end
+  CheckRejected(bad, "a fragment of 100 bytes at 901");
+  bad = fragment;
+  bad.offset = ~uint64_t{0} - 50;  // would wrap
+  CheckRejected(bad, "a fragment of");
+  bad = fragment;
+  bad.length = 0;
+  CheckRejected(bad, "a fragment of 0 bytes");
+  bad = fragment;
+  bad.reserved = 1;
+  CheckRejected(bad, "reserved header bits");
+
+  Header ack = message;
+  ack.kind = FrameKind::kAck;
+  ack.length = 0;
+  ack.offset = 65536;
+  ack.total = 65536;
+  CHECK(ValidateHeader(ack, kLimits).ok());
+  bad = ack;
+  bad.offset = kMaxMessageBytes;
+  CheckRejected(bad, "an acknowledgement of");
+  bad = ack;
+  bad.total = 0;
+  CheckRejected(bad, "an acknowledgement of 0 bytes");
+
+  for (FrameKind kind : {FrameKind::kGrant, FrameKind::kAbort}) {
+    Header control = message;
+    control.kind = kind;
+    control.length = 0;
+    control.total = 0;
+    CHECK(ValidateHeader(control, kLimits).ok());
+    control.total = 5;
+    CheckRejected(control, "a control frame with a payload");
+    control.total = 0;
+    control.source = Gid::Process(1, 2).raw();
+    CheckRejected(control, "is not a thread");
+  }
 }
 
 }  // namespace

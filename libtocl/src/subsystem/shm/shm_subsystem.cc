@@ -584,7 +584,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
                          desc.length > buffers::ClassBytes(slot->class_index))) {
         valid = InvalidArgument("frame length does not match its descriptor");
       }
-      if (valid.ok() && (header.kind != wire::FrameKind::kMessage ||
+      if (valid.ok() && (header.kind == wire::FrameKind::kHello ||
                          Gid::FromRaw(header.source).process() != in.sender ||
                          Gid::FromRaw(header.destination).process() != options_.self_process)) {
         valid = InvalidArgument("a frame with a foreign source or destination");

@@ -1,0 +1,94 @@
+// The state of long messages (larger than the short maximum) on both sides
+// (paper §4.3, DESIGN.md §5 "Long messages"; the frames are in wire/frame.h).
+//
+// Sender: the sending thread owns a LongSend while Send runs. It cuts the
+// user's memory into fragments of one pool class, posts each on the
+// network whose expected finish time is earliest (measured bandwidth,
+// bytes already in flight there), and keeps a window of unacknowledged
+// fragments per network. The poller records acknowledgements in the
+// LongSend and wakes the sender. A network that acknowledges nothing for
+// fragment_timeout (or whose route breaks) is failed for that peer and its
+// unacknowledged fragments go back to be sent over the others.
+//
+// Receiver: the kLongStart frame takes its place in the pair's order. The
+// poller then finds memory for the whole message: a RecvInto buffer the
+// receiving thread has posted, else library memory within reassembly_cap
+// (else the start waits, and so does its sender: slowed, not dropped); it
+// delivers an incomplete entry to the thread's mailbox (so that later
+// messages of the pair stay behind it) and grants. Each fragment is copied
+// to its offset and acknowledged over the network it came by; duplicates
+// (a fragment sent again after its network was thought dead) are
+// acknowledged and dropped.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "buffers/large_slot.h"
+#include "runtime/mailbox.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl::runtime {
+
+// Identifies one long message: its two threads and its pair sequence number.
+struct LongKey {
+  uint64_t source = 0;       // sending thread
+  uint64_t destination = 0;  // receiving thread
+  uint64_t seq = 0;
+  bool operator==(const LongKey&) const = default;
+};
+struct LongKeyHash {
+  size_t operator()(const LongKey& key) const {
+    uint64_t h = key.source * 0x9E3779B97F4A7C15ull;
+    h ^= key.destination + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    h ^= key.seq + 0x85EBCA77C2B2AE63ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+struct LongSend {
+  enum class Fragment : uint8_t { kUnsent, kPosted, kAcked };
+
+  LongKey key;
+  std::span<const std::byte> data;
+  uint64_t fragment_bytes = 0;
+
+  std::mutex mu;                    // the sender and the poller (acknowledgements)
+  bool granted = false;             // guarded by mu
+  Status aborted;                   // guarded by mu: the receiver gave up
+  std::vector<Fragment> fragments;  // guarded by mu
+  std::vector<int8_t> rail_of;      // guarded by mu: index into the peer's rails
+  uint64_t acked = 0;               // guarded by mu: fragments
+  struct RailProgress {
+    uint64_t inflight = 0;                             // fragments
+    uint64_t acked_bytes = 0;                          // this message
+    std::chrono::steady_clock::time_point first_post;  // this message
+    std::chrono::steady_clock::time_point last_ack;    // or post, while inflight
+  };
+  std::vector<RailProgress> rails;  // guarded by mu, by peer rail
+  Mailbox* wake = nullptr;          // the sending thread's mailbox
+};
+
+struct InboundLong {
+  LongKey key;
+  Gid source_process;
+  uint64_t total = 0;
+  uint64_t fragment_bytes = 0;
+  Tag tag = 0;
+
+  std::mutex mu;                       // the poller placing fragments, a RecvInto that gives up
+  std::byte* dest = nullptr;           // guarded by mu
+  buffers::LargeSlot* slot = nullptr;  // library memory (one reference), or
+  PostedReceive* posted = nullptr;     // the RecvInto buffer it lands in
+  Mailbox* mailbox = nullptr;
+  std::vector<bool> have;                               // poller only
+  uint64_t received = 0;                                // fragments, poller only
+  std::chrono::steady_clock::time_point last_activity;  // poller only
+  bool granted = false;
+};
+
+}  // namespace tocl::runtime

@@ -1,0 +1,349 @@
+// Receiving a long message: memory for it, its fragments put in place, the
+// acknowledgements, and RecvInto (long_message.h explains the protocol).
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "buffers/large_slot.h"
+#include "runtime/runtime_impl.h"
+
+namespace tocl {
+
+using runtime::InboundLong;
+using runtime::LongKey;
+using runtime::LongSend;
+using runtime::Mailbox;
+using runtime::PostedReceive;
+using runtime::SendPeer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// kAbort's tag says who gives up.
+constexpr Tag kAbortBySender = 0;
+constexpr Tag kAbortByReceiver = 1;
+
+constexpr auto kPartialCheckPeriod = std::chrono::milliseconds(200);
+
+}  // namespace
+
+// Sends a control frame about message `about` (sender `about.source`,
+// receiver `about.destination`) to the process `peer_process`, preferably
+// over our network `rail`.
+void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
+                               const wire::Header& about, uint64_t offset, uint64_t length) {
+  auto found = PeerOfProcess(peer_process);
+  if (!found.ok()) return;
+  SendPeer& peer = **found;
+  std::lock_guard lock(peer.mu);
+  if (Status status = ResolvePeerLocked(peer); !status.ok()) {
+    spdlog::debug("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
+    return;
+  }
+  int peer_rail = peer.default_rail;
+  for (size_t i = 0; i < peer.rails.size(); ++i) {
+    if (peer.rails[i].rail == rail) peer_rail = static_cast<int>(i);
+  }
+  // Toward the sender (grant, ack, receiver's abort) or the receiver.
+  const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
+  const Gid from = Gid::FromRaw(to_sender ? about.destination : about.source);
+  const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
+  auto slot = ControlFrame(peer.rails[peer_rail].rail, kind, from, to, about.seq);
+  if (!slot.ok()) {
+    spdlog::warn("tocl: cannot answer {}: {}", peer_process.ToString(), slot.status().ToString());
+    return;
+  }
+  (*slot)->header().offset = offset;
+  (*slot)->header().total = length;
+  if (kind == wire::FrameKind::kAbort) {
+    (*slot)->header().tag = to_sender ? kAbortByReceiver : kAbortBySender;
+  }
+  if (Status status = PostControlLocked(peer, peer_rail, *slot); !status.ok()) {
+    (*slot)->pool->Unref(*slot);
+  }
+}
+
+Status Runtime::Impl::OnLongStart(Gid from_process, detail::BufferSlot* slot) {
+  const wire::Header header = slot->header();
+  slot->pool->Unref(slot);
+  const Gid to = Gid::FromRaw(header.destination);
+  Mailbox* mailbox = threads.Find(to.thread_index());
+  if (mailbox == nullptr || mailbox->left()) {
+    SendToPeer(from_process, -1, wire::FrameKind::kAbort, header);
+    return Status::Ok();
+  }
+  auto message = std::make_unique<InboundLong>();
+  message->key = LongKey{header.source, header.destination, header.seq};
+  message->source_process = from_process;
+  message->total = header.total;
+  message->fragment_bytes = header.reserved;
+  message->tag = header.tag;
+  message->mailbox = mailbox;
+  message->have.assign((header.total + header.reserved - 1) / header.reserved, false);
+  message->last_activity = Clock::now();
+  InboundLong& ref = *message;
+  std::lock_guard lock(inbound_mu);
+  if (!inbound.emplace(message->key, std::move(message)).second) {
+    return InvalidArgument(fmt::format("long message {} started twice", header.seq));
+  }
+  if (!TryGrant(ref)) {
+    if (ref.total > options.reassembly_cap) {
+      spdlog::warn(
+          "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
+          "bytes); receive it with RecvInto",
+          ref.total, Gid::FromRaw(header.source).ToString(), options.reassembly_cap);
+    }
+    waiting_grant.push_back(&ref);
+  }
+  return Status::Ok();
+}
+
+Result<buffers::LargeSlot*> Runtime::Impl::NewMessageSlot(const InboundLong& message) {
+  reassembly_used.fetch_add(message.total, std::memory_order_relaxed);
+  auto large = buffers::NewLargeSlot(&rails.front()->subsystem->pool(), message.total,
+                                     [this](uint64_t bytes) {
+                                       // Memory for starts that wait: the poller grants.
+                                       reassembly_used.fetch_sub(bytes);
+                                       long_housekeeping.store(true);
+                                       progress->NoteQueued();
+                                       reactor->Wake();
+                                     });
+  if (!large.ok()) {
+    reassembly_used.fetch_sub(message.total, std::memory_order_relaxed);
+    return large.status();
+  }
+  buffers::LargeSlot* slot = *large;
+  wire::Header& header = slot->header();
+  header.tag = message.tag;
+  header.source = message.key.source;
+  header.destination = message.key.destination;
+  slot->set_state(BufferState::kInFlight);             // arriving: Take skips it
+  slot->refs.fetch_add(1, std::memory_order_relaxed);  // ours, until complete
+  return slot;
+}
+
+// With inbound_mu held.
+bool Runtime::Impl::TryGrant(InboundLong& message) {
+  const Gid source = Gid::FromRaw(message.key.source);
+  if (message.mailbox->HasPosted()) {
+    if (PostedReceive* post =
+            message.mailbox->BindPosted(source, message.tag, message.total, &message)) {
+      std::lock_guard lock(message.mu);
+      message.posted = post;
+      message.dest = post->out.data();
+    }
+  }
+  if (message.posted == nullptr) {
+    const uint64_t used = reassembly_used.load(std::memory_order_relaxed);
+    if (used + message.total > options.reassembly_cap) return false;
+    auto large = NewMessageSlot(message);
+    if (!large.ok()) {
+      spdlog::warn("tocl: {}", large.status().ToString());
+      return false;
+    }
+    buffers::LargeSlot* slot = *large;
+    {
+      std::lock_guard lock(message.mu);
+      message.slot = slot;
+      message.dest = slot->payload();
+    }
+    if (!message.mailbox->Deliver(slot)) {
+      slot->pool->Unref(slot);  // the mailbox's
+    }
+  }
+  message.granted = true;
+  message.last_activity = Clock::now();
+  wire::Header about;
+  about.source = message.key.source;
+  about.destination = message.key.destination;
+  about.seq = message.key.seq;
+  SendToPeer(message.source_process, -1, wire::FrameKind::kGrant, about);
+  return true;
+}
+
+// With inbound_mu held; erases `message`.
+void Runtime::Impl::FinishInbound(InboundLong& message, Status status) {
+  {
+    std::lock_guard lock(message.mu);
+    if (message.posted != nullptr) {
+      PostedReceive* post = message.posted;
+      post->info = MessageInfo{Gid::FromRaw(message.key.source), message.tag, message.total};
+      post->status = status;
+      post->done.store(true, std::memory_order_release);
+      message.posted = nullptr;
+    } else if (message.slot != nullptr) {
+      if (status.ok()) {
+        message.slot->set_state(BufferState::kIdle);
+      } else if (message.mailbox->Remove(message.slot)) {
+        message.slot->pool->Unref(message.slot);  // the mailbox's
+      }
+      message.slot->pool->Unref(message.slot);  // ours
+      message.slot = nullptr;
+    }
+    message.dest = nullptr;
+  }
+  message.mailbox->Wake();
+  if (!status.ok()) {
+    spdlog::warn("tocl: a {} byte message from {} to {} was discarded: {}", message.total,
+                 Gid::FromRaw(message.key.source).ToString(),
+                 Gid::FromRaw(message.key.destination).ToString(), status.message());
+  }
+  std::erase(waiting_grant, &message);
+  inbound.erase(message.key);
+}
+
+Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot* slot) {
+  const wire::Header header = slot->header();
+  const LongKey key{header.source, header.destination, header.seq};
+  {
+    std::lock_guard lock(inbound_mu);
+    auto it = inbound.find(key);
+    if (it != inbound.end()) {
+      InboundLong& message = *it->second;
+      const uint64_t fragment = message.fragment_bytes;
+      if (!message.granted || header.total != message.total || header.offset % fragment != 0 ||
+          header.length != std::min(fragment, message.total - header.offset)) {
+        slot->pool->Unref(slot);
+        return InvalidArgument(fmt::format(
+            "a fragment ({} bytes at {} of {}) that does not fit long message {} ({} bytes, "
+            "fragments of {}{})",
+            header.length, header.offset, header.total, header.seq, message.total, fragment,
+            message.granted ? "" : ", not granted yet"));
+      }
+      const uint64_t index = header.offset / fragment;
+      message.last_activity = Clock::now();
+      if (!message.have[index]) {
+        {
+          std::lock_guard placing(message.mu);
+          std::memcpy(message.dest + header.offset, slot->payload(), header.length);
+        }
+        message.have[index] = true;
+        ++message.received;
+      }
+      if (message.received == message.have.size()) FinishInbound(message, Status::Ok());
+    }
+    // Unknown: a duplicate of a fragment of a message that completed (its
+    // acknowledgement was lost with a network). Acknowledged all the same.
+  }
+  slot->pool->Unref(slot);
+  SendToPeer(from_process, rail, wire::FrameKind::kAck, header, header.offset, header.length);
+  return Status::Ok();
+}
+
+Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) {
+  const wire::Header header = slot->header();
+  slot->pool->Unref(slot);
+  if (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) {
+    std::lock_guard lock(inbound_mu);
+    auto it = inbound.find(LongKey{header.source, header.destination, header.seq});
+    if (it != inbound.end()) {
+      FinishInbound(*it->second,
+                    Unavailable(fmt::format("its sender {} gave up", from_process.ToString())));
+    }
+    return Status::Ok();
+  }
+  // About a message we send: key (our thread, their thread, seq).
+  std::lock_guard lock(outbound_mu);
+  auto it = outbound.find(LongKey{header.destination, header.source, header.seq});
+  if (it == outbound.end()) return Status::Ok();  // finished already
+  LongSend& send = *it->second;
+  {
+    std::lock_guard send_lock(send.mu);
+    switch (header.kind) {
+      case wire::FrameKind::kGrant:
+        send.granted = true;
+        break;
+      case wire::FrameKind::kAbort:
+        send.aborted =
+            Unavailable(fmt::format("the receiver {} gave up the message (its thread left)",
+                                    Gid::FromRaw(header.source).ToString()));
+        break;
+      case wire::FrameKind::kAck: {
+        const auto now = Clock::now();
+        if (header.offset % send.fragment_bytes != 0) break;
+        for (uint64_t index = header.offset / send.fragment_bytes;
+             index < send.fragments.size() &&
+             index * send.fragment_bytes < header.offset + header.total;
+             ++index) {
+          if (send.fragments[index] == LongSend::Fragment::kAcked) continue;
+          const int rail = send.rail_of[index];
+          if (send.fragments[index] == LongSend::Fragment::kPosted && rail >= 0) {
+            LongSend::RailProgress& p = send.rails[rail];
+            if (p.inflight > 0) --p.inflight;
+            p.acked_bytes += std::min<uint64_t>(send.fragment_bytes,
+                                                send.data.size() - index * send.fragment_bytes);
+            p.last_ack = now;
+          }
+          send.fragments[index] = LongSend::Fragment::kAcked;
+          ++send.acked;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  send.wake->Wake();
+  return Status::Ok();
+}
+
+bool Runtime::Impl::LongHousekeeping() {
+  const auto now = Clock::now();
+  const bool asked = long_housekeeping.exchange(false);
+  if (!asked && now < next_partial_check) {
+    std::lock_guard lock(inbound_mu);
+    return !waiting_grant.empty();
+  }
+  std::lock_guard lock(inbound_mu);
+  // In arrival order; a later one may go first only into a RecvInto buffer.
+  for (size_t i = 0; i < waiting_grant.size();) {
+    InboundLong* message = waiting_grant[i];
+    const bool head = i == 0;
+    if ((head || message->mailbox->HasPosted()) && TryGrant(*message)) {
+      waiting_grant.erase(waiting_grant.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+  if (now >= next_partial_check) {
+    next_partial_check = now + kPartialCheckPeriod;
+    std::vector<InboundLong*> stale;
+    for (auto& [key, message] : inbound) {
+      if (message->granted && now - message->last_activity > options.partial_timeout) {
+        stale.push_back(message.get());
+      }
+    }
+    for (InboundLong* message : stale) {
+      FinishInbound(*message,
+                    Unavailable(fmt::format("{} of {} fragments arrived and then nothing for {} ms",
+                                            message->received, message->have.size(),
+                                            options.partial_timeout.count())));
+    }
+  }
+  return !waiting_grant.empty() || !inbound.empty();
+}
+
+void Runtime::Impl::UnbindPosted(PostedReceive& post) {
+  std::lock_guard lock(inbound_mu);
+  if (post.done.load(std::memory_order_acquire)) return;
+  auto* message = static_cast<InboundLong*>(post.bound);
+  // Still arriving: move what came so far to library memory and let the
+  // rest land there; the message waits in the mailbox for a later receive.
+  auto large = NewMessageSlot(*message);
+  if (!large.ok()) {
+    FinishInbound(*message, large.status());
+    return;
+  }
+  buffers::LargeSlot* slot = *large;
+  {
+    std::lock_guard placing(message->mu);
+    std::memcpy(slot->payload(), post.out.data(), message->total);
+    message->posted = nullptr;
+    message->slot = slot;
+    message->dest = slot->payload();
+  }
+  if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
+}
+
+}  // namespace tocl

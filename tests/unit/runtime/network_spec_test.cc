@@ -1,0 +1,115 @@
+// Which networks a process opens and which peer networks they reach
+// (runtime/network_spec.h), and the options that name them.
+#include "runtime/network_spec.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "runtime/runtime_options.h"
+
+namespace tocl::runtime {
+namespace {
+
+TEST_CASE("network lists: shm, tcp by address, interface and loopback", "[networks]") {
+  auto specs = ParseNetworks("shm, tcp:127.0.0.1, tcp:10.1.2.3/24,tcp:lo");
+  REQUIRE(specs.ok());
+  REQUIRE(specs->size() == 4);
+  CHECK((*specs)[0].kind == "shm");
+  CHECK((*specs)[0].name == "shm");
+  CHECK((*specs)[1].name == "tcp");
+  CHECK((*specs)[1].ip == "127.0.0.1");
+  CHECK((*specs)[1].prefix == 8);  // lo's
+  CHECK((*specs)[1].device == "lo");
+  CHECK((*specs)[2].name == "tcp-1");
+  CHECK((*specs)[2].ip == "10.1.2.3");
+  CHECK((*specs)[2].prefix == 24);
+  CHECK((*specs)[3].name == "tcp-2");
+  CHECK((*specs)[3].ip == "127.0.0.1");
+  CHECK(IsLoopback((*specs)[3]));
+  CHECK(KindOf("tcp-2") == "tcp");
+  CHECK(KindOf("shm") == "shm");
+
+  auto bare = ParseNetworks("tcp");
+  REQUIRE(bare.ok());
+  CHECK((*bare)[0].ip == "127.0.0.1");
+
+  auto automatic = ParseNetworks("auto");
+  REQUIRE(automatic.ok());
+  REQUIRE_FALSE(automatic->empty());
+  CHECK(automatic->front().kind == "shm");
+  CHECK(automatic->size() >= 2);  // some tcp network, loopback at least
+}
+
+TEST_CASE("bad network lists name the bad entry", "[networks]") {
+  struct Case {
+    const char* text;
+    const char* words;
+  };
+  for (const Case& c :
+       {Case{"udp", "unknown network 'udp'"}, Case{"shm,shm", "shm is listed twice"},
+        Case{"tcp:no-such-if0", "no interface of that name"},
+        Case{"tcp:10.0.0.1/33", "bad prefix length"},
+        Case{"tcp:lo/8", "an interface takes no prefix"}, Case{" , ", "no network"}}) {
+    INFO(c.text);
+    auto specs = ParseNetworks(c.text);
+    REQUIRE_FALSE(specs.ok());
+    CHECK(specs.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(specs.status().message(), Catch::Contains(c.words));
+  }
+}
+
+TEST_CASE("a tcp network reaches peer endpoints in its subnet", "[networks]") {
+  NetworkSpec a;
+  a.kind = "tcp";
+  a.ip = "10.77.1.1";
+  a.prefix = 24;
+  TcpEndpoint same = ParseTcpEndpoint("10.77.1.2:4000/24");
+  CHECK(same.connect == "10.77.1.2:4000");
+  CHECK(same.prefix == 24);
+  CHECK(TcpReaches(a, same));
+  CHECK_FALSE(TcpReaches(a, ParseTcpEndpoint("10.77.2.2:4000/24")));
+  // No prefix published (an older process): assumed reachable.
+  TcpEndpoint old = ParseTcpEndpoint("10.77.2.2:4000");
+  CHECK(old.prefix == -1);
+  CHECK(TcpReaches(a, old));
+  // IPv6 is not matched by subnet.
+  CHECK(TcpReaches(a, ParseTcpEndpoint("[::1]:4000/128")));
+  CHECK(FormatTcpEndpoint("10.77.1.1:5000", 24) == "10.77.1.1:5000/24");
+}
+
+TEST_CASE("runtime options: networks, the older spelling and peer daemons", "[networks]") {
+  RuntimeOptions options;
+  options.daemon_address = "unix:/nowhere";
+  options.networks = "shm";
+  options.subsystems = "tcp";
+  auto resolved = ResolveOptions(options);
+  REQUIRE(resolved.ok());
+  CHECK(resolved->networks == "shm");  // networks wins
+
+  options.networks.clear();
+  options.subsystems = "shm,tcp";
+  options.tcp_bind = "127.0.0.5";
+  resolved = ResolveOptions(options);
+  REQUIRE(resolved.ok());
+  CHECK(resolved->networks == "shm,tcp:127.0.0.5");
+
+  options.subsystems = "udp";
+  CHECK(ResolveOptions(options).status().code() == StatusCode::kInvalidArgument);
+
+  options.subsystems = "shm";
+  options.peer_daemons = "2=10.77.1.2:7390, 3=10.77.1.3:7390";
+  resolved = ResolveOptions(options);
+  REQUIRE(resolved.ok());
+  CHECK(resolved->peer_daemons.size() == 2);
+  CHECK(resolved->peer_daemons.at(3) == "10.77.1.3:7390");
+  for (const char* bad : {"x=1", "2", "0=a:1", "2=", "70000=a:1"}) {
+    INFO(bad);
+    options.peer_daemons = bad;
+    auto refused = ResolveOptions(options);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.status().message(), Catch::Contains("bad peer daemon"));
+  }
+}
+
+}  // namespace
+}  // namespace tocl::runtime

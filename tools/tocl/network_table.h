@@ -1,0 +1,33 @@
+// `tocl networks` as tables for people: the networks of each process with
+// their traffic, then what each network knows about each destination.
+//
+//   PROCESS  NETWORK  KIND  DEVICE  ADDRESS         FRAMES_SENT  BYTES_SENT  ...
+//   h1.p2    tcp.0    tcp   eth0    10.0.0.1:41234  1204         1.1G        ...
+//
+//   PROCESS  NETWORK  PEER   BANDWIDTH   FRAGMENTS  RESENT  FAILED
+//   h1.p2    tcp.0    h2.p5  812.4 MB/s  1024       0       no
+//
+// Pure functions: safe to call from any thread.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "support/table.h"
+#include "tocl/network_stats.h"
+
+namespace tocl::cli {
+
+// Bytes per second in decimal units, as link speeds are given: "950 B/s",
+// "12.5 kB/s", "812.4 MB/s", "1.2 GB/s"; "unknown" for 0 (not measured yet).
+std::string FormatBandwidth(double bytes_per_second);
+
+// One row per (process, network), processes in the given order and each
+// one's networks in the order it reported them.
+Table NetworkTable(std::span<const ProcessNetworkStats> processes);
+
+// One row per (process, network, peer), in the order reported (most recent
+// peer first).
+Table NetworkPeerTable(std::span<const ProcessNetworkStats> processes);
+
+}  // namespace tocl::cli
