@@ -108,9 +108,13 @@ class Peer {
 
   Status Run(const Command& command, Reply& reply) {
     const RunSpec spec = RunSpec::From(command);
-    if (spec.size < 8 || spec.size > kMaxPayload) {
-      return InvalidArgument(
-          fmt::format("message size {} is outside 8 .. {}", spec.size, kMaxPayload));
+    // Long messages (memcpy and tocl streams only) may be larger than what
+    // the raw rings carry.
+    const bool long_ok =
+        command.contender == Contender::kMemcpy || command.contender == Contender::kToclStream;
+    const size_t max = long_ok ? kMaxLongPayload : kMaxPayload;
+    if (spec.size < 8 || spec.size > max) {
+      return InvalidArgument(fmt::format("message size {} is outside 8 .. {}", spec.size, max));
     }
     LatencyResult latency;
     StreamResult stream;

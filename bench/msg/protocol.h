@@ -15,7 +15,8 @@
 namespace tocl::bench::msg {
 
 inline constexpr uint32_t kMaxPairs = 8;                 // sender/receiver thread pairs per run
-inline constexpr size_t kMaxPayload = size_t{64} << 10;  // the largest message measured
+inline constexpr size_t kMaxPayload = size_t{64} << 10;  // the largest message the raw rings carry
+inline constexpr size_t kMaxLongPayload = size_t{64} << 20;  // long messages (memcpy, tocl)
 
 // The initiator measures (pinger, sender); the responder answers (ponger, receiver).
 enum class Role : uint32_t { kInitiator, kResponder };

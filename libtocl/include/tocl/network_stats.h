@@ -18,7 +18,7 @@ struct NetworkPeerStats {
   double bandwidth = 0;           // bytes/s learned from fragment acknowledgements; 0: unknown
   uint64_t fragments_sent = 0;    // long-message fragments posted to this peer
   uint64_t fragments_resent = 0;  // of those, sent again after another network failed
-  bool failed = false;            // this network stopped reaching the peer
+  bool failed = false;            // failed for the peer, not tried again yet
 };
 
 // One network (one subsystem instance) of a process.

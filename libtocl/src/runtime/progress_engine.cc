@@ -117,6 +117,7 @@ void ProgressEngine::SleepUntil(std::chrono::steady_clock::time_point until, boo
   // Only one subsystem and nothing else to watch (no tcp connection, no
   // queued send waiting for a peer's bell): its own sleep is cheaper.
   if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ && !queued &&
+      bell_listeners_.load(std::memory_order_relaxed) == 0 &&
       subsystems_.front()->SleepAlone(until)) {
     return;
   }

@@ -56,6 +56,10 @@ class ProgressEngine {
 
   // Sends are waiting in a queue: the poller retries them.
   void NoteQueued() { queued_hint_.store(true, std::memory_order_release); }
+  // A thread waits for something only a bell announces (a shm receiver
+  // providing buffers again): the poller sleeps in epoll, not on the shm
+  // futex, while any such thread waits. Calls nest.
+  void ListenForBells(bool on) { bell_listeners_.fetch_add(on ? 1 : -1); }
 
  private:
   void ThreadLoop();
@@ -70,6 +74,7 @@ class ProgressEngine {
   std::atomic<bool> token_{false};
   std::atomic<int64_t> released_at_ns_{0};
   std::atomic<bool> queued_hint_{false};
+  std::atomic<int> bell_listeners_{0};
 
   std::mutex waiters_mu_;
   std::vector<Mailbox*> waiters_;  // guarded by waiters_mu_

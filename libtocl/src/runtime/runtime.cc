@@ -993,6 +993,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
     stats.failures = rail->failures.load(std::memory_order_relaxed);
     out.push_back(std::move(stats));
   }
+  const auto now = Clock::now();
   std::shared_lock lock(dest_mu);
   for (auto& [raw, peer] : peers) {
     std::lock_guard peer_lock(peer->mu);
@@ -1002,7 +1003,8 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
       stats.bytes_sent += rail.bytes_sent;
       if (rail.fragments_sent == 0 && rail.bandwidth == 0) continue;
       stats.peers.push_back(NetworkPeerStats{peer->process, rail.bandwidth, rail.fragments_sent,
-                                             rail.fragments_resent, rail.failed});
+                                             rail.fragments_resent,
+                                             rail.failed && now < rail.retry_at});
     }
   }
   for (tocl::NetworkStats& stats : out) {

@@ -230,6 +230,9 @@ class ShmRoute final : public Route {
 
   bool Drained() const override { return true; }  // a frame is done when Post returns
   bool Broken() const override { return broken_; }
+  // Wakes the owner however it sleeps (bell or futex), e.g. to adopt a
+  // channel just claimed.
+  void WakeOwnerNow() { WakeOwner(); }
 
  private:
   // Finds a provided buffer of class >= `class_index` and room on the
@@ -412,7 +415,10 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       header.attach_seq.fetch_add(1, std::memory_order_seq_cst);
       auto route =
           std::make_unique<ShmRoute>(std::move(mapping), i, bell, peer_process, header.num_classes);
-      RingBell(bell);  // the owner adopts new channels from its poll loop
+      // The owner adopts new channels from its poll loop: wake it however
+      // it sleeps (a futex sleeper does not hear the bell).
+      route->WakeOwnerNow();
+      RingBell(bell);
       return std::unique_ptr<Route>(std::move(route));
     }
     close(bell);
