@@ -227,6 +227,31 @@ TEST_CASE("long messages: bad sizes and gone receivers are clear errors", "[long
          status.code() == StatusCode::kFailedPrecondition));
 }
 
+TEST_CASE("a thread that leaves while blocked in RecvInto gets an error, nothing lands later",
+          "[long]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  Pair p = StartPair(daemon, "shm");
+  auto into = std::make_unique<std::vector<std::byte>>(4 << 20);
+  std::atomic<bool> returned{false};
+  auto waiting = std::async(std::launch::async, [&] {
+    auto result = p.receiver->RecvIntoFor(p.r, *into, seconds(30));
+    returned = true;
+    return result;
+  });
+  // Let it post its buffer (a probe of an empty mailbox does not tell;
+  // whether it posted or not, leaving must end the wait).
+  CHECK_FALSE(WaitUntil([&] { return returned.load(); }, milliseconds(100)));
+  REQUIRE_OK(p.receiver->LeaveThread(p.r));
+  auto result = waiting.get();
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.status().code() == StatusCode::kFailedPrecondition);
+  into.reset();  // the buffer is gone: nothing may be written into it now
+  const auto payload = Pattern(2 << 20, 8);
+  Status sent = p.sender->Send(p.s, p.r, 1, std::span<const std::byte>(payload));
+  CHECK_FALSE(sent.ok());
+}
+
 TEST_CASE("a long message to a thread of the same process", "[long]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

@@ -283,6 +283,37 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
        hello().Add(Message(stranger_thread, Gid::Thread(target_process, 4000), 1, payload.size()),
                    Bytes(payload)),
        false, /*must_close=*/false});
+  // Long-message frames (issue #4), each from a process of its own.
+  {
+    const Gid sender = new_stranger();
+    wire::Header start = Message(Gid::Thread(sender, 1), target, 1, 0);
+    start.kind = wire::FrameKind::kLongStart;
+    start.total = uint64_t{1} << 40;
+    start.reserved = 1;  // 2^40 fragments: refused before any memory is taken
+    cases.push_back({"a long-message start in 2^40 one-byte fragments",
+                     Frames().Add(Hello(sender, target_process)).Add(start)});
+  }
+  {
+    const Gid sender = new_stranger();
+    wire::Header fragment = Message(Gid::Thread(sender, 1), target, 1, payload.size());
+    fragment.kind = wire::FrameKind::kFragment;
+    fragment.total = 1 << 20;
+    fragment.offset = 4096;
+    cases.push_back({"a fragment of a message never started",
+                     Frames().Add(Hello(sender, target_process)).Add(fragment, Bytes(payload)),
+                     false, /*must_close=*/false});
+  }
+  {
+    const Gid sender = new_stranger();
+    wire::Header ack = Message(Gid::Thread(sender, 1), target, 1, 0);
+    ack.kind = wire::FrameKind::kAck;
+    ack.total = 65536;
+    wire::Header grant = Message(Gid::Thread(sender, 1), target, 1, 0);
+    grant.kind = wire::FrameKind::kGrant;
+    cases.push_back({"acknowledgements and grants for messages never sent",
+                     Frames().Add(Hello(sender, target_process)).Add(ack).Add(grant), false,
+                     /*must_close=*/false});
+  }
   // Left open: the target must not wait for the rest of it.
   cases.push_back({"a header cut short, left open", hello().Truncate(20), false, false});
   cases.push_back({"a payload cut short, left open",

@@ -88,6 +88,7 @@ struct InboundLong {
   std::vector<bool> have;                               // poller only
   uint64_t received = 0;                                // fragments, poller only
   std::chrono::steady_clock::time_point last_activity;  // poller only
+  std::chrono::steady_clock::time_point granted_at;     // the last grant sent
   bool granted = false;
 };
 

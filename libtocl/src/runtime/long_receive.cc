@@ -25,6 +25,11 @@ constexpr Tag kAbortBySender = 0;
 constexpr Tag kAbortByReceiver = 1;
 
 constexpr auto kPartialCheckPeriod = std::chrono::milliseconds(200);
+// Fragments per message: 2^24 (1 TiB in 64 KiB fragments); a start asking
+// for more (tiny fragments) is a broken or hostile sender.
+constexpr uint64_t kMaxFragments = uint64_t{1} << 24;
+// Messages given up whose late fragments are answered with an abort.
+constexpr size_t kRememberAborted = 4096;
 
 }  // namespace
 
@@ -73,6 +78,11 @@ Status Runtime::Impl::OnLongStart(Gid from_process, detail::BufferSlot* slot) {
     SendToPeer(from_process, -1, wire::FrameKind::kAbort, header);
     return Status::Ok();
   }
+  const uint64_t fragments = (header.total + header.reserved - 1) / header.reserved;
+  if (fragments > kMaxFragments) {
+    return InvalidArgument(fmt::format("a {} byte message in {} fragments of {} bytes (limit {})",
+                                       header.total, fragments, header.reserved, kMaxFragments));
+  }
   auto message = std::make_unique<InboundLong>();
   message->key = LongKey{header.source, header.destination, header.seq};
   message->source_process = from_process;
@@ -80,23 +90,47 @@ Status Runtime::Impl::OnLongStart(Gid from_process, detail::BufferSlot* slot) {
   message->fragment_bytes = header.reserved;
   message->tag = header.tag;
   message->mailbox = mailbox;
-  message->have.assign((header.total + header.reserved - 1) / header.reserved, false);
+  message->have.assign(fragments, false);
   message->last_activity = Clock::now();
   InboundLong& ref = *message;
-  std::lock_guard lock(inbound_mu);
-  if (!inbound.emplace(message->key, std::move(message)).second) {
-    return InvalidArgument(fmt::format("long message {} started twice", header.seq));
-  }
-  if (!TryGrant(ref)) {
-    if (ref.total > options.reassembly_cap) {
-      spdlog::warn(
-          "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
-          "bytes); receive it with RecvInto",
-          ref.total, Gid::FromRaw(header.source).ToString(), options.reassembly_cap);
+  {
+    std::lock_guard lock(inbound_mu);
+    if (!inbound.emplace(message->key, std::move(message)).second) {
+      return InvalidArgument(fmt::format("long message {} started twice", header.seq));
     }
-    waiting_grant.push_back(&ref);
+    // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
+    if (!TryGrant(ref, waiting_grant.empty())) {
+      if (ref.total > options.reassembly_cap) {
+        spdlog::warn(
+            "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
+            "bytes); receive it with RecvInto",
+            ref.total, Gid::FromRaw(header.source).ToString(), options.reassembly_cap);
+      }
+      waiting_grant.push_back(&ref);
+    }
   }
+  FlushControls();
   return Status::Ok();
+}
+
+void Runtime::Impl::QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
+                                       const wire::Header& about, uint64_t offset,
+                                       uint64_t length) {
+  control_outbox.push_back(OutControl{peer_process, rail, kind, about, offset, length});
+}
+
+void Runtime::Impl::FlushControls() {
+  std::vector<OutControl> out;
+  {
+    std::lock_guard lock(inbound_mu);
+    if (control_outbox.empty()) return;
+    out.swap(control_outbox);
+  }
+  // Outside inbound_mu: resolving a peer takes dest_mu and may ask the
+  // directory.
+  for (const OutControl& frame : out) {
+    SendToPeer(frame.peer_process, frame.rail, frame.kind, frame.about, frame.offset, frame.length);
+  }
 }
 
 Result<buffers::LargeSlot*> Runtime::Impl::NewMessageSlot(const InboundLong& message) {
@@ -123,8 +157,8 @@ Result<buffers::LargeSlot*> Runtime::Impl::NewMessageSlot(const InboundLong& mes
   return slot;
 }
 
-// With inbound_mu held.
-bool Runtime::Impl::TryGrant(InboundLong& message) {
+// With inbound_mu held. Library memory only when `library` (its turn).
+bool Runtime::Impl::TryGrant(InboundLong& message, bool library) {
   const Gid source = Gid::FromRaw(message.key.source);
   if (message.mailbox->HasPosted()) {
     if (PostedReceive* post =
@@ -135,6 +169,7 @@ bool Runtime::Impl::TryGrant(InboundLong& message) {
     }
   }
   if (message.posted == nullptr) {
+    if (!library) return false;
     const uint64_t used = reassembly_used.load(std::memory_order_relaxed);
     if (used + message.total > options.reassembly_cap) return false;
     auto large = NewMessageSlot(message);
@@ -153,17 +188,18 @@ bool Runtime::Impl::TryGrant(InboundLong& message) {
     }
   }
   message.granted = true;
-  message.last_activity = Clock::now();
+  message.last_activity = message.granted_at = Clock::now();
   wire::Header about;
   about.source = message.key.source;
   about.destination = message.key.destination;
   about.seq = message.key.seq;
-  SendToPeer(message.source_process, -1, wire::FrameKind::kGrant, about);
+  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, about);
   return true;
 }
 
-// With inbound_mu held; erases `message`.
-void Runtime::Impl::FinishInbound(InboundLong& message, Status status) {
+// With inbound_mu held; erases `message`. A message given up here (not by
+// its sender) is reported to the sender when `tell_sender`.
+void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell_sender) {
   {
     std::lock_guard lock(message.mu);
     if (message.posted != nullptr) {
@@ -189,6 +225,19 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status) {
                  Gid::FromRaw(message.key.source).ToString(),
                  Gid::FromRaw(message.key.destination).ToString(), status.message());
   }
+  if (!status.ok() && tell_sender) {
+    wire::Header about;
+    about.source = message.key.source;
+    about.destination = message.key.destination;
+    about.seq = message.key.seq;
+    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, about);
+    // Its late fragments are answered with an abort, not acknowledged.
+    if (aborted_keys.insert(message.key).second) aborted_order.push_back(message.key);
+    if (aborted_order.size() > kRememberAborted) {
+      aborted_keys.erase(aborted_order.front());
+      aborted_order.pop_front();
+    }
+  }
   std::erase(waiting_grant, &message);
   inbound.erase(message.key);
 }
@@ -196,13 +245,15 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status) {
 Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot* slot) {
   const wire::Header header = slot->header();
   const LongKey key{header.source, header.destination, header.seq};
+  wire::FrameKind answer = wire::FrameKind::kAck;
   {
     std::lock_guard lock(inbound_mu);
     auto it = inbound.find(key);
     if (it != inbound.end()) {
       InboundLong& message = *it->second;
       const uint64_t fragment = message.fragment_bytes;
-      if (!message.granted || header.total != message.total || header.offset % fragment != 0 ||
+      if (message.source_process != from_process || !message.granted ||
+          header.total != message.total || header.offset % fragment != 0 ||
           header.length != std::min(fragment, message.total - header.offset)) {
         slot->pool->Unref(slot);
         return InvalidArgument(fmt::format(
@@ -221,13 +272,20 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
         message.have[index] = true;
         ++message.received;
       }
-      if (message.received == message.have.size()) FinishInbound(message, Status::Ok());
+      if (message.received == message.have.size()) FinishInbound(message, Status::Ok(), false);
+    } else if (aborted_keys.count(key) != 0) {
+      answer = wire::FrameKind::kAbort;
     }
     // Unknown: a duplicate of a fragment of a message that completed (its
     // acknowledgement was lost with a network). Acknowledged all the same.
   }
   slot->pool->Unref(slot);
-  SendToPeer(from_process, rail, wire::FrameKind::kAck, header, header.offset, header.length);
+  FlushControls();
+  if (answer == wire::FrameKind::kAbort) {
+    SendToPeer(from_process, rail, wire::FrameKind::kAbort, header);
+  } else {
+    SendToPeer(from_process, rail, wire::FrameKind::kAck, header, header.offset, header.length);
+  }
   return Status::Ok();
 }
 
@@ -239,7 +297,8 @@ Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) 
     auto it = inbound.find(LongKey{header.source, header.destination, header.seq});
     if (it != inbound.end()) {
       FinishInbound(*it->second,
-                    Unavailable(fmt::format("its sender {} gave up", from_process.ToString())));
+                    Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
+                    false);
     }
     return Status::Ok();
   }
@@ -255,9 +314,10 @@ Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) 
         send.granted = true;
         break;
       case wire::FrameKind::kAbort:
-        send.aborted =
-            Unavailable(fmt::format("the receiver {} gave up the message (its thread left)",
-                                    Gid::FromRaw(header.source).ToString()));
+        send.aborted = Unavailable(fmt::format(
+            "the receiver {} gave up the message (its thread left, or the message stopped "
+            "arriving for longer than its partial_timeout)",
+            Gid::FromRaw(header.source).ToString()));
         break;
       case wire::FrameKind::kAck: {
         const auto now = Clock::now();
@@ -295,55 +355,86 @@ bool Runtime::Impl::LongHousekeeping() {
     std::lock_guard lock(inbound_mu);
     return !waiting_grant.empty();
   }
-  std::lock_guard lock(inbound_mu);
-  // In arrival order; a later one may go first only into a RecvInto buffer.
-  for (size_t i = 0; i < waiting_grant.size();) {
-    InboundLong* message = waiting_grant[i];
-    const bool head = i == 0;
-    if ((head || message->mailbox->HasPosted()) && TryGrant(*message)) {
-      waiting_grant.erase(waiting_grant.begin() + static_cast<std::ptrdiff_t>(i));
-      continue;
+  bool more = false;
+  {
+    std::lock_guard lock(inbound_mu);
+    // In arrival order: the first that can ever fit has the turn for library
+    // memory; any may go into a RecvInto buffer.
+    std::vector<InboundLong*> gone;
+    bool library_taken = false;
+    for (size_t i = 0; i < waiting_grant.size();) {
+      InboundLong* message = waiting_grant[i];
+      if (message->mailbox->left()) {
+        gone.push_back(message);
+        ++i;
+        continue;
+      }
+      const bool fits = message->total <= options.reassembly_cap;
+      if (TryGrant(*message, fits && !library_taken)) {
+        waiting_grant.erase(waiting_grant.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      library_taken = library_taken || fits;
+      ++i;
     }
-    ++i;
-  }
-  if (now >= next_partial_check) {
-    next_partial_check = now + kPartialCheckPeriod;
-    std::vector<InboundLong*> stale;
-    for (auto& [key, message] : inbound) {
-      if (message->granted && now - message->last_activity > options.partial_timeout) {
-        stale.push_back(message.get());
+    for (InboundLong* message : gone) {
+      FinishInbound(*message, FailedPrecondition("the receiving thread left"), true);
+    }
+    if (now >= next_partial_check) {
+      next_partial_check = now + kPartialCheckPeriod;
+      std::vector<InboundLong*> stale;
+      for (auto& [key, message] : inbound) {
+        if (!message->granted) continue;
+        if (now - message->last_activity > options.partial_timeout) {
+          stale.push_back(message.get());
+        } else if (message->received == 0 && now - message->granted_at > options.fragment_timeout) {
+          // Nothing came since the grant: it may have been lost with a network.
+          message->granted_at = now;
+          wire::Header about;
+          about.source = message->key.source;
+          about.destination = message->key.destination;
+          about.seq = message->key.seq;
+          QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant, about);
+        }
+      }
+      for (InboundLong* message : stale) {
+        FinishInbound(
+            *message,
+            Unavailable(fmt::format("{} of {} fragments arrived and then nothing for {} ms",
+                                    message->received, message->have.size(),
+                                    options.partial_timeout.count())),
+            true);
       }
     }
-    for (InboundLong* message : stale) {
-      FinishInbound(*message,
-                    Unavailable(fmt::format("{} of {} fragments arrived and then nothing for {} ms",
-                                            message->received, message->have.size(),
-                                            options.partial_timeout.count())));
-    }
+    more = !waiting_grant.empty() || !inbound.empty();
   }
-  return !waiting_grant.empty() || !inbound.empty();
+  FlushControls();
+  return more;
 }
 
 void Runtime::Impl::UnbindPosted(PostedReceive& post) {
-  std::lock_guard lock(inbound_mu);
-  if (post.done.load(std::memory_order_acquire)) return;
-  auto* message = static_cast<InboundLong*>(post.bound);
-  // Still arriving: move what came so far to library memory and let the
-  // rest land there; the message waits in the mailbox for a later receive.
-  auto large = NewMessageSlot(*message);
-  if (!large.ok()) {
-    FinishInbound(*message, large.status());
-    return;
-  }
-  buffers::LargeSlot* slot = *large;
   {
-    std::lock_guard placing(message->mu);
-    std::memcpy(slot->payload(), post.out.data(), message->total);
-    message->posted = nullptr;
-    message->slot = slot;
-    message->dest = slot->payload();
+    std::lock_guard lock(inbound_mu);
+    if (post.done.load(std::memory_order_acquire)) return;
+    auto* message = static_cast<InboundLong*>(post.bound);
+    // Still arriving: move what came so far to library memory and let the
+    // rest land there; the message waits in the mailbox for a later receive.
+    auto large = NewMessageSlot(*message);
+    if (!large.ok()) {
+      FinishInbound(*message, large.status(), true);
+      return;
+    }
+    buffers::LargeSlot* slot = *large;
+    {
+      std::lock_guard placing(message->mu);
+      std::memcpy(slot->payload(), post.out.data(), message->total);
+      message->posted = nullptr;
+      message->slot = slot;
+      message->dest = slot->payload();
+    }
+    if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
   }
-  if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
+  FlushControls();
 }
 
 }  // namespace tocl

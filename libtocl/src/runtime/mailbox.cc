@@ -167,6 +167,8 @@ size_t Mailbox::Leave() {
     std::lock_guard lock(mu_);
     left_.store(true, std::memory_order_release);
     dropped.swap(queue_);
+    posted_ = nullptr;  // its RecvInto returns (and unbinds what is bound)
+    has_posted_.store(false, std::memory_order_release);
   }
   for (auto* slot : dropped) slot->pool->Unref(slot);
   Wake();

@@ -479,7 +479,11 @@ Result<MessageInfo> Runtime::Impl::ReceiveInto(Gid self, runtime::Selector selec
     }
     return slot != nullptr || too_big.has_value();
   });
-  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
+  // Whatever WaitFor said (the thread may have left meanwhile), `post` must
+  // be withdrawn or unbound before it goes out of scope.
+  Mailbox* mailbox =
+      self.is_thread() && self.process() == process ? threads.Find(self.thread_index()) : nullptr;
+  if (mailbox == nullptr) return waited;  // never posted
   if (!mailbox->Unpost(&post) && !post.done.load(std::memory_order_acquire)) {
     // A long message is landing in `out`: wait for it unless we gave up.
     if (!waited.ok()) UnbindPosted(post);
@@ -716,6 +720,16 @@ bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
     const uint64_t bytes = wire::kHeaderBytes + head.slot->header().length;
     Status status = rail.route->Post(head.slot);
     if (status.code() == StatusCode::kTryAgain) return true;
+    if (!status.ok() && RerouteLocked(peer, head.rail)) {
+      // Another network takes the frames that waited for this one; control
+      // frames of long messages are dropped (their senders recover).
+      const wire::FrameKind kind = head.slot->header().kind;
+      if (kind != wire::FrameKind::kMessage && kind != wire::FrameKind::kLongStart) {
+        head.slot->pool->Unref(head.slot);
+        peer.queue.pop_front();
+      }
+      continue;
+    }
     if (!status.ok()) {
       head.slot->set_state(BufferState::kFailed);
       head.slot->pool->Unref(head.slot);
@@ -824,7 +838,9 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
       peer_rail.bytes_sent += bytes;
       return Status::Ok();
     }
-    if (status.code() != StatusCode::kTryAgain) {
+    if (status.code() != StatusCode::kTryAgain && RerouteLocked(peer, rail)) {
+      rail = peer.default_rail;
+    } else if (status.code() != StatusCode::kTryAgain) {
       --seq;  // never sent: the receiver must not wait for it
       slot->set_state(BufferState::kFailed);
       FailPeerLocked(peer, status);
@@ -947,6 +963,30 @@ Result<detail::BufferSlot*> Runtime::Impl::ControlFrame(int rail, wire::FrameKin
   return slot;
 }
 
+bool Runtime::Impl::RerouteLocked(SendPeer& peer, int broken) {
+  int alternative = -1;
+  for (size_t i = 0; i < peer.rails.size(); ++i) {
+    if (int(i) != broken && !peer.rails[i].route->Broken()) {
+      alternative = int(i);
+      break;
+    }
+  }
+  if (alternative < 0) return false;
+  runtime::PeerRail& rail = peer.rails[broken];
+  if (!rail.failed) {
+    spdlog::warn("tocl: network {} to {} broke; its frames go over {}", rails[rail.rail]->spec.name,
+                 peer.process.ToString(), rails[peer.rails[alternative].rail]->spec.name);
+    rails[rail.rail]->failures.fetch_add(1, std::memory_order_relaxed);
+  }
+  rail.failed = true;
+  rail.retry_at = Clock::time_point::max();  // a broken route does not come back
+  if (peer.default_rail == broken) peer.default_rail = alternative;
+  for (auto& pending : peer.queue) {
+    if (pending.rail == broken) pending.rail = alternative;
+  }
+  return true;
+}
+
 void Runtime::Impl::QueueLocked(SendPeer& peer, detail::BufferSlot* slot, int rail) {
   slot->set_state(BufferState::kQueued);
   peer.queue.push_back({slot, rail});
@@ -1015,6 +1055,22 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 }
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
+  if (gid.is_process()) {
+    {
+      // Its long messages to us will not complete.
+      std::lock_guard inbound_lock(inbound_mu);
+      std::vector<runtime::InboundLong*> orphans;
+      for (auto& [key, message] : inbound) {
+        if (message->source_process == gid) orphans.push_back(message.get());
+      }
+      for (runtime::InboundLong* message : orphans) {
+        FinishInbound(*message,
+                      Unavailable(fmt::format("its sending process {} has exited ({})",
+                                              gid.ToString(), reason)),
+                      false);
+      }
+    }
+  }
   std::shared_lock lock(dest_mu);
   if (gid.is_thread()) {
     auto it = dests.find(gid.raw());
@@ -1022,18 +1078,6 @@ void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
     return;
   }
   if (!gid.is_process()) return;
-  {
-    // Its long messages to us will not complete.
-    std::lock_guard inbound_lock(inbound_mu);
-    std::vector<runtime::InboundLong*> orphans;
-    for (auto& [key, message] : inbound) {
-      if (message->source_process == gid) orphans.push_back(message.get());
-    }
-    for (runtime::InboundLong* message : orphans) {
-      FinishInbound(*message, Unavailable(fmt::format("its sending process {} has exited ({})",
-                                                      gid.ToString(), reason)));
-    }
-  }
   for (auto& [raw, dest] : dests) {
     if (Gid::FromRaw(raw).process() == gid) dest->exited.store(true, std::memory_order_release);
   }

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "buffers/buffer_pool.h"
@@ -121,8 +122,16 @@ struct Runtime::Impl final {
   // Grants waiting starts when memory or a RecvInto appeared; discards
   // partial messages whose sender went silent. True while starts wait.
   bool LongHousekeeping();
-  bool TryGrant(runtime::InboundLong& message);
-  void FinishInbound(runtime::InboundLong& message, Status status);
+  bool TryGrant(runtime::InboundLong& message, bool library);
+  void FinishInbound(runtime::InboundLong& message, Status status, bool tell_sender);
+  // Control frames decided under inbound_mu are sent after it is released
+  // (resolving a peer takes dest_mu and may ask the directory).
+  void QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
+                          const wire::Header& about, uint64_t offset = 0, uint64_t length = 0);
+  void FlushControls();
+  // A rail of `peer` broke: later frames go over another (true), or there
+  // is none left (false).
+  bool RerouteLocked(runtime::SendPeer& peer, int broken);
   // Library memory for `message` (counted in reassembly_used), arriving
   // (Take skips it), with one reference for the mailbox and one for us.
   Result<buffers::LargeSlot*> NewMessageSlot(const runtime::InboundLong& message);
@@ -216,6 +225,17 @@ struct Runtime::Impl final {
                      runtime::LongKeyHash>
       inbound;                                      // guarded by inbound_mu
   std::deque<runtime::InboundLong*> waiting_grant;  // guarded by inbound_mu, FIFO
+  struct OutControl {
+    Gid peer_process;
+    int rail;
+    wire::FrameKind kind;
+    wire::Header about;
+    uint64_t offset;
+    uint64_t length;
+  };
+  std::vector<OutControl> control_outbox;                                   // guarded by inbound_mu
+  std::unordered_set<runtime::LongKey, runtime::LongKeyHash> aborted_keys;  // guarded by inbound_mu
+  std::deque<runtime::LongKey> aborted_order;                               // guarded by inbound_mu
   std::atomic<uint64_t> reassembly_used{0};
   std::atomic<bool> long_housekeeping{false};                // something to grant or check
   std::chrono::steady_clock::time_point next_partial_check;  // poller only
