@@ -280,12 +280,29 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
     // acknowledgement was lost with a network). Acknowledged all the same.
   }
   slot->pool->Unref(slot);
-  FlushControls();
   if (answer == wire::FrameKind::kAbort) {
+    FlushControls();
     SendToPeer(from_process, rail, wire::FrameKind::kAbort, header);
-  } else {
-    SendToPeer(from_process, rail, wire::FrameKind::kAck, header, header.offset, header.length);
+    return Status::Ok();
   }
+  {
+    // Acknowledgements wait for the end of this poll round (LongHousekeeping):
+    // fragments of one message that arrive together over one network, one
+    // after the other, are acknowledged by one frame.
+    std::lock_guard lock(inbound_mu);
+    OutControl* last = pending_acks.empty() ? nullptr : &pending_acks.back();
+    if (last != nullptr && last->peer_process == from_process && last->rail == rail &&
+        last->about.source == header.source && last->about.destination == header.destination &&
+        last->about.seq == header.seq && last->offset + last->length == header.offset) {
+      last->length += header.length;
+    } else {
+      pending_acks.push_back(OutControl{from_process, rail, wire::FrameKind::kAck, header,
+                                        header.offset, header.length});
+    }
+  }
+  long_housekeeping.store(true, std::memory_order_relaxed);
+  progress->NoteQueued();
+  FlushControls();
   return Status::Ok();
 }
 
@@ -358,6 +375,8 @@ bool Runtime::Impl::LongHousekeeping() {
   bool more = false;
   {
     std::lock_guard lock(inbound_mu);
+    control_outbox.insert(control_outbox.end(), pending_acks.begin(), pending_acks.end());
+    pending_acks.clear();
     // In arrival order: the first that can ever fit has the turn for library
     // memory; any may go into a RecvInto buffer.
     std::vector<InboundLong*> gone;

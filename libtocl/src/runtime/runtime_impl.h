@@ -233,7 +233,8 @@ struct Runtime::Impl final {
     uint64_t offset;
     uint64_t length;
   };
-  std::vector<OutControl> control_outbox;                                   // guarded by inbound_mu
+  std::vector<OutControl> control_outbox;  // guarded by inbound_mu
+  std::vector<OutControl> pending_acks;  // guarded by inbound_mu: sent at the end of the poll round
   std::unordered_set<runtime::LongKey, runtime::LongKeyHash> aborted_keys;  // guarded by inbound_mu
   std::deque<runtime::LongKey> aborted_order;                               // guarded by inbound_mu
   std::atomic<uint64_t> reassembly_used{0};
