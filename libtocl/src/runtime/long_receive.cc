@@ -246,6 +246,7 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
   const wire::Header header = slot->header();
   const LongKey key{header.source, header.destination, header.seq};
   wire::FrameKind answer = wire::FrameKind::kAck;
+  bool complete = false;
   {
     std::lock_guard lock(inbound_mu);
     auto it = inbound.find(key);
@@ -272,7 +273,7 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
         message.have[index] = true;
         ++message.received;
       }
-      if (message.received == message.have.size()) FinishInbound(message, Status::Ok(), false);
+      complete = message.received == message.have.size();
     } else if (aborted_keys.count(key) != 0) {
       answer = wire::FrameKind::kAbort;
     }
@@ -300,10 +301,28 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
                                         header.offset, header.length});
     }
   }
-  long_housekeeping.store(true, std::memory_order_relaxed);
-  progress->NoteQueued();
-  FlushControls();
+  if (!complete) {
+    long_housekeeping.store(true, std::memory_order_relaxed);
+    progress->NoteQueued();
+    FlushControls();
+    return Status::Ok();
+  }
+  // The last fragment: its acknowledgements leave before the receiver
+  // learns (it may exit at once), then the message is handed over.
+  FlushAcks();
+  std::lock_guard lock(inbound_mu);
+  auto it = inbound.find(key);
+  if (it != inbound.end()) FinishInbound(*it->second, Status::Ok(), false);
   return Status::Ok();
+}
+
+void Runtime::Impl::FlushAcks() {
+  {
+    std::lock_guard lock(inbound_mu);
+    control_outbox.insert(control_outbox.end(), pending_acks.begin(), pending_acks.end());
+    pending_acks.clear();
+  }
+  FlushControls();
 }
 
 Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) {

@@ -178,6 +178,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   // Flush: wait (polling when we can) until every queue and route is empty.
   const auto deadline = Clock::now() + flush_timeout;
   for (;;) {
+    FlushAcks();
     bool pending = false;
     {
       std::shared_lock dest_lock(dest_mu);

@@ -129,6 +129,7 @@ struct Runtime::Impl final {
   void QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
                           const wire::Header& about, uint64_t offset = 0, uint64_t length = 0);
   void FlushControls();
+  void FlushAcks();  // the acknowledgements held for the end of the round, and FlushControls
   // A rail of `peer` broke: later frames go over another (true), or there
   // is none left (false).
   bool RerouteLocked(runtime::SendPeer& peer, int broken);
