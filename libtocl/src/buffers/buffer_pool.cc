@@ -1,7 +1,5 @@
 #include "buffers/buffer_pool.h"
 
-#include "buffers/large_slot.h"
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "buffers/large_slot.h"
 #include "core/posix.h"
 
 namespace tocl::buffers {
