@@ -177,46 +177,42 @@ Result<std::vector<Entity>> DirectoryClient::QueryAll(std::string_view expressio
   return all;
 }
 
-Result<std::vector<ProcessPoolStats>> DirectoryClient::PoolStats(Gid process) {
+namespace {
+
+// The latest statistics the processes reported (pool or network): one RPC
+// of `Stub::*rpc`, each process's entry converted with FromProto.
+template <typename Request, typename Response, typename Rpc>
+auto ReportedStats(client::ConnectionSlot& connection_pool, Gid process, std::string_view what,
+                   Rpc rpc)
+    -> Result<std::vector<decltype(client::FromProto(Response().processes(0)))>> {
   auto context = client::NewCallContext();
-  client::pb::GetPoolStatsRequest request;
+  Request request;
   request.set_process(process.raw());
-  client::pb::GetPoolStatsResponse response;
-  auto connection = impl_->connection.Get();
-  grpc::Status status = connection->directory->GetPoolStats(context.get(), request, &response);
-  impl_->connection.Observe(connection, status);
+  Response response;
+  auto connection = connection_pool.Get();
+  grpc::Status status = ((*connection->directory).*rpc)(context.get(), request, &response);
+  connection_pool.Observe(connection, status);
   if (!status.ok()) {
-    return client::FromGrpcStatus(
-        status,
-        process.is_null() ? "pool stats" : fmt::format("pool stats of {}", process.ToString()));
+    return client::FromGrpcStatus(status, process.is_null()
+                                              ? std::string(what)
+                                              : fmt::format("{} of {}", what, process.ToString()));
   }
-  std::vector<ProcessPoolStats> all;
+  std::vector<decltype(client::FromProto(response.processes(0)))> all;
   all.reserve(static_cast<size_t>(response.processes_size()));
-  for (const client::pb::ProcessPoolStats& stats : response.processes()) {
-    all.push_back(client::FromProto(stats));
-  }
+  for (const auto& stats : response.processes()) all.push_back(client::FromProto(stats));
   return all;
 }
 
+}  // namespace
+
+Result<std::vector<ProcessPoolStats>> DirectoryClient::PoolStats(Gid process) {
+  return ReportedStats<client::pb::GetPoolStatsRequest, client::pb::GetPoolStatsResponse>(
+      impl_->connection, process, "pool stats", &client::pb::Directory::Stub::GetPoolStats);
+}
+
 Result<std::vector<ProcessNetworkStats>> DirectoryClient::NetworkStats(Gid process) {
-  auto context = client::NewCallContext();
-  client::pb::GetNetworkStatsRequest request;
-  request.set_process(process.raw());
-  client::pb::GetNetworkStatsResponse response;
-  auto connection = impl_->connection.Get();
-  grpc::Status status = connection->directory->GetNetworkStats(context.get(), request, &response);
-  impl_->connection.Observe(connection, status);
-  if (!status.ok()) {
-    return client::FromGrpcStatus(
-        status, process.is_null() ? "network stats"
-                                  : fmt::format("network stats of {}", process.ToString()));
-  }
-  std::vector<ProcessNetworkStats> all;
-  all.reserve(static_cast<size_t>(response.processes_size()));
-  for (const client::pb::ProcessNetworkStats& stats : response.processes()) {
-    all.push_back(client::FromProto(stats));
-  }
-  return all;
+  return ReportedStats<client::pb::GetNetworkStatsRequest, client::pb::GetNetworkStatsResponse>(
+      impl_->connection, process, "network stats", &client::pb::Directory::Stub::GetNetworkStats);
 }
 
 Status DirectoryClient::Watch(uint64_t since_seq,

@@ -24,6 +24,15 @@ namespace {
 constexpr Tag kAbortBySender = 0;
 constexpr Tag kAbortByReceiver = 1;
 
+// The header fields that name long message `key` (for control frames).
+wire::Header About(const LongKey& key) {
+  wire::Header about;
+  about.source = key.source;
+  about.destination = key.destination;
+  about.seq = key.seq;
+  return about;
+}
+
 constexpr auto kPartialCheckPeriod = std::chrono::milliseconds(200);
 // Fragments per message: 2^24 (1 TiB in 64 KiB fragments); a start asking
 // for more (tiny fragments) is a broken or hostile sender.
@@ -133,21 +142,22 @@ void Runtime::Impl::FlushControls() {
   }
 }
 
+Result<buffers::LargeSlot*> Runtime::Impl::NewReassemblySlot(uint64_t bytes) {
+  reassembly_used.fetch_add(bytes, std::memory_order_relaxed);
+  auto large =
+      buffers::NewLargeSlot(&rails.front()->subsystem->pool(), bytes, [this](uint64_t freed) {
+        // Memory for starts that wait: the poller grants.
+        reassembly_used.fetch_sub(freed);
+        long_housekeeping.store(true);
+        progress->NoteQueued();
+        reactor->Wake();
+      });
+  if (!large.ok()) reassembly_used.fetch_sub(bytes, std::memory_order_relaxed);
+  return large;
+}
+
 Result<buffers::LargeSlot*> Runtime::Impl::NewMessageSlot(const InboundLong& message) {
-  reassembly_used.fetch_add(message.total, std::memory_order_relaxed);
-  auto large = buffers::NewLargeSlot(&rails.front()->subsystem->pool(), message.total,
-                                     [this](uint64_t bytes) {
-                                       // Memory for starts that wait: the poller grants.
-                                       reassembly_used.fetch_sub(bytes);
-                                       long_housekeeping.store(true);
-                                       progress->NoteQueued();
-                                       reactor->Wake();
-                                     });
-  if (!large.ok()) {
-    reassembly_used.fetch_sub(message.total, std::memory_order_relaxed);
-    return large.status();
-  }
-  buffers::LargeSlot* slot = *large;
+  TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * slot, NewReassemblySlot(message.total));
   wire::Header& header = slot->header();
   header.tag = message.tag;
   header.source = message.key.source;
@@ -189,11 +199,7 @@ bool Runtime::Impl::TryGrant(InboundLong& message, bool library) {
   }
   message.granted = true;
   message.last_activity = message.granted_at = Clock::now();
-  wire::Header about;
-  about.source = message.key.source;
-  about.destination = message.key.destination;
-  about.seq = message.key.seq;
-  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, about);
+  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, About(message.key));
   return true;
 }
 
@@ -226,11 +232,7 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell
                  Gid::FromRaw(message.key.destination).ToString(), status.message());
   }
   if (!status.ok() && tell_sender) {
-    wire::Header about;
-    about.source = message.key.source;
-    about.destination = message.key.destination;
-    about.seq = message.key.seq;
-    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, about);
+    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, About(message.key));
     // Its late fragments are answered with an abort, not acknowledged.
     if (aborted_keys.insert(message.key).second) aborted_order.push_back(message.key);
     if (aborted_order.size() > kRememberAborted) {
@@ -428,11 +430,8 @@ bool Runtime::Impl::LongHousekeeping() {
         } else if (message->received == 0 && now - message->granted_at > options.fragment_timeout) {
           // Nothing came since the grant: it may have been lost with a network.
           message->granted_at = now;
-          wire::Header about;
-          about.source = message->key.source;
-          about.destination = message->key.destination;
-          about.seq = message->key.seq;
-          QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant, about);
+          QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant,
+                             About(message->key));
         }
       }
       for (InboundLong* message : stale) {

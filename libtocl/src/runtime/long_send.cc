@@ -38,14 +38,8 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   if (to.process() == process) {
     // In-process: one copy into library memory, delivered whole.
-    reassembly_used.fetch_add(payload.size(), std::memory_order_relaxed);
-    auto large = buffers::NewLargeSlot(
-        &rails.front()->subsystem->pool(), payload.size(),
-        [this](uint64_t bytes) { reassembly_used.fetch_sub(bytes, std::memory_order_relaxed); });
-    if (!large.ok()) {
-      reassembly_used.fetch_sub(payload.size(), std::memory_order_relaxed);
-      return large.status();
-    }
+    auto large = NewReassemblySlot(payload.size());
+    if (!large.ok()) return large.status();
     wire::Header& header = (*large)->header();
     header.tag = tag;
     header.source = from.raw();
@@ -288,23 +282,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     // second, no more.
     const auto until = Clock::now() + std::min<Clock::duration>(options.fragment_timeout / 4,
                                                                 std::chrono::milliseconds(2));
-    if (progress->TryAcquire()) {
-      const auto spin_until = Clock::now() + options.spin;
-      while (wake->signal() == seen && Clock::now() < spin_until) progress->PollOnce();
-      if (wake->signal() == seen) progress->Sleep(until);
-      progress->PollOnce();
-      progress->Release();
-    } else {
-      progress->AddTokenWaiter(wake);
-      if (progress->TryAcquire()) {
-        progress->RemoveTokenWaiter(wake);
-        progress->PollOnce();
-        progress->Release();
-      } else {
-        wake->Wait(seen, until);
-        progress->RemoveTokenWaiter(wake);
-      }
-    }
+    AwaitSignal(*wake, seen, until, until);
     peer_lock.lock();
   }
 

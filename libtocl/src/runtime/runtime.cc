@@ -23,6 +23,8 @@
 
 namespace tocl {
 
+static_assert(kMaxMessageBytes == wire::kMaxMessageBytes);
+
 using runtime::DestThread;
 using runtime::Mailbox;
 using runtime::Selector;
@@ -351,8 +353,27 @@ Result<Mailbox*> Runtime::Impl::LocalMailbox(Gid self) const {
   return mailbox;
 }
 
-void Runtime::Impl::PollFor(Mailbox& mailbox, Clock::time_point deadline) {
-  const uint32_t seen = mailbox.signal();
+void Runtime::Impl::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
+                                Clock::time_point wait_deadline) {
+  if (progress->TryAcquire()) {
+    PollFor(mailbox, seen, poll_deadline);
+    progress->Release();
+    return;
+  }
+  // Someone else polls: sleep on the mailbox; the poller hands over what
+  // wakes us, or the token when it leaves.
+  progress->AddTokenWaiter(&mailbox);
+  if (progress->TryAcquire()) {
+    progress->RemoveTokenWaiter(&mailbox);
+    PollFor(mailbox, seen, poll_deadline);
+    progress->Release();
+    return;
+  }
+  mailbox.Wait(seen, wait_deadline);
+  progress->RemoveTokenWaiter(&mailbox);
+}
+
+void Runtime::Impl::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point deadline) {
   const auto spin_until = Clock::now() + options.spin;
   for (uint32_t round = 1;; ++round) {
     progress->PollOnce();
@@ -413,23 +434,7 @@ Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blockin
       mailbox->Wait(mailbox->signal(), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
       continue;
     }
-    if (progress->TryAcquire()) {
-      PollFor(*mailbox, deadline);
-      progress->Release();
-      continue;
-    }
-    // Someone else polls: sleep on our mailbox; the poller hands us our
-    // messages, or the token when it leaves.
-    const uint32_t seen = mailbox->signal();
-    progress->AddTokenWaiter(mailbox);
-    if (progress->TryAcquire()) {
-      progress->RemoveTokenWaiter(mailbox);
-      PollFor(*mailbox, deadline);
-      progress->Release();
-      continue;
-    }
-    mailbox->Wait(seen, std::min(deadline, eager_until));
-    progress->RemoveTokenWaiter(mailbox);
+    AwaitSignal(*mailbox, mailbox->signal(), deadline, std::min(deadline, eager_until));
   }
 }
 
@@ -629,7 +634,6 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
                                    peer.process.ToString(), entity->endpoints.size()));
   }
   peer.default_rail = 0;  // shm when it connected
-  peer.resolved_at = Clock::now();
   peer.state = SendPeer::State::kReady;
   return Status::Ok();
 }

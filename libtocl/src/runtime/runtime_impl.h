@@ -136,6 +136,9 @@ struct Runtime::Impl final {
   // Library memory for `message` (counted in reassembly_used), arriving
   // (Take skips it), with one reference for the mailbox and one for us.
   Result<buffers::LargeSlot*> NewMessageSlot(const runtime::InboundLong& message);
+  // `bytes` of library memory counted in reassembly_used; freeing it lets
+  // waiting starts be granted.
+  Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
   void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const wire::Header& about,
                   uint64_t offset = 0, uint64_t length = 0);
   // A received message leaves the unexpected-memory count.
@@ -163,7 +166,14 @@ struct Runtime::Impl final {
                                std::chrono::steady_clock::time_point deadline, bool blocking);
   // Polls (holding the token) until something is delivered to `mailbox`
   // or the deadline passes.
-  void PollFor(runtime::Mailbox& mailbox, std::chrono::steady_clock::time_point deadline);
+  void PollFor(runtime::Mailbox& mailbox, uint32_t seen,
+               std::chrono::steady_clock::time_point deadline);
+  // Until `mailbox`'s signal moves on from `seen`: polls for it when the
+  // token is free (up to `poll_deadline`), else sleeps on the mailbox (up
+  // to `wait_deadline`) while the poller of the moment works.
+  void AwaitSignal(runtime::Mailbox& mailbox, uint32_t seen,
+                   std::chrono::steady_clock::time_point poll_deadline,
+                   std::chrono::steady_clock::time_point wait_deadline);
   template <typename TryMatch>
   Status WaitFor(Gid self, std::chrono::steady_clock::time_point deadline, bool blocking,
                  TryMatch&& try_match);

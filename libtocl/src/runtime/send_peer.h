@@ -58,10 +58,9 @@ struct SendPeer {
   Status failure;                    // guarded by mu: why kFailed
   std::vector<PeerRail> rails;       // guarded by mu; fixed once kReady
   int default_rail = -1;             // guarded by mu: short messages and control frames
-  std::unordered_map<uint64_t, uint64_t> next_seq;    // guarded by mu, by ThreadPairKey
-  std::deque<Pending> queue;                          // guarded by mu
-  bool listed_blocked = false;                        // guarded by mu
-  std::chrono::steady_clock::time_point resolved_at;  // guarded by mu
+  std::unordered_map<uint64_t, uint64_t> next_seq;  // guarded by mu, by ThreadPairKey
+  std::deque<Pending> queue;                        // guarded by mu
+  bool listed_blocked = false;                      // guarded by mu
 };
 
 // What the sender knows of a destination thread.
