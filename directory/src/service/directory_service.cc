@@ -86,12 +86,6 @@ Status CheckNetworkStatsReport(const pb::NetworkStatsReport& report) {
   return Status::Ok();
 }
 
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 void DirectoryService::BeginShutdown() {

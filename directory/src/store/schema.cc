@@ -62,6 +62,24 @@ CREATE INDEX processes_by_name ON processes(name);
 CREATE INDEX processes_by_pid ON processes(os_pid);
 CREATE INDEX threads_by_name ON threads(name);
 )sql"},
+    // Clusters (issue #5): replicated rows of other hosts, host reachability,
+    // members, replication progress, spawned processes' exit status.
+    {2, R"sql(
+ALTER TABLE changes ADD COLUMN origin INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE hosts ADD COLUMN reachable INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE processes ADD COLUMN exit_status INTEGER;
+ALTER TABLE processes ADD COLUMN exit_signal INTEGER;
+ALTER TABLE processes ADD COLUMN parent INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE members(
+  host INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  address TEXT NOT NULL,
+  node_key TEXT NOT NULL DEFAULT '',
+  joined_at_us INTEGER NOT NULL);
+CREATE TABLE replicas(
+  host INTEGER PRIMARY KEY,
+  applied_seq INTEGER NOT NULL);
+)sql"},
 };
 
 Result<int> CurrentVersion(Database& db) {

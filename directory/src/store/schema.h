@@ -38,6 +38,12 @@ inline constexpr int64_t KindOf(Gid gid) {
 inline constexpr int64_t kOpAdded = 1;
 inline constexpr int64_t kOpUpdated = 2;
 inline constexpr int64_t kOpExited = 3;
+inline constexpr int64_t kOpUnreachable = 4;
+inline constexpr int64_t kOpReachable = 5;
+
+// changes.origin: 0 for this host's own changes (what replicas pull), else
+// the host index whose replicated change this is (local watchers see both).
+inline constexpr int64_t kOriginOwn = 0;
 
 // The schema version this build writes.
 int LatestSchemaVersion();

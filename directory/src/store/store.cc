@@ -12,16 +12,12 @@
 #include "query/query_compiler.h"
 #include "query/query_parser.h"
 #include "store/limits.h"
+#include "store/reader_pool.h"
+#include "store/rows.h"
 #include "store/schema.h"
 
 namespace tocl::directory {
 namespace {
-
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string NewSessionToken() {
   // std::random_device reads the kernel's getrandom() on Linux.
@@ -32,12 +28,6 @@ std::string NewSessionToken() {
     for (size_t j = 0; j < 4; ++j) token[i + j] = static_cast<char>(word >> (8 * j));
   }
   return token;
-}
-
-// Stored bounds of every id under `parent` (the parent itself included).
-std::pair<int64_t, int64_t> StoredRange(Gid parent) {
-  uint64_t span = parent.is_host() ? (uint64_t{1} << 48) - 1 : uint64_t{Gid::kMaxThread};
-  return {StoredGid(parent), StoredGid(Gid::FromRaw(parent.raw() | span))};
 }
 
 // Host ids are assigned here until daemons join a cluster (a later issue):
@@ -65,33 +55,6 @@ Result<Gid> AssignLocalHostId(Database& db, uint32_t wanted) {
   return Gid::Host(id);
 }
 
-Status InsertChange(Database& db, Gid gid, int64_t op, int64_t at_us) {
-  TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
-                        db.Cached("INSERT INTO changes(gid, op, at_us) VALUES (?1, ?2, ?3)"));
-  return stmt->Bind(1, StoredGid(gid)).Bind(2, op).Bind(3, at_us).Run();
-}
-
-uint64_t LastChangeSeq(Database& db) {
-  return static_cast<uint64_t>(sqlite3_last_insert_rowid(db.get()));
-}
-
-Status InsertAttributes(Database& db, Gid gid,
-                        const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes) {
-  if (attributes.empty()) return Status::Ok();
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement stmt,
-      db.Cached("INSERT INTO attributes(entity, key, value, kind) VALUES (?1, ?2, ?3, ?4)"));
-  for (const auto& attribute : attributes) {
-    stmt->Reset();
-    TOCL_RETURN_IF_ERROR(stmt->Bind(1, StoredGid(gid))
-                             .Bind(2, attribute.key())
-                             .Bind(3, attribute.value())
-                             .Bind(4, KindOf(gid))
-                             .Run());
-  }
-  return Status::Ok();
-}
-
 // The caller must hold the token of a running process on this host.
 Status CheckOwner(Database& db, Gid process, std::string_view token) {
   TOCL_ASSIGN_OR_RETURN(
@@ -108,36 +71,6 @@ Status CheckOwner(Database& db, Gid process, std::string_view token) {
         fmt::format("process {} has exited ({})", process.ToString(), stmt->ColumnText(2)));
   }
   return Status::Ok();
-}
-
-Status MarkExitedLocked(Database& db, Gid process, std::string_view reason) {
-  int64_t now = NowMicros();
-  TOCL_ASSIGN_OR_RETURN(ScopedStatement mark,
-                        db.Cached("UPDATE processes SET state = 2, exited_at_us = ?2, "
-                                  "exit_reason = ?3 WHERE gid = ?1 AND state = 1"));
-  TOCL_RETURN_IF_ERROR(mark->Bind(1, StoredGid(process)).Bind(2, now).Bind(3, reason).Run());
-  if (sqlite3_changes(db.get()) == 0) return Status::Ok();  // not running: nothing to do
-
-  auto [low, high] = StoredRange(process);
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement threads,
-      db.Cached("SELECT gid FROM threads WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
-  threads->Bind(1, low).Bind(2, high);
-  std::vector<int64_t> exited;
-  for (;;) {
-    TOCL_ASSIGN_OR_RETURN(bool row, threads->Step());
-    if (!row) break;
-    exited.push_back(threads->ColumnInt(0));
-  }
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement mark_threads,
-      db.Cached("UPDATE threads SET state = 2, exited_at_us = ?3, exit_reason = ?4 "
-                "WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
-  TOCL_RETURN_IF_ERROR(mark_threads->Bind(1, low).Bind(2, high).Bind(3, now).Bind(4, reason).Run());
-  for (int64_t thread : exited) {
-    TOCL_RETURN_IF_ERROR(InsertChange(db, GidFromStored(thread), kOpExited, now));
-  }
-  return InsertChange(db, process, kOpExited, now);
 }
 
 Status RegisterHost(Database& db, Gid host, const std::string& name,
@@ -177,116 +110,6 @@ Status ValidateHostAttributes(const std::map<std::string, std::string>& attribut
     TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value).WithContext("host attribute"));
   }
   return Status::Ok();
-}
-
-}  // namespace
-
-// Read connections beside the writer; a connection serves one caller at a
-// time and keeps its prepared statements between calls.
-class ReaderPool {
- public:
-  ReaderPool(std::string path, int64_t cache_kib) : path_(std::move(path)), cache_kib_(cache_kib) {}
-
-  class Lease {
-   public:
-    Lease(ReaderPool* pool, std::unique_ptr<Database> db) : pool_(pool), db_(std::move(db)) {}
-    Lease(Lease&&) = default;
-    ~Lease() {
-      if (db_) pool_->Release(std::move(db_));
-    }
-    Database& db() { return *db_; }
-
-   private:
-    ReaderPool* pool_;
-    std::unique_ptr<Database> db_;
-  };
-
-  Result<Lease> Acquire() {
-    {
-      std::lock_guard lock(mu_);
-      if (!idle_.empty()) {
-        auto db = std::move(idle_.back());
-        idle_.pop_back();
-        return Lease(this, std::move(db));
-      }
-    }
-    TOCL_ASSIGN_OR_RETURN(Database db, Database::Open(path_, OpenMode::kReadWrite));
-    TOCL_RETURN_IF_ERROR(ConfigureConnection(db, cache_kib_));
-    TOCL_RETURN_IF_ERROR(db.Exec("PRAGMA query_only=1"));
-    return Lease(this, std::make_unique<Database>(std::move(db)));
-  }
-
- private:
-  // Idle connections beyond this are closed: a burst of concurrent readers
-  // must not keep its page caches forever.
-  static constexpr size_t kMaxIdle = 8;
-
-  void Release(std::unique_ptr<Database> db) {
-    std::lock_guard lock(mu_);
-    if (idle_.size() < kMaxIdle) idle_.push_back(std::move(db));
-  }
-
-  const std::string path_;
-  const int64_t cache_kib_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Database>> idle_;  // guarded by mu_
-};
-
-namespace {
-
-Result<pb::Entity> LoadEntity(Database& db, Gid gid) {
-  if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
-  pb::Entity entity;
-  entity.set_gid(gid.raw());
-  ScopedStatement row;
-  if (gid.is_host()) {
-    entity.set_kind(pb::HOST);
-    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
-                                         "exit_reason FROM hosts WHERE gid = ?1"));
-  } else if (gid.is_process()) {
-    entity.set_kind(pb::PROCESS);
-    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
-                                         "exit_reason, os_pid FROM processes WHERE gid = ?1"));
-  } else {
-    entity.set_kind(pb::THREAD);
-    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
-                                         "exit_reason FROM threads WHERE gid = ?1"));
-  }
-  TOCL_ASSIGN_OR_RETURN(bool found, row->Bind(1, StoredGid(gid)).Step());
-  if (!found) return NotFound(fmt::format("no entity {}", gid.ToString()));
-  entity.set_name(std::string(row->ColumnText(0)));
-  entity.set_state(row->ColumnInt(1) == kStateRunning ? pb::RUNNING : pb::EXITED);
-  entity.set_started_at_us(row->ColumnInt(2));
-  entity.set_exited_at_us(row->ColumnInt(3));
-  entity.set_exit_reason(std::string(row->ColumnText(4)));
-  if (gid.is_process()) entity.set_os_pid(row->ColumnInt(5));
-
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement attributes,
-      db.Cached("SELECT key, value FROM attributes WHERE entity = ?1 ORDER BY key"));
-  attributes->Bind(1, StoredGid(gid));
-  for (;;) {
-    TOCL_ASSIGN_OR_RETURN(bool more, attributes->Step());
-    if (!more) break;
-    pb::Attribute* attribute = entity.add_attributes();
-    attribute->set_key(std::string(attributes->ColumnText(0)));
-    attribute->set_value(std::string(attributes->ColumnText(1)));
-  }
-  if (gid.is_process()) {
-    TOCL_ASSIGN_OR_RETURN(
-        ScopedStatement endpoints,
-        db.Cached(
-            "SELECT subsystem, address FROM endpoints WHERE process = ?1 ORDER BY subsystem"));
-    endpoints->Bind(1, StoredGid(gid));
-    for (;;) {
-      TOCL_ASSIGN_OR_RETURN(bool more, endpoints->Step());
-      if (!more) break;
-      pb::Endpoint* endpoint = entity.add_endpoints();
-      endpoint->set_subsystem(std::string(endpoints->ColumnText(0)));
-      endpoint->set_address(std::string(endpoints->ColumnBlob(1)));
-    }
-  }
-  return entity;
 }
 
 Result<int64_t> ParsePageToken(std::string_view token) {
@@ -575,8 +398,8 @@ Status Store::MarkStreamEnded(Gid process, uint64_t epoch, std::string_view reas
   });
 }
 
-Status Store::MarkProcessExited(Gid process, std::string_view reason) {
-  return writer_->Run([&](Database& db) { return MarkExitedLocked(db, process, reason); });
+Status Store::MarkProcessExited(Gid process, std::string_view reason, ExitStatus status) {
+  return writer_->Run([&](Database& db) { return MarkExitedLocked(db, process, reason, status); });
 }
 
 Result<size_t> Store::ExpireUnresumed(const std::vector<Gid>& orphans, std::string_view reason) {
@@ -594,12 +417,16 @@ Result<size_t> Store::ExpireUnresumed(const std::vector<Gid>& orphans, std::stri
 
 Result<pb::Entity> Store::Lookup(Gid gid) {
   if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
-  if (gid.host() != host_) {
-    return NotFound(fmt::format("no entity {}: host {} is not known to this daemon (host {})",
-                                gid.ToString(), gid.host().ToString(), host_.ToString()));
-  }
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
-  return LoadEntity(lease.db(), gid);
+  Result<pb::Entity> entity = LoadEntity(lease.db(), gid);
+  if (entity.status().code() == StatusCode::kNotFound && gid.host() != host_) {
+    Result<pb::Entity> host = LoadEntity(lease.db(), gid.host());
+    if (host.status().code() == StatusCode::kNotFound) {
+      return NotFound(fmt::format("no entity {}: host {} is not a member of this cluster",
+                                  gid.ToString(), gid.host().ToString()));
+    }
+  }
+  return entity;
 }
 
 Result<pb::QueryResponse> Store::Query(std::string_view expression, uint32_t limit,

@@ -15,9 +15,11 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "store/rows.h"
 #include "store/sqlite.h"
 #include "store/writer.h"
 #include "tocl/directory/v1/directory.pb.h"
@@ -41,6 +43,13 @@ struct StoreOptions {
   // Attributes of this host's entity, set (added or replaced) at every open,
   // e.g. {"networks", "shm,tcp:eth0"}. Attributes not named here are kept.
   std::map<std::string, std::string> host_attributes = {};
+};
+
+// A daemon of the cluster as the membership tables know it.
+struct MemberRow {
+  Gid host;
+  std::string name;
+  std::string address;  // its gRPC TCP address
 };
 
 struct Enrollment {
@@ -75,7 +84,7 @@ class Store {
   Result<uint64_t> PublishEndpoint(const pb::PublishEndpointRequest& request);
   // Marks a running process and its running threads exited. Ok (and no
   // change) if it had already exited.
-  Status MarkProcessExited(Gid process, std::string_view reason);
+  Status MarkProcessExited(Gid process, std::string_view reason, ExitStatus status = {});
   // The enroll stream of `epoch` ended: marks the process exited unless it
   // re-enrolled since on another stream (decided on the writer thread, so a
   // resume and the old stream's end cannot interleave).
@@ -95,6 +104,57 @@ class Store {
   Result<std::vector<pb::ChangeEvent>> ChangesSince(uint64_t since, size_t max);
   // Processes recorded as running, with their OS pids.
   Result<std::vector<std::pair<Gid, int64_t>>> RunningProcesses();
+
+  // --- Cluster: membership, replication, reachability (store_cluster.cc) ----
+
+  // Seed only: the host id of the daemon with `node_key` (the one it was
+  // given before, else `wanted` when free, else the lowest free id), recorded
+  // durably in `members` with its name and address. AlreadyExists when
+  // `wanted` belongs to another node key.
+  Result<Gid> AssignMember(std::string_view node_key, std::string_view name,
+                           std::string_view address, Gid wanted);
+  // Every member recorded here (this host included), in host order.
+  Result<std::vector<MemberRow>> Members();
+  // Records members learned from the seed or from gossip (name, address),
+  // and gives each a host row (the replica's, until its own rows arrive).
+  // This host's own entry is ignored.
+  Status SaveMembers(std::span<const MemberRow> members);
+
+  // This host's own changes with seq > since (what replicas pull), oldest
+  // first, at most `max`, each with the entity as it is now.
+  Result<std::vector<pb::ChangeEvent>> OwnChangesSince(uint64_t since, size_t max);
+  // A page of this host's own entities (host, processes, threads) with
+  // gid > after, in gid order: what a snapshot sends.
+  Result<std::vector<pb::Entity>> OwnEntitiesAfter(Gid after, size_t max);
+  // The newest change of `origin` applied here (0: none).
+  Result<uint64_t> ReplicaProgress(Gid origin);
+  // Applies `origin`'s changes (entities replace the rows they name; a gid
+  // not under `origin` is refused: InvalidArgument, nothing applied) and
+  // records `applied_seq`, in one transaction. Each change is appended to
+  // the local log with origin = its host, so local watchers see it.
+  Status ApplyReplicated(Gid origin, std::span<const pb::ChangeEvent> events, uint64_t applied_seq);
+  // A snapshot of `origin`: Begin, Apply* (pages of ADDED events), Finish
+  // (rows of `origin` the snapshot did not name are deleted, progress set).
+  Status BeginSnapshot(Gid origin);
+  Status ApplySnapshot(Gid origin, std::span<const pb::ChangeEvent> events);
+  Status FinishSnapshot(Gid origin, uint64_t applied_seq);
+  // Marks `host` down or back (a kOpUnreachable / kOpReachable change when it
+  // changes). Its running entities read as UNREACHABLE while it is down.
+  Status SetReachable(Gid host, bool reachable);
+
+  // --- Spawn (store_spawn.cc) -------------------------------------------------
+
+  // The row of a process this daemon is about to spawn: a new id and a
+  // session token the child enrolls with (as a resume), state running, os
+  // pid 0 until it enrolls.
+  Result<Enrollment> ReserveProcess(
+      std::string_view name, const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes,
+      Gid parent);
+  // Sets the exit status of a process that has already been marked exited
+  // (its enroll stream ended before it was reaped): an UPDATED change.
+  Status RecordExitStatus(Gid process, ExitStatus status);
+  // Running processes of `host` (the replica's view for other hosts).
+  Result<uint64_t> RunningProcessCount(Gid host);
 
   // The newest change-log sequence number.
   uint64_t head_seq() const;

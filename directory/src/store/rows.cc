@@ -1,0 +1,171 @@
+#include "store/rows.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <vector>
+
+namespace tocl::directory {
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Stored bounds of every id under `parent` (the parent itself included).
+std::pair<int64_t, int64_t> StoredRange(Gid parent) {
+  uint64_t span = parent.is_host() ? (uint64_t{1} << 48) - 1 : uint64_t{Gid::kMaxThread};
+  return {StoredGid(parent), StoredGid(Gid::FromRaw(parent.raw() | span))};
+}
+
+Status InsertChange(Database& db, Gid gid, int64_t op, int64_t at_us, int64_t origin) {
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      db.Cached("INSERT INTO changes(gid, op, at_us, origin) VALUES (?1, ?2, ?3, ?4)"));
+  return stmt->Bind(1, StoredGid(gid)).Bind(2, op).Bind(3, at_us).Bind(4, origin).Run();
+}
+
+uint64_t LastChangeSeq(Database& db) {
+  return static_cast<uint64_t>(sqlite3_last_insert_rowid(db.get()));
+}
+
+Status InsertAttributes(Database& db, Gid gid,
+                        const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes) {
+  if (attributes.empty()) return Status::Ok();
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      db.Cached("INSERT INTO attributes(entity, key, value, kind) VALUES (?1, ?2, ?3, ?4)"));
+  for (const auto& attribute : attributes) {
+    stmt->Reset();
+    TOCL_RETURN_IF_ERROR(stmt->Bind(1, StoredGid(gid))
+                             .Bind(2, attribute.key())
+                             .Bind(3, attribute.value())
+                             .Bind(4, KindOf(gid))
+                             .Run());
+  }
+  return Status::Ok();
+}
+
+Status MarkExitedLocked(Database& db, Gid process, std::string_view reason, ExitStatus status) {
+  int64_t now = NowMicros();
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement mark,
+      db.Cached("UPDATE processes SET state = 2, exited_at_us = ?2, exit_reason = ?3, "
+                "exit_status = ?4, exit_signal = ?5 WHERE gid = ?1 AND state = 1"));
+  mark->Bind(1, StoredGid(process)).Bind(2, now).Bind(3, reason);
+  if (status.code)
+    mark->Bind(4, int64_t{*status.code});
+  else
+    mark->BindNull(4);
+  if (status.signal)
+    mark->Bind(5, int64_t{*status.signal});
+  else
+    mark->BindNull(5);
+  TOCL_RETURN_IF_ERROR(mark->Run());
+  if (sqlite3_changes(db.get()) == 0) return Status::Ok();  // not running: nothing to do
+
+  auto [low, high] = StoredRange(process);
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement threads,
+      db.Cached("SELECT gid FROM threads WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
+  threads->Bind(1, low).Bind(2, high);
+  std::vector<int64_t> exited;
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool row, threads->Step());
+    if (!row) break;
+    exited.push_back(threads->ColumnInt(0));
+  }
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement mark_threads,
+      db.Cached("UPDATE threads SET state = 2, exited_at_us = ?3, exit_reason = ?4 "
+                "WHERE gid BETWEEN ?1 AND ?2 AND state = 1"));
+  TOCL_RETURN_IF_ERROR(mark_threads->Bind(1, low).Bind(2, high).Bind(3, now).Bind(4, reason).Run());
+  for (int64_t thread : exited) {
+    TOCL_RETURN_IF_ERROR(InsertChange(db, GidFromStored(thread), kOpExited, now));
+  }
+  return InsertChange(db, process, kOpExited, now);
+}
+
+Result<pb::Entity> LoadEntity(Database& db, Gid gid) {
+  if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
+  pb::Entity entity;
+  entity.set_gid(gid.raw());
+  ScopedStatement row;
+  if (gid.is_host()) {
+    entity.set_kind(pb::HOST);
+    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
+                                         "exit_reason, reachable, address FROM hosts "
+                                         "WHERE gid = ?1"));
+  } else if (gid.is_process()) {
+    entity.set_kind(pb::PROCESS);
+    TOCL_ASSIGN_OR_RETURN(
+        row, db.Cached("SELECT name, state, started_at_us, exited_at_us, exit_reason, os_pid, "
+                       "exit_status, exit_signal, parent FROM processes WHERE gid = ?1"));
+  } else {
+    entity.set_kind(pb::THREAD);
+    TOCL_ASSIGN_OR_RETURN(row, db.Cached("SELECT name, state, started_at_us, exited_at_us, "
+                                         "exit_reason FROM threads WHERE gid = ?1"));
+  }
+  TOCL_ASSIGN_OR_RETURN(bool found, row->Bind(1, StoredGid(gid)).Step());
+  if (!found) return NotFound(fmt::format("no entity {}", gid.ToString()));
+  entity.set_name(std::string(row->ColumnText(0)));
+  const bool running = row->ColumnInt(1) == kStateRunning;
+  entity.set_state(running ? pb::RUNNING : pb::EXITED);
+  entity.set_started_at_us(row->ColumnInt(2));
+  entity.set_exited_at_us(row->ColumnInt(3));
+  entity.set_exit_reason(std::string(row->ColumnText(4)));
+  if (gid.is_host()) {
+    if (running && row->ColumnInt(5) == 0) entity.set_state(pb::UNREACHABLE);
+    entity.set_address(std::string(row->ColumnText(6)));
+  }
+  if (gid.is_process()) {
+    entity.set_os_pid(row->ColumnInt(5));
+    if (!row->ColumnIsNull(6)) entity.set_exit_status(static_cast<int32_t>(row->ColumnInt(6)));
+    if (!row->ColumnIsNull(7)) entity.set_exit_signal(static_cast<int32_t>(row->ColumnInt(7)));
+    entity.set_parent(GidFromStored(row->ColumnInt(8)).raw());
+  }
+  // A running process or thread of a host that is down reads as unreachable.
+  if (running && !gid.is_host()) {
+    TOCL_ASSIGN_OR_RETURN(bool reachable, HostReachable(db, gid.host()));
+    if (!reachable) entity.set_state(pb::UNREACHABLE);
+  }
+
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement attributes,
+      db.Cached("SELECT key, value FROM attributes WHERE entity = ?1 ORDER BY key"));
+  attributes->Bind(1, StoredGid(gid));
+  for (;;) {
+    TOCL_ASSIGN_OR_RETURN(bool more, attributes->Step());
+    if (!more) break;
+    pb::Attribute* attribute = entity.add_attributes();
+    attribute->set_key(std::string(attributes->ColumnText(0)));
+    attribute->set_value(std::string(attributes->ColumnText(1)));
+  }
+  if (gid.is_process()) {
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement endpoints,
+        db.Cached(
+            "SELECT subsystem, address FROM endpoints WHERE process = ?1 ORDER BY subsystem"));
+    endpoints->Bind(1, StoredGid(gid));
+    for (;;) {
+      TOCL_ASSIGN_OR_RETURN(bool more, endpoints->Step());
+      if (!more) break;
+      pb::Endpoint* endpoint = entity.add_endpoints();
+      endpoint->set_subsystem(std::string(endpoints->ColumnText(0)));
+      endpoint->set_address(std::string(endpoints->ColumnBlob(1)));
+    }
+  }
+  return entity;
+}
+
+Result<bool> HostReachable(Database& db, Gid host) {
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
+                        db.Cached("SELECT reachable FROM hosts WHERE gid = ?1"));
+  TOCL_ASSIGN_OR_RETURN(bool row, stmt->Bind(1, StoredGid(host)).Step());
+  bool reachable = !row || stmt->ColumnInt(0) != 0;
+  stmt->Reset();
+  return reachable;
+}
+
+}  // namespace tocl::directory

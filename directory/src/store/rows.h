@@ -1,0 +1,49 @@
+// Row-level helpers shared by the store's parts (store.cc, store_replica.cc,
+// store_spawn.cc): they run inside a transaction their caller holds.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "store/schema.h"
+#include "store/sqlite.h"
+#include "tocl/directory/v1/directory.pb.h"
+#include "tocl/gid.h"
+
+namespace tocl::directory {
+
+namespace pb = ::tocl::directory::v1;
+
+int64_t NowMicros();
+
+// Stored bounds of every id under `parent` (the parent itself included).
+std::pair<int64_t, int64_t> StoredRange(Gid parent);
+
+// Appends to the change log; `origin` is kOriginOwn or a replicated host's index.
+Status InsertChange(Database& db, Gid gid, int64_t op, int64_t at_us, int64_t origin = kOriginOwn);
+uint64_t LastChangeSeq(Database& db);
+
+Status InsertAttributes(Database& db, Gid gid,
+                        const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes);
+
+// How a process ended, when its daemon reaped it.
+struct ExitStatus {
+  std::optional<int> code;    // exit(2) status
+  std::optional<int> signal;  // the signal that ended it
+};
+
+// Marks a running process and its running threads exited (with change-log
+// entries); nothing when it is not running.
+Status MarkExitedLocked(Database& db, Gid process, std::string_view reason, ExitStatus status = {});
+
+// Whether `host` is reachable as this daemon sees it (true for unknown hosts:
+// they are not down, they are absent).
+Result<bool> HostReachable(Database& db, Gid host);
+
+// The entity with its attributes (and endpoints, for processes). State is
+// UNREACHABLE for a running entity whose host is down.
+Result<pb::Entity> LoadEntity(Database& db, Gid gid);
+
+}  // namespace tocl::directory
