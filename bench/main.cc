@@ -3,6 +3,8 @@
 //   tocl-bench directory [--json] [--threads N] [--repeats R]
 //   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--quick] [--repeats R]
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
+//   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
+//   tocl-bench spawn [--json] [--quick] [--repeats R]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
 // figure on stdout instead, and the table on stderr. Exit code 0 when the
@@ -14,6 +16,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cluster/cluster_directory_bench.h"
+#include "cluster/spawn_bench.h"
 #include "directory_bench.h"
 #include "msg/msg_bench.h"
 #include "multinet/multinet_bench.h"
@@ -93,6 +97,11 @@ int main(int argc, char** argv) {
       ->add_option("--query-calls", directory.query_calls, "calls per query case over all rounds")
       ->capture_default_str()
       ->check(CLI::Range(1, 100'000));
+  bool directory_cluster = false;
+  directory_command->add_flag(
+      "--cluster", directory_cluster,
+      "three hosts in network namespaces (root): propagation, replication of --threads, reads "
+      "on a replica");
 
   tocl::bench::MsgBenchOptions msg;
   int msg_run_ms = static_cast<int>(msg.run.count());
@@ -135,6 +144,13 @@ int main(int argc, char** argv) {
   multinet_command->add_flag("--baselines-only", multinet.baselines_only,
                              "measure raw TCP only; start no tocl peers");
 
+  tocl::bench::SpawnBenchOptions spawn;
+  CLI::App* spawn_command = app.add_subcommand(
+      "spawn",
+      "remote thread and process spawn latency between two hosts in network namespaces (root)");
+  AddCommonOptions(*spawn_command, common);
+  spawn_command->add_flag("--quick", spawn.quick, "fewer samples: a smoke run");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -142,6 +158,23 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
 
+  if (directory_command->parsed() && directory_cluster) {
+    tocl::bench::ClusterDirectoryBenchOptions cluster;
+    cluster.repeats = common.repeats;
+    cluster.toclsd_path = common.toclsd_path;
+    cluster.threads = directory.threads;
+    cluster.batch = static_cast<uint32_t>(directory.batch);
+    tocl::bench::Report report("directory-cluster");
+    tocl::Status status = tocl::bench::RunClusterDirectoryBench(cluster, report);
+    return Finish(status, report, common.json);
+  }
+  if (spawn_command->parsed()) {
+    spawn.repeats = common.repeats;
+    spawn.toclsd_path = common.toclsd_path;
+    tocl::bench::Report report("spawn");
+    tocl::Status status = tocl::bench::RunSpawnBench(spawn, report);
+    return Finish(status, report, common.json);
+  }
   if (directory_command->parsed()) {
     directory.repeats = common.repeats;
     directory.toclsd_path = common.toclsd_path;

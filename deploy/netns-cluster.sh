@@ -6,14 +6,15 @@
 #                                                rates ("500mbit", "" or "-" = unlimited)
 #   deploy/netns-cluster.sh shape NET RATE       change network NET's (0 or 1) rate now
 #   deploy/netns-cluster.sh link H NET up|down   set host H's device of network NET up or down
-#   deploy/netns-cluster.sh exec H CMD [ARGS]    run CMD in host H with TOCL_DAEMON,
-#                                                TOCL_PEER_DAEMONS and TOCL_NETWORKS set
+#   deploy/netns-cluster.sh exec H CMD [ARGS]    run CMD in host H with TOCL_DAEMON and
+#                                                TOCL_NETWORKS set
 #   deploy/netns-cluster.sh status               namespaces, addresses, qdiscs, daemons
 #   deploy/netns-cluster.sh down                 stop the daemons, delete everything
 #
 # Host H is namespace tocl-x-hH with eth0 = 10.77.1.H/24 and eth1 = 10.77.2.H/24
 # and a toclsd (--host-id H, listening on 10.77.1.H:7390, state in
-# $TOCL_NETNS_DIR/hH); namespace tocl-x-sw holds one bridge per network.
+# $TOCL_NETNS_DIR/hH; host 1 is the cluster's seed, the others join it, one
+# after the other); namespace tocl-x-sw holds one bridge per network.
 # Needs root and iproute2. TOCLSD picks the daemon binary (default: the
 # release build's, else the dev build's, else toclsd in $PATH).
 set -euo pipefail
@@ -38,11 +39,6 @@ toclsd_path() {
 }
 
 networks_of() { echo "tcp:eth0,tcp:eth1,shm"; }
-peers() {
-  local n=$1 list="" h
-  for ((h = 1; h <= n; h++)); do list+="${list:+,}$h=$(addr "$h" 0):$PORT"; done
-  echo "$list"
-}
 
 shape() {  # shape NET RATE
   local net=$1 rate=${2:-} n h burst bits
@@ -95,12 +91,13 @@ up() {
   shape 1 "$rate1"
   for ((h = 1; h <= n; h++)); do
     mkdir -p "$STATE/h$h"
-    ip netns exec "$(ns "$h")" "$daemon" --state-dir "$STATE/h$h" --host-id "$h" \
+    local role=(--seed)
+    ((h == 1)) || role=(--join "$(addr 1 0):$PORT")
+    ip netns exec "$(ns "$h")" "$daemon" --state-dir "$STATE/h$h" --host-id "$h" "${role[@]}" \
       --host-name "$PREFIX-h$h" --listen "$(addr "$h" 0):$PORT" --networks "$(networks_of "$h")" \
       --log-level info >>"$STATE/h$h/toclsd.log" 2>&1 &
     echo $! >"$STATE/h$h/toclsd.pid"
-  done
-  for ((h = 1; h <= n; h++)); do
+    # One after the other: a joiner needs the seed up.
     for _ in $(seq 100); do
       [[ -S "$STATE/h$h/toclsd.sock" ]] && break
       kill -0 "$(cat "$STATE/h$h/toclsd.pid")" 2>/dev/null || die "toclsd of host $h exited: see $STATE/h$h/toclsd.log"
@@ -132,7 +129,7 @@ status() {
   local n h
   n=$(hosts)
   [[ "$n" != 0 ]] || { echo "netns-cluster: no cluster up"; return 0; }
-  echo "netns-cluster: $n hosts, state in $STATE, TOCL_PEER_DAEMONS=$(peers "$n")"
+  echo "netns-cluster: $n hosts, state in $STATE"
   for ((h = 1; h <= n; h++)); do
     local pid state
     pid=$(cat "$STATE/h$h/toclsd.pid" 2>/dev/null || echo "")
@@ -155,7 +152,7 @@ run_in() {  # exec H CMD...
   shift
   [[ $# -gt 0 ]] || die "usage: exec H CMD [ARGS]"
   exec ip netns exec "$(ns "$h")" env TOCL_DAEMON="unix:$STATE/h$h/toclsd.sock" \
-    TOCL_PEER_DAEMONS="$(peers "$n")" TOCL_NETWORKS="$(networks_of "$h")" "$@"
+    TOCL_NETWORKS="$(networks_of "$h")" "$@"
 }
 
 command=${1:-}

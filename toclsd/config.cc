@@ -1,11 +1,13 @@
 #include "config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
-#include <set>
+#include <ranges>
 #include <sstream>
 #include <type_traits>
 
@@ -41,7 +43,80 @@ Status Read(const toml::table& table, std::string_view key, std::string_view sou
   return Status::Ok();
 }
 
+// A list of addresses: an array of strings, or one string.
+Status ReadAddresses(const toml::table& table, std::string_view key, std::string_view source,
+                     std::vector<std::string>& out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::Ok();
+  if (std::optional<std::string> one = node->value_exact<std::string>()) {
+    out = {*one};
+    return Status::Ok();
+  }
+  const toml::array* array = node->as_array();
+  if (array == nullptr) {
+    return InvalidArgument(fmt::format("{}: '{}' has the wrong type (an array of \"HOST:PORT\")",
+                                       Where(*node, source), key));
+  }
+  std::vector<std::string> addresses;
+  for (const toml::node& element : *array) {
+    std::optional<std::string> address = element.value_exact<std::string>();
+    if (!address) {
+      return InvalidArgument(fmt::format("{}: '{}' holds something that is not a string",
+                                         Where(element, source), key));
+    }
+    addresses.push_back(*address);
+  }
+  out = std::move(addresses);
+  return Status::Ok();
+}
+
+// [attributes]: a table of strings, added to (or replacing) those set so far.
+Status ReadAttributes(const toml::table& table, std::string_view source,
+                      std::map<std::string, std::string>& attributes) {
+  const toml::node* node = table.get("attributes");
+  if (node == nullptr) return Status::Ok();
+  const toml::table* entries = node->as_table();
+  if (entries == nullptr) {
+    return InvalidArgument(
+        fmt::format("{}: 'attributes' must be a table ([attributes] with key = \"value\" lines)",
+                    Where(*node, source)));
+  }
+  for (const auto& [key, value] : *entries) {
+    std::optional<std::string> text = value.value_exact<std::string>();
+    if (!text) {
+      return InvalidArgument(
+          fmt::format("{}: attribute '{}' must be a string", Where(value, source), key.str()));
+    }
+    attributes[std::string(key.str())] = *text;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status ValidateHostAttributes(const std::map<std::string, std::string>& attributes) {
+  // The host entity also carries `networks`.
+  if (attributes.size() + 1 > kMaxAttributesPerEntity) {
+    return InvalidArgument(fmt::format("{} host attributes (at most {})", attributes.size(),
+                                       kMaxAttributesPerEntity - 1));
+  }
+  for (const auto& [key, value] : attributes) {
+    if (key == "networks") {
+      return InvalidArgument("attribute 'networks' is the networks setting; set it with networks");
+    }
+    TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value).WithContext("host attribute"));
+  }
+  return Status::Ok();
+}
+
+Status ParseAttributeFlag(std::string_view flag, std::map<std::string, std::string>& attributes) {
+  const size_t equals = flag.find('=');
+  if (equals == std::string_view::npos || equals == 0) {
+    return InvalidArgument(fmt::format("--attribute '{}' is not KEY=VALUE", flag));
+  }
+  attributes[std::string(flag.substr(0, equals))] = std::string(flag.substr(equals + 1));
+  return Status::Ok();
+}
 
 Status ValidateNetworks(std::string_view networks) {
   // The runtime parses the list; the daemon only keeps text that any
@@ -71,6 +146,12 @@ std::string DaemonConfig::database_path() const {
 std::string DaemonConfig::lock_path() const {
   return state_dir + "/toclsd.lock";
 }
+std::string DaemonConfig::node_key_path() const {
+  return state_dir + "/node-key";
+}
+std::string DaemonConfig::listen_address_path() const {
+  return state_dir + "/listen-address";
+}
 std::chrono::milliseconds DaemonConfig::grace_period() const {
   return std::chrono::milliseconds(static_cast<int64_t>(grace_period_seconds * 1000));
 }
@@ -85,16 +166,19 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
     return InvalidArgument(fmt::format("{}:{}:{}: {}", source, error.source().begin.line,
                                        error.source().begin.column, error.description()));
   }
-  static const std::set<std::string_view> kKnown = {
-      "state_dir", "socket",  "listen",  "log_level", "host_name", "grace_period_seconds",
-      "cache_kib", "host_id", "networks"};
+  // In the order the error message lists them.
+  static const std::vector<std::string_view> kKnown = {
+      "state_dir", "socket", "listen", "log_level", "host_name", "grace_period_seconds",
+      "cache_kib", "host_id", "networks",
+      // Cluster.
+      "seed", "join", "advertise", "heartbeat_interval_seconds", "down_after_seconds",
+      "join_timeout_seconds", "change_log_keep",
+      // Spawn.
+      "attributes"};
   for (const auto& [key, node] : table) {
-    if (!kKnown.contains(key.str())) {
-      return InvalidArgument(
-          fmt::format("{}: unknown setting '{}' (known: state_dir, socket, "
-                      "listen, log_level, host_name, grace_period_seconds, "
-                      "cache_kib, host_id, networks)",
-                      Where(node, source), key.str()));
+    if (std::find(kKnown.begin(), kKnown.end(), key.str()) == kKnown.end()) {
+      return InvalidArgument(fmt::format("{}: unknown setting '{}' (known: {})",
+                                         Where(node, source), key.str(), fmt::join(kKnown, ", ")));
     }
   }
   // Read into a copy: a file with an error changes nothing.
@@ -112,6 +196,15 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
     loaded.host_id = host_id;
   }
   TOCL_RETURN_IF_ERROR(Read(table, "networks", source, loaded.networks));
+  TOCL_RETURN_IF_ERROR(ReadAttributes(table, source, loaded.attributes));
+  TOCL_RETURN_IF_ERROR(Read(table, "seed", source, loaded.seed));
+  TOCL_RETURN_IF_ERROR(ReadAddresses(table, "join", source, loaded.join));
+  TOCL_RETURN_IF_ERROR(Read(table, "advertise", source, loaded.advertise));
+  TOCL_RETURN_IF_ERROR(
+      Read(table, "heartbeat_interval_seconds", source, loaded.heartbeat_interval_seconds));
+  TOCL_RETURN_IF_ERROR(Read(table, "down_after_seconds", source, loaded.down_after_seconds));
+  TOCL_RETURN_IF_ERROR(Read(table, "join_timeout_seconds", source, loaded.join_timeout_seconds));
+  TOCL_RETURN_IF_ERROR(Read(table, "change_log_keep", source, loaded.change_log_keep));
   config = std::move(loaded);
   return Status::Ok();
 }
@@ -122,6 +215,56 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
   std::stringstream text;
   text << file.rdbuf();
   return LoadConfigText(text.str(), path, config);
+}
+
+Status FinishClusterConfig(DaemonConfig& config) {
+  // Written so that NaN fails too.
+  auto within = [](double value, double low, double high) { return value >= low && value <= high; };
+  if (!within(config.heartbeat_interval_seconds, 0.01, 60)) {
+    return InvalidArgument(fmt::format("heartbeat_interval_seconds {} is outside 0.01..60",
+                                       config.heartbeat_interval_seconds));
+  }
+  if (!within(config.down_after_seconds, 2 * config.heartbeat_interval_seconds, 3600)) {
+    return InvalidArgument(
+        fmt::format("down_after_seconds {} is outside {}..3600 (at least two heartbeat intervals)",
+                    config.down_after_seconds, 2 * config.heartbeat_interval_seconds));
+  }
+  if (!within(config.join_timeout_seconds, 0, 86400)) {
+    return InvalidArgument(
+        fmt::format("join_timeout_seconds {} is outside 0..86400", config.join_timeout_seconds));
+  }
+  if (config.change_log_keep < 1) {
+    return InvalidArgument(
+        fmt::format("change_log_keep {} is less than 1", config.change_log_keep));
+  }
+  std::vector<std::string> join;
+  for (const std::string& entry : config.join) {
+    // "--join a,b" and repeated --join both work.
+    for (const auto part : std::views::split(entry, ',')) {
+      std::string address(part.begin(), part.end());
+      if (address.empty())
+        return InvalidArgument(fmt::format("join: an empty address in '{}'", entry));
+      if (address.find(':') == std::string::npos) {
+        return InvalidArgument(fmt::format("join: '{}' is not HOST:PORT", address));
+      }
+      join.push_back(std::move(address));
+    }
+  }
+  config.join = std::move(join);
+  if (config.seed && !config.join.empty()) {
+    return InvalidArgument(
+        "seed and join exclude each other: the seed starts the cluster, the others join it");
+  }
+  if (config.in_cluster() && config.listen == "none") {
+    return InvalidArgument(fmt::format(
+        "a daemon in a cluster must listen on TCP (other daemons call it): --listen none cannot "
+        "be used with {}",
+        config.seed ? "--seed" : "--join"));
+  }
+  if (!config.advertise.empty() && config.advertise.find(':') == std::string::npos) {
+    return InvalidArgument(fmt::format("advertise '{}' is not HOST:PORT", config.advertise));
+  }
+  return Status::Ok();
 }
 
 Status FinishConfig(DaemonConfig& config) {
@@ -148,6 +291,8 @@ Status FinishConfig(DaemonConfig& config) {
         fmt::format("host_id {} is outside 1..{}", *config.host_id, Gid::kMaxHost));
   }
   TOCL_RETURN_IF_ERROR(ValidateNetworks(config.networks));
+  TOCL_RETURN_IF_ERROR(ValidateHostAttributes(config.attributes));
+  TOCL_RETURN_IF_ERROR(FinishClusterConfig(config));
   // Checked here so that a typo fails before anything is opened.
   TOCL_RETURN_IF_ERROR(SetLogLevel(config.log_level));
   return Status::Ok();
@@ -162,6 +307,20 @@ std::string ConfigToToml(const DaemonConfig& config) {
   };
   // TOML has no null: an unset host id is left out.
   if (config.host_id) table.insert("host_id", *config.host_id);
+  if (!config.attributes.empty()) {
+    toml::table attributes;
+    for (const auto& [key, value] : config.attributes) attributes.insert(key, value);
+    table.insert("attributes", std::move(attributes));
+  }
+  table.insert("seed", config.seed);
+  toml::array join;
+  for (const std::string& address : config.join) join.push_back(address);
+  table.insert("join", std::move(join));
+  table.insert("advertise", config.advertise);
+  table.insert("heartbeat_interval_seconds", config.heartbeat_interval_seconds);
+  table.insert("down_after_seconds", config.down_after_seconds);
+  table.insert("join_timeout_seconds", config.join_timeout_seconds);
+  table.insert("change_log_keep", config.change_log_keep);
   std::stringstream out;
   out << table << "\n";
   return out.str();

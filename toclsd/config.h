@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tocl/status.h"
 
@@ -29,6 +31,30 @@ struct DaemonConfig {
   // The networks processes of this host open by default ("shm,tcp:eth0,
   // tcp:eth1", "auto"), published as the host entity's `networks` attribute.
   std::string networks = "auto";
+  // --- Spawn (toclsd/spawn/) ---
+  // Attributes of this host's entity, for placement by query ("gpu=1"):
+  // --attribute KEY=VALUE (repeatable) or an [attributes] table.
+  std::map<std::string, std::string> attributes;
+
+  // --- Cluster (toclsd/cluster/) ---
+  // This daemon is the cluster's seed: it hands out host ids.
+  bool seed = false;
+  // Addresses of the seed ("10.0.0.1:7390"); not empty: join its cluster.
+  std::vector<std::string> join;
+  // The address other daemons reach this one at; empty: the bound TCP address.
+  std::string advertise;
+  double heartbeat_interval_seconds = 0.5;
+  // A member not heard for this long is marked unreachable.
+  double down_after_seconds = 3.0;
+  // How long a new daemon (no recorded host id) waits for the seed.
+  double join_timeout_seconds = 30.0;
+  // Changes the log keeps; older ones are trimmed (a replica that fell
+  // further behind gets a snapshot).
+  int64_t change_log_keep = 1'000'000;
+
+  bool in_cluster() const { return seed || !join.empty(); }
+  std::string node_key_path() const;
+  std::string listen_address_path() const;
 
   std::string socket_path() const;
   std::string database_path() const;
@@ -45,8 +71,17 @@ Status LoadConfigText(std::string_view toml, std::string_view source_name, Daemo
 // attribute value long (the runtime parses it; the daemon only publishes it).
 Status ValidateNetworks(std::string_view networks);
 
+// Checks host attributes as client attributes are checked; `networks` is
+// refused (it is the networks setting).
+Status ValidateHostAttributes(const std::map<std::string, std::string>& attributes);
+// Adds "KEY=VALUE" to `attributes` (a later value replaces an earlier one).
+Status ParseAttributeFlag(std::string_view flag, std::map<std::string, std::string>& attributes);
+
 // Fills derived defaults (host name) and checks values.
 Status FinishConfig(DaemonConfig& config);
+// The cluster part of FinishConfig: splits comma-separated join lists and
+// checks the cluster settings.
+Status FinishClusterConfig(DaemonConfig& config);
 
 // The effective configuration as TOML (toclsd --print-config).
 std::string ConfigToToml(const DaemonConfig& config);

@@ -11,6 +11,9 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <optional>
+
+#include "spawn/spawner.h"
 
 namespace tocl::daemon {
 namespace {
@@ -61,12 +64,25 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   TOCL_ASSIGN_OR_RETURN(StateLock lock, StateLock::Acquire(config.state_dir, config.lock_path()));
   std::unique_ptr<Daemon> daemon(new Daemon(config, std::move(lock)));
 
+  // Cluster: the TCP address is settled (a port 0 chosen and held) before
+  // the store opens, since a joining daemon gives it to the seed in exchange
+  // for its host id.
+  cluster::ListenAddress listen;
+  if (config.listen != "none") {
+    TOCL_ASSIGN_OR_RETURN(listen, cluster::ListenAddress::Reserve(config.listen));
+  }
+  std::optional<cluster::ClusterPlan> plan;
+  if (config.in_cluster()) {
+    TOCL_ASSIGN_OR_RETURN(plan, cluster::PlanCluster(config, listen.address()));
+  }
+
   directory::StoreOptions options;
   options.path = config.database_path();
   options.host_name = config.host_name;
   options.cache_kib = config.cache_kib;
-  options.host_id = static_cast<uint32_t>(config.host_id.value_or(0));
-  options.host_attributes = {{"networks", config.networks}};
+  options.host_id = plan ? plan->host_id : static_cast<uint32_t>(config.host_id.value_or(0));
+  options.host_attributes = config.attributes;
+  options.host_attributes["networks"] = config.networks;
   auto store = directory::Store::Open(options);
   if (!store.ok()) {
     if (store.status().code() == StatusCode::kDataLoss) {
@@ -78,7 +94,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
     return store.status().WithContext(fmt::format("directory database {}", options.path));
   }
   daemon->store_ = std::move(*store);
-  daemon->service_ = std::make_unique<directory::DirectoryService>(*daemon->store_);
+  auto spawner = spawn::Spawner::Start(
+      *daemon->store_, {.state_dir = config.state_dir, .socket_path = config.socket_path()});
+  if (!spawner.ok()) return spawner.status();
+  daemon->spawner_ = std::move(*spawner);
+  daemon->service_ =
+      std::make_unique<directory::DirectoryService>(*daemon->store_, daemon->spawner_.get());
+
+  if (plan) {
+    TOCL_ASSIGN_OR_RETURN(daemon->cluster_,
+                          cluster::Cluster::Start(config, std::move(*plan), *daemon->store_));
+  }
+  daemon->trimmer_ = std::make_unique<cluster::ChangeLogTrimmer>(
+      *daemon->store_, static_cast<uint64_t>(config.change_log_keep));
 
   // Before serving: a process that enrolls once the server is up must not
   // be taken for one that was running before this start.
@@ -105,19 +133,25 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   int tcp_port = 0;
   if (config.listen != "none") {
-    builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(listen.address(), grpc::InsecureServerCredentials(), &tcp_port);
   }
   builder.RegisterService(daemon->service_.get());
+  if (daemon->cluster_) builder.RegisterService(daemon->cluster_->service());
   // Clients ping every 10 s on enroll streams to detect dead peers; allow it.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Written before the server answers: whoever sees the daemon up can read it.
+  TOCL_RETURN_IF_ERROR(
+      cluster::WriteListenAddressFile(config.listen_address_path(), listen.address()));
   daemon->server_ = builder.BuildAndStart();
+  listen.Release();  // gRPC holds the port now (or failed to)
   if (!daemon->server_) {
+    (void)cluster::WriteListenAddressFile(config.listen_address_path(), "");
     return Unavailable(fmt::format("cannot listen on unix:{}{} (address in use or not permitted)",
                                    socket_path,
-                                   config.listen == "none" ? "" : " and " + config.listen));
+                                   config.listen == "none" ? "" : " and " + listen.address()));
   }
   if (config.listen != "none") {
     if (tcp_port == 0) {
@@ -168,13 +202,19 @@ void Daemon::Shutdown() {
   if (grace_thread_.joinable()) grace_thread_.join();
   if (!server_) return;  // Start() failed: nothing was served
   spdlog::info("toclsd stopping");
+  // Cluster first: heartbeats and pullers stop calling out, Replicate
+  // streams end, so the server below has only local calls to finish.
+  if (cluster_) cluster_->Stop();
+  trimmer_->Stop();
   {
+    spawner_->BeginShutdown();
     service_->BeginShutdown();
     server_->GetHealthCheckService()->SetServingStatus(false);
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     server_->Wait();
   }
-  store_.reset();  // drains the writer: every acknowledged write is committed
+  spawner_.reset();  // stops reaping (children run on) before the store goes
+  store_.reset();    // drains the writer: every acknowledged write is committed
   std::error_code ignored;
   std::filesystem::remove(config_.socket_path(), ignored);
   spdlog::info("toclsd stopped");

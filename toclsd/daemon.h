@@ -10,12 +10,19 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/change_log_trimmer.h"
+#include "cluster/cluster.h"
+#include "cluster/listen_address.h"
 #include "config.h"
 #include "service/directory_service.h"
 #include "state_lock.h"
 #include "store/store.h"
 
 namespace tocl::daemon {
+
+namespace spawn {
+class Spawner;
+}
 
 class Daemon {
  public:
@@ -43,6 +50,9 @@ class Daemon {
   // Declared in setup order; destroyed in reverse.
   StateLock lock_;
   std::unique_ptr<directory::Store> store_;
+  std::unique_ptr<spawn::Spawner> spawner_;    // the service's ProcessControl
+  std::unique_ptr<cluster::Cluster> cluster_;  // null for a standalone daemon
+  std::unique_ptr<cluster::ChangeLogTrimmer> trimmer_;
   std::unique_ptr<directory::DirectoryService> service_;
   std::unique_ptr<grpc::Server> server_;
 

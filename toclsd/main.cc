@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "config.h"
 #include "daemon.h"
@@ -49,6 +51,30 @@ int main(int argc, char** argv) {
   app.add_option("--networks", networks,
                  "networks this host's processes open by default, e.g. shm,tcp:eth0,tcp:eth1 "
                  "(default auto)");
+  // Cluster (toclsd/cluster/).
+  bool seed = false;
+  std::vector<std::string> join;
+  std::optional<std::string> advertise;
+  std::optional<double> heartbeat_interval, down_after, join_timeout;
+  std::optional<int64_t> change_log_keep;
+  app.add_flag("--seed", seed, "start a cluster: this daemon is its seed and hands out host ids");
+  app.add_option("--join", join,
+                 "join the cluster of the seed at ADDR[,ADDR...] (repeatable: its addresses)");
+  app.add_option("--advertise", advertise,
+                 "the address other daemons reach this one at (default: the TCP listen address)");
+  app.add_option("--heartbeat-interval", heartbeat_interval,
+                 "seconds between heartbeats to each member (default 0.5)");
+  app.add_option("--down-after", down_after,
+                 "seconds without news before a member is marked unreachable (default 3)");
+  app.add_option("--join-timeout", join_timeout,
+                 "seconds a new daemon waits for the seed before giving up (default 30)");
+  app.add_option("--change-log-keep", change_log_keep,
+                 "changes the log keeps; replicas further behind get a snapshot (default 1000000)");
+  // Spawn (toclsd/spawn/).
+  std::vector<std::string> attribute_flags;
+  app.add_option("--attribute", attribute_flags,
+                 "KEY=VALUE: an attribute of this host's entity, for spawn placement "
+                 "(e.g. gpu=1; repeatable; added to the config file's [attributes])");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -73,6 +99,20 @@ int main(int argc, char** argv) {
   if (grace_period) config.grace_period_seconds = *grace_period;
   if (host_id) config.host_id = *host_id;
   if (networks) config.networks = *networks;
+  if (seed) config.seed = true;
+  if (!join.empty()) config.join = join;
+  if (advertise) config.advertise = *advertise;
+  if (heartbeat_interval) config.heartbeat_interval_seconds = *heartbeat_interval;
+  if (down_after) config.down_after_seconds = *down_after;
+  if (join_timeout) config.join_timeout_seconds = *join_timeout;
+  if (change_log_keep) config.change_log_keep = *change_log_keep;
+  for (const std::string& flag : attribute_flags) {
+    tocl::Status parsed = tocl::daemon::ParseAttributeFlag(flag, config.attributes);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "toclsd: %s\n", parsed.message().c_str());
+      return 2;
+    }
+  }
   tocl::Status finished = tocl::daemon::FinishConfig(config);
   if (!finished.ok()) {
     std::fprintf(stderr, "toclsd: %s\n", finished.message().c_str());

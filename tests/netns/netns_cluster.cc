@@ -280,6 +280,12 @@ Status NetnsCluster::StartDaemons() {
     daemon.log_level = options_.daemon_log_level;
     daemon.command_prefix = {ip_, "netns", "exec", Namespace(h)};
     daemon.ready_timeout = options_.daemon_ready_timeout;
+    if (options_.cluster) {
+      daemon.extra_args = h == 1 ? std::vector<std::string>{"--seed"}
+                                 : std::vector<std::string>{"--join", DaemonAddress(1)};
+    }
+    daemon.extra_args.insert(daemon.extra_args.end(), options_.daemon_args.begin(),
+                             options_.daemon_args.end());
     Host& host = hosts_[static_cast<size_t>(h - 1)];
     host.daemon = std::make_unique<Daemon>(std::move(daemon));
     TOCL_RETURN_IF_ERROR(host.daemon->Start().WithContext(fmt::format("host {}", h)));
@@ -416,7 +422,9 @@ std::vector<std::string> NetnsCluster::InNamespace(int host, std::vector<std::st
 std::vector<std::string> NetnsCluster::Environment(int host, const EnvList& env) const {
   std::vector<std::string> entries;
   AddEnv(entries, "TOCL_DAEMON", DaemonSocket(host));
-  AddEnv(entries, "TOCL_PEER_DAEMONS", PeerDaemons());
+  // Cluster daemons replicate each other's rows: processes look everything
+  // up at their own daemon. Standalone ones are told about each other.
+  if (!options_.cluster) AddEnv(entries, "TOCL_PEER_DAEMONS", PeerDaemons());
   AddEnv(entries, "TOCL_NETWORKS", DefaultNetworks(host));
   for (const auto& [name, value] : env) AddEnv(entries, name, value);
   return entries;

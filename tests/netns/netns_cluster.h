@@ -13,6 +13,9 @@
 //   namespace <prefix>-h<h>:  eth<m> = 10.77.<m+1>.<h>/24   (lo up)
 //                             toclsd --host-id h --listen 10.77.1.<h>:7390
 //                                    --networks tcp:eth0,...,tcp:eth<M-1>,shm
+//                                    host 1: --seed; others: --join 10.77.1.1:7390
+//                                    (standalone daemons when options.cluster
+//                                    is false)
 //   namespace <prefix>-sw:    bridge br<m> per network, with port h<h>n<m>,
 //                             the other end of host h's eth<m> (a veth pair)
 //
@@ -66,6 +69,12 @@ struct NetnsClusterOptions {
   std::string daemon_log_level = "info";
   // How long each daemon has to answer after it starts.
   std::chrono::milliseconds daemon_ready_timeout = std::chrono::seconds(15);
+  // The daemons form one cluster: host 1 is the seed (--seed), the others
+  // join it (--join, asking for their host number as id), one after the
+  // other so ids are predictable. False: standalone daemons with --host-id.
+  bool cluster = true;
+  // Added to every daemon's command line, e.g. {"--down-after", "1"}.
+  std::vector<std::string> daemon_args = {};
 };
 
 // Environment entries for Spawn: (name, value).
@@ -128,7 +137,8 @@ class NetnsCluster {
   // the host's namespace (argv[0] is looked up in $PATH there).
   std::vector<std::string> InNamespace(int host, std::vector<std::string> argv) const;
   // Starts argv in the host's namespace with TOCL_DAEMON=DaemonSocket(host),
-  // TOCL_PEER_DAEMONS=PeerDaemons() and TOCL_NETWORKS=DefaultNetworks(host);
+  // TOCL_NETWORKS=DefaultNetworks(host) and, for standalone daemons only,
+  // TOCL_PEER_DAEMONS=PeerDaemons();
   // `env` replaces those and adds others, options.env comes last. The
   // cluster's destructor kills whatever still runs in its namespaces.
   Result<ChildProcess> Spawn(int host, std::vector<std::string> argv, const EnvList& env = {},

@@ -48,12 +48,29 @@ std::vector<WorkerEvent> ParseWorkerEvents(const std::string& output, const std:
 Result<LongWorker> LongWorker::Start(NetnsCluster& cluster, int host, std::vector<std::string> args,
                                      const std::string& ready_event, bool pipe_stdin,
                                      std::chrono::milliseconds timeout) {
-  args.insert(args.begin(), kLongWorker);
-  const std::string command = fmt::format("tocl-long-worker {} in host {}", args[1], host);
+  return Launch(cluster, host, kLongWorker, std::move(args),
+                {{"TOCL_NETWORKS", "tcp:eth0,tcp:eth1"}}, ready_event, pipe_stdin, timeout);
+}
+
+Result<LongWorker> LongWorker::StartProgram(NetnsCluster& cluster, int host,
+                                            const std::string& program,
+                                            std::vector<std::string> args,
+                                            const std::string& ready_event,
+                                            std::chrono::milliseconds timeout) {
+  return Launch(cluster, host, program, std::move(args), {}, ready_event, false, timeout);
+}
+
+Result<LongWorker> LongWorker::Launch(NetnsCluster& cluster, int host, const std::string& program,
+                                      std::vector<std::string> args, const EnvList& env,
+                                      const std::string& ready_event, bool pipe_stdin,
+                                      std::chrono::milliseconds timeout) {
+  const std::string name = program.substr(program.rfind('/') + 1);
+  const std::string command =
+      fmt::format("{} {} in host {}", name, args.empty() ? "" : args[0], host);
+  args.insert(args.begin(), program);
   SpawnOptions spawn;
   spawn.pipe_stdin = pipe_stdin;
-  TOCL_ASSIGN_OR_RETURN(ChildProcess process,
-                        cluster.Spawn(host, args, {{"TOCL_NETWORKS", "tcp:eth0,tcp:eth1"}}, spawn));
+  TOCL_ASSIGN_OR_RETURN(ChildProcess process, cluster.Spawn(host, args, env, spawn));
   LongWorker worker(std::move(process));
   if (!worker.WaitFor(ready_event, {}, timeout)) {
     return Unavailable(

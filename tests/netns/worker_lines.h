@@ -49,6 +49,12 @@ class LongWorker {
                                   const std::string& ready_event, bool pipe_stdin = false,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+  // The same for another program that prints such lines ("started pid=",
+  // "gid thread= gid=", then `ready_event`), over the host's default networks.
+  static Result<LongWorker> StartProgram(
+      NetnsCluster& cluster, int host, const std::string& program, std::vector<std::string> args,
+      const std::string& ready_event, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
   pid_t pid() const { return pid_; }                      // the worker's own pid (VmRSS)
   const std::vector<Gid>& gids() const { return gids_; }  // by thread index
   std::string GidList() const;                            // "h2.p1.t1,h2.p1.t2"
@@ -70,6 +76,10 @@ class LongWorker {
 
  private:
   LongWorker(ChildProcess process) : process_(std::move(process)) {}
+  static Result<LongWorker> Launch(NetnsCluster& cluster, int host, const std::string& program,
+                                   std::vector<std::string> args, const EnvList& env,
+                                   const std::string& ready_event, bool pipe_stdin,
+                                   std::chrono::milliseconds timeout);
 
   ChildProcess process_;
   pid_t pid_ = -1;

@@ -53,6 +53,17 @@ std::vector<std::string> Daemon::CommandLine() const {
   if (options_.grace_period_seconds) {
     argv.insert(argv.end(), {"--grace-period", std::to_string(*options_.grace_period_seconds)});
   }
+  if (options_.seed) argv.push_back("--seed");
+  for (const std::string& address : options_.join) {
+    argv.insert(argv.end(), {"--join", address});
+  }
+  if (options_.heartbeat_interval_seconds) {
+    argv.insert(argv.end(),
+                {"--heartbeat-interval", fmt::format("{}", *options_.heartbeat_interval_seconds)});
+  }
+  if (options_.down_after_seconds) {
+    argv.insert(argv.end(), {"--down-after", fmt::format("{}", *options_.down_after_seconds)});
+  }
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   return argv;
 }
@@ -116,6 +127,22 @@ Status Daemon::Kill() {
   Status killed = process_->Kill().status();
   process_.reset();
   return killed;
+}
+
+Result<std::string> Daemon::tcp_address() const {
+  if (!running()) return FailedPrecondition("toclsd is not running");
+  const std::string path = state_dir() + "/listen-address";
+  std::ifstream file(path);
+  std::string address;
+  if (!file || !std::getline(file, address) || address.empty()) {
+    return NotFound(fmt::format("{} holds no address (is TCP disabled?)", path));
+  }
+  return address;
+}
+
+Status Daemon::Signal(int signal) {
+  if (!running()) return FailedPrecondition("toclsd is not running");
+  return process_->Signal(signal);
 }
 
 Result<int> Daemon::thread_count() const {

@@ -60,6 +60,13 @@ struct DaemonOptions {
   // socket and the log stay in the Daemon's temporary directory. Empty: the
   // state lives in that temporary directory too.
   std::string state_dir;
+  // Cluster: --seed, one --join per address, and the timing flags when set
+  // (tests use short ones: --heartbeat-interval 0.2 --down-after 1). A
+  // clustered daemon needs a TCP listener: listen = "127.0.0.1:0".
+  bool seed = false;
+  std::vector<std::string> join;
+  std::optional<double> heartbeat_interval_seconds;
+  std::optional<double> down_after_seconds;
   // How long Start() waits for the daemon to answer Ping.
   std::chrono::milliseconds ready_timeout = std::chrono::seconds(10);
 };
@@ -95,6 +102,12 @@ class Daemon {
   std::string db_path() const { return state_dir() + "/directory.db"; }
   std::string log_path() const { return dir_.path() + "/toclsd.log"; }
   pid_t pid() const { return process_ ? process_->pid() : -1; }
+  // The TCP address the running daemon listens on, with the port it chose
+  // for "HOST:0" (read from <state_dir>/listen-address, which toclsd writes
+  // before it answers); NotFound when it has no TCP listener.
+  Result<std::string> tcp_address() const;
+  // Sends `signal` (SIGSTOP, SIGCONT, ...) to the running daemon.
+  Status Signal(int signal);
 
   // The last `max_bytes` of the daemon's log (all of its runs).
   std::string LogTail(size_t max_bytes = 4000) const;

@@ -105,6 +105,14 @@ Table EntityDetailTable(const Entity& entity) {
   table.AddRow({"started", FormatUtcTime(entity.started_at)});
   table.AddRow({"exited", exited ? FormatUtcTime(entity.exited_at) : "-"});
   table.AddRow({"exit reason", exited ? entity.exit_reason : "-"});
+  if (entity.kind == EntityKind::kProcess) {
+    if (entity.exit_status) table.AddRow({"exit status", fmt::format("{}", *entity.exit_status)});
+    if (entity.exit_signal) table.AddRow({"exit signal", fmt::format("{}", *entity.exit_signal)});
+    if (!entity.parent.is_null()) table.AddRow({"parent", entity.parent.ToString()});
+  }
+  if (entity.kind == EntityKind::kHost && !entity.address.empty()) {
+    table.AddRow({"address", entity.address});
+  }
   if (entity.attributes.empty()) table.AddRow({"attributes", "-"});
   bool first = true;
   for (const auto& [key, value] : entity.attributes) {

@@ -15,7 +15,11 @@ nlohmann::json EntityToJson(const Entity& entity) {
   }
   nlohmann::json attributes = nlohmann::json::object();
   for (const auto& [key, value] : entity.attributes) attributes[key] = value;
-  return {
+  auto optional_int = [](const std::optional<int>& value) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  };
+  const bool is_process = entity.kind == EntityKind::kProcess;
+  nlohmann::json out = {
       {"gid", entity.gid.ToString()},
       {"kind", EntityKindName(entity.kind)},
       {"name", entity.name},
@@ -27,6 +31,14 @@ nlohmann::json EntityToJson(const Entity& entity) {
       {"exited_at", exited ? nlohmann::json(FormatUtcTime(entity.exited_at, true)) : nullptr},
       {"exit_reason", entity.exit_reason},
   };
+  if (is_process) {
+    out["exit_status"] = optional_int(entity.exit_status);
+    out["exit_signal"] = optional_int(entity.exit_signal);
+    out["parent"] = entity.parent.is_null() ? nlohmann::json(nullptr)
+                                            : nlohmann::json(entity.parent.ToString());
+  }
+  if (entity.kind == EntityKind::kHost) out["address"] = entity.address;
+  return out;
 }
 
 nlohmann::json ChangeEventToJson(const ChangeEvent& event) {

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "exit_code.h"
+#include "process_commands.h"
 #include "tocl/directory_client.h"
 
 namespace {
@@ -46,8 +47,8 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Looks at the tocl directory: hosts, processes, threads, their changes, pool and network "
-      "statistics.",
+      "Looks at the tocl directory (hosts, processes, threads, their changes, pool and network "
+      "statistics) and spawns, signals and waits for processes and threads of the cluster.",
       "tocl"};
   app.require_subcommand(1);
   app.footer(
@@ -112,6 +113,58 @@ int main(int argc, char** argv) {
   AddCommonOptions(networks, &options);
   networks->add_option("PROCESS", networks_process, "Only this process (h1.p2); default: all");
 
+  tocl::cli::SpawnCommand spawn_command;
+  CLI::App* spawn = app.add_subcommand(
+      "spawn", "Start a program on a host of the cluster; prints its id once it has enrolled");
+  AddCommonOptions(spawn, &options);
+  spawn->add_option("--host", spawn_command.host, "On this host (h2)");
+  spawn->add_option("--where", spawn_command.where,
+                    "On the least loaded host matching this query, e.g. 'gpu=1' or "
+                    "'host=h2 or host=h3'");
+  spawn->add_option("--name", spawn_command.name, "The process's name (default: the program's)");
+  spawn->add_option("--attr", spawn_command.attributes, "An attribute KEY=VALUE (repeatable)");
+  spawn->add_option("--env", spawn_command.env, "An environment entry KEY=VALUE (repeatable)");
+  spawn->add_option("--cwd", spawn_command.working_directory, "Working directory on the host");
+  spawn
+      ->add_option("--enroll-timeout", spawn_command.enroll_timeout_seconds,
+                   "Seconds it has to enroll before it is killed (default: the daemon's, 10)")
+      ->check(CLI::NonNegativeNumber);
+  spawn->add_option("PROGRAM", spawn_command.command, "-- PROGRAM ARGS...")->required();
+  spawn->prefix_command(false);
+
+  std::string thread_process, thread_entry, thread_payload;
+  CLI::App* spawn_thread = app.add_subcommand(
+      "spawn-thread", "Start a thread running a registered entry point in a running process");
+  AddCommonOptions(spawn_thread, &options);
+  spawn_thread->add_option("PROCESS", thread_process, "The process (h2.p5)")->required();
+  spawn_thread->add_option("ENTRY", thread_entry, "The entry's name (tocl::register_entry)")
+      ->required();
+  spawn_thread->add_option("PAYLOAD", thread_payload, "Bytes handed to the entry (text)");
+
+  std::string kill_gid, kill_signal = "TERM";
+  CLI::App* kill = app.add_subcommand("kill", "Send a signal to a process anywhere in the cluster");
+  AddCommonOptions(kill, &options);
+  kill->add_option("GID", kill_gid, "The process (h2.p5)")->required();
+  kill->add_option("--signal,-s", kill_signal, "TERM, KILL, INT, HUP, ... or a number")
+      ->capture_default_str();
+
+  std::string wait_gid;
+  double wait_timeout = 0;
+  CLI::App* wait = app.add_subcommand(
+      "wait", "Wait until a thread, process or host exits or becomes unreachable");
+  AddCommonOptions(wait, &options);
+  wait->add_option("GID", wait_gid, "h2, h2.p5 or h2.p5.t1")->required();
+  wait->add_option("--timeout", wait_timeout, "Give up after this many seconds (0: never)")
+      ->check(CLI::NonNegativeNumber);
+
+  std::string logs_gid;
+  bool logs_stderr = false, logs_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "Print a spawned process's stdout (or stderr)");
+  AddCommonOptions(logs, &options);
+  logs->add_option("GID", logs_gid, "The process (h2.p5)")->required();
+  logs->add_flag("--stderr", logs_stderr, "Its stderr instead of its stdout");
+  logs->add_flag("--follow,-f", logs_follow, "Go on printing until it exits");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -125,6 +178,13 @@ int main(int argc, char** argv) {
   if (*query) return tocl::cli::RunQuery(options, expression, limit);
   if (*pools) return tocl::cli::RunPools(options, pools_process);
   if (*networks) return tocl::cli::RunNetworks(options, networks_process);
+  if (*spawn) return tocl::cli::RunSpawn(options, spawn_command);
+  if (*spawn_thread) {
+    return tocl::cli::RunSpawnThread(options, thread_process, thread_entry, thread_payload);
+  }
+  if (*kill) return tocl::cli::RunKill(options, kill_gid, kill_signal);
+  if (*wait) return tocl::cli::RunWait(options, wait_gid, wait_timeout);
+  if (*logs) return tocl::cli::RunLogs(options, logs_gid, logs_stderr, logs_follow);
   if (*watch) {
     const std::optional<uint64_t> start =
         since_option->count() > 0 ? std::optional<uint64_t>(since) : std::nullopt;

@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <optional>
 
 #include "service/grpc_status.h"
+#include "service/peer_check.h"
+#include "service/placement.h"
 #include "store/limits.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
@@ -15,6 +19,28 @@ namespace tocl::directory {
 namespace {
 
 constexpr size_t kWatchBatch = 512;
+
+constexpr auto kDefaultEnrollTimeout = std::chrono::seconds(10);
+constexpr uint32_t kMaxEnrollTimeoutMs = 600'000;
+// How long a forwarded Kill or ReadLog may take when its caller set no
+// deadline (a forwarded spawn gets its enroll timeout on top).
+constexpr auto kForwardTimeout = std::chrono::seconds(10);
+
+grpc::Status Unimplemented(Gid host) {
+  return grpc::Status(
+      grpc::StatusCode::UNIMPLEMENTED,
+      fmt::format("the daemon of {} does not spawn or supervise processes", host.ToString()));
+}
+
+// A status from another daemon, with where it came from.
+grpc::Status FromDaemon(Gid host, const grpc::Status& status) {
+  if (status.ok()) return status;
+  return grpc::Status(status.error_code(),
+                      fmt::format("on {}: {}", host.ToString(), status.error_message()));
+}
+// How long a forwarded spawn waits for the new process to reach this
+// daemon's replica before it answers.
+constexpr auto kReplicaWait = std::chrono::milliseconds(2000);
 // How often a Watch with nothing to send checks for cancellation.
 constexpr auto kWatchPoll = std::chrono::milliseconds(200);
 
@@ -108,7 +134,7 @@ grpc::Status DirectoryService::EnrollProcess(
   const pb::EnrollRegister& reg = request.register_();
   Result<Enrollment> enrollment =
       reg.resume_gid() != 0
-          ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()), reg.resume_token())
+          ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()), reg.resume_token(), reg.os_pid())
           : store_.EnrollProcess(reg);
   if (!enrollment.ok()) {
     spdlog::info("enroll of '{}' (pid {}) refused: {}", reg.name(), reg.os_pid(),
@@ -117,8 +143,14 @@ grpc::Status DirectoryService::EnrollProcess(
   }
   const Gid gid = enrollment->gid;
   const uint64_t generation = sessions_.Attach(gid, context);
+  // A spawned child's first enrollment is a resume of its reserved row, not
+  // a re-enrollment.
+  const bool spawned = control_ != nullptr && control_->OnEnrolled(gid);
+  const bool resumed = enrollment->resumed() && !spawned;
   spdlog::info("process {} '{}' (pid {}) {}", gid.ToString(), reg.name(), reg.os_pid(),
-               enrollment->resumed() ? "re-enrolled" : "enrolled");
+               spawned   ? "enrolled (spawned by this daemon)"
+               : resumed ? "re-enrolled"
+                         : "enrolled");
 
   pb::EnrollResponse response;
   pb::Enrolled* enrolled = response.mutable_enrolled();
@@ -126,7 +158,7 @@ grpc::Status DirectoryService::EnrollProcess(
   enrolled->set_session_token(enrollment->session_token);
   enrolled->set_host_gid(store_.host().raw());
   enrolled->set_host_name(store_.host_name());
-  enrolled->set_resumed(enrollment->resumed());
+  enrolled->set_resumed(resumed);
 
   std::string reason;
   bool said_goodbye = false;
@@ -159,6 +191,12 @@ grpc::Status DirectoryService::EnrollProcess(
   if (shutting_down() && !said_goodbye) {
     // Keep the process running in the directory: it re-enrolls after restart.
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down");
+  }
+  // A child this daemon spawned is marked exited by its supervisor, with
+  // its exit status.
+  if (control_ != nullptr && control_->OnStreamEnded(gid, enrollment->epoch, reason)) {
+    spdlog::info("process {} stream ended: {}", gid.ToString(), reason);
+    return grpc::Status::OK;
   }
   // Unless the process re-enrolled on a newer stream meanwhile (decided by
   // the store, in order with the resume).
@@ -317,6 +355,155 @@ Status DirectoryService::NoStats(Gid process, std::string_view what) const {
   }
   return NotFound(
       fmt::format("process {} has not reported {} statistics yet", process.ToString(), what));
+}
+
+Status DirectoryService::CheckTrustedCaller(const grpc::ServerContext& context,
+                                            std::string_view what) {
+  const std::string peer = context.peer();
+  if (peer.starts_with("unix:")) return Status::Ok();
+  Result<std::vector<MemberRow>> members = store_.Members();
+  if (!members.ok()) return members.status();
+  Status allowed = CheckTrustedPeer(peer, *members, what);
+  if (!allowed.ok()) spdlog::warn("{}", allowed.message());
+  return allowed;
+}
+
+Result<pb::Directory::Stub*> DirectoryService::ForwardTarget(const grpc::ServerContext& context,
+                                                             Gid host) {
+  if (DaemonStubs::Forwarded(context)) {
+    // The forwarding daemon thinks `host` is this one: its view is stale.
+    return FailedPrecondition(fmt::format(
+        "a request forwarded to {} is for host {}; the daemons disagree about the cluster",
+        store_.host().ToString(), host.ToString()));
+  }
+  TOCL_ASSIGN_OR_RETURN(std::string address, DaemonAddress(store_, host));
+  return &daemons_.For(address);
+}
+
+Result<Gid> DirectoryService::TargetProcess(uint64_t raw, std::string_view thread_advice) {
+  const Gid gid = Gid::FromRaw(raw);
+  if (gid.is_thread()) {
+    return InvalidArgument(fmt::format("{} is a thread: {} {}", gid.ToString(), thread_advice,
+                                       gid.process().ToString()));
+  }
+  if (!gid.is_process()) {
+    return InvalidArgument(fmt::format("{} is not a process id", gid.ToString()));
+  }
+  return gid;
+}
+
+void DirectoryService::AwaitReplica(Gid gid) {
+  // The caller is about to use the Gid (send to it, watch it) through this
+  // daemon's replica, which learns of the new process a few milliseconds
+  // after its own daemon answered.
+  const auto deadline = std::chrono::steady_clock::now() + kReplicaWait;
+  uint64_t seen = store_.head_seq();
+  while (!store_.Lookup(gid).ok()) {
+    if (std::chrono::steady_clock::now() >= deadline || shutting_down()) {
+      spdlog::warn("spawned {} is not in this daemon's replica after {} ms; answering anyway",
+                   gid.ToString(), kReplicaWait.count());
+      return;
+    }
+    seen = store_.WaitForChange(seen, deadline);
+  }
+}
+
+grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
+                                            const pb::SpawnProcessRequest* request,
+                                            pb::SpawnProcessResponse* response) {
+  if (Status allowed = CheckTrustedCaller(*context, "spawn"); !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
+  if (request->enroll_timeout_ms() > kMaxEnrollTimeoutMs) {
+    return ToGrpcStatus(
+        InvalidArgument(fmt::format("enroll_timeout_ms {} is over {} (10 minutes)",
+                                    request->enroll_timeout_ms(), kMaxEnrollTimeoutMs)));
+  }
+  Result<Gid> host = ChooseHost(store_, *request);
+  if (!host.ok()) return ToGrpcStatus(host.status());
+  std::chrono::milliseconds enroll_timeout =
+      request->enroll_timeout_ms() == 0 ? kDefaultEnrollTimeout
+                                        : std::chrono::milliseconds(request->enroll_timeout_ms());
+
+  if (*host != store_.host()) {
+    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, *host);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    pb::SpawnProcessRequest forwarded = *request;
+    forwarded.set_host(host->raw());
+    forwarded.clear_where();
+    auto call =
+        DaemonStubs::ForwardContext(*context, store_.host(), enroll_timeout + kForwardTimeout);
+    grpc::Status forwarded_status =
+        FromDaemon(*host, (*stub)->SpawnProcess(call.get(), forwarded, response));
+    if (forwarded_status.ok()) AwaitReplica(Gid::FromRaw(response->gid()));
+    return forwarded_status;
+  }
+
+  if (control_ == nullptr) return Unimplemented(store_.host());
+  // A caller that stops waiting sooner gets the child killed when it stops.
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::system_clock::now());
+    enroll_timeout = std::max(std::chrono::milliseconds(1), std::min(enroll_timeout, left));
+  }
+  Result<pb::SpawnProcessResponse> spawned = control_->Spawn(*request, enroll_timeout);
+  if (spawned.status().code() == StatusCode::kFailedPrecondition) {
+    return grpc::Status(grpc::StatusCode::ABORTED, spawned.status().message());
+  }
+  if (!spawned.ok()) return ToGrpcStatus(spawned.status());
+  *response = std::move(*spawned);
+  return grpc::Status::OK;
+}
+
+grpc::Status DirectoryService::Kill(grpc::ServerContext* context, const pb::KillRequest* request,
+                                    pb::KillResponse* response) {
+  if (Status allowed = CheckTrustedCaller(*context, "kill"); !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
+  Result<Gid> process = TargetProcess(request->gid(), "threads cannot be killed, kill its process");
+  if (!process.ok()) return ToGrpcStatus(process.status());
+  const int signal = request->signal() == 0 ? SIGTERM : request->signal();
+  if (signal < 1 || signal > 64) {
+    return ToGrpcStatus(
+        InvalidArgument(fmt::format("signal {} is outside 1..64", request->signal())));
+  }
+  const Gid host = process->host();
+  if (host != store_.host()) {
+    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, host);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    auto call = DaemonStubs::ForwardContext(*context, store_.host(), kForwardTimeout);
+    return FromDaemon(host, (*stub)->Kill(call.get(), *request, response));
+  }
+  if (control_ == nullptr) return Unimplemented(store_.host());
+  return ToGrpcStatus(control_->Kill(*process, signal));
+}
+
+grpc::Status DirectoryService::ReadLog(grpc::ServerContext* context,
+                                       const pb::ReadLogRequest* request,
+                                       pb::ReadLogResponse* response) {
+  // Logs can hold anything a program prints: the same callers as spawn.
+  if (Status allowed = CheckTrustedCaller(*context, "log"); !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
+  Result<Gid> process =
+      TargetProcess(request->process(), "logs belong to processes, read the log of its process");
+  if (!process.ok()) return ToGrpcStatus(process.status());
+  if (!pb::LogStream_IsValid(request->stream())) {
+    return ToGrpcStatus(InvalidArgument(fmt::format("unknown log stream {}", request->stream())));
+  }
+  const Gid host = process->host();
+  if (host != store_.host()) {
+    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, host);
+    if (!stub.ok()) return ToGrpcStatus(stub.status());
+    auto call = DaemonStubs::ForwardContext(*context, store_.host(), kForwardTimeout);
+    return FromDaemon(host, (*stub)->ReadLog(call.get(), *request, response));
+  }
+  if (control_ == nullptr) return Unimplemented(store_.host());
+  Result<pb::ReadLogResponse> read = control_->ReadLog(*request);
+  if (!read.ok()) return ToGrpcStatus(read.status());
+  *response = std::move(*read);
+  return grpc::Status::OK;
 }
 
 }  // namespace tocl::directory

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "service/daemon_stubs.h"
+#include "service/process_control.h"
 #include "service/session_registry.h"
 #include "store/store.h"
 #include "tocl/directory/v1/directory.grpc.pb.h"
@@ -17,7 +19,11 @@ namespace tocl::directory {
 
 class DirectoryService final : public pb::Directory::Service {
  public:
-  explicit DirectoryService(Store& store) : store_(store) {}
+  // `control` starts and supervises this host's processes (not owned; it
+  // outlives the service); nullptr: this daemon does not spawn (the spawn,
+  // kill and log calls for its host answer UNIMPLEMENTED).
+  explicit DirectoryService(Store& store, ProcessControl* control = nullptr)
+      : store_(store), control_(control) {}
 
   // From now on streams that end do not mark their processes exited: the
   // daemon is stopping, and the processes re-enroll when it is back.
@@ -49,8 +55,23 @@ class DirectoryService final : public pb::Directory::Service {
   grpc::Status GetNetworkStats(grpc::ServerContext* context,
                                const pb::GetNetworkStatsRequest* request,
                                pb::GetNetworkStatsResponse* response) override;
+  grpc::Status SpawnProcess(grpc::ServerContext* context, const pb::SpawnProcessRequest* request,
+                            pb::SpawnProcessResponse* response) override;
+  grpc::Status Kill(grpc::ServerContext* context, const pb::KillRequest* request,
+                    pb::KillResponse* response) override;
+  grpc::Status ReadLog(grpc::ServerContext* context, const pb::ReadLogRequest* request,
+                       pb::ReadLogResponse* response) override;
 
  private:
+  // Ok when the caller may spawn/kill/read logs here (see peer_check.h).
+  Status CheckTrustedCaller(const grpc::ServerContext& context, std::string_view what);
+  // The stub of `host`'s daemon for a call to forward; FailedPrecondition
+  // when `context`'s call was itself forwarded (one hop only).
+  Result<pb::Directory::Stub*> ForwardTarget(const grpc::ServerContext& context, Gid host);
+  // The process of a Kill or ReadLog, checked: a process id, or
+  // InvalidArgument (for a thread: "h1.p2.t3 is a thread: <advice> h1.p2").
+  static Result<Gid> TargetProcess(uint64_t raw, std::string_view thread_advice);
+
   // Keeps a process's report unless it is over the limits (then logs why).
   void KeepPoolStats(Gid process, uint64_t generation, const pb::PoolStatsReport& report);
   void KeepNetworkStats(Gid process, uint64_t generation, const pb::NetworkStatsReport& report);
@@ -58,8 +79,14 @@ class DirectoryService final : public pb::Directory::Service {
   // "network").
   Status NoStats(Gid process, std::string_view what) const;
 
+  // Waits (bounded) until `gid` is in the local store: a process spawned on
+  // another host, which the caller will look up here next.
+  void AwaitReplica(Gid gid);
+
   Store& store_;
+  ProcessControl* const control_;  // not owned; may be null
   SessionRegistry sessions_;
+  DaemonStubs daemons_;
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <random>
 #include <vector>
 
 namespace tocl::directory {
@@ -11,6 +12,35 @@ int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string NewSessionToken() {
+  // std::random_device reads the kernel's getrandom() on Linux.
+  std::random_device random;
+  std::string token(16, '\0');
+  for (size_t i = 0; i < token.size(); i += 4) {
+    uint32_t word = random();
+    for (size_t j = 0; j < 4; ++j) token[i + j] = static_cast<char>(word >> (8 * j));
+  }
+  return token;
+}
+
+Result<Gid> AllocateProcessGid(Database& db, Gid host) {
+  // Process indexes are never reused while the database lives: the
+  // counter only grows, in the same transaction as the row it numbers.
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement next,
+                        db.Cached("SELECT value FROM meta WHERE key = 'next_process'"));
+  TOCL_ASSIGN_OR_RETURN(bool row, next->Step());
+  int64_t index = row ? next->ColumnInt(0) : 1;
+  if (index > int64_t{Gid::kMaxProcess}) {
+    return ResourceExhausted(
+        fmt::format("host {} has used all {} process ids", host.ToString(), Gid::kMaxProcess));
+  }
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement bump,
+                        db.Cached("INSERT INTO meta(key, value) VALUES ('next_process', ?1) "
+                                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
+  TOCL_RETURN_IF_ERROR(bump->Bind(1, index + 1).Run());
+  return Gid::Process(host.host_index(), static_cast<uint32_t>(index));
 }
 
 // Stored bounds of every id under `parent` (the parent itself included).

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -17,6 +18,13 @@ namespace tocl::directory {
 namespace pb = ::tocl::directory::v1;
 
 int64_t NowMicros();
+
+// A random session token (16 bytes from the kernel's getrandom()).
+std::string NewSessionToken();
+
+// Takes the next process index of `host` (indexes only grow, in the same
+// transaction as the row they number): the new process's Gid.
+Result<Gid> AllocateProcessGid(Database& db, Gid host);
 
 // Stored bounds of every id under `parent` (the parent itself included).
 std::pair<int64_t, int64_t> StoredRange(Gid parent);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
-#include <random>
 #include <unordered_set>
 
 #include "query/query_compiler.h"
@@ -18,17 +17,6 @@
 
 namespace tocl::directory {
 namespace {
-
-std::string NewSessionToken() {
-  // std::random_device reads the kernel's getrandom() on Linux.
-  std::random_device random;
-  std::string token(16, '\0');
-  for (size_t i = 0; i < token.size(); i += 4) {
-    uint32_t word = random();
-    for (size_t j = 0; j < 4; ++j) token[i + j] = static_cast<char>(word >> (8 * j));
-  }
-  return token;
-}
 
 // Host ids are assigned here until daemons join a cluster (a later issue):
 // the first start records `wanted` (1 when not given), every later start
@@ -207,22 +195,7 @@ Result<Enrollment> Store::EnrollProcess(const pb::EnrollRegister& request) {
   Enrollment enrollment;
   enrollment.session_token = NewSessionToken();
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
-    // Process indexes are never reused while the database lives: the
-    // counter only grows, in the same transaction as the row it numbers.
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement next,
-                          db.Cached("SELECT value FROM meta WHERE key = 'next_process'"));
-    TOCL_ASSIGN_OR_RETURN(bool row, next->Step());
-    int64_t index = row ? next->ColumnInt(0) : 1;
-    if (index > int64_t{Gid::kMaxProcess}) {
-      return ResourceExhausted(
-          fmt::format("host {} has used all {} process ids", host_.ToString(), Gid::kMaxProcess));
-    }
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement bump,
-                          db.Cached("INSERT INTO meta(key, value) VALUES ('next_process', ?1) "
-                                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
-    TOCL_RETURN_IF_ERROR(bump->Bind(1, index + 1).Run());
-
-    Gid gid = Gid::Process(host_.host_index(), static_cast<uint32_t>(index));
+    TOCL_ASSIGN_OR_RETURN(Gid gid, AllocateProcessGid(db, host_));
     int64_t now = NowMicros();
     TOCL_ASSIGN_OR_RETURN(
         ScopedStatement insert,
@@ -242,7 +215,7 @@ Result<Enrollment> Store::EnrollProcess(const pb::EnrollRegister& request) {
   return enrollment;
 }
 
-Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token) {
+Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t os_pid) {
   if (!gid.is_process()) {
     return InvalidArgument(fmt::format("resume id {} is not a process id", gid.ToString()));
   }
@@ -253,6 +226,27 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token) {
   uint64_t epoch = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
     TOCL_RETURN_IF_ERROR(CheckOwner(db, gid, token));
+    int64_t recorded = 0;
+    {
+      TOCL_ASSIGN_OR_RETURN(ScopedStatement read,
+                            db.Cached("SELECT os_pid FROM processes WHERE gid = ?1"));
+      TOCL_ASSIGN_OR_RETURN(bool row, read->Bind(1, StoredGid(gid)).Step());
+      if (row) recorded = read->ColumnInt(0);
+    }
+    if (os_pid > 0 && recorded == 0) {
+      // A process a daemon spawned (ReserveProcess), enrolling for the first
+      // time: from now on its pid is known.
+      TOCL_ASSIGN_OR_RETURN(ScopedStatement set,
+                            db.Cached("UPDATE processes SET os_pid = ?2 WHERE gid = ?1"));
+      TOCL_RETURN_IF_ERROR(set->Bind(1, StoredGid(gid)).Bind(2, os_pid).Run());
+      TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpUpdated, NowMicros()));
+    } else if (os_pid > 0 && recorded != os_pid) {
+      // Programs started by a spawned process inherit its TOCL_PROCESS_GID
+      // and TOCL_SPAWN_TOKEN; one of them must not take the process over.
+      return PermissionDenied(
+          fmt::format("process {} is os pid {}, not {}: its identity belongs to another process",
+                      gid.ToString(), recorded, os_pid));
+    }
     epoch = ++resumes_[gid];
     return Status::Ok();
   }));
@@ -506,8 +500,13 @@ Result<std::vector<pb::ChangeEvent>> Store::ChangesSince(uint64_t since, size_t 
 
 Result<std::vector<std::pair<Gid, int64_t>>> Store::RunningProcesses() {
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
-  TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
-                        lease.db().Cached("SELECT gid, os_pid FROM processes WHERE state = 1"));
+  // This host's only: replicated rows of other hosts are theirs to expire.
+  auto [low, high] = StoredRange(host_);
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement stmt,
+      lease.db().Cached(
+          "SELECT gid, os_pid FROM processes WHERE state = 1 AND gid BETWEEN ?1 AND ?2"));
+  stmt->Bind(1, low).Bind(2, high);
   std::vector<std::pair<Gid, int64_t>> running;
   for (;;) {
     TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());

@@ -77,8 +77,11 @@ class Store {
   // sequence number of the last change they made. --------------------------
 
   Result<Enrollment> EnrollProcess(const pb::EnrollRegister& request);
-  // Re-enrolls a process that was running when the daemon restarted.
-  Result<Enrollment> ResumeProcess(Gid gid, std::string_view token);
+  // Re-enrolls a process that was running when the daemon restarted, or
+  // enrolls a spawned one (ReserveProcess) for the first time: then its os
+  // pid is recorded (an UPDATED change). PermissionDenied when the row has
+  // another os pid. os_pid 0: not checked.
+  Result<Enrollment> ResumeProcess(Gid gid, std::string_view token, int64_t os_pid = 0);
   Result<uint64_t> RegisterThreads(const pb::RegisterThreadsRequest& request);
   Result<uint64_t> UnregisterThreads(const pb::UnregisterThreadsRequest& request);
   Result<uint64_t> PublishEndpoint(const pb::PublishEndpointRequest& request);
@@ -102,7 +105,7 @@ class Store {
                                   std::string_view page_token);
   // Up to `max` events with seq > since, oldest first.
   Result<std::vector<pb::ChangeEvent>> ChangesSince(uint64_t since, size_t max);
-  // Processes recorded as running, with their OS pids.
+  // This host's processes recorded as running, with their OS pids.
   Result<std::vector<std::pair<Gid, int64_t>>> RunningProcesses();
 
   // --- Cluster: membership, replication, reachability (store_cluster.cc) ----
@@ -141,6 +144,18 @@ class Store {
   // Marks `host` down or back (a kOpUnreachable / kOpReachable change when it
   // changes). Its running entities read as UNREACHABLE while it is down.
   Status SetReachable(Gid host, bool reachable);
+  // The host id a database file recorded, before opening it (0: no file,
+  // or none recorded yet): a daemon joining a cluster asks the seed for it.
+  static Result<uint32_t> RecordedHostId(const std::string& path);
+  // This daemon's cluster address, published in its host row (an UPDATED
+  // change when it changes, replicated like every own change).
+  Status SetOwnAddress(std::string_view address);
+  // Deletes the oldest changes so that about `keep` remain (at most
+  // kTrimBatch per call, so the writer is never held long); returns how many
+  // went. A replica whose progress is older than TrimmedThrough() gets a
+  // snapshot instead of the changes.
+  Result<uint64_t> TrimChangeLog(uint64_t keep);
+  Result<uint64_t> TrimmedThrough();
 
   // --- Spawn (store_spawn.cc) -------------------------------------------------
 
@@ -179,6 +194,9 @@ class Store {
   // Re-enrolls per process since this start; used only inside writer
   // operations (serialised).
   std::map<Gid, uint64_t> resumes_;
+  // Snapshots being applied: per origin host, the last gid a page named
+  // (null before the first page); used only inside writer operations.
+  std::map<Gid, Gid> snapshot_cursor_;
 
   std::unique_ptr<Writer> writer_;  // last: its thread calls OnCommit
 };

@@ -2,9 +2,10 @@
 //
 // Finds entities by id (Lookup) or by attribute (Query), follows changes
 // (Watch), reads the pool and network statistics processes reported
-// (PoolStats, NetworkStats) and enrolls the calling process (Enroll), which
-// is what a tocl::Runtime does for you; tools and tests use this class
-// directly.
+// (PoolStats, NetworkStats), spawns, signals and reads the logs of processes
+// anywhere in the cluster (SpawnProcess, Kill, ReadLog) and enrolls the
+// calling process (Enroll), which is what a tocl::Runtime does for you;
+// tools and tests use this class directly.
 //
 //   auto client = tocl::DirectoryClient::Connect();  // $TOCL_DAEMON or the default socket
 //   if (!client.ok()) { fmt::print("{}\n", client.status().ToString()); return 2; }
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "tocl/gid.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
+#include "tocl/spawn.h"
 #include "tocl/status.h"
 
 namespace tocl {
@@ -96,6 +99,27 @@ class DirectoryClient {
   // of every process that has reported when it is null; NotFound for one
   // process that is unknown, has exited or has not reported yet.
   Result<std::vector<ProcessNetworkStats>> NetworkStats(Gid process = Gid());
+
+  // Spawns a process (see SpawnOptions) on the host placement chooses and
+  // returns once it has enrolled: it can be sent to at once. Waits up to the
+  // enroll timeout plus a margin. Errors: InvalidArgument (no executable,
+  // both host and where, a bad env entry, name or attribute), NotFound (no
+  // such executable), Unavailable (the chosen host is down, no host matches
+  // `where`), DeadlineExceeded (it did not enroll in time: it was killed),
+  // FailedPrecondition (it exited before enrolling: the message has its exit
+  // status), PermissionDenied (the daemon does not take spawns from here).
+  Result<SpawnedProcess> SpawnProcess(const SpawnOptions& options);
+
+  // Sends `signal` to a process of any host of the cluster. InvalidArgument
+  // when `process` is not a process id or the signal is not 1..64; NotFound
+  // for an unknown process; FailedPrecondition when it has exited.
+  Status Kill(Gid process, int signal = SIGTERM);
+
+  // Up to `max_bytes` (0: 1 MiB, at most 4 MiB) of a spawned process's
+  // stdout or stderr from `offset`, wherever it runs; `size` says how much
+  // there is so far. NotFound for a process no daemon of the cluster spawned.
+  Result<LogChunk> ReadLog(Gid process, LogStream stream, uint64_t offset = 0,
+                           uint32_t max_bytes = 0);
 
   // Enrolls the calling process: holds a stream to the daemon for the
   // session's life. The daemon marks the process exited when the stream

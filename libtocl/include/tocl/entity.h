@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,10 +15,12 @@
 namespace tocl {
 
 enum class EntityKind { kHost, kProcess, kThread };
-enum class EntityState { kRunning, kExited };
+// kUnreachable: running as far as the last news says, but its host is down
+// (no heartbeat reached the local daemon for the configured time).
+enum class EntityState { kRunning, kExited, kUnreachable };
 
 std::string_view EntityKindName(EntityKind kind);     // "host", "process", "thread"
-std::string_view EntityStateName(EntityState state);  // "running", "exited"
+std::string_view EntityStateName(EntityState state);  // "running", "exited", "unreachable"
 
 // Attribute keys are [A-Za-z_][A-Za-z0-9_.-]* (so they can appear in
 // queries), at most kMaxAttributeKeyBytes; values are any UTF-8 text up to
@@ -47,6 +50,13 @@ struct Entity {
   std::chrono::system_clock::time_point started_at;
   std::chrono::system_clock::time_point exited_at;  // epoch while running
   std::string exit_reason;
+  // Processes a daemon spawned and reaped: the exit(2) status or the signal
+  // that ended it. Unset while running, or when nobody reaped it (a process
+  // that enrolled by itself and died: the daemon only saw its stream break).
+  std::optional<int> exit_status;
+  std::optional<int> exit_signal;
+  Gid parent;           // processes: the thread that spawned it; null for none
+  std::string address;  // hosts: the daemon's cluster (gRPC TCP) address
 };
 
 // One thread to register with the directory.
@@ -56,8 +66,12 @@ struct ThreadInfo {
   Attributes attributes;
 };
 
-enum class ChangeOp { kAdded, kUpdated, kExited };
-std::string_view ChangeOpName(ChangeOp op);  // "added", "updated", "exited"
+// kUnreachable / kReachable: a host (the event's gid) stopped answering
+// heartbeats / answers again; its processes and threads read as
+// kUnreachable meanwhile (one event per host, none per entity).
+enum class ChangeOp { kAdded, kUpdated, kExited, kUnreachable, kReachable };
+// "added", "updated", "exited", "unreachable", "reachable"
+std::string_view ChangeOpName(ChangeOp op);
 
 struct ChangeEvent {
   uint64_t seq = 0;

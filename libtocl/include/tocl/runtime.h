@@ -29,6 +29,21 @@
 // (their sends wait in the send queue, Send itself blocks only when that
 // queue is full), nothing is dropped.
 //
+// Hosts that go down: when the local daemon says a host stopped answering
+// heartbeats, messages queued for its processes fail (their buffers end
+// kFailed) and sends to it fail at once with Unavailable "host h3 is down
+// (no heartbeat)" until it answers again; the next send then reconnects.
+//
+// Spawn: SpawnProcess starts a process on any host (through the daemons);
+// SpawnThread starts a thread running a registered entry (tocl/entry.h) in
+// any running process, over the messaging networks (not the daemons).
+// Notify reports once when a thread, process or host goes away.
+//
+// Reserved thread ids: the runtime keeps the last kInternalThreads thread
+// indexes of each process for itself (the spawn service and the private
+// mailboxes its replies come to); they are never enrolled, never in the
+// directory, and Send/Recv refuse them.
+//
 // Threading: every method may be called from any thread. Recv for a given
 // thread Gid should be called by one thread at a time.
 #pragma once
@@ -36,6 +51,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,9 +60,12 @@
 
 #include "tocl/buffer.h"
 #include "tocl/entity.h"
+#include "tocl/entry.h"
+#include "tocl/exit_notice.h"
 #include "tocl/gid.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
+#include "tocl/spawn.h"
 #include "tocl/status.h"
 
 namespace tocl {
@@ -106,6 +125,14 @@ struct RuntimeOptions {
   std::chrono::milliseconds partial_timeout{10000};
 };
 
+// Thread indexes Gid::kMaxThread + 1 - kInternalThreads .. Gid::kMaxThread
+// belong to the runtime (see above).
+inline constexpr uint32_t kInternalThreads = 4096;
+
+// What a SpawnThread request needs besides the payload: its header and the
+// longest entry name.
+inline constexpr size_t kSpawnThreadOverhead = 192;
+
 // The largest message Send takes (1 TiB).
 inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
 
@@ -131,8 +158,12 @@ class Runtime {
   Gid gid() const;  // the process
   const RuntimeOptions& options() const;
 
-  // Flushes what was sent (up to `flush_timeout`), unregisters, says goodbye
-  // to the daemon and closes the networks. Idempotent.
+  // Flushes what was sent (up to `flush_timeout`), wakes every thread
+  // blocked in Recv/Probe (they return Cancelled "the runtime is shutting
+  // down"; later sends return Unavailable), waits for the threads spawned by
+  // SpawnThread to return from their entries, unregisters, says goodbye to
+  // the daemon and closes the networks. Idempotent. Not from an entry thread
+  // or a notification callback.
   Status Shutdown(std::chrono::milliseconds flush_timeout = std::chrono::seconds(5));
 
   // --- threads -------------------------------------------------------------
@@ -204,6 +235,57 @@ class Runtime {
   // The open networks with their traffic counters and the bandwidth learned
   // per destination.
   std::vector<NetworkStats> Networks() const;
+
+  // --- spawn -------------------------------------------------------------------
+  // The thread that spawned this process ($TOCL_PARENT, set by the daemon
+  // that spawned it); null when it was not spawned by a thread. A malformed
+  // $TOCL_PARENT makes Start fail with InvalidArgument.
+  Gid parent() const;
+
+  // Spawns a process through the daemons (DirectoryClient::SpawnProcess)
+  // with `from` (a thread of this process) as its parent. Same errors, and
+  // InvalidArgument when `from` is not an enrolled thread of this process.
+  Result<SpawnedProcess> SpawnProcess(Gid from, SpawnOptions options);
+
+  // Starts a thread in `process` (any running process of the cluster, this
+  // one included) that runs the entry registered there as `entry` with
+  // `payload`; returns the new thread's Gid once it is enrolled (it can
+  // receive at once; the directory learns of it in the background). The
+  // request and reply travel over the messaging networks, not the daemons.
+  // `payload` plus `entry` must fit in one short message:
+  // short_max_payload() - kSpawnThreadOverhead bytes (64 KiB messages leave
+  // 65,216 for both). Errors: InvalidArgument (bad ids, entry name, payload
+  // too large), NotFound "process h2.p3 has no entry named 'x' (registered:
+  // a, b)" and the errors of Send (NotFound for an unknown process,
+  // FailedPrecondition when it has exited, Unavailable when its host is
+  // down: also when that is learnt while waiting), DeadlineExceeded when no
+  // reply came within `timeout` (the thread may still have been started),
+  // ResourceExhausted when the process has used all its thread ids.
+  Result<Gid> SpawnThread(Gid from, Gid process, std::string_view entry,
+                          std::span<const std::byte> payload = {},
+                          std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // --- notifications -------------------------------------------------------------
+  // Sends thread `self` (enrolled here) exactly one message from `target`
+  // with `tag` when `target` (a thread, process or host) exits or becomes
+  // unreachable: a thread when it leaves, its process exits or its host goes
+  // down; a process when it exits or its host goes down; a host when it goes
+  // down. The payload is an ExitNotice (ParseExitNotice). A target that has
+  // already exited or is unreachable is reported at once. Returns the id to
+  // cancel it with. NotFound for an unknown process or host (a thread the
+  // directory does not know yet is accepted while its process runs: threads
+  // are registered in the background); InvalidArgument for bad ids or
+  // kAnyTag. If `self` leaves first, the notice is dropped.
+  Result<uint64_t> Notify(Gid self, Gid target, Tag tag);
+  // The same, calling `callback` instead of sending a message. Callbacks run
+  // on the runtime's notification thread, one at a time, in the order the
+  // events came: do not block in them (a blocked callback holds up every
+  // later notice; messaging goes on). They may call any Runtime method but
+  // Shutdown.
+  Result<uint64_t> Notify(Gid target, std::function<void(const ExitNotice&)> callback);
+  // Cancels a notification: once this returns ok, it will not be delivered.
+  // NotFound when it was delivered (or is being delivered) or never existed.
+  Status CancelNotify(uint64_t id);
 
   struct Impl;
 

@@ -65,6 +65,8 @@ std::string_view EntityStateName(EntityState state) {
       return "running";
     case EntityState::kExited:
       return "exited";
+    case EntityState::kUnreachable:
+      return "unreachable";
   }
   return "unknown";
 }
@@ -77,6 +79,10 @@ std::string_view ChangeOpName(ChangeOp op) {
       return "updated";
     case ChangeOp::kExited:
       return "exited";
+    case ChangeOp::kUnreachable:
+      return "unreachable";
+    case ChangeOp::kReachable:
+      return "reachable";
   }
   return "unknown";
 }

@@ -21,6 +21,17 @@ EntityKind KindFromProto(pb::EntityKind kind) {
   }
 }
 
+EntityState StateFromProto(pb::EntityState state) {
+  switch (state) {
+    case pb::EXITED:
+      return EntityState::kExited;
+    case pb::UNREACHABLE:
+      return EntityState::kUnreachable;
+    default:
+      return EntityState::kRunning;
+  }
+}
+
 }  // namespace
 
 Entity FromProto(const pb::Entity& in) {
@@ -28,7 +39,7 @@ Entity FromProto(const pb::Entity& in) {
   out.gid = Gid::FromRaw(in.gid());
   out.kind = KindFromProto(in.kind());
   out.name = in.name();
-  out.state = in.state() == pb::EXITED ? EntityState::kExited : EntityState::kRunning;
+  out.state = StateFromProto(in.state());
   out.os_pid = in.os_pid();
   for (const pb::Attribute& attribute : in.attributes()) {
     out.attributes.emplace(attribute.key(), attribute.value());
@@ -39,6 +50,10 @@ Entity FromProto(const pb::Entity& in) {
   out.started_at = FromMicros(in.started_at_us());
   out.exited_at = FromMicros(in.exited_at_us());
   out.exit_reason = in.exit_reason();
+  if (in.has_exit_status()) out.exit_status = in.exit_status();
+  if (in.has_exit_signal()) out.exit_signal = in.exit_signal();
+  out.parent = Gid::FromRaw(in.parent());
+  out.address = in.address();
   return out;
 }
 
@@ -51,6 +66,12 @@ ChangeEvent FromProto(const pb::ChangeEvent& in) {
       break;
     case pb::CHANGE_OP_EXITED:
       out.op = ChangeOp::kExited;
+      break;
+    case pb::CHANGE_OP_UNREACHABLE:
+      out.op = ChangeOp::kUnreachable;
+      break;
+    case pb::CHANGE_OP_REACHABLE:
+      out.op = ChangeOp::kReachable;
       break;
     default:
       out.op = ChangeOp::kAdded;

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "directory_client/channel.h"
@@ -74,14 +76,17 @@ Status ProcessSession::Impl::OpenStream() {
   }
   std::unique_ptr<EnrollStream> new_stream = used->directory->EnrollProcess(new_context.get());
   client::pb::EnrollResponse response;
-  const bool enrolled_ok =
-      new_stream->Write(request) && new_stream->Read(&response) && response.has_enrolled();
+  const bool answered = new_stream->Write(request) && new_stream->Read(&response);
+  const bool enrolled_ok = answered && response.has_enrolled();
   {
     std::lock_guard lock(mu);
     connecting = nullptr;
   }
   if (!enrolled_ok) {
-    new_context->TryCancel();
+    // A daemon that answered something else keeps the stream open: cancel
+    // it. Otherwise the stream has ended and Finish returns the daemon's
+    // status at once (cancelling first would turn a refusal into CANCELLED).
+    if (answered) new_context->TryCancel();
     grpc::Status status = new_stream->Finish();
     connection.Observe(used, status);
     if (status.ok()) return Unavailable("the daemon closed the enroll stream");
@@ -205,6 +210,59 @@ Result<std::pair<Gid, std::string>> ProcessSession::Impl::Credentials() const {
   return std::make_pair(gid, token);
 }
 
+namespace {
+
+// The identity a daemon gives a program it spawns (toclsd/spawn/README.md):
+// the process row reserved for it and the token to enroll into it with.
+struct SpawnIdentity {
+  Gid gid;
+  std::string token;
+};
+
+// Only the first enrollment of the process takes the identity: a later
+// one (after Close) is a new process.
+std::atomic<bool> spawn_identity_taken{false};
+
+Result<std::string> HexDecode(std::string_view hex, std::string_view variable) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.empty() || hex.size() % 2 != 0) {
+    return InvalidArgument(fmt::format("{} is not hex ({} characters)", variable, hex.size()));
+  }
+  std::string bytes(hex.size() / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int high = nibble(hex[2 * i]);
+    const int low = nibble(hex[2 * i + 1]);
+    if (high < 0 || low < 0) {
+      return InvalidArgument(fmt::format("{} is not hex (character {})", variable, 2 * i));
+    }
+    bytes[i] = static_cast<char>(high << 4 | low);
+  }
+  return bytes;
+}
+
+// From TOCL_PROCESS_GID and TOCL_SPAWN_TOKEN; nullopt when they are not set.
+Result<std::optional<SpawnIdentity>> SpawnIdentityFromEnvironment() {
+  const char* gid_text = std::getenv("TOCL_PROCESS_GID");
+  const char* token_text = std::getenv("TOCL_SPAWN_TOKEN");
+  if (gid_text == nullptr || *gid_text == '\0') return std::optional<SpawnIdentity>();
+  Result<Gid> gid = Gid::Parse(gid_text);
+  if (!gid.ok() || !gid->is_process()) {
+    return InvalidArgument(fmt::format("TOCL_PROCESS_GID '{}' is not a process id", gid_text));
+  }
+  if (token_text == nullptr) {
+    return InvalidArgument("TOCL_PROCESS_GID is set but TOCL_SPAWN_TOKEN is not");
+  }
+  TOCL_ASSIGN_OR_RETURN(std::string token, HexDecode(token_text, "TOCL_SPAWN_TOKEN"));
+  return std::optional<SpawnIdentity>(SpawnIdentity{*gid, std::move(token)});
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOptions& options) {
   TOCL_RETURN_IF_ERROR(ValidateName("process", options.name));
   for (const auto& [key, value] : options.attributes) {
@@ -214,7 +272,35 @@ Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOpti
   impl->registration.set_name(options.name);
   impl->registration.set_os_pid(options.os_pid != 0 ? options.os_pid : ::getpid());
   client::ToProto(options.attributes, impl->registration.mutable_attributes());
-  TOCL_RETURN_IF_ERROR(impl->OpenStream());
+  // A program a daemon spawned enrolls into the row reserved for it (a
+  // resume with its token), so that it has the Gid its spawner was told.
+  TOCL_ASSIGN_OR_RETURN(std::optional<SpawnIdentity> identity, SpawnIdentityFromEnvironment());
+  if (identity && !spawn_identity_taken.load(std::memory_order_acquire)) {
+    impl->registration.set_resume_gid(identity->gid.raw());
+    impl->registration.set_resume_token(identity->token);
+    Status status = impl->OpenStream();
+    if (status.code() == StatusCode::kUnavailable ||
+        status.code() == StatusCode::kDeadlineExceeded || status.code() == StatusCode::kCancelled) {
+      return status;  // the daemon did not answer: the identity is still ours to take
+    }
+    spawn_identity_taken.store(true, std::memory_order_release);
+    if (status.code() == StatusCode::kPermissionDenied ||
+        status.code() == StatusCode::kFailedPrecondition) {
+      // A program started by the spawned one inherits its environment; it
+      // is a process of its own.
+      spdlog::info(
+          "not enrolling as {} (the identity in TOCL_PROCESS_GID): {}; enrolling as a "
+          "new process",
+          identity->gid.ToString(), status.message());
+      impl->registration.clear_resume_gid();
+      impl->registration.clear_resume_token();
+      TOCL_RETURN_IF_ERROR(impl->OpenStream());
+    } else {
+      TOCL_RETURN_IF_ERROR(status);
+    }
+  } else {
+    TOCL_RETURN_IF_ERROR(impl->OpenStream());
+  }
   ProcessSession::Impl* raw = impl.get();
   impl->watcher = std::thread([raw] { raw->WatchLoop(); });
   return std::make_unique<ProcessSession>(std::move(impl));

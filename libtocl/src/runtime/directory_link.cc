@@ -123,6 +123,7 @@ void DirectoryLink::WatchLoop(uint64_t since_seq) {
           if (event.op == ChangeOp::kExited && events_.on_exited) {
             events_.on_exited(event.gid, event.entity.exit_reason);
           }
+          if (events_.on_change) events_.on_change(event);
           return !stopping_.load();
         },
         [&] { return stopping_.load(); });

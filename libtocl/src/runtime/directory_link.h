@@ -1,6 +1,8 @@
 // The runtime's link to its daemon: the enrollment, thread registrations in
 // background batches, endpoint lookups, and the change stream that tells
-// the runtime when processes and threads it sends to exit.
+// the runtime when processes and threads it sends to exit and hosts go down
+// or come back (with the cluster, the local daemon's stream carries every
+// host's changes).
 //
 // The data plane never waits on this: after a destination's first lookup,
 // sends go on if the daemon goes away; registrations queued meanwhile are
@@ -28,6 +30,10 @@ namespace tocl::runtime {
 struct DirectoryEvents {
   // An entity (process or thread) we may send to has exited.
   std::function<void(Gid gid, const std::string& reason)> on_exited;
+  // Every change (after on_exited for exits): hosts going down and coming
+  // back, exits with their status, for notifications. Runs on the watcher
+  // thread: must not block.
+  std::function<void(const ChangeEvent& event)> on_change;
   // Statistics to report every `stats_interval` (each one only when set).
   std::function<std::vector<PoolClassStats>()> pool_stats;
   std::function<std::vector<NetworkStats>()> network_stats;

@@ -65,6 +65,9 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 
   std::unique_lock peer_lock(peer.mu);
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
+  // A peer reset while we wait (its host went down and came back) has new
+  // rails: our indexes into them would be stale.
+  const uint64_t generation = peer.generation;
   send.rails.resize(peer.rails.size());
   uint64_t& seq = PairSeqLocked(peer, from, to);
   send.key = runtime::LongKey{from.raw(), to.raw(), seq};
@@ -111,6 +114,11 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     const auto now = Clock::now();
     if (peer.state == SendPeer::State::kFailed) {
       result = peer.failure;
+      break;
+    }
+    if (peer.generation != generation) {
+      result = Unavailable(fmt::format("the connection to {} was reset while the message was sent",
+                                       peer.process.ToString()));
       break;
     }
     if (shutting_down.load(std::memory_order_relaxed)) {
@@ -289,7 +297,8 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   // What this message taught about each network.
   {
     std::lock_guard lock(send.mu);
-    for (size_t r = 0; r < peer.rails.size() && r < send.rails.size(); ++r) {
+    for (size_t r = 0;
+         peer.generation == generation && r < peer.rails.size() && r < send.rails.size(); ++r) {
       const LongSend::RailProgress& p = send.rails[r];
       const double seconds = std::chrono::duration<double>(p.last_ack - p.first_post).count();
       if (p.acked_bytes < kMeasuredAfter * send.fragment_bytes || seconds <= 0) continue;
@@ -298,7 +307,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
       learned = learned == 0 ? measured : 0.5 * learned + 0.5 * measured;
     }
   }
-  if (!result.ok() && peer.state != SendPeer::State::kFailed) {
+  if (!result.ok() && peer.state != SendPeer::State::kFailed && peer.generation == generation) {
     // Tell the receiver (best effort: its networks may be the ones gone).
     auto abort = ControlFrame(peer.rails[peer.default_rail].rail, wire::FrameKind::kAbort, from, to,
                               send.key.seq);

@@ -161,7 +161,7 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   return true;
 }
 
-size_t Mailbox::Leave() {
+size_t Mailbox::Leave(size_t* dropped_bytes) {
   std::deque<detail::BufferSlot*> dropped;
   {
     std::lock_guard lock(mu_);
@@ -170,7 +170,10 @@ size_t Mailbox::Leave() {
     posted_ = nullptr;  // its RecvInto returns (and unbinds what is bound)
     has_posted_.store(false, std::memory_order_release);
   }
-  for (auto* slot : dropped) slot->pool->Unref(slot);
+  for (auto* slot : dropped) {
+    if (dropped_bytes != nullptr) *dropped_bytes += SlotBytes(slot);
+    slot->pool->Unref(slot);
+  }
   Wake();
   return dropped.size();
 }

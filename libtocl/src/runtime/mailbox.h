@@ -92,8 +92,10 @@ class Mailbox {
   void Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline);
   void Wake();
 
-  // The thread leaves: waiting messages are dropped; later deliveries fail.
-  size_t Leave();
+  // The thread leaves: waiting messages are dropped (how many is returned;
+  // their SlotBytes are added to `dropped_bytes` when given); later
+  // deliveries fail.
+  size_t Leave(size_t* dropped_bytes = nullptr);
   bool left() const { return left_.load(std::memory_order_acquire); }
 
   // Bytes of class memory held by queued messages, for flow control.

@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "buffers/large_slot.h"
+#include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
+#include "runtime/thread_service.h"
 #if TOCL_WITH_SHM
 #include "subsystem/shm/shm_subsystem.h"
 #endif
@@ -68,6 +70,26 @@ Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   return now + timeout;
 }
 
+// $TOCL_PARENT: the thread that spawned this process (set by the daemon
+// that spawned it), in text form; unset or empty for none.
+Result<Gid> ParentFromEnvironment() {
+  const char* text = std::getenv("TOCL_PARENT");
+  if (text == nullptr || *text == '\0') return Gid();
+  auto parent = Gid::Parse(text);
+  if (!parent.ok() || !parent->is_thread()) {
+    return InvalidArgument(
+        fmt::format("TOCL_PARENT='{}' is not a thread id (h1.p2.t3): {}", text,
+                    parent.ok() ? "it names a host or process" : parent.status().message()));
+  }
+  return *parent;
+}
+
+Status ReservedThread(Gid gid) {
+  return InvalidArgument(fmt::format(
+      "{} is one of the thread ids the runtime keeps for itself (thread indexes from {})",
+      gid.ToString(), runtime::kFirstInternalThread));
+}
+
 }  // namespace
 
 // --- Impl: setup and teardown -------------------------------------------------
@@ -96,17 +118,33 @@ Status Runtime::Impl::Open() {
   num_classes = resolved.num_classes;
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
+  // spdlog builds its registry on first use, behind a static-init guard in
+  // its uninstrumented library: built here, before the runtime's threads
+  // start, ThreadSanitizer sees it happen before their first log line.
+  (void)spdlog::default_logger_raw();
+  TOCL_ASSIGN_OR_RETURN(parent, ParentFromEnvironment());
+  notifier = std::make_unique<runtime::Notifier>(runtime::NotifierHooks{
+      .lookup = [this](Gid gid) { return Lookup(gid); },
+      .deliver =
+          [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
+            return DeliverNotice(self, source, tag, payload);
+          }});
+  spawn_service = std::make_unique<runtime::ThreadService>(*this);
+
   EnrollOptions enroll;
   enroll.name = options.name.empty() ? ProgramName() : options.name;
   enroll.attributes = options.attributes;
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
+  events.on_change = [this](const ChangeEvent& event) { OnChange(event); };
   events.pool_stats = [this] { return PoolStats(); };
   events.network_stats = [this] { return Networks(); };
   TOCL_ASSIGN_OR_RETURN(
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
   process = link->process();
+  // Before the endpoints are published: requests may come as soon as they are.
+  spawn_service->Open();
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = FlushQueued();
@@ -221,6 +259,10 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
       for (auto& rail : peer->rails) rail.route.reset();
     }
   }
+  // Entry threads and callbacks see Cancelled/Unavailable from here on and
+  // return; they may still leave (the link is open).
+  if (notifier) notifier->Stop();
+  if (spawn_service) spawn_service->Stop();
   for (auto& rail : rails) rail->subsystem->Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
@@ -344,6 +386,7 @@ Result<Mailbox*> Runtime::Impl::LocalMailbox(Gid self) const {
     return InvalidArgument(fmt::format("{} is not a thread of this process ({})", self.ToString(),
                                        process.ToString()));
   }
+  if (runtime::IsInternalThread(self)) return ReservedThread(self);
   Mailbox* mailbox = threads.Find(self.thread_index());
   if (mailbox == nullptr) {
     return InvalidArgument(fmt::format("thread {} was never enrolled", self.ToString()));
@@ -395,6 +438,14 @@ template <typename TryMatch>
 Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blocking,
                               TryMatch&& try_match) {
   TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
+  return WaitOn(*mailbox, deadline, blocking, std::forward<TryMatch>(try_match));
+}
+
+template <typename TryMatch>
+Status Runtime::Impl::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, bool blocking,
+                             TryMatch&& try_match) {
+  Mailbox* mailbox = &the_mailbox;
+  const Gid self = mailbox->gid();
   // Eager: polls for itself, spinning first, for kEagerWait; idle after
   // that (see below).
   const auto eager_until = Clock::now() + kEagerWait;
@@ -445,6 +496,24 @@ Result<Buffer> Runtime::Impl::Receive(Gid self, Selector selector, Clock::time_p
     slot = mailbox.Take(selector);
     return slot != nullptr;
   }));
+  NoteReceived(slot);
+  return Buffer(slot);
+}
+
+Result<Buffer> Runtime::Impl::ReceiveOn(Mailbox& mailbox, Selector selector,
+                                        Clock::time_point deadline,
+                                        const std::function<Status()>& check) {
+  detail::BufferSlot* slot = nullptr;
+  Status failed;
+  TOCL_RETURN_IF_ERROR(WaitOn(mailbox, deadline, true, [&](Mailbox& box) {
+    if (check) {
+      failed = check();
+      if (!failed.ok()) return true;
+    }
+    slot = box.Take(selector);
+    return slot != nullptr;
+  }));
+  if (!failed.ok()) return failed;
   NoteReceived(slot);
   return Buffer(slot);
 }
@@ -584,6 +653,15 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
                                              entity->exit_reason)));
     return peer.failure;
   }
+  // Checked after the lookup, under peer.mu: a host that goes down
+  // meanwhile either is seen here or fails this peer after we are done.
+  Status down = UnreachableStatus(*entity);
+  if (down.ok()) down = HostDownStatus(peer.process.host());
+  if (!down.ok()) {
+    FailPeerLocked(peer, down);
+    peer.host_down = true;
+    return peer.failure;
+  }
   // One route per network that reaches it. On the same host shm alone
   // when both have it (tcp would add no bandwidth, only copies); each of our
   // tcp networks pairs with one of the peer's in its subnet.
@@ -651,8 +729,10 @@ Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
     // First send to this thread: the directory says whether it runs. A
     // thread is registered in the background a few milliseconds after it
     // enrolled, so one the directory does not know yet is waited for (up to
-    // connect_timeout) while its process runs.
-    TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
+    // connect_timeout) while its process runs. The runtime's own mailboxes
+    // are never registered: their process's lookup (ResolvePeerLocked) is
+    // all there is to check.
+    if (!runtime::IsInternalThread(to)) TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
     std::unique_lock lock(dest_mu);
     auto& peer = peers[to.process().raw()];
     if (!peer) peer = std::make_unique<SendPeer>(to.process());
@@ -671,12 +751,13 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
   const auto deadline = Clock::now() + options.connect_timeout;
   auto delay = std::chrono::milliseconds(1);
   for (;;) {
+    TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
     auto thread = Lookup(to);
     if (thread.ok()) {
       if (thread->state == EntityState::kExited) {
         return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
       }
-      return Status::Ok();
+      return UnreachableStatus(*thread);
     }
     if (thread.status().code() != StatusCode::kNotFound) {
       return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
@@ -692,6 +773,7 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
       return FailedPrecondition(
           fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
     }
+    TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
     if (Clock::now() + delay > deadline) {
       return NotFound(
           fmt::format("no thread {}: its process runs but has not registered it", to.ToString()));
@@ -1096,12 +1178,18 @@ void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
 // --- Runtime ------------------------------------------------------------------
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Runtime::~Runtime() = default;
+
+Runtime::~Runtime() {
+  // While this object is whole: entry threads hold a reference to it.
+  (void)impl_->Shutdown(std::chrono::milliseconds(0));
+}
 
 Result<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   TOCL_RETURN_IF_ERROR(impl->Open());
-  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+  std::unique_ptr<Runtime> runtime(new Runtime(std::move(impl)));
+  runtime->impl_->spawn_service->Start(*runtime);
+  return runtime;
 }
 
 Gid Runtime::gid() const {
@@ -1115,25 +1203,50 @@ Status Runtime::Shutdown(std::chrono::milliseconds flush_timeout) {
   return impl_->Shutdown(flush_timeout);
 }
 
-Result<Gid> Runtime::EnrollThread(std::string name, Attributes attributes) {
-  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+Result<Gid> Runtime::Impl::EnrollThread(std::string name, Attributes attributes) {
+  if (shutting_down.load()) return Unavailable("the runtime is shutting down");
   TOCL_RETURN_IF_ERROR(ValidateName("thread name", name));
   for (const auto& [key, value] : attributes) TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
-  const uint32_t index = impl_->next_thread.fetch_add(1);
-  if (index > Gid::kMaxThread) {
+  const uint32_t index = next_thread.fetch_add(1);
+  if (index >= runtime::kFirstInternalThread) {
     return ResourceExhausted(
-        fmt::format("this process has used all {} thread ids", Gid::kMaxThread));
+        fmt::format("this process has used all {} thread ids", runtime::kFirstInternalThread - 1));
   }
-  const Gid gid = Gid::Thread(impl_->process, index);
-  impl_->threads.Insert(index, std::make_unique<Mailbox>(gid));
-  impl_->link->QueueRegister(ThreadInfo{gid, std::move(name), std::move(attributes)});
+  const Gid gid = Gid::Thread(process, index);
+  threads.Insert(index, std::make_unique<Mailbox>(gid));
+  link->QueueRegister(ThreadInfo{gid, std::move(name), std::move(attributes)});
   return gid;
+}
+
+void Runtime::Impl::LeaveThread(Gid thread) {
+  Mailbox* mailbox = threads.Find(thread.thread_index());
+  if (mailbox == nullptr || mailbox->left()) return;
+  size_t dropped_bytes = 0;
+  mailbox->Leave(&dropped_bytes);
+  unexpected_bytes.fetch_sub(dropped_bytes, std::memory_order_relaxed);
+  link->QueueUnregister(thread);
+  notifier->CancelFor(thread);
+}
+
+Mailbox* Runtime::Impl::NewInternalMailbox(uint32_t index) {
+  auto mailbox = std::make_unique<Mailbox>(Gid::Thread(process, index));
+  Mailbox* raw = mailbox.get();
+  threads.Insert(index, std::move(mailbox));
+  return raw;
+}
+
+size_t Runtime::Impl::ShortMaxPayload() const {
+  return buffers::ClassBytes(num_classes - 1) - wire::kHeaderBytes;
+}
+
+Result<Gid> Runtime::EnrollThread(std::string name, Attributes attributes) {
+  return impl_->EnrollThread(std::move(name), std::move(attributes));
 }
 
 Status Runtime::LeaveThread(Gid thread) {
   TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->LocalMailbox(thread));
-  mailbox->Leave();
-  impl_->link->QueueUnregister(thread);
+  (void)mailbox;
+  impl_->LeaveThread(thread);
   return Status::Ok();
 }
 
@@ -1161,10 +1274,12 @@ std::vector<PoolClassStats> Runtime::PoolStats() const {
 }
 
 size_t Runtime::short_max_payload() const {
-  return buffers::ClassBytes(impl_->num_classes - 1) - wire::kHeaderBytes;
+  return impl_->ShortMaxPayload();
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
+  if (runtime::IsInternalThread(from)) return ReservedThread(from);
+  if (runtime::IsInternalThread(to)) return ReservedThread(to);
   if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
   detail::BufferSlot* slot = buffer.slot();
   if (buffers::IsLarge(slot)) {
@@ -1179,6 +1294,8 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
+  if (runtime::IsInternalThread(from)) return ReservedThread(from);
+  if (runtime::IsInternalThread(to)) return ReservedThread(to);
   if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
   const BufferState state = buffer.state();
   if (state == BufferState::kQueued || state == BufferState::kInFlight) {
@@ -1196,6 +1313,8 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+  if (runtime::IsInternalThread(from)) return ReservedThread(from);
+  if (runtime::IsInternalThread(to)) return ReservedThread(to);
   return impl_->SendCopy(from, to, tag, payload);
 }
 
@@ -1231,6 +1350,44 @@ Result<MessageInfo> Runtime::RecvIntoFor(Gid self, std::span<std::byte> out,
 
 std::vector<NetworkStats> Runtime::Networks() const {
   return impl_->Networks();
+}
+
+Gid Runtime::parent() const {
+  return impl_->parent;
+}
+
+Result<SpawnedProcess> Runtime::SpawnProcess(Gid from, SpawnOptions options) {
+  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  if (runtime::IsInternalThread(from)) return ReservedThread(from);
+  options.parent = from;
+  return impl_->link->client().SpawnProcess(options);
+}
+
+Result<Gid> Runtime::SpawnThread(Gid from, Gid process, std::string_view entry,
+                                 std::span<const std::byte> payload,
+                                 std::chrono::milliseconds timeout) {
+  if (runtime::IsInternalThread(from)) return ReservedThread(from);
+  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return impl_->spawn_service->SpawnThread(from, process, entry, payload, timeout);
+}
+
+Result<uint64_t> Runtime::Notify(Gid self, Gid target, Tag tag) {
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->LocalMailbox(self));
+  (void)mailbox;
+  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  if (runtime::IsInternalThread(target)) return ReservedThread(target);
+  return impl_->notifier->Watch(target, self, tag, {});
+}
+
+Result<uint64_t> Runtime::Notify(Gid target, std::function<void(const ExitNotice&)> callback) {
+  if (!callback) return InvalidArgument("Notify needs a callback");
+  if (runtime::IsInternalThread(target)) return ReservedThread(target);
+  return impl_->notifier->Watch(target, Gid(), 0, std::move(callback));
+}
+
+Status Runtime::CancelNotify(uint64_t id) {
+  return impl_->notifier->Cancel(id);
 }
 
 }  // namespace tocl

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "buffers/buffer_pool.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
+#include "runtime/internal_threads.h"
 #include "runtime/long_message.h"
 #include "runtime/mailbox.h"
 #include "runtime/network_spec.h"
@@ -34,6 +36,11 @@
 #include "runtime/send_peer.h"
 #include "subsystem/subsystem.h"
 #include "tocl/runtime.h"
+
+namespace tocl::runtime {
+class Notifier;
+class ThreadService;
+}  // namespace tocl::runtime
 
 namespace tocl {
 
@@ -77,9 +84,32 @@ struct Runtime::Impl final {
     return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
   }
 
+  // --- threads ---
+  // Numbers and enrolls a thread (EnrollThread without the public checks).
+  Result<Gid> EnrollThread(std::string name, Attributes attributes);
+  // The thread leaves (idempotent): its mailbox, its directory entry, its
+  // notification watches.
+  void LeaveThread(Gid thread);
+  // A mailbox at a reserved index (internal_threads.h), never registered.
+  runtime::Mailbox* NewInternalMailbox(uint32_t index);
+  size_t ShortMaxPayload() const;
+
   // --- directory ---
   // Looks `gid` up at its own host's daemon (peer_daemons) or ours.
   Result<Entity> Lookup(Gid gid);
+  // A change from the daemon's stream (the watcher thread).
+  void OnChange(const ChangeEvent& event);
+  // Hosts that stop answering heartbeats (host_reachability.cc): their
+  // peers fail, sends to them fail at once until they come back.
+  void OnHostUnreachable(Gid host);
+  void OnHostReachable(Gid host);
+  // Unavailable "host h3 is down (no heartbeat)" while it is; ok otherwise.
+  Status HostDownStatus(Gid host) const;
+  // The failure a looked-up entity in `entity.state` means for sends, or ok.
+  Status UnreachableStatus(const Entity& entity) const;
+  // A message from `source` (any gid) put straight into local thread
+  // `self`'s mailbox: exit notices.
+  Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
 
   // --- send side ---
   Result<runtime::DestThread*> ResolveDestination(Gid to);
@@ -162,6 +192,11 @@ struct Runtime::Impl final {
   // Waits for a match; `take` false leaves it there (probe).
   Result<Buffer> Receive(Gid self, runtime::Selector selector,
                          std::chrono::steady_clock::time_point deadline, bool blocking);
+  // Receives on a runtime-internal mailbox (spawn service, reply). `check`
+  // (when set) runs whenever the mailbox is signalled; its error ends the wait.
+  Result<Buffer> ReceiveOn(runtime::Mailbox& mailbox, runtime::Selector selector,
+                           std::chrono::steady_clock::time_point deadline,
+                           const std::function<Status()>& check);
   Result<MessageInfo> ProbeFor(Gid self, runtime::Selector selector,
                                std::chrono::steady_clock::time_point deadline, bool blocking);
   // Polls (holding the token) until something is delivered to `mailbox`
@@ -177,6 +212,9 @@ struct Runtime::Impl final {
   template <typename TryMatch>
   Status WaitFor(Gid self, std::chrono::steady_clock::time_point deadline, bool blocking,
                  TryMatch&& try_match);
+  template <typename TryMatch>
+  Status WaitOn(runtime::Mailbox& mailbox, std::chrono::steady_clock::time_point deadline,
+                bool blocking, TryMatch&& try_match);
 
   RuntimeOptions options;
   Gid process;
@@ -251,6 +289,17 @@ struct Runtime::Impl final {
   std::atomic<uint64_t> reassembly_used{0};
   std::atomic<bool> long_housekeeping{false};                // something to grant or check
   std::chrono::steady_clock::time_point next_partial_check;  // poller only
+
+  // Hosts the daemon says are down (by host index).
+  mutable std::mutex hosts_mu;
+  std::unordered_set<uint32_t> down_hosts;  // guarded by hosts_mu
+  // down_hosts.size(), read without the lock on the send path.
+  std::atomic<size_t> down_host_count{0};
+
+  Gid parent;  // $TOCL_PARENT
+  // Last: they use everything above, and are stopped by Shutdown.
+  std::unique_ptr<runtime::Notifier> notifier;
+  std::unique_ptr<runtime::ThreadService> spawn_service;
 };
 
 }  // namespace tocl

@@ -61,6 +61,12 @@ struct SendPeer {
   std::unordered_map<uint64_t, uint64_t> next_seq;  // guarded by mu, by ThreadPairKey
   std::deque<Pending> queue;                        // guarded by mu
   bool listed_blocked = false;                      // guarded by mu
+  // Failed because its host went down (not because it exited): it is
+  // resolved again when the host comes back.
+  bool host_down = false;  // guarded by mu
+  // Counts those resets: a long send that waited across one gives up (its
+  // rail indexes are stale).
+  uint64_t generation = 0;  // guarded by mu
 };
 
 // What the sender knows of a destination thread.

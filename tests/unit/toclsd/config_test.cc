@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "temp_dir.h"
 #include "tocl/log.h"
@@ -160,13 +162,16 @@ TEST_CASE("a boolean is the wrong type for cache_kib", "[config]") {
 }
 
 TEST_CASE("an unknown setting is an error naming it and its line", "[config]") {
-  std::string known =
+  // The list grows with every part of the daemon; its start and a few
+  // names are what is checked.
+  const std::string known =
       " (known: state_dir, socket, listen, log_level, host_name, grace_period_seconds, "
-      "cache_kib, host_id, networks)";
-  CHECK(LoadError("listen = \"none\"\nsockt = \"/x\"\n") ==
-        "test.toml:2: unknown setting 'sockt'" + known);
-  CHECK(LoadError("\n\n\nStateDir = \"/x\"\n") ==
-        "test.toml:4: unknown setting 'StateDir'" + known);
+      "cache_kib, host_id, networks, ";
+  const std::string sockt = LoadError("listen = \"none\"\nsockt = \"/x\"\n");
+  CHECK_THAT(sockt, Catch::StartsWith("test.toml:2: unknown setting 'sockt'" + known));
+  CHECK_THAT(sockt, Catch::Contains("attributes") && Catch::EndsWith(")"));
+  CHECK_THAT(LoadError("\n\n\nStateDir = \"/x\"\n"),
+             Catch::StartsWith("test.toml:4: unknown setting 'StateDir'" + known));
   CHECK_THAT(LoadError("[daemon]\nlisten = \"none\"\n"),
              Catch::StartsWith("test.toml:1: unknown setting 'daemon'"));
   CHECK_THAT(LoadError("state.dir = \"/x\"\n"), Catch::Contains("unknown setting 'state'"));
@@ -434,6 +439,177 @@ TEST_CASE("a config file is read and its errors name the file", "[config]") {
   Status missing = LoadConfigFile(dir.File("absent.toml"), config);
   CHECK(missing.code() == StatusCode::kNotFound);
   CHECK_THAT(missing.message(), Catch::Contains(dir.File("absent.toml")));
+}
+
+TEST_CASE("host attributes are read from an [attributes] table of strings", "[config]") {
+  DaemonConfig config = MustLoad("listen = \"none\"\n[attributes]\ngpu = \"1\"\nrack = \"r7\"\n");
+  CHECK(config.attributes == std::map<std::string, std::string>{{"gpu", "1"}, {"rack", "r7"}});
+  CHECK(LoadError("[attributes]\ngpu = 1\n") == "test.toml:2: attribute 'gpu' must be a string");
+  CHECK_THAT(LoadError("attributes = \"gpu=1\"\n"),
+             Catch::StartsWith("test.toml:1: 'attributes' must be a table"));
+}
+
+TEST_CASE("the attribute flag is KEY=VALUE and a later one replaces an earlier one", "[config]") {
+  std::map<std::string, std::string> attributes{{"gpu", "0"}};
+  REQUIRE(ParseAttributeFlag("gpu=1", attributes).ok());
+  REQUIRE(ParseAttributeFlag("note=a=b", attributes).ok());
+  REQUIRE(ParseAttributeFlag("empty=", attributes).ok());
+  CHECK(attributes ==
+        std::map<std::string, std::string>{{"empty", ""}, {"gpu", "1"}, {"note", "a=b"}});
+  CHECK(ParseAttributeFlag("gpu", attributes) ==
+        InvalidArgument("--attribute 'gpu' is not KEY=VALUE"));
+  CHECK(ParseAttributeFlag("=1", attributes) ==
+        InvalidArgument("--attribute '=1' is not KEY=VALUE"));
+}
+
+TEST_CASE("FinishConfig checks host attributes as client attributes are checked", "[config]") {
+  DaemonConfig config;
+  config.host_name = "node1";
+  config.attributes = {{"gpu", "1"}};
+  CHECK(FinishConfig(config).ok());
+
+  config.attributes = {{"networks", "shm"}};
+  Status networks = FinishConfig(config);
+  CHECK(networks.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(networks.message(), Catch::Contains("networks setting"));
+
+  config.attributes = {{"bad key", "1"}};
+  Status bad = FinishConfig(config);
+  CHECK(bad.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(bad.message(), Catch::StartsWith("host attribute: "));
+
+  config.attributes.clear();
+  for (int i = 0; i < 64; ++i) config.attributes["a" + std::to_string(i)] = "x";
+  CHECK(FinishConfig(config) == InvalidArgument("64 host attributes (at most 63)"));
+}
+
+TEST_CASE("host attributes survive printing and loading", "[config]") {
+  DaemonConfig config;
+  config.attributes = {{"gpu", "1"}, {"zone", "eu west \"2\""}};
+  std::string toml = ConfigToToml(config);
+  INFO("printed:\n" << toml);
+  CHECK(MustLoad(toml).attributes == config.attributes);
+  CHECK_THAT(ConfigToToml(DaemonConfig{}), !Catch::Contains("attributes"));
+}
+
+// --- Cluster settings (toclsd/cluster/) -------------------------------------
+
+TEST_CASE("cluster settings are read from the config text", "[config][cluster]") {
+  DaemonConfig config = MustLoad(
+      "join = [\"10.0.0.1:7390\", \"10.1.0.1:7390\"]\n"
+      "advertise = \"10.0.0.2:7390\"\n"
+      "heartbeat_interval_seconds = 0.25\n"
+      "down_after_seconds = 2\n"
+      "join_timeout_seconds = 5\n"
+      "change_log_keep = 5000\n");
+  CHECK_FALSE(config.seed);
+  CHECK(config.join == std::vector<std::string>{"10.0.0.1:7390", "10.1.0.1:7390"});
+  CHECK(config.advertise == "10.0.0.2:7390");
+  CHECK(config.heartbeat_interval_seconds == 0.25);
+  CHECK(config.down_after_seconds == 2.0);
+  CHECK(config.join_timeout_seconds == 5.0);
+  CHECK(config.change_log_keep == 5000);
+  CHECK(MustLoad("seed = true\n").seed);
+  CHECK(MustLoad("join = \"10.0.0.1:7390\"\n").join == std::vector<std::string>{"10.0.0.1:7390"});
+}
+
+TEST_CASE("cluster settings of the wrong type are errors naming the key", "[config][cluster]") {
+  CHECK(LoadError("seed = \"yes\"\n") == "test.toml:1: 'seed' has the wrong type");
+  CHECK_THAT(LoadError("join = 7390\n"),
+             Catch::StartsWith("test.toml:1: 'join' has the wrong type"));
+  CHECK(LoadError("\njoin = [\"a:1\", 2]\n") ==
+        "test.toml:2: 'join' holds something that is not a string");
+  CHECK(LoadError("change_log_keep = 1.5\n") ==
+        "test.toml:1: 'change_log_keep' has the wrong type");
+}
+
+TEST_CASE("FinishConfig splits comma-separated join lists and checks each address",
+          "[config][cluster]") {
+  DaemonConfig config = Finishable();
+  config.join = {"10.0.0.1:7390,10.1.0.1:7390", "seed.example:7390"};
+  REQUIRE(FinishConfig(config).message() == "");
+  CHECK(config.join ==
+        std::vector<std::string>{"10.0.0.1:7390", "10.1.0.1:7390", "seed.example:7390"});
+
+  config = Finishable();
+  config.join = {"10.0.0.1:7390,"};
+  CHECK(FinishConfig(config) == InvalidArgument("join: an empty address in '10.0.0.1:7390,'"));
+  config.join = {"10.0.0.1"};
+  CHECK(FinishConfig(config) == InvalidArgument("join: '10.0.0.1' is not HOST:PORT"));
+}
+
+TEST_CASE("FinishConfig refuses a cluster daemon without TCP, and seed with join",
+          "[config][cluster]") {
+  DaemonConfig config = Finishable();
+  config.seed = true;
+  config.listen = "none";
+  Status status = FinishConfig(config);
+  CHECK(status.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(status.message(), Catch::Contains("must listen on TCP") &&
+                                   Catch::Contains("--listen none cannot be used with --seed"));
+
+  config = Finishable();
+  config.join = {"10.0.0.1:7390"};
+  config.listen = "none";
+  CHECK_THAT(FinishConfig(config).message(), Catch::Contains("with --join"));
+
+  config = Finishable();
+  config.seed = true;
+  config.join = {"10.0.0.1:7390"};
+  CHECK_THAT(FinishConfig(config).message(), Catch::StartsWith("seed and join exclude each other"));
+
+  // A standalone daemon may still go without TCP.
+  config = Finishable();
+  config.listen = "none";
+  CHECK(FinishConfig(config).message() == "");
+}
+
+TEST_CASE("FinishConfig bounds the heartbeat, down and join times and the log size",
+          "[config][cluster]") {
+  auto finish = [](auto change) {
+    DaemonConfig config = Finishable();
+    change(config);
+    return FinishConfig(config).message();
+  };
+  CHECK(finish([](DaemonConfig& c) {
+          c.heartbeat_interval_seconds = 0.2;
+          c.down_after_seconds = 0.4;
+        }) == "");
+  CHECK_THAT(finish([](DaemonConfig& c) { c.heartbeat_interval_seconds = 0; }),
+             Catch::StartsWith("heartbeat_interval_seconds 0 is outside 0.01..60"));
+  CHECK_THAT(finish([](DaemonConfig& c) { c.heartbeat_interval_seconds = std::nan(""); }),
+             Catch::StartsWith("heartbeat_interval_seconds nan is outside"));
+  CHECK_THAT(finish([](DaemonConfig& c) { c.down_after_seconds = 0.9; }),
+             Catch::StartsWith("down_after_seconds 0.9 is outside 1..3600"));
+  CHECK_THAT(finish([](DaemonConfig& c) { c.join_timeout_seconds = -1; }),
+             Catch::StartsWith("join_timeout_seconds -1 is outside 0..86400"));
+  CHECK(finish([](DaemonConfig& c) { c.change_log_keep = 0; }) ==
+        "change_log_keep 0 is less than 1");
+  CHECK_THAT(finish([](DaemonConfig& c) { c.advertise = "10.0.0.2"; }),
+             Catch::StartsWith("advertise '10.0.0.2' is not HOST:PORT"));
+}
+
+TEST_CASE("cluster settings survive printing and loading", "[config][cluster]") {
+  DaemonConfig config = Finishable();
+  config.join = {"10.0.0.1:7390", "[fd00::1]:7390"};
+  config.advertise = "10.0.0.2:7390";
+  config.heartbeat_interval_seconds = 0.2;
+  config.down_after_seconds = 1.5;
+  config.join_timeout_seconds = 12;
+  config.change_log_keep = 123456;
+  std::string toml = ConfigToToml(config);
+  INFO("printed:\n" << toml);
+  DaemonConfig loaded = MustLoad(toml);
+  CHECK(loaded.seed == config.seed);
+  CHECK(loaded.join == config.join);
+  CHECK(loaded.advertise == config.advertise);
+  CHECK(loaded.heartbeat_interval_seconds == config.heartbeat_interval_seconds);
+  CHECK(loaded.down_after_seconds == config.down_after_seconds);
+  CHECK(loaded.join_timeout_seconds == config.join_timeout_seconds);
+  CHECK(loaded.change_log_keep == config.change_log_keep);
+  config.join.clear();
+  config.seed = true;
+  CHECK(MustLoad(ConfigToToml(config)).seed);
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// The thread indexes a runtime keeps for itself: the last ThreadTable chunk
+// (kInternalThreads of them). The spawn service listens at the very last
+// one; the others are private reply mailboxes. None is ever enrolled with
+// the directory, and the public API refuses them, so no user Send can
+// reach them and no user Recv can take their messages.
+#pragma once
+
+#include <cstdint>
+
+#include "tocl/gid.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+inline constexpr uint32_t kFirstInternalThread = Gid::kMaxThread + 1 - kInternalThreads;
+inline constexpr uint32_t kServiceThread = Gid::kMaxThread;
+// Reply mailboxes: kFirstInternalThread .. kServiceThread - 1.
+inline constexpr uint32_t kReplyMailboxes = kServiceThread - kFirstInternalThread;
+
+inline bool IsInternalThread(Gid gid) {
+  return gid.thread_index() >= kFirstInternalThread;
+}
+
+// The spawn service of `process`.
+inline Gid ServiceOf(Gid process) {
+  return Gid::Thread(process, kServiceThread);
+}
+
+// Tags of the internal protocol (only internal mailboxes see them, so they
+// cannot clash with users' tags).
+inline constexpr Tag kSpawnThreadRequestTag = 1;
+inline constexpr Tag kSpawnThreadReplyTag = 2;
+
+}  // namespace tocl::runtime

@@ -1,0 +1,99 @@
+// Exit notifications (Runtime::Notify): watches on threads, processes and
+// hosts, fired once each from the directory's change stream, delivered as a
+// message or a callback by one notification thread.
+//
+// A watch is registered first and its target looked up second, so an exit
+// is seen either by the lookup or by the stream, whichever comes first;
+// firing removes the watch, so the other finds nothing and nothing fires
+// twice. Fired notices wait in a queue for the notification thread (started
+// on the first watch): a slow callback holds up later notices, never the
+// watcher stream or messaging.
+//
+// Threading: every method is safe from any thread. OnChange comes from the
+// watcher thread; hooks are called without the lock held.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <span>
+#include <thread>
+
+#include "tocl/entity.h"
+#include "tocl/exit_notice.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+struct NotifierHooks {
+  // The directory's entry for a gid (Runtime::Impl::Lookup).
+  std::function<Result<Entity>(Gid gid)> lookup;
+  // Puts a message from `source` with `tag` in local thread `self`'s mailbox.
+  std::function<Status(Gid self, Gid source, Tag tag, std::span<const std::byte> payload)> deliver;
+};
+
+class Notifier {
+ public:
+  using Callback = std::function<void(const ExitNotice&)>;
+
+  explicit Notifier(NotifierHooks hooks) : hooks_(std::move(hooks)) {}
+  ~Notifier() { Stop(); }
+  Notifier(const Notifier&) = delete;
+  Notifier& operator=(const Notifier&) = delete;
+
+  // A message to `self` with `tag` (callback empty), or a call of `callback`.
+  Result<uint64_t> Watch(Gid target, Gid self, Tag tag, Callback callback);
+  Status Cancel(uint64_t id);
+  // Thread `self` left: its message watches go.
+  void CancelFor(Gid self);
+
+  // A change from the directory's stream (the watcher thread).
+  void OnChange(const ChangeEvent& event);
+
+  // Joins the notification thread; what was not delivered yet is dropped.
+  // Watches still armed stay silent. Idempotent.
+  void Stop();
+
+ private:
+  struct Armed {
+    Gid target;
+    Gid self;  // message watches
+    Tag tag = 0;
+    Callback callback;  // callback watches
+  };
+  struct Fired {
+    uint64_t id;
+    Armed watch;
+    ExitNotice notice;
+  };
+
+  // Moves watch `id` (if still armed) to the queue with `notice` (its gid
+  // set to the watch's target). Under mu_.
+  void FireLocked(uint64_t id, ExitNotice notice);
+  // Fires every armed watch whose target lies inside `scope` (a thread: it
+  // alone; a process: it and its threads; a host: everything on it), with
+  // the notice `make(target)` returns. Under mu_.
+  void FireScopeLocked(Gid scope, const std::function<ExitNotice(Gid target)>& make);
+  // For a target found exited or unreachable when the watch was made.
+  void FireFromLookup(uint64_t id, const Entity& entity, Gid target);
+  void Dispatch();
+  void Deliver(const Fired& fired);
+
+  const NotifierHooks hooks_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  uint64_t next_id_ = 1;                         // guarded by mu_
+  std::map<uint64_t, Armed> armed_;              // guarded by mu_, by id
+  std::multimap<uint64_t, uint64_t> by_target_;  // guarded by mu_: target raw -> id
+  std::deque<Fired> queue_;                      // guarded by mu_
+  bool stopped_ = false;                         // guarded by mu_
+  std::thread dispatcher_;                       // started under mu_ on the first watch
+};
+
+// The reason "host h3 is down (no heartbeat)" used for sends and notices.
+std::string HostDownReason(Gid host);
+
+}  // namespace tocl::runtime

@@ -1,0 +1,264 @@
+#include "runtime/thread_service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <optional>
+
+#include "runtime/entry_registry.h"
+#include "runtime/internal_threads.h"
+#include "runtime/runtime_impl.h"
+#include "runtime/spawn_protocol.h"
+
+namespace tocl::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How long Stop waits between complaints about entries that do not return.
+constexpr auto kEntryWaitWarning = std::chrono::seconds(5);
+// The longest list of registered names an "unknown entry" error shows.
+constexpr size_t kMaxNamesInError = 1024;
+
+}  // namespace
+
+ThreadService::~ThreadService() {
+  Stop();
+}
+
+void ThreadService::Open() {
+  service_ = impl_.NewInternalMailbox(kServiceThread);
+}
+
+void ThreadService::Start(Runtime& runtime) {
+  runtime_ = &runtime;
+  server_ = std::thread([this] { Serve(); });
+}
+
+void ThreadService::Stop() {
+  {
+    std::lock_guard lock(entries_mu_);
+    stopping_ = true;
+  }
+  if (server_.joinable()) server_.join();
+  std::unique_lock lock(entries_mu_);
+  while (!running_.empty()) {
+    if (!entry_done_.wait_for(lock, kEntryWaitWarning, [&] { return running_.empty(); })) {
+      spdlog::warn("tocl: shutting down: waiting for {} entry thread(s) to return",
+                   running_.size());
+    }
+  }
+  std::vector<std::thread> done;
+  done.swap(finished_);
+  lock.unlock();
+  for (std::thread& thread : done) thread.join();
+}
+
+// --- the service ----------------------------------------------------------------
+
+void ThreadService::Serve() {
+  const Selector requests{Gid(), kSpawnThreadRequestTag};
+  for (;;) {
+    auto request = impl_.ReceiveOn(*service_, requests, Clock::time_point::max(), {});
+    if (!request.ok()) {
+      // Cancelled: the runtime is shutting down.
+      if (request.status().code() != StatusCode::kCancelled) {
+        spdlog::error("tocl: the spawn service stops: {}", request.status().ToString());
+      }
+      return;
+    }
+    Handle(std::move(*request));
+    JoinFinished();
+  }
+}
+
+void ThreadService::Handle(Buffer message) {
+  const Gid source = message.source();
+  // Replies go to a reply mailbox; anything else is not a request of ours.
+  if (!source.is_thread() || !IsInternalThread(source) || source.thread_index() == kServiceThread) {
+    spdlog::debug("tocl: spawn service: ignoring a message from {}", source.ToString());
+    return;
+  }
+  SpawnReply reply;
+  std::optional<Launch> launch;
+  auto request = DecodeSpawnRequest(message.span(), reply.id);
+  if (!request.ok()) {
+    spdlog::warn("tocl: spawn service: a bad request from {}: {}", source.ToString(),
+                 request.status().ToString());
+    reply.status = request.status();
+  } else if (!request->spawner.is_thread() || request->spawner.process() != source.process()) {
+    reply.status =
+        InvalidArgument(fmt::format("the spawner {} is not a thread of {}",
+                                    request->spawner.ToString(), source.process().ToString()));
+  } else if (auto fn = FindEntry(request->entry); !fn) {
+    reply.status = NotFound(fmt::format("process {} has no entry named '{}' (registered: {})",
+                                        impl_.process.ToString(), request->entry,
+                                        EntryNames(kMaxNamesInError)));
+  } else {
+    // Enrolled before the reply leaves: the spawner may send to it at once.
+    const std::string name(request->entry);
+    auto self = impl_.EnrollThread(
+        name, Attributes{{"entry", name}, {"spawner", request->spawner.ToString()}});
+    if (self.ok()) {
+      reply.thread = *self;
+      launch = Launch{*self, request->spawner,
+                      std::vector<std::byte>(request->payload.begin(), request->payload.end()),
+                      std::move(*fn)};
+    } else {
+      reply.status = self.status();
+    }
+  }
+  const std::vector<std::byte> bytes = EncodeSpawnReply(reply);
+  message.Release();  // before sending: the pool may be at its cap
+  Status sent = impl_.SendCopy(ServiceOf(impl_.process), source, kSpawnThreadReplyTag, bytes);
+  if (!sent.ok()) {
+    spdlog::debug("tocl: spawn service: no reply to {}: {}", source.ToString(), sent.ToString());
+  }
+  if (launch) StartEntry(std::move(*launch));
+}
+
+void ThreadService::StartEntry(Launch launch) {
+  const Gid self = launch.self;
+  std::lock_guard lock(entries_mu_);
+  if (stopping_) {
+    impl_.LeaveThread(self);
+    return;
+  }
+  const uint64_t key = next_entry_++;
+  try {
+    // Under entries_mu_: the thread files itself as finished under it too,
+    // so it is in running_ before it can look.
+    running_.emplace(key, std::thread([this, key, launch = std::move(launch)]() mutable {
+                       RunEntry(key, std::move(launch));
+                     }));
+  } catch (const std::system_error& error) {
+    spdlog::error("tocl: cannot start thread {}: {}", self.ToString(), error.what());
+    impl_.LeaveThread(self);
+  }
+}
+
+void ThreadService::RunEntry(uint64_t key, Launch launch) {
+  const Gid self = launch.self;
+  {
+    ThreadContext context{*runtime_, self, launch.spawner, std::move(launch.payload)};
+    try {
+      launch.fn(context);
+    } catch (const std::exception& error) {
+      spdlog::error("tocl: the entry of thread {} threw: {}", self.ToString(), error.what());
+    } catch (...) {
+      spdlog::error("tocl: the entry of thread {} threw", self.ToString());
+    }
+    launch.fn = nullptr;  // its captures go while the runtime is certainly alive
+  }
+  impl_.LeaveThread(self);
+  std::lock_guard lock(entries_mu_);
+  auto node = running_.extract(key);
+  finished_.push_back(std::move(node.mapped()));
+  entry_done_.notify_all();
+}
+
+void ThreadService::JoinFinished() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard lock(entries_mu_);
+    done.swap(finished_);
+  }
+  for (std::thread& thread : done) thread.join();
+}
+
+// --- the caller -------------------------------------------------------------------
+
+Result<Mailbox*> ThreadService::AcquireReplyMailbox() {
+  std::lock_guard lock(calls_mu_);
+  if (!free_replies_.empty()) {
+    Mailbox* mailbox = free_replies_.back();
+    free_replies_.pop_back();
+    return mailbox;
+  }
+  if (replies_made_ == kReplyMailboxes) {
+    return ResourceExhausted(
+        fmt::format("{} SpawnThread calls of this process are waiting already", kReplyMailboxes));
+  }
+  return impl_.NewInternalMailbox(kFirstInternalThread + replies_made_++);
+}
+
+void ThreadService::ReleaseReplyMailbox(Mailbox* mailbox) {
+  // A late reply (after a timeout) must not linger, holding a buffer.
+  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) impl_.ReleaseReceived(stale);
+  std::lock_guard lock(calls_mu_);
+  pending_.erase(mailbox);
+  free_replies_.push_back(mailbox);
+}
+
+void ThreadService::FailPending(Gid scope, const Status& why) {
+  std::lock_guard lock(calls_mu_);
+  for (auto& [mailbox, call] : pending_) {
+    const bool inside = scope.is_process() ? call.process == scope : call.process.host() == scope;
+    if (!inside || !call.failure.ok()) continue;
+    call.failure = why;
+    mailbox->Wake();
+  }
+}
+
+Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view entry,
+                                       std::span<const std::byte> payload,
+                                       std::chrono::milliseconds timeout) {
+  if (!process.is_process()) {
+    return InvalidArgument(fmt::format("spawn thread: {} is not a process id", process.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(ValidateEntryName(entry));
+  const size_t max_payload = impl_.ShortMaxPayload() - kSpawnThreadOverhead;
+  if (payload.size() > max_payload) {
+    return InvalidArgument(fmt::format(
+        "spawn thread: a payload of {} bytes is larger than one message allows ({} bytes)",
+        payload.size(), max_payload));
+  }
+  const auto deadline = Clock::now() + timeout;
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, AcquireReplyMailbox());
+  struct Release {
+    ThreadService& service;
+    Mailbox* mailbox;
+    ~Release() { service.ReleaseReplyMailbox(mailbox); }
+  } release{*this, mailbox};
+  {
+    std::lock_guard lock(calls_mu_);
+    pending_[mailbox] = Pending{process, Status::Ok()};
+  }
+  SpawnRequest request;
+  request.id = next_request_.fetch_add(1, std::memory_order_relaxed);
+  request.spawner = from;
+  request.entry = entry;
+  request.payload = payload;
+  const Gid service = ServiceOf(process);
+  TOCL_RETURN_IF_ERROR(
+      impl_.SendCopy(mailbox->gid(), service, kSpawnThreadRequestTag, EncodeSpawnRequest(request)));
+
+  auto failure = [&] {
+    std::lock_guard lock(calls_mu_);
+    return pending_[mailbox].failure;
+  };
+  const Selector replies{service, kSpawnThreadReplyTag};
+  for (;;) {
+    auto message = impl_.ReceiveOn(*mailbox, replies, deadline, failure);
+    if (!message.ok()) {
+      if (message.status().code() == StatusCode::kDeadlineExceeded) {
+        return DeadlineExceeded(fmt::format(
+            "process {} did not answer the request to start '{}' within {} ms (the thread may "
+            "still start)",
+            process.ToString(), entry, timeout.count()));
+      }
+      return message.status();
+    }
+    auto reply = DecodeSpawnReply(message->span());
+    if (!reply.ok() || reply->id != request.id) continue;  // a late reply to an earlier call
+    if (!reply->status.ok()) return reply->status;
+    if (reply->thread.process() != process) {
+      return Internal(fmt::format("process {} answered with a thread of another process ({})",
+                                  process.ToString(), reply->thread.ToString()));
+    }
+    return reply->thread;
+  }
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,102 @@
+// SpawnThread, both ends: the spawn service every runtime runs (a thread
+// serving the internal mailbox at kServiceThread: it enrolls a thread,
+// starts the registered entry on it and replies) and the caller's side (a
+// request from a private reply mailbox, the reply awaited there).
+//
+// Latency: the request and reply are ordinary messages over the data plane
+// (shm on one host, tcp between hosts); the caller polls the networks itself
+// while it waits for the reply, and the service replies before anything else
+// (the entry thread is already running then).
+//
+// Threading: SpawnThread and FailPending from any thread; Start and Stop
+// from Runtime::Start and Runtime::Impl::Shutdown.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/mailbox.h"
+#include "tocl/buffer.h"
+#include "tocl/entry.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+class ThreadService {
+ public:
+  explicit ThreadService(Runtime::Impl& impl) : impl_(impl) {}
+  ~ThreadService();
+  ThreadService(const ThreadService&) = delete;
+  ThreadService& operator=(const ThreadService&) = delete;
+
+  // Creates the service mailbox: requests that arrive before Start wait in
+  // it. Before the endpoints are published.
+  void Open();
+  // Starts serving; entries get `runtime` in their ThreadContext.
+  void Start(Runtime& runtime);
+  // The service thread ends (the runtime is shutting down and has woken the
+  // mailboxes); waits for every entry thread to return and joins it.
+  void Stop();
+
+  Result<Gid> SpawnThread(Gid from, Gid process, std::string_view entry,
+                          std::span<const std::byte> payload, std::chrono::milliseconds timeout);
+
+  // Calls waiting for a reply from `scope` (a process, or every process of
+  // a host) end with `why` at once.
+  void FailPending(Gid scope, const Status& why);
+
+ private:
+  struct Pending {
+    Gid process;
+    Status failure;  // set by FailPending
+  };
+
+  // An enrolled thread whose entry is to start.
+  struct Launch {
+    Gid self;
+    Gid spawner;
+    std::vector<std::byte> payload;
+    Entry fn;
+  };
+
+  void Serve();
+  void Handle(Buffer request);
+  // Starts the thread (after the reply left: thread creation is off the
+  // spawner's path). One that cannot start leaves at once, as if its entry
+  // had returned: its watchers hear of it.
+  void StartEntry(Launch launch);
+  void RunEntry(uint64_t key, Launch launch);
+  void JoinFinished();
+
+  Result<Mailbox*> AcquireReplyMailbox();
+  void ReleaseReplyMailbox(Mailbox* mailbox);
+
+  Runtime::Impl& impl_;
+  Runtime* runtime_ = nullptr;  // set by Start
+  Mailbox* service_ = nullptr;  // owned by the thread table
+  std::thread server_;
+  std::atomic<uint64_t> next_request_{1};
+
+  std::mutex calls_mu_;
+  std::vector<Mailbox*> free_replies_;             // guarded by calls_mu_
+  uint32_t replies_made_ = 0;                      // guarded by calls_mu_
+  std::unordered_map<Mailbox*, Pending> pending_;  // guarded by calls_mu_
+
+  std::mutex entries_mu_;
+  std::condition_variable entry_done_;
+  bool stopping_ = false;                    // guarded by entries_mu_
+  uint64_t next_entry_ = 1;                  // guarded by entries_mu_
+  std::map<uint64_t, std::thread> running_;  // guarded by entries_mu_
+  std::vector<std::thread> finished_;        // guarded by entries_mu_: to join
+};
+
+}  // namespace tocl::runtime

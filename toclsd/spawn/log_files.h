@@ -1,0 +1,48 @@
+// The stdout and stderr files of spawned processes: <dir>/<gid>.out and
+// <gid>.err (e.g. /var/lib/tocl/logs/h2.p5.out), created when the process is
+// spawned and kept after it exits (`tocl logs h2.p5`). Process ids are never
+// reused while the directory database lives, so a name is never reused
+// either; a file left by an older database is truncated.
+//
+// Thread-safe (no state besides the directory's path).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/posix.h"
+#include "tocl/directory/v1/directory.pb.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl::daemon::spawn {
+
+namespace pb = ::tocl::directory::v1;
+
+class LogFiles {
+ public:
+  // Creates `dir` (0750) if needed.
+  static Result<LogFiles> Open(std::string dir);
+
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(Gid process, pb::LogStream stream) const;
+
+  // Creates (0640, truncated, append-only) both files of `process`: stdout
+  // and stderr, close-on-exec (the spawner dup2s them into the child).
+  Result<std::pair<Fd, Fd>> Create(Gid process) const;
+
+  // Up to `max_bytes` of the file from `offset` (nothing past the end), and
+  // the file's size. NotFound when `process` has no such file.
+  struct Chunk {
+    std::string data;
+    uint64_t size = 0;
+  };
+  Result<Chunk> Read(Gid process, pb::LogStream stream, uint64_t offset, size_t max_bytes) const;
+
+ private:
+  explicit LogFiles(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+}  // namespace tocl::daemon::spawn

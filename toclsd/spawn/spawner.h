@@ -1,0 +1,105 @@
+// The daemon's ProcessControl: starts programs on this host for
+// SpawnProcess (posix_spawn, with the pre-assigned Gid in the environment and
+// stdout/stderr to log files), waits until they enroll, supervises them and
+// records how they end, sends them signals and reads their logs.
+//
+// Threading: the ProcessControl methods run on gRPC handler threads, at
+// the same time; OnReaped on the supervisor's thread. Every piece of child
+// state is guarded by mu_.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "service/process_control.h"
+#include "spawn/log_files.h"
+#include "spawn/supervisor.h"
+#include "store/store.h"
+
+namespace tocl::daemon::spawn {
+
+struct SpawnerOptions {
+  std::string state_dir;    // logs go to <state_dir>/logs; default working directory
+  std::string socket_path;  // the daemon's unix socket, given to children as TOCL_DAEMON
+};
+
+class Spawner final : public directory::ProcessControl {
+ public:
+  static Result<std::unique_ptr<Spawner>> Start(directory::Store& store, SpawnerOptions options);
+  ~Spawner() override;  // stops reaping; running children are left running
+
+  // The daemon is stopping: spawns in progress return Unavailable and
+  // stream-end waits end now.
+  void BeginShutdown();
+
+  Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
+                                         std::chrono::milliseconds enroll_timeout) override;
+  Status Kill(Gid process, int signal) override;
+  Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request) override;
+  bool OnEnrolled(Gid process) override;
+  bool OnStreamEnded(Gid process, uint64_t epoch, std::string_view reason) override;
+
+ private:
+  // A child of this daemon, from just before it starts until it is reaped
+  // and its exit recorded.
+  struct Child {
+    Gid gid;
+    std::string program;
+    pid_t pid = 0;            // 0 until posix_spawn returned
+    Fd pidfd;                 // for signals: names this process, never a reused pid
+    bool enrolled = false;    // it enrolled (OnEnrolled)
+    bool recorded = false;    // reaped, and its exit written to the store
+    std::string exit_text;    // "exited with status 3", once reaped
+    std::string kill_reason;  // why the daemon killed it, if it did
+    // Its enroll stream ended: it is marked exited when reaped, or at
+    // `deadline` if it has not been reaped by then (StreamEndLoop).
+    struct StreamEnd {
+      uint64_t epoch;
+      std::string reason;
+      std::chrono::steady_clock::time_point deadline;
+      bool marked = false;  // StreamEndLoop marked it (without a status)
+    };
+    std::optional<StreamEnd> stream_end;
+  };
+
+  Spawner(directory::Store& store, SpawnerOptions options, LogFiles logs);
+  void OnReaped(pid_t pid, int wait_status);
+  // Marks exited the children whose stream ended and that were not reaped
+  // within kReapWait; at stop, all of them at once.
+  void StreamEndLoop();
+  // The stream-end marking of `child`, outside mu_ (taken, released and
+  // taken again around the store write).
+  void MarkStreamEndedLocked(std::unique_lock<std::mutex>& lock, Child& child);
+  // Starts the program for the reserved `child`; its pid, or why not.
+  Result<pid_t> StartChild(const pb::SpawnProcessRequest& request, Gid gid, const std::string& path,
+                           const std::string& working_directory, const std::string& token,
+                           const Fd& stdout_file, const Fd& stderr_file);
+  // Forgets a child that never started and marks its row exited.
+  Status Abandon(const std::shared_ptr<Child>& child, const Status& why);
+
+  directory::Store& store_;
+  const SpawnerOptions options_;
+  const LogFiles logs_;
+
+  std::mutex mu_;
+  // A child enrolled, was recorded, or its stream ended; stopping_.
+  std::condition_variable changed_;
+  // Shared by the maps and the threads waiting on the child (Spawn,
+  // OnStreamEnded), which may outlive its entries.
+  std::map<Gid, std::shared_ptr<Child>> by_gid_;    // guarded by mu_
+  std::map<pid_t, std::shared_ptr<Child>> by_pid_;  // guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
+
+  std::thread stream_end_thread_;           // runs StreamEndLoop
+  std::unique_ptr<Supervisor> supervisor_;  // last: its thread calls OnReaped
+};
+
+}  // namespace tocl::daemon::spawn
