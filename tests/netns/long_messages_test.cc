@@ -41,6 +41,11 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRunTimeout = seconds(90);
 
 std::unique_ptr<NetnsCluster> MustCreate(NetnsClusterOptions options = {}) {
+  // These tests cut network 0, which also carries the daemons' heartbeats:
+  // with the default 3 s the hosts would see each other go down and fail
+  // the sends (cluster_test.cc tests that). Here it is the data plane's
+  // failover that is under test, so the daemons wait longer.
+  options.daemon_args = {"--down-after", "60"};
   auto cluster = NetnsCluster::Create(std::move(options));
   INFO("NetnsCluster::Create -> " << cluster.status().ToString());
   REQUIRE(cluster.ok());

@@ -151,7 +151,7 @@ class Store {
   // change when it changes, replicated like every own change).
   Status SetOwnAddress(std::string_view address);
   // Deletes the oldest changes so that about `keep` remain (at most
-  // kTrimBatch per call, so the writer is never held long); returns how many
+  // 100,000 per call, so the writer is never held long); returns how many
   // went. A replica whose progress is older than TrimmedThrough() gets a
   // snapshot instead of the changes.
   Result<uint64_t> TrimChangeLog(uint64_t keep);

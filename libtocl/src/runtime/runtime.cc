@@ -732,7 +732,7 @@ Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
     // connect_timeout) while its process runs. The runtime's own mailboxes
     // are never registered: their process's lookup (ResolvePeerLocked) is
     // all there is to check.
-    if (!runtime::IsInternalThread(to)) TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
+    TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
     std::unique_lock lock(dest_mu);
     auto& peer = peers[to.process().raw()];
     if (!peer) peer = std::make_unique<SendPeer>(to.process());
@@ -750,31 +750,51 @@ Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
 Status Runtime::Impl::AwaitRegistration(Gid to) {
   const auto deadline = Clock::now() + options.connect_timeout;
   auto delay = std::chrono::milliseconds(1);
+  // The runtime's own mailboxes are never registered: their process is all
+  // there is to wait for.
+  const bool internal = runtime::IsInternalThread(to);
+  // Another host's processes reach this host's daemon by replication, a
+  // few milliseconds after they enrolled there: a Gid handed over faster
+  // than that (a reply, a spawn's result) names a process not known here
+  // yet. Only this host's daemon may say "no such process" at once.
+  const bool remote = to.host() != process.host();
   for (;;) {
     TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
-    auto thread = Lookup(to);
-    if (thread.ok()) {
-      if (thread->state == EntityState::kExited) {
-        return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
+    if (!internal) {
+      auto thread = Lookup(to);
+      if (thread.ok()) {
+        if (thread->state == EntityState::kExited) {
+          return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
+        }
+        return UnreachableStatus(*thread);
       }
-      return UnreachableStatus(*thread);
-    }
-    if (thread.status().code() != StatusCode::kNotFound) {
-      return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
+      if (thread.status().code() != StatusCode::kNotFound) {
+        return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
+      }
     }
     auto owner = Lookup(to.process());
-    if (!owner.ok()) {
-      if (owner.status().code() == StatusCode::kNotFound) {
-        return NotFound(fmt::format("no process {}", to.process().ToString()));
-      }
+    const bool owner_unknown = !owner.ok() && owner.status().code() == StatusCode::kNotFound;
+    if (!owner.ok() && !owner_unknown) {
       return owner.status().WithContext(fmt::format("look up {}", to.process().ToString()));
     }
-    if (owner->state == EntityState::kExited) {
-      return FailedPrecondition(
-          fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
+    if (owner_unknown && !remote) {
+      return NotFound(fmt::format("no process {}", to.process().ToString()));
     }
-    TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
+    if (owner.ok()) {
+      if (owner->state == EntityState::kExited) {
+        return FailedPrecondition(
+            fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
+      }
+      TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
+      if (internal) return Status::Ok();
+    }
     if (Clock::now() + delay > deadline) {
+      if (owner_unknown) {
+        return NotFound(
+            fmt::format("no process {}: the daemon of this host has not heard of it "
+                        "within {} ms",
+                        to.process().ToString(), options.connect_timeout.count()));
+      }
       return NotFound(
           fmt::format("no thread {}: its process runs but has not registered it", to.ToString()));
     }

@@ -297,7 +297,9 @@ int main(int argc, char** argv) {
   if (*exec) return ExecBaseline(program, count);
 
   RegisterEntries();
-  auto runtime = tocl::Runtime::Start({.name = "cluster-worker"});
+  tocl::RuntimeOptions runtime_options;
+  runtime_options.name = "cluster-worker";
+  auto runtime = tocl::Runtime::Start(runtime_options);
   if (!runtime.ok()) return Fail("start", runtime.status());
   auto self = (*runtime)->EnrollThread("main");
   if (!self.ok()) return Fail("enroll", self.status());
