@@ -135,7 +135,9 @@ Status RunClusterDirectoryBench(const ClusterDirectoryBenchOptions& options, Rep
   // and h3 carry it (their rows are committed then: a query sees them).
   Watcher watchers[2];
   for (int i = 0; i < 2; ++i) TOCL_RETURN_IF_ERROR(StartWatcher(*clients[i + 1], watchers[i]));
-  TOCL_ASSIGN_OR_RETURN(auto probe, clients[0]->Enroll({.name = "propagation-probe"}));
+  EnrollOptions probe_options;
+  probe_options.name = "propagation-probe";
+  TOCL_ASSIGN_OR_RETURN(auto probe, clients[0]->Enroll(probe_options));
   std::vector<double> after_return, after_call, call, round_p99;
   uint32_t next_thread = 1;
   Status propagation_status;
@@ -190,8 +192,9 @@ Status RunClusterDirectoryBench(const ClusterDirectoryBenchOptions& options, Rep
   const uint64_t per_host = options.threads / kHosts;
   std::vector<std::unique_ptr<ProcessSession>> sessions;
   for (int h = 1; h <= kHosts; ++h) {
-    TOCL_ASSIGN_OR_RETURN(auto session,
-                          clients[h - 1]->Enroll({.name = fmt::format("filler-h{}", h)}));
+    EnrollOptions filler;
+    filler.name = fmt::format("filler-h{}", h);
+    TOCL_ASSIGN_OR_RETURN(auto session, clients[h - 1]->Enroll(filler));
     sessions.push_back(std::move(session));
   }
   fmt::print(stderr, "directory --cluster: registering {} threads on each of {} hosts\n", per_host,

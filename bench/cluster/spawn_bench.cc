@@ -50,6 +50,13 @@ Result<std::vector<double>> Samples(NetnsCluster& cluster, int host, std::vector
   return samples;
 }
 
+// Runs the baseline and the measured case of a round, in the given order.
+template <typename Baseline, typename Measured>
+Status Interleaved(bool baseline_first, Baseline& baseline, Measured& measured) {
+  TOCL_RETURN_IF_ERROR(baseline_first ? baseline() : measured());
+  return baseline_first ? measured() : baseline();
+}
+
 struct Pair {
   std::vector<double> measured_p50, baseline_p50, measured_p99, ratios;
 };
@@ -109,13 +116,7 @@ Status RunSpawnBench(const SpawnBenchOptions& options, Report& report) {
                                            "thread", "us"));
       return Status::Ok();
     };
-    if (baseline_first) {
-      TOCL_RETURN_IF_ERROR(run_ping());
-      TOCL_RETURN_IF_ERROR(run_spawn());
-    } else {
-      TOCL_RETURN_IF_ERROR(run_spawn());
-      TOCL_RETURN_IF_ERROR(run_ping());
-    }
+    TOCL_RETURN_IF_ERROR(Interleaved(baseline_first, run_ping, run_spawn));
     Record(threads, spawn, ping);
     fmt::print(stderr, "spawn: round {} threads p50 {:.0f} us (round trip {:.0f} us)\n", round,
                Median(spawn), Median(ping));
@@ -136,13 +137,7 @@ Status RunSpawnBench(const SpawnBenchOptions& options, Report& report) {
                            "spawned", "us"));
       return Status::Ok();
     };
-    if (baseline_first) {
-      TOCL_RETURN_IF_ERROR(run_exec());
-      TOCL_RETURN_IF_ERROR(run_process());
-    } else {
-      TOCL_RETURN_IF_ERROR(run_process());
-      TOCL_RETURN_IF_ERROR(run_exec());
-    }
+    TOCL_RETURN_IF_ERROR(Interleaved(baseline_first, run_exec, run_process));
     Record(processes, process, exec);
     fmt::print(stderr, "spawn: round {} processes p50 {:.1f} ms (exec {:.1f} ms)\n", round,
                Median(process) / 1000, Median(exec) / 1000);

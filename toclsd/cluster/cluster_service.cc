@@ -178,6 +178,17 @@ grpc::Status ClusterService::Replicate(grpc::ServerContext* context,
     const uint64_t head_before = store_.head_seq();
     Result<std::vector<pb::ChangeEvent>> events = store_.OwnChangesSince(since, kBatchEvents);
     if (!events.ok()) return ToGrpcStatus(events.status());
+    // The trimmer may have passed a replica that fell behind mid-stream
+    // (checked after the read: a trim before or during it shows here). The
+    // replica must start over and get a snapshot, not skip the gap.
+    Result<uint64_t> trimmed_now = store_.TrimmedThrough();
+    if (!trimmed_now.ok()) return ToGrpcStatus(trimmed_now.status());
+    if (since < *trimmed_now) {
+      spdlog::info("replica {} fell behind the trimmed log (seq {} < {}): ending its stream",
+                   replica.ToString(), since, *trimmed_now);
+      return Refuse(grpc::StatusCode::UNAVAILABLE,
+                    "the change log was trimmed past this stream: reconnect for a snapshot");
+    }
     if (!events->empty()) {
       pb::ReplicationBatch batch;
       size_t bytes = 0;

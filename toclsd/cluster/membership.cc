@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "tocl/entity.h"
+
 namespace tocl::daemon::cluster {
 namespace {
 
@@ -70,15 +72,31 @@ void Membership::Stop() {
   }
   wake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& link : retired_) links.push_back(std::move(link));
+    retired_.clear();
+  }
   // Each link cancels its calls in flight before it joins its threads.
   links.clear();
 }
 
 bool Membership::UpsertLocked(const directory::MemberRow& row, bool first_hand,
                               std::unique_ptr<MemberLink>& replaced) {
+  if (row.address.size() > kMaxMemberAddressBytes ||
+      (!row.name.empty() && !ValidateName("member", row.name).ok()) ||
+      (!row.address.empty() && row.address.find_first_of(" \t\r\n") != std::string::npos)) {
+    spdlog::warn("member {} with a malformed name or address ignored", row.host.ToString());
+    return false;
+  }
   auto it = peers_.find(row.host);
   if (it == peers_.end()) {
     if (row.address.empty()) return false;  // cannot be reached yet
+    if (peers_.size() >= static_cast<size_t>(kMaxMembers)) {
+      spdlog::warn("member {} at {} ignored: this daemon keeps at most {} members",
+                   row.host.ToString(), row.address, kMaxMembers);
+      return false;
+    }
     Peer& peer = peers_[row.host];
     peer.row = row;
     // Also when learned second hand: a member that is actually down is
@@ -134,8 +152,9 @@ bool Membership::HeardFrom(const pb::Member& member) {
     std::lock_guard lock(mu_);
     if (stopping_) return true;
     record = UpsertLocked(row, /*first_hand=*/true, replaced);
+    if (replaced) retired_.push_back(std::move(replaced));
   }
-  if (replaced) replaced->Stop();
+  wake_.notify_all();
   if (record) Record({row});
   return true;
 }
@@ -148,11 +167,12 @@ void Membership::Heard(Gid host) {
 
 void Membership::Learn(const google::protobuf::RepeatedPtrField<pb::Member>& members, Gid sender) {
   std::vector<directory::MemberRow> learned;
-  std::vector<std::unique_ptr<MemberLink>> replaced;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
+    int seen = 0;
     for (const pb::Member& member : members) {
+      if (++seen > kMaxMembers) break;  // a list longer than any cluster we keep
       const Gid host = Gid::FromRaw(member.host());
       // The sender's entry for itself is first hand, and its link must not
       // be replaced from its own thread.
@@ -160,10 +180,10 @@ void Membership::Learn(const google::protobuf::RepeatedPtrField<pb::Member>& mem
       directory::MemberRow row{host, member.name(), member.address()};
       std::unique_ptr<MemberLink> old;
       if (UpsertLocked(row, /*first_hand=*/false, old)) learned.push_back(row);
-      if (old) replaced.push_back(std::move(old));
+      if (old) retired_.push_back(std::move(old));
     }
   }
-  replaced.clear();  // stops them, outside the lock
+  wake_.notify_all();
   Record(learned);
 }
 
@@ -190,8 +210,16 @@ void Membership::Monitor() {
   auto last = Clock::now();
   std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, tick, [this] { return stopping_; });
+    wake_.wait_for(lock, tick, [this] { return stopping_ || !retired_.empty(); });
     if (stopping_) return;
+    if (!retired_.empty()) {
+      std::vector<std::unique_ptr<MemberLink>> retired = std::move(retired_);
+      retired_.clear();
+      lock.unlock();
+      retired.clear();  // cancels their calls, joins their threads
+      lock.lock();
+      if (stopping_) return;
+    }
     const auto now = Clock::now();
     // This daemon itself stalled (SIGSTOP, a swapped-out machine): nobody
     // could be heard meanwhile, so silence proves nothing about them.

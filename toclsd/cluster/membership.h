@@ -42,6 +42,11 @@ struct MembershipTiming {
   std::chrono::milliseconds replication_silence{3000};
 };
 
+// At most this many members are kept (each costs two threads); a heartbeat
+// listing more is read only this far.
+inline constexpr int kMaxMembers = 1024;
+inline constexpr size_t kMaxMemberAddressBytes = 256;
+
 class Membership {
  public:
   Membership(directory::Store& store, directory::MemberRow self, MembershipTiming timing);
@@ -95,6 +100,11 @@ class Membership {
   bool started_ = false;          // guarded by mu_
   bool stopping_ = false;         // guarded by mu_
   std::map<Gid, Peer> peers_;     // guarded by mu_; never this daemon
+  // Links replaced by a member's move, stopped by the monitor thread: a
+  // link's own thread that learns of a move must not join another link's
+  // threads (two links learning of each other's moves would wait for each
+  // other for ever).
+  std::vector<std::unique_ptr<MemberLink>> retired_;  // guarded by mu_
 
   std::thread monitor_;
 };

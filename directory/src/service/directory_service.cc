@@ -392,11 +392,17 @@ Result<Gid> DirectoryService::TargetProcess(uint64_t raw, std::string_view threa
   return gid;
 }
 
-void DirectoryService::AwaitReplica(Gid gid) {
+void DirectoryService::AwaitReplica(Gid gid,
+                                    std::chrono::system_clock::time_point caller_deadline) {
   // The caller is about to use the Gid (send to it, watch it) through this
   // daemon's replica, which learns of the new process a few milliseconds
-  // after its own daemon answered.
-  const auto deadline = std::chrono::steady_clock::now() + kReplicaWait;
+  // after its own daemon answered. Never past the caller's own deadline.
+  const auto caller_left = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      caller_deadline - std::chrono::system_clock::now() - std::chrono::milliseconds(50));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::max(std::chrono::steady_clock::duration::zero(),
+               std::min<std::chrono::steady_clock::duration>(kReplicaWait, caller_left));
   uint64_t seen = store_.head_seq();
   while (!store_.Lookup(gid).ok()) {
     if (std::chrono::steady_clock::now() >= deadline || shutting_down()) {
@@ -419,6 +425,12 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
         InvalidArgument(fmt::format("enroll_timeout_ms {} is over {} (10 minutes)",
                                     request->enroll_timeout_ms(), kMaxEnrollTimeoutMs)));
   }
+  if (const Gid parent = Gid::FromRaw(request->parent());
+      !parent.is_null() && !parent.is_thread()) {
+    // The child reads it as Runtime::parent(), a thread it may send to.
+    return ToGrpcStatus(InvalidArgument(fmt::format(
+        "parent {} is not a thread id (the spawning thread, or none)", parent.ToString())));
+  }
   Result<Gid> host = ChooseHost(store_, *request);
   if (!host.ok()) return ToGrpcStatus(host.status());
   std::chrono::milliseconds enroll_timeout =
@@ -435,7 +447,7 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
         DaemonStubs::ForwardContext(*context, store_.host(), enroll_timeout + kForwardTimeout);
     grpc::Status forwarded_status =
         FromDaemon(*host, (*stub)->SpawnProcess(call.get(), forwarded, response));
-    if (forwarded_status.ok()) AwaitReplica(Gid::FromRaw(response->gid()));
+    if (forwarded_status.ok()) AwaitReplica(Gid::FromRaw(response->gid()), context->deadline());
     return forwarded_status;
   }
 

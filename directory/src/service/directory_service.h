@@ -81,7 +81,7 @@ class DirectoryService final : public pb::Directory::Service {
 
   // Waits (bounded) until `gid` is in the local store: a process spawned on
   // another host, which the caller will look up here next.
-  void AwaitReplica(Gid gid);
+  void AwaitReplica(Gid gid, std::chrono::system_clock::time_point caller_deadline);
 
   Store& store_;
   ProcessControl* const control_;  // not owned; may be null

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <vector>
@@ -196,6 +197,49 @@ Result<bool> HostReachable(Database& db, Gid host) {
   bool reachable = !row || stmt->ColumnInt(0) != 0;
   stmt->Reset();
   return reachable;
+}
+
+Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, size_t max,
+                                                 bool own_only) {
+  TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
+  std::vector<pb::ChangeEvent> events;
+  {
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
+                          db.Cached(own_only ? "SELECT seq, gid, op, at_us FROM changes "
+                                               "WHERE seq > ?1 AND origin = 0 ORDER BY seq LIMIT ?2"
+                                             : "SELECT seq, gid, op, at_us FROM changes "
+                                               "WHERE seq > ?1 ORDER BY seq LIMIT ?2"));
+    stmt->Bind(1, static_cast<int64_t>(std::min<uint64_t>(since, INT64_MAX)))
+        .Bind(2, static_cast<int64_t>(max));
+    for (;;) {
+      TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
+      if (!row) break;
+      pb::ChangeEvent& event = events.emplace_back();
+      event.set_seq(static_cast<uint64_t>(stmt->ColumnInt(0)));
+      event.set_gid(GidFromStored(stmt->ColumnInt(1)).raw());
+      event.set_op(static_cast<pb::ChangeOp>(stmt->ColumnInt(2)));
+      event.set_at_us(stmt->ColumnInt(3));
+    }
+  }
+  for (pb::ChangeEvent& event : events) {
+    const Gid gid = Gid::FromRaw(event.gid());
+    Result<pb::Entity> entity = LoadEntity(db, gid);
+    if (entity.status().code() == StatusCode::kNotFound) {
+      // An entity a snapshot removed (its origin lost its database) keeps
+      // its old change rows: it reads as exited. (Never one of this host's
+      // own: only replicated rows are removed.)
+      pb::Entity& gone = *event.mutable_entity();
+      gone.set_gid(gid.raw());
+      gone.set_kind(gid.is_host() ? pb::HOST : gid.is_process() ? pb::PROCESS : pb::THREAD);
+      gone.set_state(pb::EXITED);
+      gone.set_exit_reason("no longer exists: its host's database was replaced");
+      continue;
+    }
+    TOCL_RETURN_IF_ERROR(entity.status());
+    *event.mutable_entity() = std::move(*entity);
+  }
+  TOCL_RETURN_IF_ERROR(txn.Commit());
+  return events;
 }
 
 }  // namespace tocl::directory

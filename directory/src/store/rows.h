@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "store/schema.h"
 #include "store/sqlite.h"
@@ -53,5 +54,11 @@ Result<bool> HostReachable(Database& db, Gid host);
 // The entity with its attributes (and endpoints, for processes). State is
 // UNREACHABLE for a running entity whose host is down.
 Result<pb::Entity> LoadEntity(Database& db, Gid gid);
+
+// Up to `max` changes with seq > since, oldest first, each with its entity
+// as it is now, read in one transaction of `db`. `own_only`: this host's own
+// changes (what replicas pull), not the replicated ones.
+Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, size_t max,
+                                                 bool own_only);
 
 }  // namespace tocl::directory

@@ -44,7 +44,20 @@ Result<Gid> AssignLocalHostId(Database& db, uint32_t wanted) {
 }
 
 // The caller must hold the token of a running process on this host.
-Status CheckOwner(Database& db, Gid process, std::string_view token) {
+// Replicated rows of other hosts' processes have no token (NULL, read as
+// empty): an empty token never matches, and another host's process is
+// refused before its row is read, so nobody writes on behalf of another
+// host's processes through this daemon.
+Status CheckOwner(Database& db, Gid host, Gid process, std::string_view token) {
+  if (process.host() != host) {
+    return PermissionDenied(fmt::format(
+        "process {} belongs to host {}; only its own daemon ({}) "
+        "takes writes for it, this is {}",
+        process.ToString(), process.host().ToString(), process.host().ToString(), host.ToString()));
+  }
+  if (token.empty()) {
+    return PermissionDenied(fmt::format("no session token for process {}", process.ToString()));
+  }
   TOCL_ASSIGN_OR_RETURN(
       ScopedStatement stmt,
       db.Cached("SELECT state, session_token, exit_reason FROM processes WHERE gid = ?1"));
@@ -225,7 +238,7 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t
   }
   uint64_t epoch = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
-    TOCL_RETURN_IF_ERROR(CheckOwner(db, gid, token));
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, host_, gid, token));
     int64_t recorded = 0;
     {
       TOCL_ASSIGN_OR_RETURN(ScopedStatement read,
@@ -281,7 +294,7 @@ Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& reques
   }
   uint64_t seq = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
-    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, host_, process, request.session_token()));
     // The statements are fetched once per batch: a thousand threads, three
     // statements each, is the writer's hottest loop.
     TOCL_ASSIGN_OR_RETURN(
@@ -339,7 +352,7 @@ Result<uint64_t> Store::UnregisterThreads(const pb::UnregisterThreadsRequest& re
   TOCL_RETURN_IF_ERROR(ValidateName("exit reason", reason));
   uint64_t seq = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
-    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, host_, process, request.session_token()));
     TOCL_ASSIGN_OR_RETURN(ScopedStatement mark,
                           db.Cached("UPDATE threads SET state = 2, exited_at_us = ?2, "
                                     "exit_reason = ?3 WHERE gid = ?1 AND state = 1"));
@@ -367,7 +380,7 @@ Result<uint64_t> Store::PublishEndpoint(const pb::PublishEndpointRequest& reques
   TOCL_RETURN_IF_ERROR(ValidateEndpoint(request.endpoint()));
   uint64_t seq = 0;
   TOCL_RETURN_IF_ERROR(writer_->Run([&](Database& db) -> Status {
-    TOCL_RETURN_IF_ERROR(CheckOwner(db, process, request.session_token()));
+    TOCL_RETURN_IF_ERROR(CheckOwner(db, host_, process, request.session_token()));
     TOCL_ASSIGN_OR_RETURN(
         ScopedStatement upsert,
         db.Cached("INSERT INTO endpoints(process, subsystem, address) VALUES (?1, ?2, ?3) "
@@ -473,29 +486,7 @@ Result<pb::QueryResponse> Store::Query(std::string_view expression, uint32_t lim
 
 Result<std::vector<pb::ChangeEvent>> Store::ChangesSince(uint64_t since, size_t max) {
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
-  Database& db = lease.db();
-  TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement stmt,
-      db.Cached("SELECT seq, gid, op, at_us FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2"));
-  stmt->Bind(1, static_cast<int64_t>(std::min<uint64_t>(since, INT64_MAX)))
-      .Bind(2, static_cast<int64_t>(max));
-  std::vector<pb::ChangeEvent> events;
-  for (;;) {
-    TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
-    if (!row) break;
-    pb::ChangeEvent& event = events.emplace_back();
-    event.set_seq(static_cast<uint64_t>(stmt->ColumnInt(0)));
-    event.set_gid(GidFromStored(stmt->ColumnInt(1)).raw());
-    event.set_op(static_cast<pb::ChangeOp>(stmt->ColumnInt(2)));
-    event.set_at_us(stmt->ColumnInt(3));
-  }
-  stmt->Reset();
-  for (pb::ChangeEvent& event : events) {
-    TOCL_ASSIGN_OR_RETURN(*event.mutable_entity(), LoadEntity(db, Gid::FromRaw(event.gid())));
-  }
-  TOCL_RETURN_IF_ERROR(txn.Commit());
-  return events;
+  return ReadChanges(lease.db(), since, max, /*own_only=*/false);
 }
 
 Result<std::vector<std::pair<Gid, int64_t>>> Store::RunningProcesses() {

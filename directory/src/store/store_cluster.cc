@@ -102,7 +102,14 @@ Status CheckEvents(Gid origin, std::span<const pb::ChangeEvent> events) {
     }
     const bool reachability =
         event.op() == pb::CHANGE_OP_UNREACHABLE || event.op() == pb::CHANGE_OP_REACHABLE;
-    if (!reachability && event.entity().gid() != event.gid()) {
+    if (reachability) {
+      // Local observations of each daemon: never part of a replication
+      // stream (a snapshot would upsert the entity they carry).
+      return InvalidArgument(fmt::format("a {} change of {} in the replication stream of {}",
+                                         pb::ChangeOp_Name(event.op()), gid.ToString(),
+                                         origin.ToString()));
+    }
+    if (event.entity().gid() != event.gid()) {
       return InvalidArgument(fmt::format("the change of {} carries entity {}", gid.ToString(),
                                          Gid::FromRaw(event.entity().gid()).ToString()));
     }
@@ -244,15 +251,10 @@ Result<size_t> DeleteUnnamed(Database& db, uint64_t low, uint64_t high,
       TOCL_RETURN_IF_ERROR(endpoints->Bind(1, stored).Run());
     }
   }
-  // One scan of the log (it has no index on gid); rare: only an origin
-  // that lost its database has entities to delete.
-  TOCL_ASSIGN_OR_RETURN(
-      ScopedStatement purge,
-      db.Cached("DELETE FROM changes WHERE gid BETWEEN ?1 AND ?2 "
-                "AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.gid = changes.gid) "
-                "AND NOT EXISTS (SELECT 1 FROM processes WHERE processes.gid = changes.gid) "
-                "AND NOT EXISTS (SELECT 1 FROM threads WHERE threads.gid = changes.gid)"));
-  TOCL_RETURN_IF_ERROR(purge->Bind(1, stored_low).Bind(2, stored_high).Run());
+  // Their change-log rows stay: deleting the newest rows of the log would
+  // let SQLite hand their sequence numbers out again (seq is a rowid, not
+  // AUTOINCREMENT), and watchers past them would miss the new changes.
+  // Readers skip changes whose entity is gone (ReadChanges).
   return doomed.size();
 }
 
@@ -405,30 +407,7 @@ Status Store::SetOwnAddress(std::string_view address) {
 
 Result<std::vector<pb::ChangeEvent>> Store::OwnChangesSince(uint64_t since, size_t max) {
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
-  Database& db = lease.db();
-  TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
-  std::vector<pb::ChangeEvent> events;
-  {
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
-                          db.Cached("SELECT seq, gid, op, at_us FROM changes "
-                                    "WHERE seq > ?1 AND origin = 0 ORDER BY seq LIMIT ?2"));
-    stmt->Bind(1, static_cast<int64_t>(std::min<uint64_t>(since, INT64_MAX)))
-        .Bind(2, static_cast<int64_t>(max));
-    for (;;) {
-      TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
-      if (!row) break;
-      pb::ChangeEvent& event = events.emplace_back();
-      event.set_seq(static_cast<uint64_t>(stmt->ColumnInt(0)));
-      event.set_gid(GidFromStored(stmt->ColumnInt(1)).raw());
-      event.set_op(static_cast<pb::ChangeOp>(stmt->ColumnInt(2)));
-      event.set_at_us(stmt->ColumnInt(3));
-    }
-  }
-  for (pb::ChangeEvent& event : events) {
-    TOCL_ASSIGN_OR_RETURN(*event.mutable_entity(), LoadEntity(db, Gid::FromRaw(event.gid())));
-  }
-  TOCL_RETURN_IF_ERROR(txn.Commit());
-  return events;
+  return ReadChanges(lease.db(), since, max, /*own_only=*/true);
 }
 
 Result<std::vector<pb::Entity>> Store::OwnEntitiesAfter(Gid after, size_t max) {

@@ -6,6 +6,10 @@
 namespace tocl::runtime {
 namespace {
 
+// How many times a notice is offered to a full pool (each waits up to a
+// second for a buffer) before it is given up with a warning.
+constexpr int kDeliverAttempts = 30;
+
 std::string_view LevelName(Gid gid) {
   return gid.is_thread() ? "thread" : gid.is_process() ? "process" : "host";
 }
@@ -211,10 +215,31 @@ void Notifier::Deliver(const Fired& fired) {
   }
   const std::vector<std::byte> payload = EncodeExitNotice(fired.notice);
   Status status = hooks_.deliver(fired.watch.self, fired.notice.gid, fired.watch.tag, payload);
-  if (!status.ok()) {
+  // At the pool cap (each try waits up to a second for a buffer) the notice
+  // is tried again: it is the one event its watcher will ever get.
+  for (int attempt = 1; attempt < kDeliverAttempts && !Stopped() &&
+                        (status.code() == StatusCode::kResourceExhausted ||
+                         status.code() == StatusCode::kDeadlineExceeded);
+       ++attempt) {
+    status = hooks_.deliver(fired.watch.self, fired.notice.gid, fired.watch.tag, payload);
+  }
+  if (status.ok()) return;
+  // A watcher that left is the expected way to miss a notice; anything else
+  // is worth a warning.
+  const bool watcher_gone =
+      status.code() == StatusCode::kFailedPrecondition || status.code() == StatusCode::kNotFound;
+  if (watcher_gone) {
     spdlog::debug("tocl: exit notice for {} to {} dropped: {}", fired.notice.gid.ToString(),
                   fired.watch.self.ToString(), status.ToString());
+  } else {
+    spdlog::warn("tocl: exit notice for {} to {} could not be delivered: {}",
+                 fired.notice.gid.ToString(), fired.watch.self.ToString(), status.ToString());
   }
+}
+
+bool Notifier::Stopped() {
+  std::lock_guard lock(mu_);
+  return stopped_;
 }
 
 void Notifier::Stop() {

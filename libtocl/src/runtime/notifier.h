@@ -82,6 +82,8 @@ class Notifier {
   void Dispatch();
   void Deliver(const Fired& fired);
 
+  bool Stopped();
+
   const NotifierHooks hooks_;
   std::mutex mu_;
   std::condition_variable wake_;

@@ -506,12 +506,15 @@ Result<Buffer> Runtime::Impl::ReceiveOn(Mailbox& mailbox, Selector selector,
   detail::BufferSlot* slot = nullptr;
   Status failed;
   TOCL_RETURN_IF_ERROR(WaitOn(mailbox, deadline, true, [&](Mailbox& box) {
+    // A message that is there wins over a failure seen since it came (a
+    // reply sent just before its process exited).
+    slot = box.Take(selector);
+    if (slot != nullptr) return true;
     if (check) {
       failed = check();
       if (!failed.ok()) return true;
     }
-    slot = box.Take(selector);
-    return slot != nullptr;
+    return false;
   }));
   if (!failed.ok()) return failed;
   NoteReceived(slot);

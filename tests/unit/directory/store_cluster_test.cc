@@ -345,3 +345,69 @@ TEST_CASE("the recorded host id is read from a database before it is opened", "[
 
 }  // namespace
 }  // namespace tocl::directory
+
+namespace tocl::directory {
+namespace {
+
+TEST_CASE("nobody writes for another host's process through this daemon, with or without a token",
+          "[store][cluster]") {
+  TempDir dir;
+  auto origin = OpenHost(dir, 2);
+  auto replica = OpenHost(dir, 1);
+  const Enrollment remote = Enroll(*origin, "remote");
+  Replicate(*origin, *replica);
+  REQUIRE(replica->Lookup(remote.gid).ok());
+
+  pb::RegisterThreadsRequest request;
+  request.set_process(remote.gid.raw());
+  pb::ThreadRegistration* thread = request.add_threads();
+  thread->set_gid(Gid::Thread(remote.gid, 9).raw());
+  thread->set_name("intruder");
+  // An empty token once matched the NULL token of a replicated row.
+  CHECK(replica->RegisterThreads(request).status().code() == StatusCode::kPermissionDenied);
+  request.set_session_token(remote.session_token);  // even the right one: wrong daemon
+  CHECK(replica->RegisterThreads(request).status().code() == StatusCode::kPermissionDenied);
+
+  pb::PublishEndpointRequest endpoint;
+  endpoint.set_process(remote.gid.raw());
+  endpoint.mutable_endpoint()->set_subsystem("tcp");
+  endpoint.mutable_endpoint()->set_address("10.0.0.66:1");
+  CHECK(replica->PublishEndpoint(endpoint).status().code() == StatusCode::kPermissionDenied);
+  // Nothing was written: no own change names it.
+  auto own = replica->OwnChangesSince(0, 1000);
+  REQUIRE(own.ok());
+  for (const pb::ChangeEvent& event : *own) CHECK(Gid::FromRaw(event.gid()).host() == Gid::Host(1));
+  // And this host's own processes still need their token.
+  const Enrollment local = Enroll(*replica, "local");
+  pb::RegisterThreadsRequest tokenless;
+  tokenless.set_process(local.gid.raw());
+  pb::ThreadRegistration* mine = tokenless.add_threads();
+  mine->set_gid(Gid::Thread(local.gid, 1).raw());
+  mine->set_name("t1");
+  CHECK(replica->RegisterThreads(tokenless).status().code() == StatusCode::kPermissionDenied);
+}
+
+TEST_CASE("reachability changes are never part of a replication stream or a snapshot",
+          "[store][cluster]") {
+  TempDir dir;
+  auto replica = OpenHost(dir, 1);
+  auto origin = OpenHost(dir, 2);
+  const Enrollment local = Enroll(*replica, "local");
+  pb::ChangeEvent forged;
+  forged.set_seq(1);
+  forged.set_op(pb::CHANGE_OP_REACHABLE);
+  forged.set_gid(Gid::Host(2).raw());
+  forged.mutable_entity()->set_gid(local.gid.raw());  // would overwrite a local row
+  forged.mutable_entity()->set_kind(pb::PROCESS);
+  forged.mutable_entity()->set_name("forged");
+  std::vector<pb::ChangeEvent> events = {forged};
+  CHECK(replica->ApplyReplicated(Gid::Host(2), events, 1).code() == StatusCode::kInvalidArgument);
+  REQUIRE(replica->BeginSnapshot(Gid::Host(2)).ok());
+  CHECK(replica->ApplySnapshot(Gid::Host(2), events).code() == StatusCode::kInvalidArgument);
+  auto still = replica->Lookup(local.gid);
+  REQUIRE(still.ok());
+  CHECK(still->name() == "local");
+}
+
+}  // namespace
+}  // namespace tocl::directory
