@@ -208,5 +208,35 @@ TEST_CASE("a watch waiting for changes receives a new event promptly", "[integra
   }
 }
 
+TEST_CASE("a watcher that asks for exits only gets exits, past any number of other changes",
+          "[integration][watch]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const uint64_t before = REQUIRE_VALUE(client->Ping());
+  auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("filtered")));
+  const Gid process = session->gid();
+  // More than one page of the daemon's watch loop of changes it must skip.
+  for (uint32_t first = 1; first <= 3000; first += 1000) {
+    REQUIRE_OK(session->RegisterThreads(MakeThreads(process, first, 1000, "w", kWatched)));
+  }
+  const Gid leaving = Gid::Thread(process, 7);
+  REQUIRE_OK(session->UnregisterThreads(std::vector<Gid>{leaving}, "done"));
+
+  std::vector<ChangeEvent> events;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  Status status = client->Watch(
+      before,
+      [&](const ChangeEvent& event) {
+        events.push_back(event);
+        return false;  // the first one is enough: it must be the exit
+      },
+      [&] { return std::chrono::steady_clock::now() > deadline; }, {ChangeOp::kExited});
+  CHECK_OK(status);
+  REQUIRE(events.size() == 1);
+  CHECK(events.front().op == ChangeOp::kExited);
+  CHECK(events.front().gid == leaving);
+}
+
 }  // namespace
 }  // namespace tocl::testing

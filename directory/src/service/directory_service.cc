@@ -256,13 +256,25 @@ grpc::Status DirectoryService::Query(grpc::ServerContext*, const pb::QueryReques
 grpc::Status DirectoryService::Watch(grpc::ServerContext* context, const pb::WatchRequest* request,
                                      grpc::ServerWriter<pb::ChangeEvent>* writer) {
   uint64_t seq = request->since_seq();
+  uint32_t op_mask = 0;
+  for (int op : request->ops()) {
+    if (op < pb::CHANGE_OP_ADDED || op > pb::CHANGE_OP_REACHABLE) {
+      return ToGrpcStatus(InvalidArgument(fmt::format("unknown change operation {}", op)));
+    }
+    op_mask |= 1u << op;
+  }
   while (!context->IsCancelled() && !shutting_down()) {
-    Result<std::vector<pb::ChangeEvent>> events = store_.ChangesSince(seq, kWatchBatch);
+    // Read before the changes: every change up to it is in the result.
+    const uint64_t head_before = store_.head_seq();
+    Result<std::vector<pb::ChangeEvent>> events = store_.ChangesSince(seq, kWatchBatch, op_mask);
     if (!events.ok()) return ToGrpcStatus(events.status());
     for (const pb::ChangeEvent& event : *events) {
       if (!writer->Write(event)) return grpc::Status::OK;  // the watcher went away
       seq = event.seq();
     }
+    // A short page covered every change up to head_before, those the filter
+    // left out included: they are not read again.
+    if (events->size() < kWatchBatch) seq = std::max(seq, head_before);
     if (events->empty()) store_.WaitForChange(seq, std::chrono::steady_clock::now() + kWatchPoll);
   }
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down");

@@ -200,17 +200,20 @@ Result<bool> HostReachable(Database& db, Gid host) {
 }
 
 Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, size_t max,
-                                                 bool own_only) {
+                                                 bool own_only, uint32_t op_mask) {
   TOCL_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
   std::vector<pb::ChangeEvent> events;
   {
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
-                          db.Cached(own_only ? "SELECT seq, gid, op, at_us FROM changes "
-                                               "WHERE seq > ?1 AND origin = 0 ORDER BY seq LIMIT ?2"
-                                             : "SELECT seq, gid, op, at_us FROM changes "
-                                               "WHERE seq > ?1 ORDER BY seq LIMIT ?2"));
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement stmt,
+        db.Cached(own_only ? "SELECT seq, gid, op, at_us FROM changes "
+                             "WHERE seq > ?1 AND origin = 0 ORDER BY seq LIMIT ?2"
+                           : "SELECT seq, gid, op, at_us FROM changes "
+                             "WHERE seq > ?1 AND (?3 = 0 OR ((1 << op) & ?3) != 0) "
+                             "ORDER BY seq LIMIT ?2"));
     stmt->Bind(1, static_cast<int64_t>(std::min<uint64_t>(since, INT64_MAX)))
         .Bind(2, static_cast<int64_t>(max));
+    if (!own_only) stmt->Bind(3, int64_t{op_mask});
     for (;;) {
       TOCL_ASSIGN_OR_RETURN(bool row, stmt->Step());
       if (!row) break;

@@ -58,7 +58,8 @@ Result<pb::Entity> LoadEntity(Database& db, Gid gid);
 // Up to `max` changes with seq > since, oldest first, each with its entity
 // as it is now, read in one transaction of `db`. `own_only`: this host's own
 // changes (what replicas pull), not the replicated ones.
+// `op_mask`: bit (1 << op) set for each operation wanted; 0 = every one.
 Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, size_t max,
-                                                 bool own_only);
+                                                 bool own_only, uint32_t op_mask = 0);
 
 }  // namespace tocl::directory

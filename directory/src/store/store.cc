@@ -484,9 +484,10 @@ Result<pb::QueryResponse> Store::Query(std::string_view expression, uint32_t lim
   return response;
 }
 
-Result<std::vector<pb::ChangeEvent>> Store::ChangesSince(uint64_t since, size_t max) {
+Result<std::vector<pb::ChangeEvent>> Store::ChangesSince(uint64_t since, size_t max,
+                                                         uint32_t op_mask) {
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
-  return ReadChanges(lease.db(), since, max, /*own_only=*/false);
+  return ReadChanges(lease.db(), since, max, /*own_only=*/false, op_mask);
 }
 
 Result<std::vector<std::pair<Gid, int64_t>>> Store::RunningProcesses() {

@@ -104,7 +104,9 @@ class Store {
   Result<pb::QueryResponse> Query(std::string_view expression, uint32_t limit,
                                   std::string_view page_token);
   // Up to `max` events with seq > since, oldest first.
-  Result<std::vector<pb::ChangeEvent>> ChangesSince(uint64_t since, size_t max);
+  // `op_mask`: only these operations (bit 1 << op each); 0 = all.
+  Result<std::vector<pb::ChangeEvent>> ChangesSince(uint64_t since, size_t max,
+                                                    uint32_t op_mask = 0);
   // This host's processes recorded as running, with their OS pids.
   Result<std::vector<std::pair<Gid, int64_t>>> RunningProcesses();
 

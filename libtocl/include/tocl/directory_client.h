@@ -84,8 +84,9 @@ class DirectoryClient {
   // Streams change events with seq > since_seq to `on_event` until it returns
   // false, `stop` (when given) becomes true, or the stream fails. Blocks the
   // calling thread. Returns ok when stopped by the callback or `stop`.
+  // `ops`: only events with these operations (empty: all of them).
   Status Watch(uint64_t since_seq, const std::function<bool(const ChangeEvent&)>& on_event,
-               const std::function<bool()>& stop = {});
+               const std::function<bool()>& stop = {}, const std::vector<ChangeOp>& ops = {});
 
   // The latest pool statistics reported to this daemon (ReportPoolStats):
   // of `process`, or of every process that has reported when it is null

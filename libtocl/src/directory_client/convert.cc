@@ -173,4 +173,21 @@ void ToProto(const NetworkStats& in, size_t max_peers, pb::NetworkStats* out) {
   }
 }
 
+tocl::directory::v1::ChangeOp ToProto(ChangeOp op) {
+  namespace pb = tocl::directory::v1;
+  switch (op) {
+    case ChangeOp::kAdded:
+      return pb::CHANGE_OP_ADDED;
+    case ChangeOp::kUpdated:
+      return pb::CHANGE_OP_UPDATED;
+    case ChangeOp::kExited:
+      return pb::CHANGE_OP_EXITED;
+    case ChangeOp::kUnreachable:
+      return pb::CHANGE_OP_UNREACHABLE;
+    case ChangeOp::kReachable:
+      return pb::CHANGE_OP_REACHABLE;
+  }
+  return pb::CHANGE_OP_UNSPECIFIED;
+}
+
 }  // namespace tocl::client

@@ -11,6 +11,7 @@ namespace tocl::client {
 
 Entity FromProto(const tocl::directory::v1::Entity& entity);
 ChangeEvent FromProto(const tocl::directory::v1::ChangeEvent& event);
+tocl::directory::v1::ChangeOp ToProto(ChangeOp op);
 void ToProto(const Attributes& attributes,
              google::protobuf::RepeatedPtrField<tocl::directory::v1::Attribute>* out);
 ProcessPoolStats FromProto(const tocl::directory::v1::ProcessPoolStats& stats);

@@ -217,10 +217,11 @@ Result<std::vector<ProcessNetworkStats>> DirectoryClient::NetworkStats(Gid proce
 
 Status DirectoryClient::Watch(uint64_t since_seq,
                               const std::function<bool(const ChangeEvent&)>& on_event,
-                              const std::function<bool()>& stop) {
+                              const std::function<bool()>& stop, const std::vector<ChangeOp>& ops) {
   grpc::ClientContext context;
   client::pb::WatchRequest request;
   request.set_since_seq(since_seq);
+  for (ChangeOp op : ops) request.add_ops(client::ToProto(op));
   auto connection = impl_->connection.Get();
   auto reader = connection->directory->Watch(&context, request);
 

@@ -126,7 +126,10 @@ void DirectoryLink::WatchLoop(uint64_t since_seq) {
           if (events_.on_change) events_.on_change(event);
           return !stopping_.load();
         },
-        [&] { return stopping_.load(); });
+        [&] { return stopping_.load(); },
+        // Exits and hosts going down or coming back are all the runtime acts
+        // on; the cluster's registrations are not worth its CPU.
+        {ChangeOp::kExited, ChangeOp::kUnreachable, ChangeOp::kReachable});
     if (stopping_.load()) break;
     if (!status.ok()) {
       spdlog::debug("tocl: change stream: {} (retrying)", status.ToString());
