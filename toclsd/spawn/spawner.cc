@@ -199,6 +199,11 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   }
   supervisor_->Watch(pid, std::move(pidfd));
   spdlog::info("spawned {} '{}' as pid {}", gid.ToString(), path, pid);
+  // While the child loads (milliseconds): its enrollment then has nothing
+  // to write.
+  if (Status recorded = store_.RecordSpawnedPid(gid, pid); !recorded.ok()) {
+    spdlog::warn("recording the pid of {}: {}", gid.ToString(), recorded.ToString());
+  }
 
   std::unique_lock lock(mu_);
   changed_.wait_for(lock, enroll_timeout,

@@ -43,6 +43,18 @@ Result<Enrollment> Store::ReserveProcess(
   return enrollment;
 }
 
+Status Store::RecordSpawnedPid(Gid process, int64_t os_pid) {
+  return writer_->Run([&](Database& db) -> Status {
+    // Only while the child has not enrolled yet (which records it too).
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement set,
+        db.Cached("UPDATE processes SET os_pid = ?2 WHERE gid = ?1 AND os_pid = 0 AND state = 1"));
+    TOCL_RETURN_IF_ERROR(set->Bind(1, StoredGid(process)).Bind(2, os_pid).Run());
+    if (sqlite3_changes(db.get()) == 0) return Status::Ok();
+    return InsertChange(db, process, kOpUpdated, NowMicros());
+  });
+}
+
 Status Store::RecordExitStatus(Gid process, ExitStatus status) {
   if (!process.is_process()) {
     return InvalidArgument(fmt::format("{} is not a process id", process.ToString()));
