@@ -364,6 +364,35 @@ TEST_CASE("netns cluster: threads spawned in a running remote process, and their
              Catch::Contains("status not found") && Catch::Contains("nope"));
 }
 
+TEST_CASE("netns cluster: without the seed, lookups, queries, messaging and spawn go on",
+          "[netns][cluster][spawn]") {
+  TOCL_SKIP_WITHOUT_NETNS();
+  auto cluster = MustCreate(3);
+  REQUIRE(cluster->HostDaemon(1).Kill().ok());  // the seed
+  auto second = MustConnect(*cluster, 2);
+  // Host 2 spawns on host 3; the child says hello to its spawner on host 2
+  // and answers an echo (spawn-process does all of it).
+  LongWorker spawner =
+      MustStart(*cluster, 2, {"spawn-process", "--host", "3", "--program", kWorker}, "started");
+  const std::string output = MustFinish(spawner);
+  const auto spawned = ParseWorkerEvents(output, "spawned");
+  REQUIRE(spawned.size() == 1);
+  const Gid child = *Gid::Parse(spawned.front().Field("gid"));
+  CHECK(child.host() == Gid::Host(3));
+  CHECK(ParseWorkerEvents(output, "echo").size() == 1);
+  // Host 2's replica has host 3's rows; queries span the hosts still up.
+  CHECK(WaitUntil([&] { return StateOn(*second, child) == EntityState::kExited; }, seconds(10)));
+  auto processes = second->QueryAll("kind=process and host=h3");
+  REQUIRE(processes.ok());
+  CHECK_FALSE(processes->empty());
+  // The seed is seen down by the others, and comes back.
+  CHECK(WaitUntil([&] { return StateOn(*second, Gid::Host(1)) == EntityState::kUnreachable; },
+                  seconds(10)));
+  REQUIRE(cluster->HostDaemon(1).Start().ok());
+  CHECK(WaitUntil([&] { return StateOn(*second, Gid::Host(1)) == EntityState::kRunning; },
+                  seconds(15)));
+}
+
 TEST_CASE("netns cluster: bad spawn requests fail clearly", "[netns][cluster][spawn]") {
   TOCL_SKIP_WITHOUT_NETNS();
   auto cluster = MustCreate(2);
