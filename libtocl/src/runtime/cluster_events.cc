@@ -115,7 +115,7 @@ Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
   header.total = header.length;
   header.source = source.raw();
   header.destination = self.raw();
-  std::memcpy(slot->payload(), payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   Status status = DeliverLocal(slot);
   if (!status.ok()) slot->pool->Unref(slot);
   return status;

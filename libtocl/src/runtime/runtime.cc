@@ -1008,7 +1008,7 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
   TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * slot,
                         subsystem->pool().Get(class_index, AtCap::kWait, Clock::time_point::max()));
-  std::memcpy(slot->payload(), payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   slot->header().length = static_cast<uint32_t>(payload.size());
   Status status = PostSlot(from, to, tag, slot, Network::kFastest);
   if (!status.ok()) slot->pool->Unref(slot);

@@ -306,9 +306,8 @@ TEST_CASE("a host marked unreachable makes its running entities read UNREACHABLE
   CHECK(events[0].op() == pb::CHANGE_OP_UNREACHABLE);
   CHECK(events[0].gid() == Gid::Host(2).raw());
   // Reachability is this daemon's own view: never offered to replicas.
-  for (const pb::ChangeEvent& event : replica->OwnChangesSince(0, 100).value()) {
-    CHECK(event.op() != pb::CHANGE_OP_UNREACHABLE);
-  }
+  const std::vector<pb::ChangeEvent> own = replica->OwnChangesSince(0, 100).value();
+  for (const pb::ChangeEvent& event : own) CHECK(event.op() != pb::CHANGE_OP_UNREACHABLE);
 
   REQUIRE(replica->SetReachable(Gid::Host(2), true).message() == "");
   CHECK(replica->Lookup(running.gid).value().state() == pb::RUNNING);

@@ -223,7 +223,8 @@ class ShmRoute final : public Route {
     Descriptor desc;
     TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, desc, target));
     wire::EncodeHeader(header, target);
-    std::memcpy(target + wire::kHeaderBytes, payload.data(), payload.size());
+    // memcpy from the null data() of an empty span is undefined, even for 0 bytes.
+    if (!payload.empty()) std::memcpy(target + wire::kHeaderBytes, payload.data(), payload.size());
     Publish(desc);
     return Status::Ok();
   }
