@@ -56,6 +56,13 @@ std::unique_ptr<NetnsCluster> MustCreate(
   return std::move(cluster).value();
 }
 
+// A child that runs until the test closes its stdin.
+SpawnOptions HoldingStdin() {
+  SpawnOptions options;
+  options.pipe_stdin = true;
+  return options;
+}
+
 std::unique_ptr<DirectoryClient> MustConnect(NetnsCluster& cluster, int host) {
   auto client = DirectoryClient::Connect(cluster.DaemonSocket(host));
   INFO("connect to host " << host << ": " << client.status().ToString());
@@ -126,7 +133,7 @@ TEST_CASE("netns cluster: three daemons join with stable ids and replicate thous
         cluster->Spawn(h,
                        {kEnrollWorker, "--daemon", cluster->DaemonSocket(h), "--threads", "1500",
                         "--batch", "500", "--name", fmt::format("filler-{}", h), "--hold"},
-                       {}, SpawnOptions{.pipe_stdin = true});
+                       {}, HoldingStdin());
     REQUIRE(process.ok());
     enrollers.push_back(std::move(*process));
   }
