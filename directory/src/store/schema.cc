@@ -123,6 +123,11 @@ Status ConfigureConnection(Database& db, int64_t cache_kib) {
   // the WAL at every commit, so an acknowledged write survives a crash of
   // the daemon and of the machine; group commit (writer.h) pays for it once
   // per batch of writes, not once per write.
+  // The busy timeout first: even a connection that finds WAL already set
+  // takes a lock to read the journal mode, and a reader opened while the
+  // writer checkpoints would otherwise fail at once with "database is
+  // locked" (seen with sixteen processes verifying their registrations).
+  TOCL_RETURN_IF_ERROR(db.Exec("PRAGMA busy_timeout=10000"));
   TOCL_ASSIGN_OR_RETURN(Statement wal, db.Prepare("PRAGMA journal_mode=WAL"));
   TOCL_ASSIGN_OR_RETURN(bool row, wal.Step());
   if (!row || wal.ColumnText(0) != "wal") {

@@ -137,8 +137,16 @@ Status Runtime::Impl::Open() {
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
   events.on_change = [this](const ChangeEvent& event) { OnChange(event); };
-  events.pool_stats = [this] { return PoolStats(); };
-  events.network_stats = [this] { return Networks(); };
+  // The registrar reports from its own thread, which starts with the link,
+  // before the networks below are opened: until they are, there is nothing
+  // to report (and `rails` is still being filled).
+  events.pool_stats = [this] {
+    return networks_open.load(std::memory_order_acquire) ? PoolStats()
+                                                         : std::vector<PoolClassStats>{};
+  };
+  events.network_stats = [this] {
+    return networks_open.load(std::memory_order_acquire) ? Networks() : std::vector<NetworkStats>{};
+  };
   TOCL_ASSIGN_OR_RETURN(
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
@@ -168,6 +176,7 @@ Status Runtime::Impl::Open() {
   if (shm != nullptr && rails.size() == 1) {
     reactor->SetWakeHook([subsystem = shm] { subsystem->WakeSleeper(); });
   }
+  networks_open.store(true, std::memory_order_release);
   for (auto& rail : rails) {
     TOCL_RETURN_IF_ERROR(link->PublishEndpoint(rail->spec.name, rail->published)
                              .WithContext(fmt::format("publish the {} endpoint", rail->spec.name)));

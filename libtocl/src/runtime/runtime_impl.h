@@ -232,6 +232,7 @@ struct Runtime::Impl final {
   runtime::ThreadTable threads;
   std::atomic<uint32_t> next_thread{1};
   std::atomic<size_t> unexpected_bytes{0};
+  std::atomic<bool> networks_open{false};  // release/acquire: `rails` is complete
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> shut_down{false};
   std::mutex shutdown_mu;
