@@ -36,16 +36,6 @@ std::string Text(const grpc::Status& status) {
   return status.ok() ? "OK" : Describe(status);
 }
 
-DaemonOptions ClusterOptions(const std::string& name, std::vector<std::string> extra_args = {}) {
-  DaemonOptions options;
-  options.listen = "127.0.0.1:0";
-  options.host_name = name;
-  options.heartbeat_interval_seconds = 0.2;
-  options.down_after_seconds = 1.0;
-  options.extra_args = std::move(extra_args);
-  return options;
-}
-
 // A loopback port kept for a test's whole life, so that a daemon restarts
 // at the same address: bound (not listening) with SO_REUSEPORT, which gRPC
 // also sets on its listeners, so the daemon can bind it too and nobody else
@@ -77,7 +67,7 @@ class HeldPort {
 
 std::unique_ptr<Daemon> StartSeed(std::vector<std::string> extra_args = {},
                                   std::string listen = "127.0.0.1:0") {
-  DaemonOptions options = ClusterOptions("seed", std::move(extra_args));
+  DaemonOptions options = LoopbackClusterMember("seed", std::move(extra_args));
   options.seed = true;
   options.listen = std::move(listen);
   auto daemon = std::make_unique<Daemon>(options);
@@ -89,7 +79,7 @@ std::unique_ptr<Daemon> StartJoiner(Daemon& seed, const std::string& name,
                                     std::vector<std::string> extra_args = {}) {
   Result<std::string> seed_address = seed.tcp_address();
   REQUIRE(seed_address.status().message() == "");
-  DaemonOptions options = ClusterOptions(name, std::move(extra_args));
+  DaemonOptions options = LoopbackClusterMember(name, std::move(extra_args));
   options.join = {*seed_address};
   auto daemon = std::make_unique<Daemon>(options);
   REQUIRE(daemon->Start().message() == "");
@@ -218,7 +208,7 @@ TEST_CASE("a daemon that asks for a host id another daemon holds is refused",
   auto second = StartJoiner(*seed, "second");
   REQUIRE(HostIdOf(*second) == Gid::Host(2));
 
-  DaemonOptions options = ClusterOptions("intruder");
+  DaemonOptions options = LoopbackClusterMember("intruder");
   options.join = {seed->tcp_address().value()};
   options.host_id = 2;
   Daemon intruder(options);
@@ -227,7 +217,7 @@ TEST_CASE("a daemon that asks for a host id another daemon holds is refused",
   CHECK_THAT(started.message(),
              Catch::Contains("host id h2 belongs to another daemon") && Catch::Contains("second"));
   // Without --host-id it is given the next free id.
-  DaemonOptions fixed = ClusterOptions("newcomer");
+  DaemonOptions fixed = LoopbackClusterMember("newcomer");
   fixed.join = options.join;
   fixed.state_dir = intruder.state_dir();
   Daemon newcomer(fixed);
@@ -237,7 +227,7 @@ TEST_CASE("a daemon that asks for a host id another daemon holds is refused",
 
 TEST_CASE("a new daemon gives up when no seed answers within the join timeout",
           "[integration][cluster]") {
-  DaemonOptions options = ClusterOptions("lonely", {"--join-timeout", "0.5"});
+  DaemonOptions options = LoopbackClusterMember("lonely", {"--join-timeout", "0.5"});
   options.join = {"127.0.0.1:1"};
   Daemon lonely(options);
   Status started = lonely.Start();

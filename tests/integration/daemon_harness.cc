@@ -57,4 +57,14 @@ Result<Gid> WorkerGid(const std::string& output) {
   return NotFound("the worker has not printed its gid yet");
 }
 
+DaemonOptions LoopbackClusterMember(const std::string& name, std::vector<std::string> extra_args) {
+  DaemonOptions options;
+  options.listen = "127.0.0.1:0";
+  options.host_name = name;
+  options.heartbeat_interval_seconds = 0.2;
+  options.down_after_seconds = 1.0;
+  options.extra_args = std::move(extra_args);
+  return options;
+}
+
 }  // namespace tocl::testing

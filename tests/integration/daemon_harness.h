@@ -58,4 +58,10 @@ std::vector<std::string> EnrollWorkerCommand(const std::string& address, const s
 // The process gid a worker printed ("gid h1.p5"), NotFound before it did.
 Result<Gid> WorkerGid(const std::string& output);
 
+// A daemon for a cluster on loopback: TCP on a port of its own
+// (127.0.0.1:0), fast failure detection (heartbeat 0.2 s, down after 1 s);
+// the caller adds --seed / --join in `extra_args` or the options.
+DaemonOptions LoopbackClusterMember(const std::string& name,
+                                    std::vector<std::string> extra_args = {});
+
 }  // namespace tocl::testing

@@ -598,23 +598,13 @@ TEST_CASE("a spawned program outlives a daemon restart and re-enrolls with its g
   CHECK(WaitUntil([&] { return ::kill(pid, 0) != 0; }, seconds(10)));
 }
 
-DaemonOptions ClusterMember(const std::string& name, std::vector<std::string> extra_args = {}) {
-  DaemonOptions options;
-  options.listen = "127.0.0.1:0";
-  options.host_name = name;
-  options.heartbeat_interval_seconds = 0.2;
-  options.down_after_seconds = 1.0;
-  options.extra_args = std::move(extra_args);
-  return options;
-}
-
 TEST_CASE("spawn, kill and logs are forwarded to the daemon of the chosen host",
           "[integration][spawn][cluster]") {
-  DaemonOptions seed_options = ClusterMember("seed");
+  DaemonOptions seed_options = LoopbackClusterMember("seed");
   seed_options.seed = true;
   Daemon seed(seed_options);
   REQUIRE_OK(seed.Start());
-  DaemonOptions joiner_options = ClusterMember("gpu-node", {"--attribute", "gpu=1"});
+  DaemonOptions joiner_options = LoopbackClusterMember("gpu-node", {"--attribute", "gpu=1"});
   joiner_options.join = {REQUIRE_VALUE(seed.tcp_address())};
   Daemon joiner(joiner_options);
   REQUIRE_OK(joiner.Start());

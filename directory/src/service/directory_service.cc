@@ -380,16 +380,19 @@ Status DirectoryService::CheckTrustedCaller(const grpc::ServerContext& context,
   return allowed;
 }
 
-Result<pb::Directory::Stub*> DirectoryService::ForwardTarget(const grpc::ServerContext& context,
-                                                             Gid host) {
+template <typename Call>
+grpc::Status DirectoryService::Forward(const grpc::ServerContext& context, Gid host,
+                                       std::chrono::milliseconds timeout, const Call& call) {
   if (DaemonStubs::Forwarded(context)) {
     // The forwarding daemon thinks `host` is this one: its view is stale.
-    return FailedPrecondition(fmt::format(
+    return ToGrpcStatus(FailedPrecondition(fmt::format(
         "a request forwarded to {} is for host {}; the daemons disagree about the cluster",
-        store_.host().ToString(), host.ToString()));
+        store_.host().ToString(), host.ToString())));
   }
-  TOCL_ASSIGN_OR_RETURN(std::string address, DaemonAddress(store_, host));
-  return &daemons_.For(address);
+  Result<std::string> address = DaemonAddress(store_, host);
+  if (!address.ok()) return ToGrpcStatus(address.status());
+  auto client = DaemonStubs::ForwardContext(context, store_.host(), timeout);
+  return FromDaemon(host, call(daemons_.For(*address), client.get()));
 }
 
 Result<Gid> DirectoryService::TargetProcess(uint64_t raw, std::string_view thread_advice) {
@@ -450,15 +453,14 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
                                         : std::chrono::milliseconds(request->enroll_timeout_ms());
 
   if (*host != store_.host()) {
-    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, *host);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
     pb::SpawnProcessRequest forwarded = *request;
     forwarded.set_host(host->raw());
     forwarded.clear_where();
-    auto call =
-        DaemonStubs::ForwardContext(*context, store_.host(), enroll_timeout + kForwardTimeout);
     grpc::Status forwarded_status =
-        FromDaemon(*host, (*stub)->SpawnProcess(call.get(), forwarded, response));
+        Forward(*context, *host, enroll_timeout + kForwardTimeout,
+                [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
+                  return stub.SpawnProcess(client, forwarded, response);
+                });
     if (forwarded_status.ok()) AwaitReplica(Gid::FromRaw(response->gid()), context->deadline());
     return forwarded_status;
   }
@@ -494,10 +496,10 @@ grpc::Status DirectoryService::Kill(grpc::ServerContext* context, const pb::Kill
   }
   const Gid host = process->host();
   if (host != store_.host()) {
-    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, host);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    auto call = DaemonStubs::ForwardContext(*context, store_.host(), kForwardTimeout);
-    return FromDaemon(host, (*stub)->Kill(call.get(), *request, response));
+    return Forward(*context, host, kForwardTimeout,
+                   [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
+                     return stub.Kill(client, *request, response);
+                   });
   }
   if (control_ == nullptr) return Unimplemented(store_.host());
   return ToGrpcStatus(control_->Kill(*process, signal));
@@ -518,10 +520,10 @@ grpc::Status DirectoryService::ReadLog(grpc::ServerContext* context,
   }
   const Gid host = process->host();
   if (host != store_.host()) {
-    Result<pb::Directory::Stub*> stub = ForwardTarget(*context, host);
-    if (!stub.ok()) return ToGrpcStatus(stub.status());
-    auto call = DaemonStubs::ForwardContext(*context, store_.host(), kForwardTimeout);
-    return FromDaemon(host, (*stub)->ReadLog(call.get(), *request, response));
+    return Forward(*context, host, kForwardTimeout,
+                   [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
+                     return stub.ReadLog(client, *request, response);
+                   });
   }
   if (control_ == nullptr) return Unimplemented(store_.host());
   Result<pb::ReadLogResponse> read = control_->ReadLog(*request);

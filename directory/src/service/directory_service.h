@@ -65,9 +65,13 @@ class DirectoryService final : public pb::Directory::Service {
  private:
   // Ok when the caller may spawn/kill/read logs here (see peer_check.h).
   Status CheckTrustedCaller(const grpc::ServerContext& context, std::string_view what);
-  // The stub of `host`'s daemon for a call to forward; FailedPrecondition
-  // when `context`'s call was itself forwarded (one hop only).
-  Result<pb::Directory::Stub*> ForwardTarget(const grpc::ServerContext& context, Gid host);
+  // Makes `call(stub, client_context)` on `host`'s daemon with `timeout`
+  // (within the caller's deadline); the remote status comes back as
+  // "on hN: ...". FailedPrecondition when `context`'s call was itself
+  // forwarded (one hop only).
+  template <typename Call>
+  grpc::Status Forward(const grpc::ServerContext& context, Gid host,
+                       std::chrono::milliseconds timeout, const Call& call);
   // The process of a Kill or ReadLog, checked: a process id, or
   // InvalidArgument (for a thread: "h1.p2.t3 is a thread: <advice> h1.p2").
   static Result<Gid> TargetProcess(uint64_t raw, std::string_view thread_advice);
