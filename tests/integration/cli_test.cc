@@ -611,7 +611,12 @@ TEST_CASE("tocl networks prints the reported networks and their peers as tables 
                              {"frames_received", 0},
                              {"bytes_received", 0},
                              {"failures", 0},
-                             {"peers", json::array()}}));
+                             {"peers", json::array()},
+                             {"provider", ""},
+                             {"vi_cap", 0},
+                             {"vis_opened", 0},
+                             {"vis_closed", 0},
+                             {"vis", json::array()}}));
   CHECK(networks[1]["address"] == "31302e302e302e313a3431323334");
   CHECK(networks[1]["bytes_sent"] == uint64_t{3} << 30);
   CHECK(networks[1]["peers"] == json::array({{{"peer", "h2.p5"},
@@ -626,6 +631,116 @@ TEST_CASE("tocl networks prints the reported networks and their peers as tables 
                                               {"failed", true}}}));
   CHECK(networks[2]["address"] == "0a000101a012");
   CHECK(networks[2]["peers"][0]["bandwidth"] == 117.5e6);
+}
+
+// A shm network and a via network with two VIs (the runtime does not report
+// via networks yet: crafted like NetworkReport).
+std::vector<NetworkStats> ViaReport() {
+  std::vector<NetworkStats> report(2);
+  report[0].name = "shm";
+  report[0].kind = "shm";
+  report[1].name = "via.0";
+  report[1].kind = "via";
+  report[1].device = "eth0";
+  report[1].provider = "sockets";
+  report[1].vi_cap = 64;
+  report[1].vis_opened = 5;
+  report[1].vis_closed = 3;
+  report[1].vis = {{.peer = Gid::Process(1, 3),
+                    .class_bytes = 256,
+                    .state = "connected",
+                    .posted = 64,
+                    .credits = 60,
+                    .queued = 0,
+                    .sent = 10,
+                    .received = 12},
+                   {.peer = Gid::Process(2, 7),
+                    .class_bytes = 65536,
+                    .state = "connecting",
+                    .posted = 16,
+                    .credits = 0,
+                    .queued = 2,
+                    .sent = 0,
+                    .received = 0}};
+  return report;
+}
+
+TEST_CASE("tocl networks shows a via network's VI pool as tables and as JSON",
+          "[cli][network][via][integration]") {
+  Directory directory;
+  const std::string process = directory.process.ToString();
+  REQUIRE_OK(directory.session->ReportNetworkStats(ViaReport()));
+  REQUIRE(WaitUntil([&] { return directory.client->NetworkStats(directory.process).ok(); },
+                    std::chrono::seconds(10)));
+
+  CliRun networks = RunCli(directory.With({"networks", process}));
+  REQUIRE(networks.exit_code == 0);
+  REQUIRE(networks.err.empty());
+  const auto lines = Lines(networks.out);
+  INFO(networks.out);
+  // Networks; no peer table (no long messages); the via pools; their VIs.
+  REQUIRE(lines.size() == 10);
+  CheckCells(lines[0], lines[2], {{"NETWORK", "via.0 "}, {"KIND", "via "}, {"DEVICE", "eth0 "}});
+  REQUIRE(lines[3].empty());
+  REQUIRE(
+      std::regex_match(lines[4], std::regex("PROCESS +NETWORK +PROVIDER +VI_CAP +OPENED +CLOSED")));
+  CheckCells(lines[4], lines[5],
+             {{"PROCESS", process + " "},
+              {"NETWORK", "via.0 "},
+              {"PROVIDER", "sockets "},
+              {"VI_CAP", "64 "},
+              {"OPENED", "5 "},
+              {"CLOSED", "3"}});
+  REQUIRE(lines[6].empty());
+  REQUIRE(std::regex_match(lines[7], std::regex("PROCESS +NETWORK +PEER +CLASS +STATE +POSTED "
+                                                "+CREDITS +QUEUED +SENT +RECEIVED")));
+  CheckCells(lines[7], lines[8],
+             {{"PROCESS", process + " "},
+              {"NETWORK", "via.0 "},
+              {"PEER", "h1.p3 "},
+              {"CLASS", "256 B "},
+              {"STATE", "connected "},
+              {"POSTED", "64 "},
+              {"CREDITS", "60 "},
+              {"QUEUED", "0 "},
+              {"SENT", "10 "},
+              {"RECEIVED", "12"}});
+  CheckCells(lines[7], lines[9],
+             {{"PEER", "h2.p7 "},
+              {"CLASS", "64 KiB "},
+              {"STATE", "connecting "},
+              {"CREDITS", "0 "},
+              {"QUEUED", "2 "},
+              {"RECEIVED", "0"}});
+
+  CliRun json_run = RunCli(directory.With({"networks", "--json", process}));
+  REQUIRE(json_run.exit_code == 0);
+  const auto objects = JsonLines(json_run.out);
+  REQUIRE(objects.size() == 1);
+  const json& reported = objects[0]["networks"];
+  REQUIRE(reported.size() == 2);
+  CHECK(reported[0]["provider"] == "");
+  CHECK(reported[0]["vis"] == json::array());
+  CHECK(reported[1]["provider"] == "sockets");
+  CHECK(reported[1]["vi_cap"] == 64);
+  CHECK(reported[1]["vis_opened"] == 5);
+  CHECK(reported[1]["vis_closed"] == 3);
+  CHECK(reported[1]["vis"] == json::array({{{"peer", "h1.p3"},
+                                            {"class_bytes", 256},
+                                            {"state", "connected"},
+                                            {"posted", 64},
+                                            {"credits", 60},
+                                            {"queued", 0},
+                                            {"sent", 10},
+                                            {"received", 12}},
+                                           {{"peer", "h2.p7"},
+                                            {"class_bytes", 65536},
+                                            {"state", "connecting"},
+                                            {"posted", 16},
+                                            {"credits", 0},
+                                            {"queued", 2},
+                                            {"sent", 0},
+                                            {"received", 0}}}));
 }
 
 TEST_CASE("tocl networks exits 1 for a silent or unknown process, 2 for a bad id or no daemon",

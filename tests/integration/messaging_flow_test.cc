@@ -104,6 +104,11 @@ TEST_CASE("a sender to a receiver that does not receive is held back over tcp, a
   BackPressure("tcp");
 }
 
+TEST_CASE("a sender to a receiver that does not receive is held back over via, and nothing is lost",
+          "[integration][msg][via]") {
+  BackPressure("via");
+}
+
 // The application holds every message it receives until the pool is at its
 // cap: the sender waits (nothing fails, nothing is dropped), and once the
 // buffers go back, the rest arrives in order.
@@ -167,6 +172,11 @@ TEST_CASE("a receiver holding its buffers up to the pool cap holds a shm sender 
 TEST_CASE("a receiver holding its buffers up to the pool cap holds a tcp sender back, then drains",
           "[integration][msg][tcp][pool]") {
   HeldAtPoolCap("tcp");
+}
+
+TEST_CASE("a receiver holding its buffers up to the pool cap holds a via sender back, then drains",
+          "[integration][msg][via][pool]") {
+  HeldAtPoolCap("via");
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ void PingPong(const std::string& subsystems) {
   CHECK(WaitUntil([&] { return Subsystems(*client, ping.process()).size() == 1; }, seconds(10)));
   CHECK(Subsystems(*client, ping.process()) == std::vector<std::string>{subsystems});
   CHECK(Subsystems(*client, echo.process()) == std::vector<std::string>{subsystems});
-  if (subsystems == "tcp") CHECK(ShmSegmentsOf(ping.pid()).empty());
+  if (subsystems != "shm") CHECK(ShmSegmentsOf(ping.pid()).empty());
 
   Result<int> code = ping.child().Wait(seconds(120));
   INFO("ping output:\n" << ping.Output() << "\necho output:\n" << echo.Output());
@@ -77,6 +77,10 @@ TEST_CASE("threads of two processes ping-pong over shm", "[integration][msg][shm
 
 TEST_CASE("threads of two processes ping-pong over tcp", "[integration][msg][tcp]") {
   PingPong("tcp");
+}
+
+TEST_CASE("threads of two processes ping-pong over via", "[integration][msg][via]") {
+  PingPong("via");
 }
 
 // 64 threads on each side send `total / 2` messages each way to random
@@ -127,6 +131,12 @@ TEST_CASE(
   Stream("tcp", MessageCount(200'000, 40'000), 64);
 }
 
+TEST_CASE(
+    "64 threads in each of two processes stream to random peer threads over via, exactly once",
+    "[integration][msg][via]") {
+  Stream("via", MessageCount(200'000, 40'000), 64);
+}
+
 // Four threads on each side stream messages of random sizes up to the
 // short maximum: frames bigger than a tcp read, shm buffers of every class.
 void LargeMessages(const std::string& subsystems) {
@@ -165,6 +175,11 @@ TEST_CASE("messages of every size up to the short maximum arrive intact over shm
 TEST_CASE("messages of every size up to the short maximum arrive intact over tcp",
           "[integration][msg][tcp]") {
   LargeMessages("tcp");
+}
+
+TEST_CASE("messages of every size up to the short maximum arrive intact over via",
+          "[integration][msg][via]") {
+  LargeMessages("via");
 }
 
 // A process sends and exits at once (Shutdown flushes): everything it sent
@@ -207,6 +222,11 @@ TEST_CASE("messages sent just before a process exits all arrive over shm",
 TEST_CASE("messages sent just before a process exits all arrive over tcp",
           "[integration][msg][tcp]") {
   SentBeforeExit("tcp");
+}
+
+TEST_CASE("messages sent just before a process exits all arrive over via",
+          "[integration][msg][via]") {
+  SentBeforeExit("via");
 }
 
 // A shm segment has room for 64 sending processes (its channels). More

@@ -3,6 +3,8 @@
 // read with GetNetworkStats.
 #include "tocl/network_stats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -47,9 +49,37 @@ NetworkStats Network(std::string name, std::string kind, std::string device,
   return network;
 }
 
+ViStats Vi(Gid peer, uint32_t class_bytes, std::string state = "connected") {
+  return ViStats{.peer = peer,
+                 .class_bytes = class_bytes,
+                 .state = std::move(state),
+                 .posted = 64,
+                 .credits = 60,
+                 .queued = 3,
+                 .sent = (uint64_t{1} << 32) + 10,  // past 32 bits
+                 .received = 12};
+}
+
+// A via network with the VI pool `vis`.
+NetworkStats Via(std::string name, std::string provider, std::vector<ViStats> vis) {
+  NetworkStats network = Network(std::move(name), "via", "eth0");
+  network.provider = std::move(provider);
+  network.vi_cap = 64;
+  network.vis_opened = (uint64_t{7} << 32) + 1;
+  network.vis_closed = 40;
+  network.vis = std::move(vis);
+  return network;
+}
+
 bool SamePeer(const NetworkPeerStats& a, const NetworkPeerStats& b) {
   return a.peer == b.peer && a.bandwidth == b.bandwidth && a.fragments_sent == b.fragments_sent &&
          a.fragments_resent == b.fragments_resent && a.failed == b.failed;
+}
+
+bool SameVi(const ViStats& a, const ViStats& b) {
+  return a.peer == b.peer && a.class_bytes == b.class_bytes && a.state == b.state &&
+         a.posted == b.posted && a.credits == b.credits && a.queued == b.queued &&
+         a.sent == b.sent && a.received == b.received;
 }
 
 bool SameNetwork(const NetworkStats& a, const NetworkStats& b) {
@@ -57,7 +87,10 @@ bool SameNetwork(const NetworkStats& a, const NetworkStats& b) {
          a.frames_sent == b.frames_sent && a.bytes_sent == b.bytes_sent &&
          a.frames_received == b.frames_received && a.bytes_received == b.bytes_received &&
          a.failures == b.failures &&
-         std::equal(a.peers.begin(), a.peers.end(), b.peers.begin(), b.peers.end(), SamePeer);
+         std::equal(a.peers.begin(), a.peers.end(), b.peers.begin(), b.peers.end(), SamePeer) &&
+         a.provider == b.provider && a.vi_cap == b.vi_cap && a.vis_opened == b.vis_opened &&
+         a.vis_closed == b.vis_closed &&
+         std::equal(a.vis.begin(), a.vis.end(), b.vis.begin(), b.vis.end(), SameVi);
 }
 
 bool SameNetworks(const std::vector<NetworkStats>& a, const std::vector<NetworkStats>& b) {
@@ -85,6 +118,24 @@ pb::EnrollRequest RawReport(size_t networks, size_t peers, uint64_t frames_sent)
       peer->set_peer(Gid::Process(2, static_cast<uint32_t>(p + 1)).raw());
       peer->set_bandwidth(1e9);
     }
+  }
+  return request;
+}
+
+// A raw report of a tcp network "n0" and a via network "n1" with `vis` VIs
+// to h2.p1, h2.p2, ...; `frames_sent` marks it.
+pb::EnrollRequest RawViReport(size_t vis, uint64_t frames_sent) {
+  pb::EnrollRequest request = RawReport(2, 0, frames_sent);
+  pb::NetworkStats* via = request.mutable_network_stats()->mutable_networks(1);
+  via->set_kind("via");
+  via->set_provider("sockets");
+  via->set_vi_cap(64);
+  for (size_t v = 0; v < vis; ++v) {
+    pb::ViStats* vi = via->add_vis();
+    vi->set_peer(Gid::Process(2, static_cast<uint32_t>(v + 1)).raw());
+    vi->set_class_bytes(256);
+    vi->set_state("connected");
+    vi->set_credits(60);
   }
   return request;
 }
@@ -219,6 +270,77 @@ TEST_CASE("ReportNetworkStats refuses a report over the limits and leaves out ex
   CHECK_OK(session->Close());
 }
 
+TEST_CASE("a via network's VI pool round-trips through the daemon", "[network][via][integration]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("via")));
+
+  std::vector<ViStats> vis = {Vi(Gid::Process(2, 5), 256), Vi(Gid::Process(2, 5), 65536),
+                              Vi(Gid::Process(3, 1), uint32_t{1} << 20, "connecting")};
+  vis[1].posted = 0;
+  vis[1].credits = 0;
+  vis[1].queued = 0;
+  vis[2].state = "closing";
+  vis[2].sent = 0;
+  vis[2].received = std::numeric_limits<uint64_t>::max();
+  const std::vector<NetworkStats> report = {
+      Network("shm", "shm", ""), Via("via.0", "sockets", vis),
+      Via("via.1", "ibverbs", {}),  // a pool with no VI open
+  };
+  REQUIRE_OK(session->ReportNetworkStats(report));
+  REQUIRE(WaitUntil([&] { return Holds(*client, session->gid(), report); }, seconds(10)));
+  const auto networks = REQUIRE_VALUE(client->NetworkStats(session->gid()))[0].networks;
+  REQUIRE(networks.size() == 3);
+  // Not a via network: no via fields.
+  CHECK(networks[0].provider.empty());
+  CHECK(networks[0].vi_cap == 0);
+  CHECK(networks[0].vis.empty());
+  CHECK(networks[1].vis[2].state == "closing");
+  CHECK(networks[1].vis[2].received == std::numeric_limits<uint64_t>::max());
+  CHECK_OK(session->Close());
+}
+
+TEST_CASE("ReportNetworkStats refuses a bad VI and leaves out VIs past the limit",
+          "[network][via][integration]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  auto session = REQUIRE_VALUE(client->Enroll(ProcessNamed("via-limits")));
+  auto refused = [&](const ViStats& vi) {
+    const std::vector<NetworkStats> report = {
+        Via("via.0", "sockets", {Vi(Gid::Process(2, 1), 256), vi})};
+    return session->ReportNetworkStats(report).code() == StatusCode::kInvalidArgument;
+  };
+  const Gid peer = Gid::Process(2, 1);
+  CHECK(refused(Vi(Gid::Thread(2, 1, 1), 256)));
+  CHECK(refused(Vi(Gid::Host(2), 256)));
+  CHECK(refused(Vi(Gid(), 256)));
+  CHECK(refused(Vi(peer, 0)));
+  CHECK(refused(Vi(peer, 128)));
+  CHECK(refused(Vi(peer, 384)));  // not a power of two
+  CHECK(refused(Vi(peer, uint32_t{2} << 20)));
+  CHECK(refused(Vi(peer, 256, "")));
+  CHECK(refused(Vi(peer, 256, std::string(kMaxViStateBytes + 1, 's'))));
+  const std::vector<NetworkStats> long_provider = {Via("via.0", std::string(33, 'p'), {})};
+  CHECK(session->ReportNetworkStats(long_provider).code() == StatusCode::kInvalidArgument);
+
+  // VIs past the limit are left out (unchecked), the first (most recently
+  // used) ones kept; bounds are inclusive.
+  std::vector<ViStats> vis;
+  for (uint32_t v = 1; v <= kMaxVisPerReport + 10; ++v) {
+    vis.push_back(Vi(Gid::Process(2, v), v % 2 == 0 ? 256u : uint32_t{1} << 20,
+                     std::string(kMaxViStateBytes, 's')));
+  }
+  vis.back().peer = Gid::Host(2);  // left out, so not refused
+  const std::vector<NetworkStats> edge = {Via("via.0", std::string(32, 'p'), vis)};
+  REQUIRE_OK(session->ReportNetworkStats(edge));
+  std::vector<NetworkStats> expected = edge;
+  expected[0].vis.resize(kMaxVisPerReport);
+  CHECK(WaitUntil([&] { return Holds(*client, session->gid(), expected); }, seconds(10)));
+  CHECK_OK(session->Close());
+}
+
 TEST_CASE("the daemon ignores a network report over the limits with one log line",
           "[network][integration]") {
   Daemon daemon;
@@ -288,6 +410,82 @@ TEST_CASE("the daemon ignores a network report over the limits with one log line
   REQUIRE(raw.enrollment->Send(RawReport(1, 0, 5)));
   CHECK(WaitUntil([&] { return holds(5); }, seconds(10)));
   CHECK(REQUIRE_VALUE(client->Lookup(gid)).state == EntityState::kRunning);
+  CHECK(raw.enrollment->Goodbye().ok());
+}
+
+TEST_CASE("the daemon ignores a network report with a bad VI with one log line",
+          "[network][via][integration]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto stub = NewRawStub(daemon.address());
+  EnrollAttempt raw = RawEnroll(*stub, MakeRegister("bad-vi"));
+  REQUIRE(raw.status.ok());
+  const Gid gid = raw.enrollment->gid();
+  const std::string prefix = "process " + gid.ToString() + ": network statistics report ignored: ";
+  auto logged = [&](const std::string& line) {
+    return WaitUntil(
+        [&] { return daemon.LogTail(1 << 20).find(prefix + line) != std::string::npos; },
+        seconds(10));
+  };
+  auto holds = [&](uint64_t frames_sent, int vis) {
+    pb::GetNetworkStatsResponse response;
+    return RawGetNetworkStats(*stub, gid.raw(), &response).ok() && response.processes_size() == 1 &&
+           response.processes(0).networks_size() == 2 &&
+           response.processes(0).networks(0).frames_sent() == frames_sent &&
+           response.processes(0).networks(1).vis_size() == vis;
+  };
+
+  REQUIRE(raw.enrollment->Send(RawViReport(kMaxVisPerReport, 1)));
+  REQUIRE(WaitUntil([&] { return holds(1, static_cast<int>(kMaxVisPerReport)); }, seconds(10)));
+  {
+    pb::GetNetworkStatsResponse response;
+    REQUIRE(RawGetNetworkStats(*stub, gid.raw(), &response).ok());
+    const pb::NetworkStats& via = response.processes(0).networks(1);
+    CHECK(via.provider() == "sockets");
+    CHECK(via.vi_cap() == 64);
+    CHECK(via.vis(0).state() == "connected");
+    CHECK(via.vis(0).credits() == 60);
+  }
+
+  REQUIRE(raw.enrollment->Send(RawViReport(kMaxVisPerReport + 1, 2)));
+  CHECK(logged("network 1: 257 VIs (at most 256)"));
+  auto edited = [](auto edit) {
+    pb::EnrollRequest request = RawViReport(2, 3);
+    edit(*request.mutable_network_stats()->mutable_networks(1));
+    return request;
+  };
+  REQUIRE(raw.enrollment->Send(
+      edited([](pb::NetworkStats& n) { n.set_provider(std::string(33, 'p') + "\n"); })));
+  CHECK(logged("network 1: a provider name of 34 bytes (at most 32)"));
+  REQUIRE(raw.enrollment->Send(
+      edited([](pb::NetworkStats& n) { n.mutable_vis(1)->set_peer(Gid::Host(2).raw()); })));
+  CHECK(logged("network 1: the peer h2 of a VI is not a process id"));
+  REQUIRE(raw.enrollment->Send(
+      edited([](pb::NetworkStats& n) { n.mutable_vis(1)->set_peer(Gid::Thread(2, 2, 1).raw()); })));
+  CHECK(logged("network 1: the peer h2.p2.t1 of a VI is not a process id"));
+  for (uint32_t bad : {0u, 128u, 384u, 2u << 20}) {
+    REQUIRE(raw.enrollment->Send(
+        edited([&](pb::NetworkStats& n) { n.mutable_vis(1)->set_class_bytes(bad); })));
+    CHECK(
+        logged(fmt::format("network 1: a VI class of {} bytes to h2.p2 (a power of two, 256 to "
+                           "1048576)",
+                           bad)));
+  }
+  REQUIRE(
+      raw.enrollment->Send(edited([](pb::NetworkStats& n) { n.mutable_vis(1)->set_state(""); })));
+  CHECK(logged("network 1: a VI state of 0 bytes to h2.p2 (1 to 16)"));
+  REQUIRE(raw.enrollment->Send(edited(
+      [](pb::NetworkStats& n) { n.mutable_vis(1)->set_state(std::string(16, 's') + "\x1b"); })));
+  CHECK(logged("network 1: a VI state of 17 bytes to h2.p2 (1 to 16)"));
+  CHECK(holds(1, static_cast<int>(kMaxVisPerReport)));
+
+  // The bounds are inclusive, and the stream is still up.
+  REQUIRE(raw.enrollment->Send(edited([](pb::NetworkStats& n) {
+    n.set_provider(std::string(32, 'p'));
+    n.mutable_vis(0)->set_class_bytes(uint32_t{1} << 20);
+    n.mutable_vis(1)->set_state(std::string(16, 's'));
+  })));
+  CHECK(WaitUntil([&] { return holds(3, 2); }, seconds(10)));
   CHECK(raw.enrollment->Goodbye().ok());
 }
 

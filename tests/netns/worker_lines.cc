@@ -47,9 +47,10 @@ std::vector<WorkerEvent> ParseWorkerEvents(const std::string& output, const std:
 
 Result<LongWorker> LongWorker::Start(NetnsCluster& cluster, int host, std::vector<std::string> args,
                                      const std::string& ready_event, bool pipe_stdin,
-                                     std::chrono::milliseconds timeout) {
-  return Launch(cluster, host, kLongWorker, std::move(args),
-                {{"TOCL_NETWORKS", "tcp:eth0,tcp:eth1"}}, ready_event, pipe_stdin, timeout);
+                                     std::chrono::milliseconds timeout,
+                                     const std::string& networks) {
+  return Launch(cluster, host, kLongWorker, std::move(args), {{"TOCL_NETWORKS", networks}},
+                ready_event, pipe_stdin, timeout);
 }
 
 Result<LongWorker> LongWorker::StartProgram(NetnsCluster& cluster, int host,

@@ -39,15 +39,19 @@ std::vector<WorkerEvent> ParseWorkerEvents(const std::string& output, const std:
 
 class LongWorker {
  public:
-  // Starts tocl-long-worker with `args` in the host's namespace over the
-  // cluster's two tcp networks (TOCL_NETWORKS=tcp:eth0,tcp:eth1, no shm),
-  // and waits until it has printed `ready_event` (its pid and thread Gids
-  // are printed before). With `pipe_stdin`, Go() closes its stdin (the go
-  // signal). The error holds what it printed when it exits or does not get
-  // ready in time.
+  // The networks Start opens by default: the cluster's two tcp networks,
+  // no shm.
+  static constexpr const char* kTwoTcpNetworks = "tcp:eth0,tcp:eth1";
+
+  // Starts tocl-long-worker with `args` in the host's namespace over
+  // `networks` (TOCL_NETWORKS, e.g. "tcp:eth0,via:eth1"), and waits until it
+  // has printed `ready_event` (its pid and thread Gids are printed before).
+  // With `pipe_stdin`, Go() closes its stdin (the go signal). The error
+  // holds what it printed when it exits or does not get ready in time.
   static Result<LongWorker> Start(NetnsCluster& cluster, int host, std::vector<std::string> args,
                                   const std::string& ready_event, bool pipe_stdin = false,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  const std::string& networks = kTwoTcpNetworks);
 
   // The same for another program that prints such lines ("started pid=",
   // "gid thread= gid=", then `ready_event`), over the host's default networks.

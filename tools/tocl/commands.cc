@@ -244,10 +244,12 @@ int RunNetworks(const CommonOptions& options, const std::string& process) {
     return kExitOk;
   }
   NetworkTable(*reports).Print();
-  Table peers = NetworkPeerTable(*reports);
-  if (!peers.empty()) {
+  // The peers and the VI pools only when there are any, each after a blank line.
+  for (const Table& table :
+       {NetworkPeerTable(*reports), ViPoolTable(*reports), ViTable(*reports)}) {
+    if (table.empty()) continue;
     std::fputc('\n', stdout);
-    peers.Print();
+    table.Print();
   }
   return kExitOk;
 }

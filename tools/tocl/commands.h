@@ -38,8 +38,9 @@ int RunWatch(const CommonOptions& options, std::optional<uint64_t> since, uint64
 // reported.
 int RunPools(const CommonOptions& options, const std::string& process);
 
-// The network statistics processes reported to the daemon (networks, then
-// their peers), of one process or of every process that has reported.
+// The network statistics processes reported to the daemon (networks, their
+// peers, then the VI pools of via networks), of one process or of every
+// process that has reported.
 int RunNetworks(const CommonOptions& options, const std::string& process);
 
 }  // namespace tocl::cli

@@ -83,6 +83,19 @@ nlohmann::json NetworkStatsToJson(const ProcessNetworkStats& stats) {
           {"failed", peer.failed},
       });
     }
+    nlohmann::json vis = nlohmann::json::array();
+    for (const ViStats& vi : network.vis) {
+      vis.push_back({
+          {"peer", vi.peer.ToString()},
+          {"class_bytes", vi.class_bytes},
+          {"state", vi.state},
+          {"posted", vi.posted},
+          {"credits", vi.credits},
+          {"queued", vi.queued},
+          {"sent", vi.sent},
+          {"received", vi.received},
+      });
+    }
     networks.push_back({
         {"name", network.name},
         {"kind", network.kind},
@@ -94,6 +107,11 @@ nlohmann::json NetworkStatsToJson(const ProcessNetworkStats& stats) {
         {"bytes_received", network.bytes_received},
         {"failures", network.failures},
         {"peers", std::move(peers)},
+        {"provider", network.provider},
+        {"vi_cap", network.vi_cap},
+        {"vis_opened", network.vis_opened},
+        {"vis_closed", network.vis_closed},
+        {"vis", std::move(vis)},
     });
   }
   return {

@@ -33,9 +33,13 @@ nlohmann::json PoolStatsToJson(const ProcessPoolStats& stats);
 // One process's network statistics (`tocl networks --json`): "process",
 // "reported_at" and "networks", an array of objects with "name", "kind",
 // "device", "address" (lower-case hex), "frames_sent", "bytes_sent",
-// "frames_received", "bytes_received", "failures" and "peers", an array of
+// "frames_received", "bytes_received", "failures", "peers", an array of
 // {"peer", "bandwidth" (bytes/s, null when unknown), "fragments_sent",
-// "fragments_resent", "failed"}.
+// "fragments_resent", "failed"}, then the via fields: "provider", "vi_cap",
+// "vis_opened", "vis_closed" and "vis", an array of {"peer", "class_bytes",
+// "state", "posted", "credits", "queued", "sent", "received"}. Every network
+// has them ("", 0 and [] outside via networks) so that every object has the
+// same keys.
 nlohmann::json NetworkStatsToJson(const ProcessNetworkStats& stats);
 
 // Writes `value` on one line to `out`. Invalid UTF-8 in names or values is

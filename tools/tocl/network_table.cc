@@ -62,4 +62,48 @@ Table NetworkPeerTable(std::span<const ProcessNetworkStats> processes) {
   return table;
 }
 
+bool HasViPool(const NetworkStats& network) {
+  return network.kind == "via" || !network.provider.empty() || !network.vis.empty();
+}
+
+std::string FormatViClass(uint32_t class_bytes) {
+  constexpr std::array<std::string_view, 3> kUnits = {"B", "KiB", "MiB"};
+  size_t unit = 0;
+  uint32_t value = class_bytes;
+  while (unit + 1 < kUnits.size() && value >= 1024 && value % 1024 == 0) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{} {}", value, kUnits[unit]);
+}
+
+Table ViPoolTable(std::span<const ProcessNetworkStats> processes) {
+  Table table({"PROCESS", "NETWORK", "PROVIDER", "VI_CAP", "OPENED", "CLOSED"});
+  for (const ProcessNetworkStats& process : processes) {
+    for (const NetworkStats& network : process.networks) {
+      if (!HasViPool(network)) continue;
+      table.AddRow({process.process.ToString(), network.name, OrDash(network.provider),
+                    fmt::format("{}", network.vi_cap), fmt::format("{}", network.vis_opened),
+                    fmt::format("{}", network.vis_closed)});
+    }
+  }
+  return table;
+}
+
+Table ViTable(std::span<const ProcessNetworkStats> processes) {
+  Table table({"PROCESS", "NETWORK", "PEER", "CLASS", "STATE", "POSTED", "CREDITS", "QUEUED",
+               "SENT", "RECEIVED"});
+  for (const ProcessNetworkStats& process : processes) {
+    for (const NetworkStats& network : process.networks) {
+      for (const ViStats& vi : network.vis) {
+        table.AddRow({process.process.ToString(), network.name, vi.peer.ToString(),
+                      FormatViClass(vi.class_bytes), vi.state, fmt::format("{}", vi.posted),
+                      fmt::format("{}", vi.credits), fmt::format("{}", vi.queued),
+                      fmt::format("{}", vi.sent), fmt::format("{}", vi.received)});
+      }
+    }
+  }
+  return table;
+}
+
 }  // namespace tocl::cli

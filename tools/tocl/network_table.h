@@ -7,9 +7,18 @@
 //   PROCESS  NETWORK  PEER   BANDWIDTH   FRAGMENTS  RESENT  FAILED
 //   h1.p2    tcp.0    h2.p5  812.4 MB/s  1024       0       no
 //
+// and, for via networks, their VI pools: one row per network, then one per VI.
+//
+//   PROCESS  NETWORK  PROVIDER  VI_CAP  OPENED  CLOSED
+//   h1.p2    via.0    sockets   64      5       3
+//
+//   PROCESS  NETWORK  PEER   CLASS   STATE      POSTED  CREDITS  QUEUED  SENT  RECEIVED
+//   h1.p2    via.0    h1.p3  256 B   connected  64      60       0       10    12
+//
 // Pure functions: safe to call from any thread.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -29,5 +38,21 @@ Table NetworkTable(std::span<const ProcessNetworkStats> processes);
 // One row per (process, network, peer), in the order reported (most recent
 // peer first).
 Table NetworkPeerTable(std::span<const ProcessNetworkStats> processes);
+
+// Whether `network` is a via network, whose VI pool is shown: its kind is
+// "via", or it reported via fields (a provider or VIs).
+bool HasViPool(const NetworkStats& network);
+
+// A VI's size class in binary units: "256 B", "64 KiB", "1 MiB" (exact
+// bytes, "300 B", when it is not a whole number of the unit).
+std::string FormatViClass(uint32_t class_bytes);
+
+// One row per (process, via network): its provider, its VI cap, and the VIs
+// opened and closed (for the cap) since it started.
+Table ViPoolTable(std::span<const ProcessNetworkStats> processes);
+
+// One row per (process, via network, VI), in the order reported (most
+// recently used first).
+Table ViTable(std::span<const ProcessNetworkStats> processes);
 
 }  // namespace tocl::cli

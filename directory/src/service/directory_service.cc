@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <csignal>
 #include <optional>
@@ -59,6 +60,44 @@ Status CheckPoolStatsReport(const pb::PoolStatsReport& report) {
   return Status::Ok();
 }
 
+// Bounds of a via network's fields (directory.proto); ProcessSession
+// refuses the same before sending.
+constexpr size_t kMaxViProviderBytes = 32;
+constexpr uint32_t kMinViClassBytes = 256;
+constexpr uint32_t kMaxViClassBytes = uint32_t{1} << 20;
+
+// The via fields of network `index`. Like a name, a provider or a state may
+// hold anything: errors give their sizes, not their text.
+Status CheckViPool(int index, const pb::NetworkStats& network) {
+  if (network.provider().size() > kMaxViProviderBytes) {
+    return InvalidArgument(fmt::format("network {}: a provider name of {} bytes (at most {})",
+                                       index, network.provider().size(), kMaxViProviderBytes));
+  }
+  if (static_cast<size_t>(network.vis_size()) > kMaxVisPerReport) {
+    return InvalidArgument(fmt::format("network {}: {} VIs (at most {})", index, network.vis_size(),
+                                       kMaxVisPerReport));
+  }
+  for (const pb::ViStats& vi : network.vis()) {
+    const Gid gid = Gid::FromRaw(vi.peer());
+    if (!gid.is_process()) {
+      return InvalidArgument(fmt::format("network {}: the peer {} of a VI is not a process id",
+                                         index, gid.ToString()));
+    }
+    if (vi.class_bytes() < kMinViClassBytes || vi.class_bytes() > kMaxViClassBytes ||
+        !std::has_single_bit(vi.class_bytes())) {
+      return InvalidArgument(
+          fmt::format("network {}: a VI class of {} bytes to {} (a power of two, {} to {})", index,
+                      vi.class_bytes(), gid.ToString(), kMinViClassBytes, kMaxViClassBytes));
+    }
+    if (vi.state().empty() || vi.state().size() > kMaxViStateBytes) {
+      return InvalidArgument(fmt::format("network {}: a VI state of {} bytes to {} (1 to {})",
+                                         index, vi.state().size(), gid.ToString(),
+                                         kMaxViStateBytes));
+    }
+  }
+  return Status::Ok();
+}
+
 // Errors name a network by its index: its name may hold anything that is
 // not to be written to the log.
 Status CheckNetworkStats(int index, const pb::NetworkStats& network) {
@@ -93,7 +132,7 @@ Status CheckNetworkStats(int index, const pb::NetworkStats& network) {
                                          peer.bandwidth(), gid.ToString()));
     }
   }
-  return Status::Ok();
+  return CheckViPool(index, network);
 }
 
 Status CheckNetworkStatsReport(const pb::NetworkStatsReport& report) {

@@ -39,11 +39,13 @@ struct BufferSlot;
 }
 
 // Which network's pool a buffer comes from (the networks are the runtime's
-// subsystems). kFastest picks shm when it is enabled, else tcp. A buffer
-// taken for a network is sent over it when that network reaches the
-// destination; otherwise over the network the destination is reached by.
-enum class Network : uint8_t { kFastest, kShm, kTcp };
-std::string_view NetworkName(Network network);  // "fastest", "shm", "tcp"
+// subsystems). kFastest picks shm when it is enabled, else tcp, else via.
+// kVia buffers are registered with the via network (an ibverbs memory
+// region), so that network sends them without a copy. A buffer taken for a
+// network is sent over it when that network reaches the destination;
+// otherwise over the network the destination is reached by.
+enum class Network : uint8_t { kFastest, kShm, kTcp, kVia };
+std::string_view NetworkName(Network network);  // "fastest", "shm", "tcp", "via"
 
 // bfstat: where a buffer is. A new or received buffer is kIdle.
 enum class BufferState : uint8_t {

@@ -164,12 +164,15 @@ class ProcessSession {
 
   // Sends the process's network statistics now, like ReportPoolStats (the
   // daemon keeps the latest until the session ends). Peers past
-  // kMaxNetworkPeersPerReport in a network are left out. InvalidArgument
-  // over kMaxNetworksPerReport networks, for a name or kind not
-  // 1..kMaxNetworkNameBytes bytes, a name twice, a device over
-  // kMaxNetworkDeviceBytes, an address over kMaxNetworkAddressBytes, a peer
-  // that is not a process id or a bandwidth that is negative or not finite;
-  // Unavailable while re-enrolling; FailedPrecondition after Close().
+  // kMaxNetworkPeersPerReport and VIs past kMaxVisPerReport in a network
+  // are left out. InvalidArgument over kMaxNetworksPerReport networks, for
+  // a name or kind not 1..kMaxNetworkNameBytes bytes, a name twice, a
+  // device over kMaxNetworkDeviceBytes, an address over
+  // kMaxNetworkAddressBytes, a peer that is not a process id or a bandwidth
+  // that is negative or not finite, a provider over 32 bytes, a VI whose
+  // peer is not a process id, whose class is not a power of two from 256 B
+  // to 1 MiB or whose state is not 1..kMaxViStateBytes bytes; Unavailable
+  // while re-enrolling; FailedPrecondition after Close().
   Status ReportNetworkStats(std::span<const tocl::NetworkStats> networks);
 
   // Number of times the session re-enrolled after losing its daemon.

@@ -123,6 +123,15 @@ struct RuntimeOptions {
   // A partly received message whose sender sent nothing for this long is
   // discarded (its sender has failed or died).
   std::chrono::milliseconds partial_timeout{10000};
+  // The via networks (VIA-style: one connection per peer process and size
+  // class). The provider: "sockets" (VIA over TCP), "ibverbs" (RDMA; fails
+  // without a device) or "auto" (ibverbs when a device is present); empty:
+  // $TOCL_VIA_PROVIDER, else "auto".
+  std::string via_provider;
+  // The most VIs a via network keeps open; past it the least recently used
+  // are closed (nothing is lost; a later send reconnects). 0:
+  // $TOCL_VIA_MAX_VIS, else 1024.
+  size_t via_max_vis = 0;
 };
 
 // Thread indexes Gid::kMaxThread + 1 - kInternalThreads .. Gid::kMaxThread

@@ -15,6 +15,8 @@ std::string_view NetworkName(Network network) {
       return "shm";
     case Network::kTcp:
       return "tcp";
+    case Network::kVia:
+      return "via";
   }
   return "unknown";
 }

@@ -110,6 +110,7 @@ bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
     detail::BufferSlot& slot = storage[i];
     slot.bytes = slab->base + i * class_bytes;
     slot.offset = slab->offset + i * class_bytes;
+    slot.memory_key = slab->memory_key;
     slot.pool = this;
     slot.class_index = class_index;
     slot.index = first + static_cast<uint32_t>(i);
@@ -203,9 +204,9 @@ detail::BufferSlot* BufferPool::SlotAt(uint32_t index) const {
 }
 
 void BufferPool::CountProvided(uint32_t class_index, int64_t delta) {
-  // One writer: a plain load and store, no read-modify-write on the hot path.
-  auto& provided = classes_[class_index].provided;
-  provided.store(provided.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  // Several writers (via posts receives from senders, its connection manager
+  // and the poller): a load and a store would lose counts.
+  classes_[class_index].provided.fetch_add(delta, std::memory_order_relaxed);
 }
 
 std::vector<PoolClassStats> BufferPool::Stats() const {

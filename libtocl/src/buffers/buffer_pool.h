@@ -55,7 +55,8 @@ class PoolBudget {
 
 struct Slab {
   std::byte* base = nullptr;
-  uint64_t offset = 0;  // of base in the network's memory (what peers are told)
+  uint64_t offset = 0;      // of base in the network's memory (what peers are told)
+  uint32_t memory_key = 0;  // the registration's key, copied into every slot
 };
 
 // Where a pool's slabs come from. Allocate is called with the pool's class
@@ -107,8 +108,8 @@ class BufferPool {
   // checking indexes that come from a peer).
   detail::BufferSlot* SlotAt(uint32_t index) const;
 
-  // Buffers handed to the network for receives, for the statistics. One
-  // thread (the network's poller) counts them.
+  // Buffers handed to the network for receives, for the statistics. Any
+  // thread.
   void CountProvided(uint32_t class_index, int64_t delta);
 
   std::vector<PoolClassStats> Stats() const;

@@ -22,6 +22,10 @@ struct BufferSlot {
   buffers::BufferPool* pool = nullptr;
   uint32_t class_index = 0;
   uint32_t index = 0;  // in the pool's slot table
+  // The network's key for the slab's registration (via over ibverbs: the
+  // memory region's lkey), so a send needs no lookup: the paper's
+  // "descriptor as a buffer attribute". 0 where memory is not registered.
+  uint32_t memory_key = 0;
 
   // One per Buffer handle, one while queued or in flight, one while
   // provided to a network. The slot returns to its pool's free list at zero.

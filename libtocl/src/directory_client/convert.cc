@@ -146,11 +146,28 @@ ProcessNetworkStats FromProto(const pb::ProcessNetworkStats& in) {
           .failed = peer.failed(),
       });
     }
+    stats.provider = network.provider();
+    stats.vi_cap = network.vi_cap();
+    stats.vis_opened = network.vis_opened();
+    stats.vis_closed = network.vis_closed();
+    stats.vis.reserve(static_cast<size_t>(network.vis_size()));
+    for (const pb::ViStats& vi : network.vis()) {
+      stats.vis.push_back(ViStats{
+          .peer = Gid::FromRaw(vi.peer()),
+          .class_bytes = vi.class_bytes(),
+          .state = vi.state(),
+          .posted = vi.posted(),
+          .credits = vi.credits(),
+          .queued = vi.queued(),
+          .sent = vi.sent(),
+          .received = vi.received(),
+      });
+    }
   }
   return out;
 }
 
-void ToProto(const NetworkStats& in, size_t max_peers, pb::NetworkStats* out) {
+void ToProto(const NetworkStats& in, size_t max_peers, size_t max_vis, pb::NetworkStats* out) {
   out->set_name(in.name);
   out->set_kind(in.kind);
   out->set_device(in.device);
@@ -170,6 +187,24 @@ void ToProto(const NetworkStats& in, size_t max_peers, pb::NetworkStats* out) {
     stats->set_fragments_sent(peer.fragments_sent);
     stats->set_fragments_resent(peer.fragments_resent);
     stats->set_failed(peer.failed);
+  }
+  out->set_provider(in.provider);
+  out->set_vi_cap(in.vi_cap);
+  out->set_vis_opened(in.vis_opened);
+  out->set_vis_closed(in.vis_closed);
+  const size_t vis = std::min(in.vis.size(), max_vis);
+  out->mutable_vis()->Reserve(static_cast<int>(vis));
+  for (size_t i = 0; i < vis; ++i) {
+    const ViStats& vi = in.vis[i];
+    pb::ViStats* stats = out->add_vis();
+    stats->set_peer(vi.peer.raw());
+    stats->set_class_bytes(vi.class_bytes);
+    stats->set_state(vi.state);
+    stats->set_posted(vi.posted);
+    stats->set_credits(vi.credits);
+    stats->set_queued(vi.queued);
+    stats->set_sent(vi.sent);
+    stats->set_received(vi.received);
   }
 }
 

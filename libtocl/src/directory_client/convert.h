@@ -17,7 +17,9 @@ void ToProto(const Attributes& attributes,
 ProcessPoolStats FromProto(const tocl::directory::v1::ProcessPoolStats& stats);
 void ToProto(const PoolClassStats& stats, tocl::directory::v1::PoolClassStats* out);
 ProcessNetworkStats FromProto(const tocl::directory::v1::ProcessNetworkStats& stats);
-// Copies at most `max_peers` of the network's peers (the first ones).
-void ToProto(const NetworkStats& stats, size_t max_peers, tocl::directory::v1::NetworkStats* out);
+// Copies at most `max_peers` of the network's peers and `max_vis` of its VIs
+// (the first ones: the most recent).
+void ToProto(const NetworkStats& stats, size_t max_peers, size_t max_vis,
+             tocl::directory::v1::NetworkStats* out);
 
 }  // namespace tocl::client

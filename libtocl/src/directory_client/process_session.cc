@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -261,6 +262,42 @@ Result<std::optional<SpawnIdentity>> SpawnIdentityFromEnvironment() {
   return std::optional<SpawnIdentity>(SpawnIdentity{*gid, std::move(token)});
 }
 
+// Bounds of a via network's fields that directory.proto sets and the daemon
+// checks (toclsd ignores a whole report over them, so they are refused here,
+// where the caller can be told).
+constexpr size_t kMaxViProviderBytes = 32;
+constexpr uint32_t kMinViClassBytes = 256;
+constexpr uint32_t kMaxViClassBytes = uint32_t{1} << 20;
+
+// The via fields of one network, of which only the first kMaxVisPerReport
+// VIs are sent (and so checked).
+Status CheckViPool(const NetworkStats& network) {
+  if (network.provider.size() > kMaxViProviderBytes) {
+    return InvalidArgument(fmt::format("network '{}': a provider name of {} bytes (at most {})",
+                                       network.name, network.provider.size(), kMaxViProviderBytes));
+  }
+  const size_t vis = std::min(network.vis.size(), kMaxVisPerReport);
+  for (size_t v = 0; v < vis; ++v) {
+    const ViStats& vi = network.vis[v];
+    if (!vi.peer.is_process()) {
+      return InvalidArgument(fmt::format("network '{}': the peer {} of a VI is not a process id",
+                                         network.name, vi.peer.ToString()));
+    }
+    if (vi.class_bytes < kMinViClassBytes || vi.class_bytes > kMaxViClassBytes ||
+        !std::has_single_bit(vi.class_bytes)) {
+      return InvalidArgument(fmt::format(
+          "network '{}': a VI class of {} bytes to {} (a power of two, {} to {})", network.name,
+          vi.class_bytes, vi.peer.ToString(), kMinViClassBytes, kMaxViClassBytes));
+    }
+    if (vi.state.empty() || vi.state.size() > kMaxViStateBytes) {
+      return InvalidArgument(fmt::format("network '{}': a VI state of {} bytes to {} (1 to {})",
+                                         network.name, vi.state.size(), vi.peer.ToString(),
+                                         kMaxViStateBytes));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOptions& options) {
@@ -439,7 +476,8 @@ Status ProcessSession::ReportNetworkStats(std::span<const NetworkStats> networks
                                            peer.bandwidth, peer.peer.ToString()));
       }
     }
-    client::ToProto(network, kMaxNetworkPeersPerReport, report->add_networks());
+    TOCL_RETURN_IF_ERROR(CheckViPool(network));
+    client::ToProto(network, kMaxNetworkPeersPerReport, kMaxVisPerReport, report->add_networks());
   }
   return impl_->WriteReport(request);
 }

@@ -10,6 +10,10 @@
 #include <charconv>
 #include <memory>
 
+#if TOCL_WITH_VIA
+#include "subsystem/via/provider.h"
+#endif
+
 namespace tocl::runtime {
 
 namespace {
@@ -60,17 +64,19 @@ bool InSubnet(uint32_t a, uint32_t b, int prefix) {
   return (a & mask) == (b & mask);
 }
 
-NetworkSpec Tcp(std::string device, uint32_t ip, int prefix) {
+// A network bound to one IPv4 address: tcp, or via.
+NetworkSpec Tcp(std::string device, uint32_t ip, int prefix, std::string_view kind = "tcp") {
   NetworkSpec spec;
-  spec.kind = "tcp";
+  spec.kind = std::string(kind);
   spec.device = std::move(device);
   spec.ip = Ipv4String(ip);
   spec.prefix = prefix;
   return spec;
 }
 
-Result<NetworkSpec> ParseTcp(std::string_view arg, const std::vector<Interface>& interfaces) {
-  if (arg.empty()) return Tcp("lo", 0x7f000001, 8);
+Result<NetworkSpec> ParseTcp(std::string_view arg, const std::vector<Interface>& interfaces,
+                             std::string_view kind) {
+  if (arg.empty()) return Tcp("lo", 0x7f000001, 8, kind);
   std::string_view ip_part = arg;
   std::optional<int> prefix;
   if (auto slash = arg.find('/'); slash != std::string_view::npos) {
@@ -79,31 +85,33 @@ Result<NetworkSpec> ParseTcp(std::string_view arg, const std::vector<Interface>&
     auto text = arg.substr(slash + 1);
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > 32) {
-      return InvalidArgument(fmt::format("bad prefix length in 'tcp:{}'", arg));
+      return InvalidArgument(fmt::format("bad prefix length in '{}:{}'", kind, arg));
     }
     prefix = value;
   }
   if (auto ip = ParseIpv4(ip_part)) {
     for (const Interface& item : interfaces) {
-      if (item.ipv4 == *ip) return Tcp(item.name, *ip, prefix.value_or(item.prefix));
+      if (item.ipv4 == *ip) return Tcp(item.name, *ip, prefix.value_or(item.prefix), kind);
     }
     const bool loopback = (*ip >> 24) == 127;
-    return Tcp(loopback ? "lo" : "", *ip, prefix.value_or(loopback ? 8 : 32));
+    return Tcp(loopback ? "lo" : "", *ip, prefix.value_or(loopback ? 8 : 32), kind);
   }
   if (ip_part.find(':') != std::string_view::npos) {
     // IPv6: listened on as given; reachability is not checked by subnet.
     NetworkSpec spec;
-    spec.kind = "tcp";
+    spec.kind = std::string(kind);
     spec.ip = std::string(ip_part);
     spec.prefix = prefix.value_or(128);
     return spec;
   }
-  if (prefix) return InvalidArgument(fmt::format("'tcp:{}': an interface takes no prefix", arg));
+  if (prefix) {
+    return InvalidArgument(fmt::format("'{}:{}': an interface takes no prefix", kind, arg));
+  }
   for (const Interface& item : interfaces) {
-    if (item.name == ip_part) return Tcp(item.name, item.ipv4, item.prefix);
+    if (item.name == ip_part) return Tcp(item.name, item.ipv4, item.prefix, kind);
   }
   return InvalidArgument(
-      fmt::format("'tcp:{}': no interface of that name with an IPv4 address", ip_part));
+      fmt::format("'{}:{}': no interface of that name with an IPv4 address", kind, ip_part));
 }
 
 }  // namespace
@@ -129,7 +137,8 @@ std::string_view KindOf(std::string_view network_name) {
 
 bool IsLoopback(const NetworkSpec& spec) {
   auto ip = ParseIpv4(spec.ip);
-  return spec.kind == "tcp" && ((ip && (*ip >> 24) == 127) || spec.ip == "::1");
+  return (spec.kind == "tcp" || spec.kind == "via") &&
+         ((ip && (*ip >> 24) == 127) || spec.ip == "::1");
 }
 
 Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
@@ -149,7 +158,11 @@ Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
       TOCL_RETURN_IF_ERROR(add_shm());
     } else if (entry == "tcp" || entry.starts_with("tcp:")) {
       TOCL_ASSIGN_OR_RETURN(NetworkSpec spec,
-                            ParseTcp(entry.size() > 4 ? entry.substr(4) : "", interfaces));
+                            ParseTcp(entry.size() > 4 ? entry.substr(4) : "", interfaces, "tcp"));
+      specs.push_back(std::move(spec));
+    } else if (entry == "via" || entry.starts_with("via:")) {
+      TOCL_ASSIGN_OR_RETURN(NetworkSpec spec,
+                            ParseTcp(entry.size() > 4 ? entry.substr(4) : "", interfaces, "via"));
       specs.push_back(std::move(spec));
     } else if (entry == "auto") {
       if (!shm) TOCL_RETURN_IF_ERROR(add_shm());
@@ -161,18 +174,33 @@ Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
         }
       }
       if (!any) specs.push_back(Tcp("lo", 0x7f000001, 8));
+#if TOCL_WITH_VIA
+      // With an RDMA device, via (ibverbs) on every interface too; over
+      // sockets it would only repeat tcp.
+      if (subsystem::via::IbverbsDevicePresent()) {
+        for (const Interface& item : interfaces) {
+          if (item.up && !item.loopback)
+            specs.push_back(Tcp(item.name, item.ipv4, item.prefix, "via"));
+        }
+      }
+#endif
     } else {
       return InvalidArgument(fmt::format(
-          "unknown network '{}' in '{}' (known: shm, tcp, tcp:IFACE, tcp:IP[/PREFIX], auto)", entry,
-          text));
+          "unknown network '{}' in '{}' (known: shm, tcp, tcp:IFACE, tcp:IP[/PREFIX], via, "
+          "via:IFACE, via:IP[/PREFIX], auto)",
+          entry, text));
     }
   }
   if (specs.empty()) return InvalidArgument(fmt::format("no network in '{}'", text));
   int tcp_count = 0;
+  int via_count = 0;
   for (NetworkSpec& spec : specs) {
     if (spec.kind == "tcp") {
       spec.name = tcp_count == 0 ? "tcp" : fmt::format("tcp-{}", tcp_count);
       ++tcp_count;
+    } else if (spec.kind == "via") {
+      spec.name = via_count == 0 ? "via" : fmt::format("via-{}", via_count);
+      ++via_count;
     }
   }
   return specs;

@@ -22,6 +22,9 @@
 #if TOCL_WITH_TCP
 #include "subsystem/tcp/tcp_subsystem.h"
 #endif
+#if TOCL_WITH_VIA
+#include "subsystem/via/via_subsystem.h"
+#endif
 
 namespace tocl {
 
@@ -116,6 +119,8 @@ Runtime::Impl::~Impl() {
 Status Runtime::Impl::Open() {
   TOCL_ASSIGN_OR_RETURN(runtime::ResolvedOptions resolved, runtime::ResolveOptions(options));
   num_classes = resolved.num_classes;
+  via_provider = resolved.via_provider;
+  via_max_vis = resolved.via_max_vis;
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
   // spdlog builds its registry on first use, behind a static-init guard in
@@ -200,6 +205,21 @@ Status Runtime::Impl::OpenRail(const runtime::NetworkSpec& spec) {
     shm = rail->subsystem.get();
 #else
     return InvalidArgument("this libtocl was built without the shm subsystem");
+#endif
+  } else if (spec.kind == "via") {
+#if TOCL_WITH_VIA
+    subsystem::via::ViaOptions via_options;
+    via_options.self_process = process;
+    via_options.bind_address = spec.ip;
+    via_options.num_classes = num_classes;
+    via_options.provider = via_provider;
+    via_options.max_vis = via_max_vis;
+    TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::via::ViaSubsystem::Open(via_options, *reactor,
+                                                                              *rail->sink, budget));
+    // "sockets:IP:PORT/PREFIX": the provider, then what tcp publishes.
+    rail->published = runtime::FormatTcpEndpoint(rail->subsystem->address(), spec.prefix);
+#else
+    return InvalidArgument("this libtocl was built without the via subsystem");
 #endif
   } else {
 #if TOCL_WITH_TCP
@@ -619,12 +639,18 @@ std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
 }
 
 subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
-  // kFastest: shm when open, else the first tcp network.
+  // kFastest: shm when open, else the first tcp network, else the first via one.
   if (network == Network::kShm || (network == Network::kFastest && shm != nullptr)) return shm;
-  for (auto& rail : rails) {
-    if (rail->spec.kind == "tcp") return rail->subsystem.get();
-  }
-  return nullptr;
+  auto first = [&](std::string_view kind) -> subsystem::Subsystem* {
+    for (auto& rail : rails) {
+      if (rail->spec.kind == kind) return rail->subsystem.get();
+    }
+    return nullptr;
+  };
+  if (network == Network::kVia) return first("via");
+  if (network == Network::kTcp) return first("tcp");
+  subsystem::Subsystem* tcp = first("tcp");
+  return tcp != nullptr ? tcp : first("via");
 }
 
 int Runtime::Impl::RailOfPool(const buffers::BufferPool* pool) const {
@@ -690,19 +716,29 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
     Rail& rail = *rails[index];
     // (A shm route that could not open, e.g. no channel left in the peer's
     // segment, leaves tcp to carry same-host traffic.)
-    if (rail.spec.kind == "tcp" && same_host && !peer.rails.empty() &&
+    const bool ip_network = rail.spec.kind == "tcp" || rail.spec.kind == "via";
+    if (ip_network && same_host && !peer.rails.empty() &&
         rails[peer.rails.front().rail]->spec.kind == "shm") {
       continue;
     }
-    if (rail.spec.kind == "tcp" && runtime::IsLoopback(rail.spec) && !same_host) continue;
+    if (ip_network && runtime::IsLoopback(rail.spec) && !same_host) continue;
     for (size_t e = 0; e < entity->endpoints.size(); ++e) {
       const Endpoint& endpoint = entity->endpoints[e];
       if (used[e] || runtime::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
       std::string address = endpoint.address;
-      if (rail.spec.kind == "tcp") {
-        runtime::TcpEndpoint tcp_endpoint = runtime::ParseTcpEndpoint(endpoint.address);
+      if (ip_network) {
+        // via: "PROVIDER:" in front of what tcp publishes.
+        std::string_view provider;
+        std::string_view rest = endpoint.address;
+        if (rail.spec.kind == "via") {
+          const size_t colon = rest.find(':');
+          if (colon == std::string_view::npos) continue;
+          provider = rest.substr(0, colon + 1);
+          rest.remove_prefix(colon + 1);
+        }
+        runtime::TcpEndpoint tcp_endpoint = runtime::ParseTcpEndpoint(rest);
         if (!runtime::TcpReaches(rail.spec, tcp_endpoint)) continue;
-        address = tcp_endpoint.connect;
+        address = fmt::format("{}{}", provider, tcp_endpoint.connect);
       }
       if (!rail.subsystem->Reaches(peer.process, address)) continue;
       auto route = rail.subsystem->Connect(peer.process, address);
@@ -1150,6 +1186,16 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
     stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
     stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
     stats.failures = rail->failures.load(std::memory_order_relaxed);
+#if TOCL_WITH_VIA
+    if (rail->spec.kind == "via") {
+      auto& via = static_cast<const subsystem::via::ViaSubsystem&>(*rail->subsystem);
+      stats.provider = std::string(via.provider_name());
+      stats.vi_cap = static_cast<uint32_t>(via.max_vis());
+      stats.vis_opened = via.vis_opened();
+      stats.vis_closed = via.vis_closed();
+      stats.vis = via.ViPool();
+    }
+#endif
     out.push_back(std::move(stats));
   }
   const auto now = Clock::now();

@@ -225,6 +225,8 @@ struct Runtime::Impl final {
   subsystem::Subsystem* shm = nullptr;       // rails' shm, if open
   std::unique_ptr<runtime::ProgressEngine> progress;
   uint32_t num_classes = 0;
+  std::string via_provider;  // resolved RuntimeOptions::via_provider
+  size_t via_max_vis = 0;
   std::map<uint32_t, std::string> peer_daemons;
   std::mutex peer_clients_mu;
   std::map<uint32_t, std::unique_ptr<DirectoryClient>> peer_clients;  // guarded by peer_clients_mu

@@ -37,9 +37,9 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
       for (std::string_view entry : SplitList(list)) {
         std::string name(entry);
         if (name == "tcp" && !bind.empty()) name = "tcp:" + bind;
-        if (name != "shm" && !name.starts_with("tcp")) {
+        if (name != "shm" && name != "via" && !name.starts_with("tcp")) {
           return InvalidArgument(
-              fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp)", name, list));
+              fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp, via)", name, list));
         }
         networks += (networks.empty() ? "" : ",") + name;
       }
@@ -78,6 +78,21 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
         fmt::format("pool_cap of {} bytes is below 4 x short_max", options.pool_cap));
   }
   if (options.send_queue_depth == 0) return InvalidArgument("send_queue_depth must be at least 1");
+  resolved.via_provider = FromEnv(options.via_provider, "TOCL_VIA_PROVIDER", "auto");
+  if (resolved.via_provider != "auto" && resolved.via_provider != "sockets" &&
+      resolved.via_provider != "ibverbs") {
+    return InvalidArgument(
+        fmt::format("unknown via provider '{}' (sockets, ibverbs or auto)", resolved.via_provider));
+  }
+  resolved.via_max_vis = options.via_max_vis;
+  if (resolved.via_max_vis == 0) {
+    const std::string text = FromEnv("", "TOCL_VIA_MAX_VIS", "1024");
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), resolved.via_max_vis);
+    if (ec != std::errc() || end != text.data() + text.size() || resolved.via_max_vis == 0) {
+      return InvalidArgument(
+          fmt::format("TOCL_VIA_MAX_VIS must be a positive number, not '{}'", text));
+    }
+  }
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
   return resolved;
 }

@@ -16,10 +16,12 @@ struct ResolvedOptions {
   // Until the cluster issue lands: the daemons of other hosts, by host id.
   std::map<uint32_t, std::string> peer_daemons;
   uint32_t num_classes = 0;  // size classes from 256 B to short_max
+  std::string via_provider;  // "sockets", "ibverbs" or "auto"
+  size_t via_max_vis = 1024;
 };
 
-// Applies $TOCL_DAEMON, $TOCL_NETWORKS ($TOCL_SUBSYSTEMS, $TOCL_TCP_BIND)
-// and $TOCL_PEER_DAEMONS where the options leave them empty;
+// Applies $TOCL_DAEMON, $TOCL_NETWORKS ($TOCL_SUBSYSTEMS, $TOCL_TCP_BIND),
+// $TOCL_PEER_DAEMONS, $TOCL_VIA_PROVIDER and $TOCL_VIA_MAX_VIS where the options leave them empty;
 // InvalidArgument names the bad option.
 Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options);
 

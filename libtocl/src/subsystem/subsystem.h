@@ -1,12 +1,14 @@
 // The interface every network (subsystem) implements: shm, tcp, and the
-// VIA-style subsystem to come (DESIGN.md §5, the ToCL paper's §4.2).
+// VIA-style via (DESIGN.md §5, the ToCL paper's §4.2).
 //
 // A subsystem owns one endpoint per process shared by all its threads, a
 // buffer pool registered with it, and a Route per remote process it sends
 // to. The runtime above it keeps the send queues, the matching and the
 // ordering (per process pair sequence numbers in the wire header); a
-// subsystem only moves whole frames (wire header + payload) and must keep
-// the frames of one Route in the order they were posted.
+// subsystem only moves whole frames (wire header + payload). A Route keeps
+// the frames of one size class in the order they were posted (shm and tcp
+// keep all of them in order; via has one connection per class), and the
+// runtime's sequence numbers restore the order across classes.
 //
 // Ownership: a slot passed to Route::Post comes with one reference that the
 // subsystem owns until it is done with the bytes; it then sets the slot's

@@ -2,9 +2,10 @@
 // (tests/netns/long_messages_test.cc), using only tocl/runtime.h.
 //
 //   tocl-long-worker recv [--threads N] [--senders N] [--into BYTES] [--slow-ms MS]
-//                         [--patience-s S] [RUNTIME OPTIONS]
+//                         [--patience-s S] [--pause-before-exit] [RUNTIME OPTIONS]
 //   tocl-long-worker send --to GID[,GID...] --plan PLAN [--threads N] [--progress-ms MS]
-//                         [--wait-after-failure] [--pause-before-end] [RUNTIME OPTIONS]
+//                         [--wait-after-failure] [--pause-before-end] [--pause-before-exit]
+//                         [RUNTIME OPTIONS]
 //   RUNTIME OPTIONS: --reassembly-cap BYTES --fragment-timeout-ms MS --partial-timeout-ms MS
 //
 // Networks, daemon and peer daemons come from $TOCL_NETWORKS, $TOCL_DAEMON
@@ -24,8 +25,14 @@
 // end of file on stdin. With --progress-ms the sender prints "progress
 // fragments N bytes B" (fragments and bytes sent so far, every network)
 // when they changed. At
-// the end the sender prints "network name N kind K device D failures F" and
-// "peer network N gid G sent S resent R failed 0|1" per network and peer.
+// the end (the receiver once its threads are done) both print "network name
+// N kind K device D failures F frames_sent F bytes_sent B provider P" per
+// network (provider "-" but for via), "peer network N gid G sent S resent R
+// failed 0|1 bandwidth B" per peer a network sent fragments to, and for a
+// via network "vi network N peer G class C state S posted P credits C
+// queued Q sent S received R" per VI of its pool. With --pause-before-exit
+// either then prints "paused" and waits for the go signal before it shuts
+// down (its peers' VIs stay connected, its daemon gets its statistics).
 // Last line "done".
 //
 // Exit codes: 0 everything checked out, 1 an error (on stdout as "error"
@@ -51,16 +58,37 @@ void WaitForGo() {
   }
 }
 
+void PrintNetworks(const Runtime& runtime, LinePrinter& out) {
+  for (const NetworkStats& network : runtime.Networks()) {
+    out.Print(
+        "network name {} kind {} device {} failures {} frames_sent {} bytes_sent {} provider {}",
+        network.name, network.kind, network.device.empty() ? "-" : network.device, network.failures,
+        network.frames_sent, network.bytes_sent, network.provider.empty() ? "-" : network.provider);
+    for (const NetworkPeerStats& peer : network.peers) {
+      out.Print("peer network {} gid {} sent {} resent {} failed {} bandwidth {:.0f}", network.name,
+                peer.peer.ToString(), peer.fragments_sent, peer.fragments_resent,
+                peer.failed ? 1 : 0, peer.bandwidth);
+    }
+    for (const ViStats& vi : network.vis) {
+      out.Print(
+          "vi network {} peer {} class {} state {} posted {} credits {} queued {} sent {} "
+          "received {}",
+          network.name, vi.peer.ToString(), vi.class_bytes, vi.state.empty() ? "-" : vi.state,
+          vi.posted, vi.credits, vi.queued, vi.sent, vi.received);
+    }
+  }
+}
+
 namespace {
 
 int Usage(const std::string& why) {
   std::fprintf(stderr,
                "tocl-long-worker: %s\n"
                "usage: tocl-long-worker recv [--threads N] [--senders N] [--into BYTES] "
-               "[--slow-ms MS] [--patience-s S] [RUNTIME OPTIONS]\n"
+               "[--slow-ms MS] [--patience-s S] [--pause-before-exit] [RUNTIME OPTIONS]\n"
                "       tocl-long-worker send --to GID[,GID...] --plan PLAN [--threads N] "
                "[--progress-ms MS] [--wait-after-failure] [--pause-before-end] "
-               "[RUNTIME OPTIONS]\n"
+               "[--pause-before-exit] [RUNTIME OPTIONS]\n"
                "RUNTIME OPTIONS: --reassembly-cap BYTES --fragment-timeout-ms MS "
                "--partial-timeout-ms MS\n",
                why.c_str());
@@ -88,6 +116,10 @@ Status ParseOptions(int argc, char** argv, WorkerOptions& options) {
     }
     if (flag == "--pause-before-end") {
       options.pause_before_end = true;
+      continue;
+    }
+    if (flag == "--pause-before-exit") {
+      options.pause_before_exit = true;
       continue;
     }
     if (i + 1 >= argc) return InvalidArgument(flag + " needs a value");

@@ -25,6 +25,7 @@ inline constexpr Tag kEndTag = 2;
 struct WorkerOptions {
   RuntimeOptions runtime;
   int threads = 1;
+  bool pause_before_exit = false;  // print "paused" after the network lines, wait for the go signal
   // recv
   int senders = 1;                     // end markers each receiving thread waits for
   uint64_t into_bytes = 0;             // > 0: RecvInto a buffer of this size, else Recv
@@ -57,6 +58,10 @@ class LinePrinter {
 // The go signal: end of file on stdin (the test closes the pipe). Returns at
 // once when it came before.
 void WaitForGo();
+
+// The "network", "peer" and "vi" lines (long_worker.cc) of the runtime's
+// networks now.
+void PrintNetworks(const Runtime& runtime, LinePrinter& out);
 
 int RunReceiver(Runtime& runtime, const WorkerOptions& options, LinePrinter& out);
 int RunSender(Runtime& runtime, const WorkerOptions& options, LinePrinter& out);

@@ -106,6 +106,11 @@ int RunReceiver(Runtime& runtime, const WorkerOptions& options, LinePrinter& out
     });
   }
   for (std::thread& thread : threads) thread.join();
+  PrintNetworks(runtime, out);
+  if (options.pause_before_exit) {
+    out.Print("paused");
+    WaitForGo();
+  }
   return good ? 0 : 1;
 }
 

@@ -71,19 +71,6 @@ Progress SentSoFar(const Runtime& runtime) {
   return progress;
 }
 
-void PrintNetworks(const Runtime& runtime, LinePrinter& out) {
-  for (const NetworkStats& network : runtime.Networks()) {
-    out.Print("network name {} kind {} device {} failures {} frames_sent {} bytes_sent {}",
-              network.name, network.kind, network.device.empty() ? "-" : network.device,
-              network.failures, network.frames_sent, network.bytes_sent);
-    for (const NetworkPeerStats& peer : network.peers) {
-      out.Print("peer network {} gid {} sent {} resent {} failed {} bandwidth {:.0f}", network.name,
-                peer.peer.ToString(), peer.fragments_sent, peer.fragments_resent,
-                peer.failed ? 1 : 0, peer.bandwidth);
-    }
-  }
-}
-
 }  // namespace
 
 int RunSender(Runtime& runtime, const WorkerOptions& options, LinePrinter& out) {
@@ -132,6 +119,10 @@ int RunSender(Runtime& runtime, const WorkerOptions& options, LinePrinter& out) 
     progress.join();
   }
   PrintNetworks(runtime, out);
+  if (options.pause_before_exit) {
+    out.Print("paused");
+    WaitForGo();
+  }
   return good ? 0 : 1;
 }
 

@@ -1,0 +1,299 @@
+#include "subsystem/via/sockets/sockets_provider.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "subsystem/via/sockets/sockets_vi.h"
+
+namespace tocl::subsystem::via {
+
+namespace {
+
+constexpr int kListenBacklog = 128;
+// Requests read at once; more wait in the kernel's backlog.
+constexpr size_t kMaxIncoming = 64;
+
+// Writes all of `bytes` on a non-blocking socket, waiting for room up to
+// `deadline` (the connection manager's replies are a few dozen bytes).
+Status WriteAll(int fd, std::span<const std::byte> bytes,
+                std::chrono::steady_clock::time_point deadline) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoStatus("send", errno);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return DeadlineExceeded("the peer does not read its reply");
+    pollfd p{fd, POLLOUT, 0};
+    (void)poll(&p, 1, static_cast<int>(left.count()));
+  }
+  return Status::Ok();
+}
+
+class SocketsRequest final : public PendingRequest {
+ public:
+  SocketsRequest(Fd fd, ConnectData data, std::string peer_address)
+      : fd_(std::move(fd)), data_(data), peer_address_(std::move(peer_address)) {}
+  const ConnectData& data() const override { return data_; }
+  const std::string& peer_address() const override { return peer_address_; }
+  Fd& fd() { return fd_; }
+
+ private:
+  Fd fd_;
+  ConnectData data_;
+  std::string peer_address_;
+};
+
+}  // namespace
+
+// A connection accepted, its request not read whole yet.
+struct SocketsProvider::Incoming {
+  Fd fd;
+  std::string peer_address;
+  std::chrono::steady_clock::time_point deadline;
+  std::byte bytes[ConnectData::kBytes];
+  size_t filled = 0;
+};
+
+Result<std::unique_ptr<Provider>> OpenSocketsProvider(const ProviderOptions& options,
+                                                      Reactor& reactor,
+                                                      CompletionHandler& handler) {
+  auto provider = std::make_unique<SocketsProvider>(options, reactor, handler);
+  TOCL_RETURN_IF_ERROR(provider->Listen());
+  return std::unique_ptr<Provider>(std::move(provider));
+}
+
+SocketsProvider::SocketsProvider(const ProviderOptions& options, Reactor& reactor,
+                                 CompletionHandler& handler)
+    : options_(options), reactor_(reactor), handler_(handler) {}
+
+SocketsProvider::~SocketsProvider() {
+  std::lock_guard lock(mu_);
+  // Every VI must be gone by now (the subsystem destroys them first).
+  if (!vis_.empty()) spdlog::error("tocl via: {} sockets VIs outlived their provider", vis_.size());
+}
+
+Status SocketsProvider::Listen() {
+  auto bind_address = tcp::SocketAddress::FromIp(options_.bind_ip, 0);
+  if (!bind_address.ok()) return bind_address.status().WithContext("via bind address");
+  const int fd = socket(bind_address->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("via listener socket", errno);
+  listen_fd_ = Fd(fd);
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    return ErrnoStatus("setsockopt SO_REUSEADDR", errno);
+  }
+  if (bind(fd, bind_address->get(), bind_address->length()) != 0) {
+    return ErrnoStatus(fmt::format("bind {}", bind_address->ToString()), errno);
+  }
+  if (listen(fd, kListenBacklog) != 0) return ErrnoStatus("listen", errno);
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+    return ErrnoStatus("getsockname", errno);
+  }
+  address_ = tcp::SocketAddress::FromSockaddr(bound, length).ToString();
+  const int event = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (event < 0) return ErrnoStatus("eventfd", errno);
+  interrupt_fd_ = Fd(event);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ProviderVi>> SocketsProvider::CreateVi(void* context,
+                                                              PendingRequest* /*request*/) {
+  auto vi = std::make_unique<SocketsVi>(*this, context);
+  std::lock_guard lock(mu_);
+  if (closed_) return FailedPrecondition("the via network is closed");
+  vis_.push_back(vi.get());
+  return std::unique_ptr<ProviderVi>(std::move(vi));
+}
+
+void SocketsProvider::Forget(SocketsVi* vi) {
+  std::lock_guard lock(mu_);
+  std::erase(vis_, vi);
+  std::erase(to_finish_, vi);
+}
+
+void SocketsProvider::ScheduleFinish(SocketsVi* vi) {
+  {
+    std::lock_guard lock(mu_);
+    if (std::find(to_finish_.begin(), to_finish_.end(), vi) == to_finish_.end()) {
+      to_finish_.push_back(vi);
+    }
+  }
+  reactor_.Wake();
+}
+
+int SocketsProvider::Poll() {
+  std::vector<SocketsVi*> finish;
+  {
+    std::lock_guard lock(mu_);
+    if (to_finish_.empty()) return 0;
+    finish.swap(to_finish_);
+  }
+  // The handler may destroy a VI only after OnClosed, which Finish reports
+  // last: each pointer here is still alive when its turn comes.
+  for (SocketsVi* vi : finish) vi->Finish();
+  return static_cast<int>(finish.size());
+}
+
+bool SocketsProvider::PrepareToSleep() {
+  std::lock_guard lock(mu_);
+  return to_finish_.empty();
+}
+
+void SocketsProvider::InterruptWait() {
+  const uint64_t one = 1;
+  if (interrupt_fd_.valid()) (void)!write(interrupt_fd_.get(), &one, sizeof(one));
+}
+
+void SocketsProvider::AcceptIncoming() {
+  while (incoming_.size() < kMaxIncoming) {
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    const int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&peer), &length,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        spdlog::warn("tocl via: {}", ErrnoStatus("accept4", errno).message());
+      }
+      return;
+    }
+    auto incoming = std::make_unique<Incoming>();
+    incoming->fd = Fd(fd);
+    incoming->peer_address = tcp::SocketAddress::FromSockaddr(peer, length).ToString();
+    incoming->deadline = std::chrono::steady_clock::now() + kRequestTimeout;
+    (void)tcp::SetNoDelay(fd);
+    incoming_.push_back(std::move(incoming));
+  }
+}
+
+std::unique_ptr<PendingRequest> SocketsProvider::ReadIncoming() {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < incoming_.size();) {
+    Incoming& in = *incoming_[i];
+    bool drop = false;
+    std::string why;
+    const ssize_t n = recv(in.fd.get(), in.bytes + in.filled, ConnectData::kBytes - in.filled, 0);
+    if (n > 0) {
+      in.filled += static_cast<size_t>(n);
+    } else if (n == 0) {
+      drop = true;
+      why = "closed before its request";
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      drop = true;
+      why = ErrnoStatus("recv", errno).message();
+    }
+    if (!drop && in.filled == ConnectData::kBytes) {
+      auto data = ConnectData::Decode(std::span<const std::byte>(in.bytes, ConnectData::kBytes),
+                                      options_.num_classes);
+      if (data.ok()) {
+        auto request =
+            std::make_unique<SocketsRequest>(std::move(in.fd), *data, std::move(in.peer_address));
+        incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+        return request;
+      }
+      drop = true;
+      why = data.status().message();
+    }
+    if (!drop && now >= in.deadline) {
+      drop = true;
+      why = fmt::format("no request within {} s", kRequestTimeout.count());
+    }
+    if (drop) {
+      spdlog::warn("tocl via: connection from {} dropped: {}", in.peer_address, why);
+      incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<PendingRequest>> SocketsProvider::ConnectWait(
+    std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return Status(StatusCode::kCancelled, "the via network is closed");
+    }
+    if (auto request = ReadIncoming()) return request;
+    std::vector<pollfd> fds;
+    fds.push_back({interrupt_fd_.get(), POLLIN, 0});
+    fds.push_back({listen_fd_.get(), POLLIN, 0});
+    auto wake = deadline;
+    for (auto& in : incoming_) {
+      fds.push_back({in->fd.get(), POLLIN, 0});
+      wake = std::min(wake, in->deadline);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return DeadlineExceeded("no connection request");
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+    const int ready = poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(ms, 0)));
+    if (ready < 0 && errno != EINTR) return ErrnoStatus("poll", errno);
+    if (fds[0].revents != 0) {
+      uint64_t value;
+      (void)!read(interrupt_fd_.get(), &value, sizeof(value));
+      return Status(StatusCode::kCancelled, "the connection manager was interrupted");
+    }
+    if (fds[1].revents != 0) AcceptIncoming();
+  }
+}
+
+Status SocketsProvider::ConnectAccept(PendingRequest& request, ProviderVi& vi,
+                                      const ConnectData& reply) {
+  auto& sockets_request = static_cast<SocketsRequest&>(request);
+  std::byte bytes[4 + ConnectData::kBytes] = {};
+  reply.Encode(bytes + 4);  // status 0: accepted
+  TOCL_RETURN_IF_ERROR(WriteAll(sockets_request.fd().get(), bytes,
+                                std::chrono::steady_clock::now() + kRequestTimeout)
+                           .WithContext(fmt::format("accept {}", request.peer_address())));
+  return static_cast<SocketsVi&>(vi).Adopt(std::move(sockets_request.fd()), request.peer_address());
+}
+
+void SocketsProvider::ConnectReject(PendingRequest& request, std::string_view reason) {
+  auto& sockets_request = static_cast<SocketsRequest&>(request);
+  const uint32_t length =
+      static_cast<uint32_t>(std::min<size_t>(reason.size(), SocketsVi::kMaxReasonBytes));
+  std::vector<std::byte> bytes(8 + length);
+  const uint32_t rejected = 1;
+  std::memcpy(bytes.data(), &rejected, 4);
+  std::memcpy(bytes.data() + 4, &length, 4);
+  std::memcpy(bytes.data() + 8, reason.data(), length);
+  if (Status status = WriteAll(sockets_request.fd().get(), bytes,
+                               std::chrono::steady_clock::now() + kRequestTimeout);
+      !status.ok()) {
+    spdlog::debug("tocl via: reject {}: {}", request.peer_address(), status.message());
+  }
+  sockets_request.fd().Close();
+}
+
+void SocketsProvider::Close() {
+  std::vector<SocketsVi*> vis;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    vis = vis_;
+  }
+  listen_fd_.Close();
+  incoming_.clear();
+  for (SocketsVi* vi : vis) vi->Break(Unavailable("the via network is closed"));
+  Poll();
+}
+
+}  // namespace tocl::subsystem::via

@@ -1,0 +1,72 @@
+// The little protocol the via subsystem speaks on every VI, above the
+// provider: the immediate data of each message (credits returned, what the
+// message is) and the number of receive descriptors per VI.
+//
+// Flow control (VIA drops nothing only if no message ever finds the
+// receive queue empty): a sender posts a message only against a credit,
+// one per descriptor the receiver has posted. The receiver re-posts a
+// descriptor once it has handed the message on, and returns the credit
+// with the next message it sends on the VI (every message carries the
+// credits re-posted since the last), or, when it has nothing to send and
+// half the window waits to be returned, with a credit message.
+//
+// Credit messages and the close handshake consume descriptors too, so a
+// sender keeps credits in reserve: data needs more than kReserve credits,
+// a credit message more than one (it never takes the last credit, which
+// belongs to the single close message a VI ever sends). A credit message
+// returns at least half the window, so two sides that both wait for
+// credits always have one of them able to return some.
+//
+// Closing (least-recently-used VIs over the cap): the side that closes
+// sends kCloseRequest after its last message and nothing after it; the
+// other side answers kCloseAck after its own last message. The closing
+// side then has everything and disconnects. Requests that cross count as
+// each other's answer.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "buffers/size_class.h"
+
+namespace tocl::subsystem::via {
+
+enum class ViMessage : uint32_t {
+  kData = 0,    // a tocl frame (wire header + payload)
+  kCredit = 1,  // credits only, no bytes
+  kCloseRequest = 2,
+  kCloseAck = 3,
+};
+
+inline constexpr uint32_t kMaxCreditsPerMessage = 0xFFFF;
+// Credits data never uses: one for a credit message, one for the close message.
+inline constexpr uint32_t kReserve = 2;
+
+inline constexpr uint32_t EncodeImmediate(ViMessage kind, uint32_t credits) {
+  return (static_cast<uint32_t>(kind) << 16) | (credits & kMaxCreditsPerMessage);
+}
+inline constexpr uint32_t ImmediateCredits(uint32_t immediate) {
+  return immediate & kMaxCreditsPerMessage;
+}
+// False for a kind this version does not know (the VI is then broken).
+inline constexpr bool ImmediateKind(uint32_t immediate, ViMessage* kind) {
+  const uint32_t value = immediate >> 16;
+  if (value > static_cast<uint32_t>(ViMessage::kCloseAck)) return false;
+  *kind = static_cast<ViMessage>(value);
+  return true;
+}
+
+// Receive descriptors a VI posts: about 512 KiB of buffers, 8 to 64 of them.
+inline constexpr uint32_t DescriptorsPerVi(uint32_t class_index) {
+  const size_t by_bytes = (size_t{512} << 10) / buffers::ClassBytes(class_index);
+  return static_cast<uint32_t>(std::clamp<size_t>(by_bytes, 8, 64));
+}
+// Re-posted descriptors worth a credit message of their own.
+inline constexpr uint32_t CreditThreshold(uint32_t window) {
+  return std::max(window / 2, 2u);
+}
+
+static_assert(DescriptorsPerVi(0) == 64 && DescriptorsPerVi(8) == 8);
+static_assert(EncodeImmediate(ViMessage::kCloseAck, 7) == 0x30007);
+
+}  // namespace tocl::subsystem::via

@@ -1,0 +1,1177 @@
+// The via subsystem with its sockets provider, between instances in one
+// process (each with its own EpollReactor, sink and budget): one VI per
+// (peer, size class), credits, VIA's descriptor rules, crossing connects,
+// the VI cap, dead peers; plus raw sockets that speak the VI stream badly.
+#include "subsystem/via/via_subsystem.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/buffer_slot.h"
+#include "buffers/size_class.h"
+#include "collecting_sink.h"
+#include "runtime/epoll_reactor.h"
+#include "subsystem/via/provider.h"
+#include "subsystem/via/vi_protocol.h"
+#include "subsystem_harness.h"
+#include "wire/frame.h"
+
+namespace tocl::subsystem::via {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Arrival;
+using testing::Clock;
+using testing::CollectingSink;
+using testing::LogCapture;
+using testing::NewFrame;
+using testing::Polled;
+using testing::Pump;
+using testing::PumpRounds;
+using testing::PumpThread;
+using testing::PumpUntil;
+using testing::Sides;
+using testing::WaitUntil;
+
+constexpr Gid kA = Gid::Process(1, 1);
+constexpr Gid kB = Gid::Process(1, 2);
+constexpr Gid kRaw = Gid::Process(1, 9);  // what the raw sockets claim to be
+constexpr uint32_t kClasses = 9;          // 256 B .. 64 KiB
+
+ViaOptions Options(Gid self) {
+  return ViaOptions{.self_process = self, .num_classes = kClasses, .provider = "sockets"};
+}
+
+// One process's worth: a reactor, a sink, a via subsystem. The test thread
+// (or a PumpThread) is its polling thread.
+struct Side final : Polled {
+  explicit Side(const ViaOptions& options, size_t budget_bytes = size_t{256} << 20)
+      : budget(budget_bytes) {
+    auto created = runtime::EpollReactor::Create();
+    REQUIRE(created.ok());
+    reactor = std::move(*created);
+    auto opened = ViaSubsystem::Open(options, *reactor, sink, budget);
+    INFO(opened.status().ToString());
+    REQUIRE(opened.ok());
+    via = std::move(*opened);
+  }
+  ~Side() override {
+    sink.ReleaseKept();
+    via->Close();
+  }
+  Side(const Side&) = delete;
+  Side& operator=(const Side&) = delete;
+
+  // Also housekeeping about once a second, as the runtime's poller does.
+  bool PumpOnce() override {
+    const int handled = reactor->Wait(0);
+    const int delivered = via->Poll();
+    if (Clock::now() >= next_housekeeping) {
+      via->Housekeeping();
+      next_housekeeping = Clock::now() + 1s;
+    }
+    return handled + delivered > 0;
+  }
+  uint64_t PoolInUse() const { return testing::PoolInUse(via->pool()); }
+  // The provider's "IP:PORT" (the address without "sockets:").
+  std::string SocketAddress() const {
+    const std::string& address = via->address();
+    REQUIRE(address.starts_with("sockets:"));
+    return address.substr(std::string_view("sockets:").size());
+  }
+
+  buffers::PoolBudget budget;
+  std::unique_ptr<runtime::EpollReactor> reactor;
+  CollectingSink sink;
+  Clock::time_point next_housekeeping = Clock::now() + 1s;
+  std::unique_ptr<ViaSubsystem> via;  // last: closed and destroyed first
+};
+
+std::unique_ptr<Route> ConnectTo(Side& from, Gid peer, Side& to) {
+  auto route = from.via->Connect(peer, to.via->address());
+  INFO(route.status().ToString());
+  REQUIRE(route.ok());
+  return std::move(*route);
+}
+
+// A payload whose frame falls in `class_index`; `salt` picks where in the
+// class (both edges included).
+size_t PayloadIn(uint32_t class_index, uint64_t salt) {
+  const size_t high = buffers::ClassBytes(class_index) - wire::kHeaderBytes;
+  const size_t low =
+      class_index == 0 ? 0 : buffers::ClassBytes(class_index - 1) - wire::kHeaderBytes + 1;
+  if (salt % 5 == 0) return high;
+  if (salt % 5 == 1) return low;
+  return low + (salt * 7919) % (high - low + 1);
+}
+
+// Posts, pumping `sides` while the route says TryAgain.
+Status PostPumping(Route& route, detail::BufferSlot* slot, const Sides& sides,
+                   std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    Status status = route.Post(slot);
+    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
+    Pump(sides);
+  }
+}
+
+struct Sent {
+  uint64_t seq;
+  uint32_t class_index;
+};
+
+// Frames from one process to another on one route, remembered for the check.
+struct Stream {
+  Stream(Side& side_in, Route& route_in, Gid from_in, Gid to_in)
+      : side(side_in), route(route_in), from(from_in), to(to_in) {}
+
+  void Send(uint32_t class_index, const Sides& sides) {
+    const uint64_t seq = next_seq++;
+    detail::BufferSlot* slot =
+        NewFrame(side.via->pool(), from, to, seq, PayloadIn(class_index, seq));
+    REQUIRE(slot->class_index == class_index);
+    const Status status = PostPumping(route, slot, sides);
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+    sent.push_back({seq, class_index});
+  }
+
+  Side& side;
+  Route& route;
+  const Gid from;
+  const Gid to;
+  uint64_t next_seq = 0;
+  std::vector<Sent> sent;
+};
+
+// The arrivals from `from` are exactly the frames of `sent`: whole, each
+// once, and within each class in the order posted (classes travel on
+// different VIs, so only the runtime orders across them).
+void CheckPerClass(const std::vector<Arrival>& arrivals, Gid from, Gid to,
+                   const std::vector<Sent>& sent) {
+  std::map<uint32_t, std::vector<uint64_t>> expected;
+  std::map<uint32_t, std::vector<uint64_t>> got;
+  for (const Sent& s : sent) expected[s.class_index].push_back(s.seq);
+  size_t count = 0;
+  for (const Arrival& arrival : arrivals) {
+    if (arrival.from != from) continue;
+    ++count;
+    INFO("arrival seq " << arrival.header.seq);
+    REQUIRE(arrival.intact);
+    REQUIRE(Gid::FromRaw(arrival.header.source).process() == from);
+    REQUIRE(Gid::FromRaw(arrival.header.destination) == Gid::Thread(to, 1));
+    got[buffers::ClassFor(arrival.header.length)].push_back(arrival.header.seq);
+  }
+  CHECK(count == sent.size());
+  for (const auto& [class_index, seqs] : expected) {
+    INFO("class " << class_index);
+    CHECK(got[class_index] == seqs);
+  }
+  CHECK(got.size() == expected.size());
+}
+
+size_t ArrivalsFrom(const CollectingSink& sink, Gid from) {
+  const auto arrivals = sink.arrivals();
+  return static_cast<size_t>(std::count_if(arrivals.begin(), arrivals.end(),
+                                           [&](const Arrival& a) { return a.from == from; }));
+}
+
+// The VIs of the pool to `peer` in `class_index`.
+std::vector<ViStats> VisOf(const ViaSubsystem& via, Gid peer, uint32_t class_index) {
+  std::vector<ViStats> rows;
+  for (ViStats& row : via.ViPool()) {
+    if (row.peer == peer && row.class_bytes == buffers::ClassBytes(class_index)) {
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+std::string Describe(const std::vector<ViStats>& rows) {
+  std::ostringstream out;
+  for (const ViStats& row : rows) {
+    out << "[" << row.peer.ToString() << " " << row.class_bytes << " B " << row.state << " posted "
+        << row.posted << " credits " << row.credits << " queued " << row.queued << " sent "
+        << row.sent << " received " << row.received << "] ";
+  }
+  return out.str();
+}
+
+// Exactly one VI to `peer` in `class_index`, connected.
+bool OneConnectedVi(const ViaSubsystem& via, Gid peer, uint32_t class_index) {
+  const auto rows = VisOf(via, peer, class_index);
+  return rows.size() == 1 && rows[0].state == "connected";
+}
+
+// The classes (by bytes) of the pool's VIs; every one connected.
+std::set<uint32_t> ConnectedClasses(const ViaSubsystem& via, bool* all_connected) {
+  std::set<uint32_t> classes;
+  *all_connected = true;
+  for (const ViStats& row : via.ViPool()) {
+    classes.insert(row.class_bytes);
+    *all_connected = *all_connected && row.state == "connected";
+  }
+  return classes;
+}
+
+// The pool's count of buffers provided for receives, and the receive
+// descriptors its VIs say they have posted: the same buffers, counted twice.
+std::pair<uint64_t, uint64_t> ProvidedAndPosted(ViaSubsystem& via) {
+  uint64_t provided = 0;
+  for (const auto& stats : via.pool().Stats()) provided += stats.provided;
+  uint64_t posted = 0;
+  for (const ViStats& row : via.ViPool()) posted += row.posted;
+  return {provided, posted};
+}
+
+BufferState StateOf(const detail::BufferSlot* slot) {
+  return static_cast<BufferState>(slot->state.load());
+}
+
+// --- the handshake's data -----------------------------------------------------
+
+ConnectData SomeConnectData() {
+  return ConnectData{.process = kA, .peer = kB, .class_index = 3, .posted = 64};
+}
+
+std::vector<std::byte> Encoded(const ConnectData& data) {
+  std::vector<std::byte> bytes(ConnectData::kBytes);
+  data.Encode(bytes.data());
+  return bytes;
+}
+
+TEST_CASE("connect data survives an encode and decode and every bad field is refused", "[via]") {
+  const ConnectData data = SomeConnectData();
+  std::vector<std::byte> bytes = Encoded(data);
+  auto decoded = ConnectData::Decode(bytes, kClasses);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->process == kA);
+  CHECK(decoded->peer == kB);
+  CHECK(decoded->class_index == 3);
+  CHECK(decoded->posted == 64);
+
+  // The extremes that are still valid.
+  auto edge = ConnectData::Decode(
+      Encoded({.process = kB, .peer = kA, .class_index = kClasses - 1, .posted = 0xFFFF}),
+      kClasses);
+  REQUIRE(edge.ok());
+  CHECK(edge->class_index == kClasses - 1);
+  CHECK(edge->posted == 0xFFFF);
+  CHECK(ConnectData::Decode(Encoded({.process = kB, .peer = kA, .class_index = 0, .posted = 1}),
+                            kClasses)
+            .ok());
+
+  struct Case {
+    const char* name;
+    std::vector<std::byte> bytes;
+    const char* expected;
+  };
+  std::vector<std::byte> bad_magic = bytes;
+  bad_magic[0] = std::byte{'X'};
+  std::vector<std::byte> bad_version = bytes;
+  bad_version[4] = std::byte{2};
+  ConnectData thread = data;
+  thread.process = Gid::Thread(kA, 1);
+  ConnectData host = data;
+  host.peer = Gid::Host(1);
+  ConnectData null = data;
+  null.process = Gid();
+  ConnectData past = data;
+  past.class_index = kClasses;
+  ConnectData huge_class = data;
+  huge_class.class_index = 0xFFFFFFFFu;
+  ConnectData none = data;
+  none.posted = 0;
+  ConnectData too_many = data;
+  too_many.posted = 0x10000;
+  const std::vector<Case> cases = {
+      {"empty", {}, "via connect data of 0 bytes (32 expected)"},
+      {"short", std::vector<std::byte>(bytes.begin(), bytes.end() - 1),
+       "via connect data of 31 bytes (32 expected)"},
+      {"magic", bad_magic, "bad magic"},
+      {"version", bad_version, "version 2 (this is 1)"},
+      {"a thread as the sender", Encoded(thread), "are not both process ids"},
+      {"a host as the peer", Encoded(host), "are not both process ids"},
+      {"a null sender", Encoded(null), "are not both process ids"},
+      {"a class past the last", Encoded(past), "size class 9 (this process has 9)"},
+      {"a huge class", Encoded(huge_class), "size class 4294967295"},
+      {"no descriptors", Encoded(none), "0 receive descriptors posted"},
+      {"too many descriptors", Encoded(too_many), "65536 receive descriptors posted"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    auto result = ConnectData::Decode(c.bytes, kClasses);
+    REQUIRE_FALSE(result.ok());
+    CHECK(result.status().code() == StatusCode::kInvalidArgument);
+    INFO(result.status().message());
+    CHECK(result.status().message().find(c.expected) != std::string::npos);
+  }
+  // Fewer classes on the decoding side: class 3 is past them.
+  CHECK(ConnectData::Decode(bytes, 3).status().code() == StatusCode::kInvalidArgument);
+  CHECK(ConnectData::Decode(bytes, 4).ok());
+}
+
+// --- opening ------------------------------------------------------------------
+
+TEST_CASE("a via subsystem refuses bad options and an ibverbs provider without a device", "[via]") {
+  buffers::PoolBudget budget(16 << 20);
+  CollectingSink sink;
+  auto reactor = runtime::EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  auto open = [&](const ViaOptions& options) {
+    return ViaSubsystem::Open(options, **reactor, sink, budget).status();
+  };
+
+  ViaOptions options = Options(Gid::Thread(kA, 1));
+  CHECK(open(options).code() == StatusCode::kInvalidArgument);
+  options = Options(Gid::Host(1));
+  CHECK(open(options).code() == StatusCode::kInvalidArgument);
+  options = Options(Gid());
+  CHECK(open(options).code() == StatusCode::kInvalidArgument);
+  for (uint32_t classes : {0u, buffers::kMaxClasses + 1}) {
+    INFO(classes << " classes");
+    options = Options(kA);
+    options.num_classes = classes;
+    CHECK(open(options).code() == StatusCode::kInvalidArgument);
+  }
+  options = Options(kA);
+  options.max_vis = 0;
+  CHECK(open(options).code() == StatusCode::kInvalidArgument);
+  options = Options(kA);
+  options.provider = "foo";
+  const Status unknown = open(options);
+  CHECK(unknown.code() == StatusCode::kInvalidArgument);
+  CHECK(unknown.message().find("unknown provider 'foo'") != std::string::npos);
+  options = Options(kA);
+  options.bind_address = "localhost";
+  CHECK_FALSE(open(options).ok());
+
+  if (IbverbsDevicePresent()) {
+    WARN("an RDMA device is present: the no-device case is not checked");
+  } else {
+    options = Options(kA);
+    options.provider = "ibverbs";
+    const Status ibverbs = open(options);
+    INFO(ibverbs.ToString());
+    CHECK(ibverbs.code() == StatusCode::kUnavailable);
+    // "auto" falls back to sockets.
+    options.provider = "auto";
+    auto via = ViaSubsystem::Open(options, **reactor, sink, budget);
+    REQUIRE(via.ok());
+    CHECK((*via)->provider_name() == "sockets");
+    CHECK((*via)->address().starts_with("sockets:127.0.0.1:"));
+    (*via)->Close();
+  }
+
+  // The largest number of classes is allowed: 1 MiB frames.
+  options = Options(kA);
+  options.num_classes = buffers::kMaxClasses;
+  auto largest = ViaSubsystem::Open(options, **reactor, sink, budget);
+  REQUIRE(largest.ok());
+  CHECK((*largest)->max_payload() == (size_t{1} << 20) - wire::kHeaderBytes);
+  (*largest)->Close();
+}
+
+TEST_CASE("a via subsystem publishes PROVIDER:IP:PORT and checks the addresses it is given",
+          "[via]") {
+  Side a(Options(kA));
+  const std::string& address = a.via->address();
+  REQUIRE(address.starts_with("sockets:127.0.0.1:"));
+  CHECK(a.via->network() == Network::kVia);
+  CHECK(a.via->provider_name() == "sockets");
+  CHECK(a.via->max_payload() == buffers::ClassBytes(kClasses - 1) - wire::kHeaderBytes);
+  CHECK(a.via->Reaches(kB, "sockets:127.0.0.1:7400"));
+  for (const char* bad :
+       {"", "sockets", "sockets:", "127.0.0.1:7400", ":127.0.0.1:7400", "sockets:127.0.0.1",
+        "sockets:localhost:7400", "ibverbs:127.0.0.1:7400"}) {
+    INFO(bad);
+    CHECK_FALSE(a.via->Reaches(kB, bad));
+    CHECK(a.via->Connect(kB, bad).status().code() == StatusCode::kInvalidArgument);
+  }
+  CHECK(a.via->Connect(Gid::Thread(kB, 1), "sockets:127.0.0.1:7400").status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(a.via->ViPool().empty());
+  CHECK(a.via->open_vis() == 0);
+}
+
+// --- one VI per (peer, class) -------------------------------------------------
+
+TEST_CASE("frames of every class arrive whole and in order per class, one VI per class", "[via]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  const Sides sides = {&a, &b};
+
+  std::mt19937 random(7);
+  for (uint32_t class_index = 0; class_index < kClasses; ++class_index) {
+    stream.Send(class_index, sides);  // every class at least once
+  }
+  for (int i = 0; i < 600; ++i) {
+    // Mostly small, some of every class.
+    const uint32_t class_index = random() % 4 == 0 ? random() % kClasses : random() % 3;
+    stream.Send(class_index, sides);
+  }
+  REQUIRE(
+      PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(route->Broken());
+
+  // One VI per class on each side, each opened once.
+  const auto a_pool = a.via->ViPool();
+  const auto b_pool = b.via->ViPool();
+  INFO("A: " << Describe(a_pool));
+  INFO("B: " << Describe(b_pool));
+  CHECK(a_pool.size() == kClasses);
+  CHECK(b_pool.size() == kClasses);
+  for (uint32_t class_index = 0; class_index < kClasses; ++class_index) {
+    INFO("class " << class_index);
+    CHECK(OneConnectedVi(*a.via, kB, class_index));
+    CHECK(OneConnectedVi(*b.via, kA, class_index));
+  }
+  CHECK(a.via->vis_opened() == kClasses);
+  CHECK(b.via->vis_opened() == kClasses);
+  CHECK(a.via->vis_closed() == 0);
+  CHECK(a.via->open_vis() == kClasses);
+  CHECK(a.PoolInUse() == 0);
+  CHECK(b.PoolInUse() == 0);
+}
+
+TEST_CASE("a VI is created on the first send of its class and reused after", "[via]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  const Sides sides = {&a, &b};
+  CHECK(a.via->ViPool().empty());  // a route alone opens nothing
+  PumpRounds(sides, 20);
+  CHECK(a.via->vis_opened() == 0);
+  CHECK(b.via->ViPool().empty());
+
+  stream.Send(0, sides);
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == 1; }));
+  CHECK(a.via->vis_opened() == 1);
+  CHECK(b.via->vis_opened() == 1);
+  CHECK(OneConnectedVi(*a.via, kB, 0));
+  CHECK(OneConnectedVi(*b.via, kA, 0));
+
+  constexpr uint32_t kOther = 3;  // 2 KiB
+  for (int i = 0; i < 100; ++i) stream.Send(i % 2 == 0 ? 0 : kOther, sides);
+  REQUIRE(
+      PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+
+  const auto a_pool = a.via->ViPool();
+  INFO("A: " << Describe(a_pool));
+  INFO("B: " << Describe(b.via->ViPool()));
+  REQUIRE(a_pool.size() == 2);
+  CHECK(a.via->vis_opened() == 2);
+  CHECK(b.via->vis_opened() == 2);  // B never sent: both are the ones it accepted
+  CHECK(b.via->ViPool().size() == 2);
+  for (uint32_t class_index : {0u, kOther}) {
+    INFO("class " << class_index);
+    const auto mine = VisOf(*a.via, kB, class_index);
+    const auto theirs = VisOf(*b.via, kA, class_index);
+    REQUIRE(mine.size() == 1);
+    REQUIRE(theirs.size() == 1);
+    CHECK(mine[0].state == "connected");
+    CHECK(theirs[0].state == "connected");
+    // The data went this way (control messages may add to the counts).
+    CHECK(mine[0].sent >= (class_index == 0 ? 51u : 50u));
+    CHECK(theirs[0].received >= (class_index == 0 ? 51u : 50u));
+    CHECK(mine[0].queued == 0);
+    CHECK(theirs[0].posted == DescriptorsPerVi(class_index));
+  }
+  // B gives its credits back in one credit message per class (half a window
+  // re-posted); receiving it counts as using the VI.
+  REQUIRE(PumpUntil(sides, [&] {
+    return VisOf(*a.via, kB, 0)[0].received == 1 && VisOf(*a.via, kB, kOther)[0].received == 1;
+  }));
+  // The most recently used VI comes first.
+  for (uint32_t class_index : {kOther, 0u, kOther}) {
+    INFO("last used " << class_index);
+    stream.Send(class_index, sides);
+    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size(); }));
+    CHECK(a.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
+    CHECK(b.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
+  }
+  CHECK(a.via->vis_opened() == 2);
+
+  CHECK(route->PostCopy(wire::Header{}, {}).code() == StatusCode::kUnimplemented);
+  CHECK(a.PoolInUse() == 0);
+  CHECK(b.PoolInUse() == 0);
+}
+
+TEST_CASE("the peer answers on the VI it accepted, without a new connection", "[via]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto a_to_b = ConnectTo(a, kB, b);
+  auto b_to_a = ConnectTo(b, kA, a);
+  Stream forward(a, *a_to_b, kA, kB);
+  Stream back(b, *b_to_a, kB, kA);
+
+  for (uint32_t class_index : {1u, 5u}) {
+    INFO("class " << class_index);
+    for (int i = 0; i < 5; ++i) forward.Send(class_index, sides);
+    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == forward.sent.size(); }));
+    const uint64_t a_opened = a.via->vis_opened();
+    const uint64_t b_opened = b.via->vis_opened();
+    for (int i = 0; i < 5; ++i) back.Send(class_index, sides);
+    REQUIRE(PumpUntil(sides, [&] { return a.sink.size() == back.sent.size(); }));
+    CHECK(a.via->vis_opened() == a_opened);
+    CHECK(b.via->vis_opened() == b_opened);
+    CHECK(OneConnectedVi(*a.via, kB, class_index));
+    CHECK(OneConnectedVi(*b.via, kA, class_index));
+  }
+  CHECK(a.via->vis_opened() == 2);
+  CHECK(b.via->vis_opened() == 2);
+  CheckPerClass(b.sink.arrivals(), kA, kB, forward.sent);
+  CheckPerClass(a.sink.arrivals(), kB, kA, back.sent);
+}
+
+TEST_CASE("two processes that connect to each other at once end with one VI per class", "[via]") {
+  constexpr int kPairs = 6;  // fresh pairs, every class in each: 54 crossings
+  for (int pair = 0; pair < kPairs; ++pair) {
+    INFO("pair " << pair);
+    Side a(Options(kA));
+    Side b(Options(kB));
+    auto a_to_b = ConnectTo(a, kB, b);
+    auto b_to_a = ConnectTo(b, kA, a);
+    std::vector<Sent> a_sent, b_sent;
+    uint64_t seq = 0;
+    {
+      PumpThread pump({&a, &b});
+      for (uint32_t class_index = 0; class_index < kClasses; ++class_index) {
+        INFO("class " << class_index);
+        const size_t payload = PayloadIn(class_index, seq);
+        detail::BufferSlot* to_b = NewFrame(a.via->pool(), kA, kB, seq, payload);
+        detail::BufferSlot* to_a = NewFrame(b.via->pool(), kB, kA, seq, payload);
+        std::barrier start(2);
+        Status a_posted, b_posted;
+        std::thread a_thread([&] {
+          start.arrive_and_wait();
+          a_posted = a_to_b->Post(to_b);
+        });
+        std::thread b_thread([&] {
+          start.arrive_and_wait();
+          b_posted = b_to_a->Post(to_a);
+        });
+        a_thread.join();
+        b_thread.join();
+        REQUIRE(a_posted.ok());
+        REQUIRE(b_posted.ok());
+        a_sent.push_back({seq, class_index});
+        b_sent.push_back({seq, class_index});
+        ++seq;
+        REQUIRE(WaitUntil(
+            [&] { return a.sink.size() == a_sent.size() && b.sink.size() == b_sent.size(); }));
+        // A superseded VI shows as closing until its handshake ends.
+        const bool settled = WaitUntil(
+            [&] {
+              return OneConnectedVi(*a.via, kB, class_index) &&
+                     OneConnectedVi(*b.via, kA, class_index);
+            },
+            5s);
+        INFO("A: " << Describe(VisOf(*a.via, kB, class_index)));
+        INFO("B: " << Describe(VisOf(*b.via, kA, class_index)));
+        REQUIRE(settled);
+        // The VI left carries traffic both ways, and no other VI appears for it.
+        const uint64_t a_opened = a.via->vis_opened();
+        const uint64_t b_opened = b.via->vis_opened();
+        REQUIRE(a_to_b->Post(NewFrame(a.via->pool(), kA, kB, seq, payload)).ok());
+        REQUIRE(b_to_a->Post(NewFrame(b.via->pool(), kB, kA, seq, payload)).ok());
+        a_sent.push_back({seq, class_index});
+        b_sent.push_back({seq, class_index});
+        ++seq;
+        REQUIRE(WaitUntil(
+            [&] { return a.sink.size() == a_sent.size() && b.sink.size() == b_sent.size(); }));
+        CHECK(OneConnectedVi(*a.via, kB, class_index));
+        CHECK(OneConnectedVi(*b.via, kA, class_index));
+        CHECK(a.via->vis_opened() == a_opened);
+        CHECK(b.via->vis_opened() == b_opened);
+      }
+      REQUIRE(WaitUntil(
+          [&] { return a.via->open_vis() == kClasses && b.via->open_vis() == kClasses; }, 5s));
+      REQUIRE(WaitUntil([&] { return a_to_b->Drained() && b_to_a->Drained(); }));
+    }
+    CheckPerClass(b.sink.arrivals(), kA, kB, a_sent);
+    CheckPerClass(a.sink.arrivals(), kB, kA, b_sent);
+    CHECK_FALSE(a_to_b->Broken());
+    CHECK_FALSE(b_to_a->Broken());
+    // Descriptors are posted from three threads here (senders, connection
+    // manager, poller): the pool's count of them must still be exact.
+    const auto [a_provided, a_posted] = ProvidedAndPosted(*a.via);
+    const auto [b_provided, b_posted] = ProvidedAndPosted(*b.via);
+    CHECK(a_provided == a_posted);
+    CHECK(b_provided == b_posted);
+    CHECK(a.PoolInUse() == 0);
+    CHECK(b.PoolInUse() == 0);
+  }
+}
+
+// --- credits ------------------------------------------------------------------
+
+TEST_CASE("a congested receiver stops the sender's credits and nothing is lost", "[via]") {
+  ViaOptions options = Options(kA);
+  options.max_queued_bytes_per_route = 64 << 10;
+  Side a(options);
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  constexpr uint32_t kClass = 2;  // 1 KiB
+  const uint32_t window = DescriptorsPerVi(kClass);
+  constexpr size_t kPayload = 900;
+  REQUIRE(buffers::ClassFor(kPayload) == kClass);
+  b.sink.congested = true;
+  b.sink.keep = true;
+
+  // A window's worth (it fits the queue while the VI connects): the credits
+  // run out with the reserve left, and nothing more goes while B is congested.
+  uint64_t seq = 0;
+  for (; seq < window; ++seq) {
+    REQUIRE(route->Post(NewFrame(a.via->pool(), kA, kB, seq, kPayload)).ok());
+  }
+  REQUIRE(PumpUntil(sides, [&] {
+    const auto rows = VisOf(*a.via, kB, kClass);
+    return rows.size() == 1 && rows[0].state == "connected" && rows[0].credits <= kReserve &&
+           b.sink.size() == window - kReserve;
+  }));
+  // Then until the route's queue is full: TryAgain, for as long as B is congested.
+  detail::BufferSlot* refused = nullptr;
+  const auto deadline = Clock::now() + 20s;
+  while (refused == nullptr) {
+    REQUIRE(Clock::now() < deadline);
+    detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, kPayload);
+    const Status status = route->Post(slot);
+    if (status.code() == StatusCode::kTryAgain) {
+      refused = slot;
+    } else {
+      INFO(status.ToString());
+      REQUIRE(status.ok());
+      ++seq;
+    }
+    Pump(sides);
+  }
+  const uint64_t posted = seq;
+  PumpRounds(sides, 300);
+  INFO("posted " << posted << " before TryAgain; A: " << Describe(a.via->ViPool())
+                 << " B: " << Describe(b.via->ViPool()));
+  // Sent against credits only: the window less the reserve, the rest queued.
+  CHECK(posted > window);
+  REQUIRE(b.sink.size() <= window);
+  CHECK(b.sink.size() == window - kReserve);
+  const auto sender = VisOf(*a.via, kB, kClass);
+  REQUIRE(sender.size() == 1);
+  CHECK(sender[0].credits <= kReserve);
+  CHECK(sender[0].queued > 0);
+  CHECK(sender[0].queued + b.sink.size() == posted);
+  const auto receiver = VisOf(*b.via, kA, kClass);
+  REQUIRE(receiver.size() == 1);
+  CHECK(receiver[0].posted == window - b.sink.size());            // nothing re-posted
+  REQUIRE(route->Post(refused).code() == StatusCode::kTryAgain);  // still
+  CHECK(sender[0].queued == options.max_queued_bytes_per_route / (wire::kHeaderBytes + kPayload));
+  CHECK_FALSE(route->Drained());
+  CHECK_FALSE(route->Broken());
+
+  b.sink.congested = false;
+  REQUIRE(PostPumping(*route, refused, sides).ok());
+  ++seq;
+  for (int i = 0; i < 300; ++i, ++seq) {
+    REQUIRE(PostPumping(*route, NewFrame(a.via->pool(), kA, kB, seq, kPayload), sides).ok());
+  }
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == seq && route->Drained(); }));
+  PumpRounds(sides, 50);
+  CHECK(b.sink.size() == seq);  // exactly once
+  std::vector<Sent> sent;
+  for (uint64_t i = 0; i < seq; ++i) sent.push_back({i, kClass});
+  CheckPerClass(b.sink.arrivals(), kA, kB, sent);
+  CHECK_FALSE(route->Broken());
+  CHECK(a.via->vis_opened() == 1);
+
+  // B kept every buffer it delivered; once they are back, nothing leaks.
+  CHECK(b.PoolInUse() == seq);
+  b.sink.keep = false;
+  b.sink.ReleaseKept();
+  REQUIRE(PumpUntil(sides, [&] { return b.PoolInUse() == 0 && a.PoolInUse() == 0; }));
+  const auto after = VisOf(*b.via, kA, kClass);
+  REQUIRE(after.size() == 1);
+  CHECK(after[0].posted == window);  // every descriptor is posted again
+}
+
+// --- VIA's descriptor rules -----------------------------------------------------
+
+TEST_CASE("a message larger than the posted descriptor breaks the VI", "[via]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  REQUIRE(PostPumping(*route, NewFrame(a.via->pool(), kA, kB, 0, 100), sides).ok());
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == 1; }));
+
+  LogCapture log(spdlog::level::debug);
+  // A 964-byte frame (class 2) on the VI of class 0, whose buffers are 256 B.
+  detail::BufferSlot* wrong = NewFrame(a.via->pool(), kA, kB, 1, 900);
+  REQUIRE(wrong->class_index == 2);
+  wrong->refs.fetch_add(1);  // to see its state after
+  REQUIRE(a.via->PostOnClass(*route, wrong, 0).ok());
+  detail::BufferSlot* no_class = NewFrame(a.via->pool(), kA, kB, 9, 10);
+  CHECK(a.via->PostOnClass(*route, no_class, kClasses).code() == StatusCode::kInvalidArgument);
+  a.via->pool().Unref(no_class);  // not taken
+  REQUIRE(PumpUntil(sides, [&] { return route->Broken(); }));
+  REQUIRE(PumpUntil(sides, [&] { return log.Contains("larger than the posted receive buffer"); }));
+  CHECK(log.Contains("a message of 964 bytes"));
+  CHECK(log.Contains("of 256 bytes (VIA length error: the VI breaks)"));
+  PumpRounds(sides, 100);
+  CHECK(b.sink.size() == 1);  // nothing of the wrong frame
+  CheckPerClass(b.sink.arrivals(), kA, kB, {{0, 0}});
+  CHECK(StateOf(wrong) == BufferState::kSent);  // the sender wrote it; the receiver refused it
+  a.via->pool().Unref(wrong);
+
+  // The class is broken for this route: later frames are refused, not taken.
+  detail::BufferSlot* later = NewFrame(a.via->pool(), kA, kB, 2, 100);
+  CHECK(route->Post(later).code() == StatusCode::kUnavailable);
+  CHECK(StateOf(later) == BufferState::kIdle);
+  a.via->pool().Unref(later);
+  const bool clean = PumpUntil(sides, [&] {
+    return a.via->open_vis() == 0 && b.via->open_vis() == 0 && a.PoolInUse() == 0 &&
+           b.PoolInUse() == 0;
+  });
+  INFO("A: " << Describe(a.via->ViPool()) << " in use " << a.PoolInUse()
+             << "; B: " << Describe(b.via->ViPool()) << " in use " << b.PoolInUse());
+  REQUIRE(clean);
+  REQUIRE(PumpUntil(sides, [&] {
+    return a.via->open_vis() == 0 && b.via->open_vis() == 0 && a.PoolInUse() == 0 &&
+           b.PoolInUse() == 0;
+  }));
+  CHECK(route->Drained());
+
+  // A new route is a new attempt: the class works again.
+  auto again = ConnectTo(a, kB, b);
+  REQUIRE(PostPumping(*again, NewFrame(a.via->pool(), kA, kB, 3, 100), sides).ok());
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == 2; }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, {{0, 0}, {3, 0}});
+}
+
+TEST_CASE("a message that finds no receive descriptor breaks the VI", "[via]") {
+  ViaOptions options = Options(kA);
+  options.ignore_credits = true;
+  Side a(options);
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  const uint32_t window = DescriptorsPerVi(0);
+  b.sink.congested = true;  // B re-posts nothing
+
+  LogCapture log(spdlog::level::debug);
+  const uint64_t frames = window + 20;
+  std::vector<detail::BufferSlot*> held;
+  for (uint64_t seq = 0; seq < frames; ++seq) {
+    detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, 100);
+    slot->refs.fetch_add(1);
+    held.push_back(slot);
+    const Status status = PostPumping(*route, slot, sides);
+    if (status.code() == StatusCode::kUnavailable) {  // broken already
+      slot->pool->Unref(slot);
+      held.pop_back();
+      slot->pool->Unref(slot);
+      break;
+    }
+    REQUIRE(status.ok());
+  }
+  REQUIRE(PumpUntil(sides, [&] { return route->Broken(); }));
+  REQUIRE(PumpUntil(sides, [&] { return log.Contains("found no receive descriptor posted"); }));
+  PumpRounds(sides, 100);
+  // What came before the break is whole and in order: one per descriptor.
+  CHECK(b.sink.size() == window);
+  std::vector<Sent> expected;
+  for (uint64_t seq = 0; seq < window; ++seq) expected.push_back({seq, 0});
+  CheckPerClass(b.sink.arrivals(), kA, kB, expected);
+  for (detail::BufferSlot* slot : held) {
+    const BufferState state = StateOf(slot);
+    CHECK((state == BufferState::kSent || state == BufferState::kFailed));
+    slot->pool->Unref(slot);
+  }
+  REQUIRE(PumpUntil(
+      sides, [&] { return a.PoolInUse() == 0 && b.PoolInUse() == 0 && b.via->open_vis() == 0; }));
+  CHECK(route->Drained());
+}
+
+// --- the VI cap ---------------------------------------------------------------
+
+TEST_CASE("past the VI cap the least recently used VIs close and reconnect when used", "[via]") {
+  ViaOptions options = Options(kA);
+  options.max_vis = 2;
+  Side a(options);
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  REQUIRE(a.via->max_vis() == 2);
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+
+  // Each phase sends in one class, waits until it arrived, then lets the
+  // cap act; `open` is what should be left (most recent last).
+  struct Phase {
+    uint32_t class_index;
+    std::set<uint32_t> open;
+  };
+  const std::vector<Phase> phases = {
+      {0, {0}}, {1, {0, 1}}, {2, {1, 2}}, {3, {2, 3}}, {0, {3, 0}}, {1, {0, 1}}, {3, {1, 3}},
+  };
+  uint64_t expected_closed = 0;
+  for (size_t p = 0; p < phases.size(); ++p) {
+    const Phase& phase = phases[p];
+    INFO("phase " << p << " class " << phase.class_index);
+    const uint64_t closed_before = a.via->vis_closed();
+    for (int i = 0; i < 20; ++i) stream.Send(phase.class_index, sides);
+    REQUIRE(
+        PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+    a.via->Housekeeping();
+    std::set<uint32_t> want;
+    for (uint32_t c : phase.open) want.insert(static_cast<uint32_t>(buffers::ClassBytes(c)));
+    bool all_connected = false;
+    const bool settled = PumpUntil(sides, [&] {
+      a.via->Housekeeping();
+      return a.via->open_vis() <= 2 && ConnectedClasses(*a.via, &all_connected) == want &&
+             all_connected && b.via->open_vis() == a.via->open_vis();
+    });
+    INFO("A: " << Describe(a.via->ViPool()) << " B: " << Describe(b.via->ViPool()));
+    REQUIRE(settled);
+    if (p >= 2) ++expected_closed;  // from the third class on, one closes per phase
+    CHECK(a.via->vis_closed() == expected_closed);
+    CHECK(a.via->vis_closed() - closed_before == (p >= 2 ? 1u : 0u));
+  }
+  CHECK(a.via->vis_opened() == phases.size());
+  CHECK(b.via->vis_closed() == 0);  // B's cap is not reached: it only answered
+  CHECK(b.via->open_vis() == 2);
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(route->Broken());
+  CHECK(a.PoolInUse() == 0);
+  CHECK(b.PoolInUse() == 0);
+}
+
+TEST_CASE("a process with a VI cap of 4 serves six peers, closing the least recently used",
+          "[via]") {
+  ViaOptions options = Options(Gid::Process(1, 100));
+  options.max_vis = 4;
+  Side hub(options);
+  constexpr int kPeers = 6;
+  std::vector<std::unique_ptr<Side>> peers;
+  std::vector<std::unique_ptr<Route>> routes;
+  std::vector<std::unique_ptr<Stream>> streams;
+  Sides sides = {&hub};
+  for (int i = 0; i < kPeers; ++i) {
+    const Gid self = Gid::Process(1, 10 + static_cast<uint32_t>(i));
+    peers.push_back(std::make_unique<Side>(Options(self)));
+    sides.push_back(peers.back().get());
+  }
+  for (int i = 0; i < kPeers; ++i) {
+    const Gid self = Gid::Process(1, 10 + static_cast<uint32_t>(i));
+    routes.push_back(ConnectTo(*peers[i], Gid::Process(1, 100), hub));
+    streams.push_back(
+        std::make_unique<Stream>(*peers[i], *routes.back(), self, Gid::Process(1, 100)));
+  }
+  auto delivered = [&] {
+    size_t sent = 0;
+    for (auto& stream : streams) sent += stream->sent.size();
+    return hub.sink.size() == sent;
+  };
+  auto hub_peers = [&] {
+    std::set<uint32_t> open;
+    for (const ViStats& row : hub.via->ViPool()) {
+      if (row.state != "connected") return std::set<uint32_t>{0};
+      open.insert(row.peer.process_index());
+    }
+    return open;
+  };
+
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    for (int i = 0; i < kPeers; ++i) {
+      for (int m = 0; m < 10; ++m) streams[i]->Send(static_cast<uint32_t>(i % 2), sides);
+      REQUIRE(PumpUntil(sides, delivered));
+    }
+    // The four peers heard from last keep their VI.
+    const std::set<uint32_t> want = {12, 13, 14, 15};
+    const bool settled = PumpUntil(sides, [&] {
+      hub.via->Housekeeping();
+      return hub.via->open_vis() <= 4 && hub_peers() == want;
+    });
+    INFO("hub: " << Describe(hub.via->ViPool()));
+    REQUIRE(settled);
+  }
+  CHECK(hub.via->vis_closed() >= 2 + 6);
+  for (int i = 0; i < kPeers; ++i) {
+    INFO("peer " << i);
+    CheckPerClass(hub.sink.arrivals(), streams[i]->from, streams[i]->to, streams[i]->sent);
+    CHECK_FALSE(routes[i]->Broken());
+  }
+  REQUIRE(PumpUntil(sides, [&] {
+    bool clean = hub.PoolInUse() == 0;
+    for (auto& peer : peers) clean = clean && peer->PoolInUse() == 0;
+    return clean;
+  }));
+}
+
+// --- peers that fail ------------------------------------------------------------
+
+TEST_CASE("a peer that goes away mid-stream fails the queued frames and can be replaced", "[via]") {
+  Side a(Options(kA));
+  auto b = std::make_unique<Side>(Options(kB));
+  auto route = ConnectTo(a, kB, *b);
+  b->sink.congested = true;  // A runs out of credits; the rest queues
+
+  // Two classes, each more than its window: the credits run out, the rest queues.
+  constexpr uint32_t kClassesUsed[] = {0, 3};
+  constexpr uint64_t kPerClass = 100;
+  std::vector<detail::BufferSlot*> held;
+  for (uint64_t seq = 0; seq < 2 * kPerClass; ++seq) {
+    const uint32_t class_index = kClassesUsed[seq % 2];
+    detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, PayloadIn(class_index, seq));
+    slot->refs.fetch_add(1);
+    held.push_back(slot);
+    REQUIRE(PostPumping(*route, slot, {&a, b.get()}).ok());
+  }
+  const bool stalled = PumpUntil({&a, b.get()}, [&] {
+    size_t delivered = 0;
+    for (uint32_t class_index : kClassesUsed) {
+      const auto rows = VisOf(*a.via, kB, class_index);
+      const uint32_t sendable = DescriptorsPerVi(class_index) - kReserve;
+      if (rows.size() != 1 || rows[0].state != "connected" || rows[0].credits > kReserve ||
+          rows[0].queued != kPerClass - sendable) {
+        return false;
+      }
+      delivered += sendable;
+    }
+    return b->sink.size() == delivered;
+  });
+  INFO("A: " << Describe(a.via->ViPool()));
+  REQUIRE(stalled);
+  CHECK_FALSE(route->Drained());
+
+  const size_t delivered = b->sink.size();
+  b->via->Close();
+  b.reset();
+  REQUIRE(PumpUntil({&a}, [&] { return route->Broken() && route->Drained(); }));
+  size_t failed = 0;
+  for (detail::BufferSlot* slot : held) {
+    const BufferState state = StateOf(slot);
+    CHECK((state == BufferState::kSent || state == BufferState::kFailed));
+    failed += state == BufferState::kFailed;
+    slot->pool->Unref(slot);
+  }
+  CHECK(failed == held.size() - delivered);  // what waited for credits; the rest was sent
+  detail::BufferSlot* refused = NewFrame(a.via->pool(), kA, kB, 999, 100);
+  CHECK(route->Post(refused).code() == StatusCode::kUnavailable);
+  a.via->pool().Unref(refused);
+  REQUIRE(PumpUntil({&a}, [&] { return a.via->open_vis() == 0; }));
+  CHECK(a.PoolInUse() == 0);
+
+  // The process comes back at a new address: a new route reaches it.
+  Side b2(Options(kB));
+  auto fresh = ConnectTo(a, kB, b2);
+  Stream stream(a, *fresh, kA, kB);
+  for (uint32_t class_index : {0u, 1u, 0u, 2u}) stream.Send(class_index, {&a, &b2});
+  REQUIRE(PumpUntil({&a, &b2}, [&] { return b2.sink.size() == stream.sent.size(); }));
+  CheckPerClass(b2.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(fresh->Broken());
+}
+
+// --- bad input from the network -------------------------------------------------
+
+std::vector<std::byte> Packet(uint32_t length, uint32_t immediate,
+                              std::span<const std::byte> body = {}) {
+  std::vector<std::byte> bytes(8);
+  std::memcpy(bytes.data(), &length, 4);
+  std::memcpy(bytes.data() + 4, &immediate, 4);
+  bytes.insert(bytes.end(), body.begin(), body.end());
+  return bytes;
+}
+
+// A data frame (header + payload) from `source` to `destination`.
+std::vector<std::byte> Frame(Gid source, Gid destination, uint32_t payload) {
+  std::vector<std::byte> bytes(wire::kHeaderBytes + payload);
+  wire::Header header;
+  header.kind = wire::FrameKind::kMessage;
+  header.source = source.raw();
+  header.destination = destination.raw();
+  header.length = payload;
+  header.total = payload;
+  testing::FillPayload(bytes.data() + wire::kHeaderBytes, payload, 0);
+  header.tag = testing::Checksum({bytes.data() + wire::kHeaderBytes, payload});
+  wire::EncodeHeader(header, bytes.data());
+  return bytes;
+}
+
+TEST_CASE("bad requests and bad messages close one connection while a good peer keeps working",
+          "[via]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  auto send_one = [&] {
+    stream.Send(static_cast<uint32_t>(stream.sent.size() % 3), sides);
+    REQUIRE(PumpUntil(sides, [&] { return ArrivalsFrom(b.sink, kA) == stream.sent.size(); }));
+  };
+  send_one();
+  const std::string address = b.SocketAddress();
+  const ConnectData request{.process = kRaw, .peer = kB, .class_index = 0, .posted = 8};
+
+  SECTION("requests the connection manager drops") {
+    struct Case {
+      const char* name;
+      std::vector<std::byte> bytes;
+      bool end_stream;
+      const char* expected;
+    };
+    std::vector<std::byte> bad_version = Encoded(request);
+    bad_version[4] = std::byte{7};
+    std::vector<Case> cases = {
+        {"garbage", std::vector<std::byte>(32, std::byte{0xab}), false, "bad magic"},
+        {"version", bad_version, false, "version 7 (this is 1)"},
+        {"a thread id", Encoded({.process = Gid::Thread(kRaw, 1), .peer = kB, .posted = 8}), false,
+         "are not both process ids"},
+        {"a class past the last",
+         Encoded({.process = kRaw, .peer = kB, .class_index = 9, .posted = 8}), false,
+         "size class 9"},
+        {"no descriptors", Encoded({.process = kRaw, .peer = kB, .class_index = 0, .posted = 0}),
+         false, "0 receive descriptors"},
+        {"a short request", std::vector<std::byte>(10, std::byte{1}), true,
+         "closed before its request"},
+    };
+    LogCapture log;
+    for (const Case& c : cases) {
+      INFO(c.name);
+      log.Clear();
+      Fd raw = testing::RawConnect(address);
+      testing::RawWrite(raw, c.bytes);
+      if (c.end_stream) shutdown(raw.get(), SHUT_WR);
+      REQUIRE(testing::ClosedByPeer(raw, sides));
+      REQUIRE(PumpUntil(sides, [&] { return !log.Lines().empty(); }));
+      const auto lines = log.Lines();
+      INFO(lines[0]);
+      CHECK(lines.size() == 1);
+      CHECK(lines[0].starts_with("tocl via: connection from 127.0.0.1:"));
+      CHECK(lines[0].find(c.expected) != std::string::npos);
+      send_one();
+    }
+  }
+  SECTION("a request meant for another process is rejected with the reason") {
+    Fd raw = testing::RawConnect(address);
+    testing::RawWrite(raw, Encoded({.process = kRaw, .peer = Gid::Process(1, 5), .posted = 8}));
+    const auto head = testing::RawRead(raw, 8, sides);
+    REQUIRE(head.size() == 8);
+    uint32_t verdict, length;
+    std::memcpy(&verdict, head.data(), 4);
+    std::memcpy(&length, head.data() + 4, 4);
+    CHECK(verdict == 1);
+    REQUIRE(length > 0);
+    REQUIRE(length <= 256);
+    const auto reason = testing::RawRead(raw, length, sides);
+    REQUIRE(reason.size() == length);
+    const std::string text(reinterpret_cast<const char*>(reason.data()), reason.size());
+    CHECK(text == "this is h1.p2, not h1.p5");
+    REQUIRE(testing::ClosedByPeer(raw, sides));
+    CHECK(VisOf(*b.via, kRaw, 0).empty());
+    send_one();
+  }
+  SECTION("an accepted VI that breaks the message rules") {
+    struct Case {
+      const char* name;
+      std::vector<std::byte> bytes;
+      const char* expected;
+    };
+    const std::vector<std::byte> good = Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), 50);
+    const std::vector<Case> cases = {
+        {"a length over 1 MiB", Packet((1u << 20) + 1, 0), "(at most 1048576)"},
+        {"a huge length", Packet(0xFFFFFFFFu, 0), "(at most 1048576)"},
+        {"a message larger than the descriptor",
+         Packet(1000, 0, Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), 936)),
+         "larger than the posted receive buffer"},
+        {"an unknown kind", Packet(0, EncodeImmediate(ViMessage::kCloseAck, 0) + (1u << 16)),
+         "a message of unknown kind"},
+        {"a frame from someone else",
+         Packet(static_cast<uint32_t>(good.size()), 0,
+                Frame(Gid::Thread(kA, 1), Gid::Thread(kB, 1), 50)),
+         "a message from h1.p1.t1 on the VI of h1.p9"},
+        {"a frame for someone else",
+         Packet(static_cast<uint32_t>(good.size()), 0,
+                Frame(Gid::Thread(kRaw, 1), Gid::Thread(Gid::Process(1, 7), 1), 50)),
+         "but this is h1.p2"},
+        {"a frame whose header lies about its length",
+         Packet(static_cast<uint32_t>(good.size()) - 10, 0,
+                std::span(good).first(good.size() - 10)),
+         "whose header says"},
+        {"a hello on a VI",
+         [] {
+           std::vector<std::byte> hello = Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), 0);
+           wire::Header header;
+           header.kind = wire::FrameKind::kHello;
+           header.source = kRaw.raw();
+           header.destination = kB.raw();
+           wire::EncodeHeader(header, hello.data());
+           return Packet(static_cast<uint32_t>(hello.size()), 0, hello);
+         }(),
+         "hello"},
+    };
+    LogCapture log(spdlog::level::debug);
+    size_t from_raw = 0;
+    for (const Case& c : cases) {
+      INFO(c.name);
+      log.Clear();
+      Fd raw = testing::RawConnect(address);
+      testing::RawWrite(raw, Encoded(request));
+      const auto reply = testing::RawRead(raw, 4 + ConnectData::kBytes, sides);
+      REQUIRE(reply.size() == 4 + ConnectData::kBytes);
+      uint32_t verdict;
+      std::memcpy(&verdict, reply.data(), 4);
+      REQUIRE(verdict == 0);
+      auto accepted = ConnectData::Decode(std::span(reply).subspan(4), kClasses);
+      REQUIRE(accepted.ok());
+      CHECK(accepted->process == kB);
+      CHECK(accepted->peer == kRaw);
+      CHECK(accepted->class_index == 0);
+      CHECK(accepted->posted == DescriptorsPerVi(0));
+      // A good frame first: the raw VI works as a peer's would.
+      testing::RawWrite(raw, Packet(static_cast<uint32_t>(good.size()), 0, good));
+      ++from_raw;
+      REQUIRE(PumpUntil(sides, [&] { return ArrivalsFrom(b.sink, kRaw) == from_raw; }));
+      testing::RawWrite(raw, c.bytes);
+      REQUIRE(testing::ClosedByPeer(raw, sides));
+      REQUIRE(PumpUntil(sides, [&] { return log.Contains(c.expected); }));
+      REQUIRE(PumpUntil(sides, [&] { return VisOf(*b.via, kRaw, 0).empty(); }));
+      CHECK(ArrivalsFrom(b.sink, kRaw) == from_raw);  // nothing of the bad message
+      send_one();
+    }
+    for (const Arrival& arrival : b.sink.arrivals()) CHECK(arrival.intact);
+  }
+  SECTION("a connection that closes at once") {
+    LogCapture log;
+    { Fd raw = testing::RawConnect(address); }
+    REQUIRE(PumpUntil(sides, [&] { return log.Contains("closed before its request"); }));
+    send_one();
+  }
+  REQUIRE(PumpUntil(sides, [&] { return b.PoolInUse() == 0 && a.PoolInUse() == 0; }));
+  CHECK_FALSE(route->Broken());
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+}
+
+}  // namespace
+}  // namespace tocl::subsystem::via
