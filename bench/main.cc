@@ -1,7 +1,8 @@
 // tocl-bench: benchmarks of tocl against a real daemon (bench/README.md).
 //
 //   tocl-bench directory [--json] [--threads N] [--repeats R]
-//   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--quick] [--repeats R]
+//   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--network shm,tcp,via] [--quick]
+//                  [--repeats R]
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
 //   tocl-bench spawn [--json] [--quick] [--repeats R]
@@ -11,10 +12,13 @@
 // benchmark ran (whether or not it met its targets), 1 when it could not
 // run, 2 on a usage error.
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include "cluster/cluster_directory_bench.h"
 #include "cluster/spawn_bench.h"
@@ -69,6 +73,11 @@ int Finish(const tocl::Status& status, const tocl::bench::Report& report, bool j
 }  // namespace
 
 int main(int argc, char** argv) {
+  // libtocl logs through spdlog's default logger, which writes to stdout;
+  // stdout carries the figures (JSON lines with --json), so its lines (and
+  // those of the forked msg peers) go to stderr with the progress lines.
+  spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
+
   CLI::App app{"tocl-bench: benchmarks of tocl against a real toclsd"};
   app.require_subcommand(1);
 
@@ -116,6 +125,13 @@ int main(int argc, char** argv) {
                    "bandwidth, rate, threads (64 enrolled threads), idle (idle CPU)")
       ->delimiter(',')
       ->check(CLI::IsMember(tocl::bench::MsgCaseNames()))
+      ->capture_default_str();
+  msg_command
+      ->add_option("--network", msg.networks,
+                   "tocl networks whose cases run, comma-separated: shm, tcp, via (tocl over via "
+                   "next to tocl over tcp and raw tcp: latency, bandwidth, rate)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(tocl::bench::MsgNetworkNames()))
       ->capture_default_str();
   msg_command->add_flag("--quick", msg.quick,
                         "a smoke run: 30 ms runs, 1 s idle windows (figures are rough)");

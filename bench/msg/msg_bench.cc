@@ -51,12 +51,19 @@ enum class Quantity { kLatency, kBandwidth, kRate };
 struct PairConfig {
   const char* name;
   const char* subsystems;
-  int64_t spin_us;  // -1: the runtime's default
+  const char* via_provider;  // RuntimeOptions::via_provider; "": the runtime's default
+  int64_t spin_us;           // -1: the runtime's default
+  // A runtime that does not start is reported and its entries skipped,
+  // instead of ending the run.
+  bool may_fail = false;
 };
 constexpr PairConfig kPairs[] = {
-    {"shm", "shm", -1},
-    {"tcp", "tcp", -1},
-    {"blocking", "shm", 0},  // spin 0: a receiver sleeps at once
+    {"shm", "shm", "", -1},
+    {"tcp", "tcp", "", -1},
+    {"blocking", "shm", "", 0},  // spin 0: a receiver sleeps at once
+    {"via", "via", "sockets", -1},
+    // Only with an RDMA device (RunMsgBench); never run on hardware yet.
+    {"via-ibverbs", "via", "ibverbs", -1, true},
 };
 
 const PairConfig& ConfigOf(const std::string& name) {
@@ -79,6 +86,7 @@ std::string SizeName(uint32_t size) {
 // One contender at one size: run once per round.
 struct Entry {
   std::string label;
+  std::string pair;  // the pair of peers it runs between
   Contender contender = Contender::kRawShmPingPong;
   uint32_t size = 8;
   uint32_t pairs = 1;
@@ -95,10 +103,12 @@ struct Row {
   std::string case_name;
 };
 
-// Entries measured together, round after round, between one pair of peers.
+// Entries measured together, round after round: between one pair of peers,
+// except that tocl over via runs between its own pair (a runtime has one
+// set of networks) next to the raw and tocl tcp entries of the tcp pair.
 struct Group {
   std::string name;
-  std::string pair;
+  std::string pair;  // the pair of most entries (the idle windows: the only one)
   Quantity quantity = Quantity::kLatency;
   bool idle_cpu = false;  // the idle-CPU windows instead of entries
   std::vector<Entry> entries;
@@ -120,11 +130,20 @@ class GroupBuilder {
     if (msg::IsTocl(contender) && !tocl_) return std::nullopt;
     Entry& entry = group_.entries.emplace_back();
     entry.label = std::move(label);
+    entry.pair = group_.pair;
     entry.contender = contender;
     entry.size = size;
     entry.pairs = pairs;
     entry.idle_threads = idle_threads;
     return group_.entries.size() - 1;
+  }
+
+  // The same, between the peers of another pair.
+  std::optional<size_t> AddOn(std::string pair, std::string label, Contender contender,
+                              uint32_t size) {
+    auto index = Add(std::move(label), contender, size);
+    if (index) group_.entries[*index].pair = std::move(pair);
+    return index;
   }
 
   void AddRow(std::optional<size_t> entry, std::optional<size_t> reference, std::string case_name,
@@ -147,15 +166,39 @@ Target RatioAtLeast(double limit) {
   return {Target::Bound::kAtLeast, limit, Target::Applies::kRatio};
 }
 
+bool Contains(const std::vector<std::string>& list, std::string_view name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+// How an entry and its rows name tocl over a via pair: "tocl via (sockets)".
+std::string ViaLabel(const std::string& pair) {
+  return fmt::format("tocl via ({})", ConfigOf(pair).via_provider);
+}
+
 // The groups to run, in order, grouped by pair (each pair's processes exit
 // after its last group, so that no idle runtime is around for the next).
-std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
-  auto wanted = [&](std::string_view name) {
-    return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
+// `via_pairs`: the via pairs whose tocl entries join the tcp groups (empty
+// unless --network via).
+std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
+                              const std::vector<std::string>& via_pairs) {
+  auto wanted = [&](std::string_view name) { return Contains(options.cases, name); };
+  const bool shm = Contains(options.networks, "shm");
+  const bool tcp = Contains(options.networks, "tcp");
+  const bool via = Contains(options.networks, "via");
+  // tocl over via next to tocl over tcp and the raw tcp baseline, in the
+  // same rounds: a row against raw tcp and one against tocl tcp.
+  auto add_via = [&](GroupBuilder& g, Contender contender, uint32_t size, const std::string& prefix,
+                     std::optional<size_t> raw, std::optional<size_t> tocl_tcp) {
+    for (const std::string& pair : via_pairs) {
+      auto ours = g.AddOn(pair, ViaLabel(pair), contender, size);
+      g.AddRow(ours, raw, prefix + ViaLabel(pair));
+      g.AddRow(ours, tocl_tcp, prefix + ViaLabel(pair) + " vs tocl tcp");
+    }
   };
+  const char* tcp_suffix = via ? "tcp, via" : "tcp";
   std::vector<Group> groups;
 
-  if (wanted("latency")) {
+  if (shm && wanted("latency")) {
     GroupBuilder g("latency shm", "shm", Quantity::kLatency, tocl);
     for (uint32_t size : kLatencySizes) {
       std::string prefix = fmt::format("latency {}: ", SizeName(size));
@@ -167,7 +210,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
     }
     groups.push_back(g.Build());
   }
-  if (wanted("threads") && tocl) {
+  if (shm && wanted("threads") && tocl) {
     GroupBuilder g("threads", "shm", Quantity::kLatency, tocl);
     auto one = g.Add("tocl shm, 1 thread", Contender::kToclPingPong, 8);
     auto many = g.Add("tocl shm, 64 threads", Contender::kToclPingPong, 8, 1, kIdleThreads);
@@ -175,14 +218,14 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
     g.AddRow(many, one, "latency 8 B: tocl shm, 64 threads per process", RatioAtMost(1.2));
     groups.push_back(g.Build());
   }
-  if (wanted("idle") && tocl) {
+  if (shm && wanted("idle") && tocl) {
     Group idle;
     idle.name = "idle";
     idle.pair = "shm";
     idle.idle_cpu = true;
     groups.push_back(std::move(idle));
   }
-  if (wanted("bandwidth")) {
+  if (shm && wanted("bandwidth")) {
     GroupBuilder g("bandwidth shm", "shm", Quantity::kBandwidth, tocl);
     for (uint32_t size : kBandwidthSizes) {
       std::string prefix = fmt::format("bandwidth {}: ", SizeName(size));
@@ -196,7 +239,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
     }
     groups.push_back(g.Build());
   }
-  if (wanted("long")) {
+  if (shm && wanted("long")) {
     // Long messages (fragments) over shm from user memory into user memory
     // (RecvInto): against one memcpy of the same size.
     GroupBuilder g("long shm", "shm", Quantity::kBandwidth, tocl);
@@ -210,7 +253,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
     }
     groups.push_back(g.Build());
   }
-  if (wanted("rate")) {
+  if (shm && wanted("rate")) {
     GroupBuilder g("rate", "shm", Quantity::kRate, tocl);
     auto raw_one = g.Add("raw shm ring, 1 pair", Contender::kRawShmStream, 8, 1);
     auto raw_many = g.Add("raw shm rings, 8 pairs", Contender::kRawShmStream, 8, 8);
@@ -222,22 +265,25 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
     g.AddRow(many, one, "rate 8 B: tocl shm, 8 pairs", RatioAtLeast(1));
     groups.push_back(g.Build());
   }
-  if (wanted("latency")) {
-    GroupBuilder g("latency tcp", "tcp", Quantity::kLatency, tocl);
+  if ((tcp || via) && wanted("latency")) {
+    GroupBuilder g(fmt::format("latency {}", tcp_suffix), "tcp", Quantity::kLatency, tocl);
     for (uint32_t size : kLatencySizes) {
       std::string prefix = fmt::format("latency {}: ", SizeName(size));
       auto polling = g.Add("raw tcp polling", Contender::kRawTcpPollPingPong, size);
-      auto blocking = g.Add("raw tcp blocking", Contender::kRawTcpPingPong, size);
+      // The blocking baseline tells about tcp; via is compared with polling.
+      auto blocking =
+          tcp ? g.Add("raw tcp blocking", Contender::kRawTcpPingPong, size) : std::nullopt;
       auto ours = g.Add("tocl tcp", Contender::kToclPingPong, size);
       g.AddRow(polling, std::nullopt, prefix + "raw tcp polling ping-pong");
       g.AddRow(blocking, polling, prefix + "raw tcp blocking ping-pong");
       g.AddRow(ours, polling, prefix + "tocl tcp",
                size == 8 ? std::optional(RatioAtMost(1.3)) : std::nullopt);
+      add_via(g, Contender::kToclPingPong, size, prefix, polling, ours);
     }
     groups.push_back(g.Build());
   }
-  if (wanted("bandwidth")) {
-    GroupBuilder g("bandwidth tcp", "tcp", Quantity::kBandwidth, tocl);
+  if ((tcp || via) && wanted("bandwidth")) {
+    GroupBuilder g(fmt::format("bandwidth {}", tcp_suffix), "tcp", Quantity::kBandwidth, tocl);
     for (uint32_t size : kBandwidthSizes) {
       std::string prefix = fmt::format("bandwidth {}: ", SizeName(size));
       auto raw = g.Add("raw tcp stream", Contender::kRawTcpStream, size);
@@ -245,10 +291,22 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl) {
       g.AddRow(raw, std::nullopt, prefix + "raw tcp stream");
       g.AddRow(ours, raw, prefix + "tocl tcp",
                size == 65536 ? std::optional(RatioAtLeast(0.8)) : std::nullopt);
+      add_via(g, Contender::kToclStream, size, prefix, raw, ours);
     }
     groups.push_back(g.Build());
   }
-  if (wanted("blocking")) {
+  if (via && wanted("rate")) {
+    // 8 B messages, one sender thread to one receiver thread.
+    GroupBuilder g("rate tcp, via", "tcp", Quantity::kRate, tocl);
+    std::string prefix = "rate 8 B: ";
+    auto raw = g.Add("raw tcp stream", Contender::kRawTcpStream, 8);
+    auto ours = g.Add("tocl tcp", Contender::kToclStream, 8);
+    g.AddRow(raw, std::nullopt, prefix + "raw tcp stream");
+    g.AddRow(ours, raw, prefix + "tocl tcp");
+    add_via(g, Contender::kToclStream, 8, prefix, raw, ours);
+    groups.push_back(g.Build());
+  }
+  if (shm && wanted("blocking")) {
     GroupBuilder g("blocking", "blocking", Quantity::kLatency, tocl);
     auto futex = g.Add("raw futex ping-pong", Contender::kRawFutexPingPong, 8);
     auto ours = g.Add("tocl shm, spin 0", Contender::kToclPingPong, 8);
@@ -265,10 +323,22 @@ bool GroupNeedsTocl(const Group& group) {
                      [](const Entry& entry) { return msg::IsTocl(entry.contender); });
 }
 
-uint32_t GroupPairs(const Group& group) {
-  uint32_t pairs = 1;
+// The pairs of peers a group runs between.
+std::set<std::string> PairsOf(const Group& group) {
+  std::set<std::string> pairs = {group.pair};
+  for (const Entry& entry : group.entries) pairs.insert(entry.pair);
+  return pairs;
+}
+
+// The pairs whose tocl runtimes a group measures, with the Gids (thread
+// pairs) each needs.
+std::map<std::string, uint32_t> ToclPairsOf(const Group& group) {
+  std::map<std::string, uint32_t> pairs;
+  if (group.idle_cpu) pairs[group.pair] = 1;
   for (const Entry& entry : group.entries) {
-    if (msg::IsTocl(entry.contender)) pairs = std::max(pairs, entry.pairs);
+    if (!msg::IsTocl(entry.contender)) continue;
+    uint32_t& gids = pairs[entry.pair];
+    gids = std::max({gids, entry.pairs, 1u});
   }
   return pairs;
 }
@@ -284,7 +354,8 @@ struct Run {
   std::string daemon_address;
   pid_t daemon_pid = -1;  // a daemon this run started
   std::map<std::string, std::unique_ptr<PeerPair>> pairs;
-  std::set<std::string> runtimes;  // pairs whose peers have started tocl
+  std::set<std::string> runtimes;     // pairs whose peers have started tocl
+  std::set<std::string> unavailable;  // pairs whose tocl did not start (may_fail): skipped
   uint32_t next_run_id = 0;
   int rounds_run = 0;
   int rounds_loaded = 0;
@@ -311,10 +382,12 @@ Status EnsureRuntime(Run& run, PeerPair& pair, uint32_t gids) {
     start.op = Op::kStartRuntime;
     start.spin_us = config.spin_us;
     CopyText(start.subsystems, sizeof start.subsystems, config.subsystems);
+    CopyText(start.via_provider, sizeof start.via_provider, config.via_provider);
     CopyText(start.text, sizeof start.text, run.daemon_address);
-    Progress(fmt::format("{} pair: starting tocl (subsystems {}, spin {})", pair.name(),
-                         config.subsystems,
-                         config.spin_us < 0 ? "default" : fmt::format("{} us", config.spin_us)));
+    Progress(fmt::format(
+        "{} pair: starting tocl (subsystems {}{}, spin {})", pair.name(), config.subsystems,
+        *config.via_provider == '\0' ? "" : fmt::format(", via provider {}", config.via_provider),
+        config.spin_us < 0 ? "default" : fmt::format("{} us", config.spin_us)));
     TOCL_RETURN_IF_ERROR(pair.Call(start, &initiator, &responder, CallTimeout({})));
     run.runtimes.insert(pair.name());
   }
@@ -431,9 +504,14 @@ double OtherCpus(const CpuProbe& before, const CpuProbe& after) {
   return std::max(0.0, others / kTicksPerSecond / seconds);
 }
 
-// One run of `entry`; its value in the group's unit.
-Result<double> RunEntry(Run& run, PeerPair& pair, const Group& group, Entry& entry,
+bool Skipped(const Run& run, const Entry& entry) {
+  return run.unavailable.contains(entry.pair);
+}
+
+// One run of `entry` between its pair; its value in the group's unit.
+Result<double> RunEntry(Run& run, const Group& group, Entry& entry,
                         std::chrono::nanoseconds measure) {
+  PeerPair& pair = *run.pairs.at(entry.pair);
   if (entry.idle_threads > 0) TOCL_RETURN_IF_ERROR(SetIdleThreads(pair, entry.idle_threads, true));
   Command command;
   command.op = Op::kRun;
@@ -469,6 +547,9 @@ void AddRows(const Run& run, const Group& group, Report& report) {
                   std::chrono::duration_cast<std::chrono::milliseconds>(run.measure).count());
   for (const Row& row : group.rows) {
     const Entry& entry = group.entries[row.entry];
+    if (Skipped(run, entry) || (row.reference && Skipped(run, group.entries[*row.reference]))) {
+      continue;
+    }
     std::string note = how;
     if (group.quantity == Quantity::kLatency) {
       // Few round trips per batch means slow hops: a loaded machine, or sleeping.
@@ -490,6 +571,10 @@ void AddRows(const Run& run, const Group& group, Report& report) {
       continue;
     }
     const Entry& reference = group.entries[*row.reference];
+    std::string baseline = reference.label;
+    if (reference.pair != entry.pair) {
+      baseline += fmt::format(" (pair {}, this: pair {})", reference.pair, entry.pair);
+    }
     std::vector<double> ratios;
     for (size_t i = 0; i < entry.values.size() && i < reference.values.size(); ++i) {
       ratios.push_back(entry.values[i] / reference.values[i]);
@@ -497,18 +582,33 @@ void AddRows(const Run& run, const Group& group, Report& report) {
     Figure& figure = report.Add(row.case_name, MetricOf(group.quantity), Median(entry.values), unit)
                          .WithBaseline(Median(reference.values))
                          .WithRatio(Median(ratios))
-                         .WithNote(fmt::format("{}; baseline: {}", note, reference.label));
+                         .WithNote(fmt::format("{}; baseline: {}", note, baseline));
     if (row.target) figure.WithTarget(*row.target);
     report.Add(row.case_name, "ratio, min of rounds", Min(ratios), "x")
         .WithNote(fmt::format("max {}", FormatNumber(Max(ratios))));
   }
 }
 
-Status RunGroup(Run& run, PeerPair& pair, Group& group, Report& report) {
-  if (GroupNeedsTocl(group)) TOCL_RETURN_IF_ERROR(EnsureRuntime(run, pair, GroupPairs(group)));
+// Starts tocl in every pair the group measures it between. A pair whose
+// config may fail is reported and its entries skipped.
+Status EnsureRuntimes(Run& run, const Group& group) {
+  for (const auto& [name, gids] : ToclPairsOf(group)) {
+    if (run.unavailable.contains(name)) continue;
+    Status started = EnsureRuntime(run, *run.pairs.at(name), gids);
+    if (started.ok()) continue;
+    if (!ConfigOf(name).may_fail) return started;
+    Progress(fmt::format("{}: tocl did not start, skipped: {}", name, started.ToString()));
+    run.unavailable.insert(name);
+  }
+  return Status::Ok();
+}
+
+Status RunGroup(Run& run, Group& group, Report& report) {
+  if (GroupNeedsTocl(group)) TOCL_RETURN_IF_ERROR(EnsureRuntimes(run, group));
   // One unrecorded pass: pages, connections and pools are set up, caches warm.
   for (Entry& entry : group.entries) {
-    TOCL_RETURN_IF_ERROR(RunEntry(run, pair, group, entry, run.warmup).status());
+    if (Skipped(run, entry)) continue;
+    TOCL_RETURN_IF_ERROR(RunEntry(run, group, entry, run.warmup).status());
   }
   for (int round = 0; round < run.rounds; ++round) {
     // Baseline and measured entries alternate their order from round to
@@ -518,8 +618,8 @@ Status RunGroup(Run& run, PeerPair& pair, Group& group, Report& report) {
     if (round % 2 == 1) std::reverse(order.begin(), order.end());
     CpuProbe before = ProbeCpu(run);
     for (size_t i : order) {
-      TOCL_ASSIGN_OR_RETURN(double value,
-                            RunEntry(run, pair, group, group.entries[i], run.measure));
+      if (Skipped(run, group.entries[i])) continue;
+      TOCL_ASSIGN_OR_RETURN(double value, RunEntry(run, group, group.entries[i], run.measure));
       group.entries[i].values.push_back(value);
     }
     double others = OtherCpus(before, ProbeCpu(run));
@@ -532,6 +632,7 @@ Status RunGroup(Run& run, PeerPair& pair, Group& group, Report& report) {
         loaded ? fmt::format(" (LOADED: other processes used {:.0f}% of a CPU)", 100 * others)
                : "");
     for (const Entry& entry : group.entries) {
+      if (Skipped(run, entry)) continue;
       line += fmt::format(" {};", Describe(group, entry, entry.values.back()));
     }
     line.pop_back();
@@ -619,6 +720,11 @@ const std::vector<std::string>& MsgCaseNames() {
   return kNames;
 }
 
+const std::vector<std::string>& MsgNetworkNames() {
+  static const std::vector<std::string> kNames = {"shm", "tcp", "via"};
+  return kNames;
+}
+
 Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
   Run run(options);
   run.rounds = std::max(options.repeats, kMinRounds);
@@ -633,7 +739,26 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
   if (!options.baselines_only && !msg::ToclRuntimeBuilt()) {
     Progress("this tocl-bench was built without the tocl runtime: baselines only");
   }
-  std::vector<Group> groups = MakeGroups(options, run.tocl);
+  // tocl over via: the sockets provider always, ibverbs when this machine
+  // has an RDMA device (asked here, before the peers are forked; the probe
+  // starts no thread).
+  std::vector<std::string> via_pairs;
+  if (run.tocl && Contains(options.networks, "via")) {
+    via_pairs.emplace_back("via");
+    if (msg::ViaIbverbsDevicePresent()) {
+      via_pairs.emplace_back("via-ibverbs");
+    } else {
+      Progress("via-ibverbs: no RDMA device, skipped");
+    }
+  }
+  std::vector<Group> groups = MakeGroups(options, run.tocl, via_pairs);
+  if (!Contains(options.networks, "shm")) {
+    for (std::string_view name : {"blocking", "long", "threads", "idle"}) {
+      if (Contains(options.cases, name)) {
+        Progress(fmt::format("'{}' has shm cases only and shm is not in --network: skipped", name));
+      }
+    }
+  }
   if (!run.tocl) {
     for (std::string_view name : {"threads", "idle"}) {
       if (std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end()) {
@@ -646,8 +771,10 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
   // The peers are forked first, while this process has one thread: the
   // daemon client below starts gRPC's threads.
   for (const Group& group : groups) {
-    if (run.pairs.contains(group.pair)) continue;
-    TOCL_ASSIGN_OR_RETURN(run.pairs[group.pair], PeerPair::Fork(group.pair));
+    for (const std::string& name : PairsOf(group)) {
+      if (run.pairs.contains(name)) continue;
+      TOCL_ASSIGN_OR_RETURN(run.pairs[name], PeerPair::Fork(name));
+    }
   }
 
   std::unique_ptr<DaemonProcess> daemon;
@@ -668,18 +795,20 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
                        std::chrono::duration_cast<std::chrono::milliseconds>(run.warmup).count()));
   for (size_t g = 0; g < groups.size(); ++g) {
     Group& group = groups[g];
-    PeerPair& pair = *run.pairs.at(group.pair);
     if (group.idle_cpu) {
-      TOCL_RETURN_IF_ERROR(RunIdle(run, pair, report));
+      TOCL_RETURN_IF_ERROR(RunIdle(run, *run.pairs.at(group.pair), report));
     } else {
-      TOCL_RETURN_IF_ERROR(RunGroup(run, pair, group, report));
+      TOCL_RETURN_IF_ERROR(RunGroup(run, group, report));
     }
     if (group.name == "latency shm" && msg::MpiPingPongBuilt()) AddMpiRows(run, report);
-    bool pair_done = std::none_of(groups.begin() + static_cast<std::ptrdiff_t>(g) + 1, groups.end(),
-                                  [&](const Group& later) { return later.pair == group.pair; });
-    if (pair_done) {
-      TOCL_RETURN_IF_ERROR(pair.Exit());
-      run.pairs.erase(group.pair);
+    for (const std::string& name : PairsOf(group)) {
+      bool pair_done =
+          std::none_of(groups.begin() + static_cast<std::ptrdiff_t>(g) + 1, groups.end(),
+                       [&](const Group& later) { return PairsOf(later).contains(name); });
+      if (pair_done) {
+        TOCL_RETURN_IF_ERROR(run.pairs.at(name)->Exit());
+        run.pairs.erase(name);
+      }
     }
   }
   WarnIfLoaded("at the end");

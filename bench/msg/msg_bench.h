@@ -15,6 +15,9 @@ namespace tocl::bench {
 struct MsgBenchOptions {
   // Case groups to run: latency, blocking, bandwidth, rate, threads, idle.
   std::vector<std::string> cases = {"latency", "blocking", "bandwidth", "rate", "threads", "idle"};
+  // The tocl networks whose cases run: shm, tcp, via. via runs tocl over via
+  // next to tocl over tcp and raw tcp (latency, bandwidth, rate).
+  std::vector<std::string> networks = {"shm", "tcp"};
   int repeats = 5;                         // rounds of interleaved runs (at least 5)
   std::chrono::milliseconds run{150};      // measured time of one run
   std::chrono::milliseconds warmup{30};    // unmeasured traffic before it
@@ -27,6 +30,8 @@ struct MsgBenchOptions {
 
 // The case group names --cases accepts.
 const std::vector<std::string>& MsgCaseNames();
+// The network names --network accepts.
+const std::vector<std::string>& MsgNetworkNames();
 
 // Runs the chosen groups and adds their figures to `report`. Progress goes
 // to stderr. An error means a run could not be made (not a missed target).

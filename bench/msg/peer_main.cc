@@ -97,8 +97,11 @@ class Peer {
     ToclPeerOptions options;
     options.daemon_address = command.text;
     options.subsystems = command.subsystems;
-    options.name = fmt::format("bench-{}-{}", options.subsystems,
-                               role_ == Role::kInitiator ? "initiator" : "responder");
+    options.via_provider = command.via_provider;
+    options.name =
+        fmt::format("bench-{}{}-{}", options.subsystems,
+                    options.via_provider.empty() ? "" : fmt::format("-{}", options.via_provider),
+                    role_ == Role::kInitiator ? "initiator" : "responder");
     options.spin = std::chrono::microseconds(command.spin_us);
     TOCL_ASSIGN_OR_RETURN(tocl_, StartToclPeer(options));
     TOCL_ASSIGN_OR_RETURN(std::vector<uint64_t> gids, tocl_->Enroll(1));

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace tocl::bench::msg {
 
@@ -22,7 +23,8 @@ inline constexpr size_t kMaxLongPayload = size_t{64} << 20;  // long messages (m
 enum class Role : uint32_t { kInitiator, kResponder };
 
 enum class Op : uint32_t {
-  kStartRuntime,      // tocl::Runtime::Start with text = daemon address; replies the main Gid
+  kStartRuntime,      // tocl::Runtime::Start (subsystems, via_provider, spin_us, text = the
+                      // daemon address); replies the main Gid
   kEnroll,            // enroll up to `count` Gids in this process; replies all of them
   kSetPeerThreads,    // `gids` are the other peer's Gids
   kRun,               // one measured run of `contender`
@@ -67,8 +69,9 @@ struct Command {
   int64_t spin_us = -1;    // kStartRuntime: RuntimeOptions::spin (-1: the default)
   uint32_t gid_count = 0;
   uint64_t gids[kMaxPairs] = {};
-  char subsystems[16] = {};  // kStartRuntime: "shm" or "tcp"
-  char text[232] = {};       // kStartRuntime: the daemon address
+  char subsystems[16] = {};    // kStartRuntime: "shm", "tcp" or "via"
+  char via_provider[16] = {};  // kStartRuntime: "sockets", "ibverbs" ("": the runtime's default)
+  char text[232] = {};         // kStartRuntime: the daemon address
 };
 
 struct Reply {
@@ -87,5 +90,11 @@ struct Reply {
   uint32_t gid_count = 0;
   uint64_t gids[kMaxPairs] = {};
 };
+
+// Both travel as raw bytes (one SOCK_SEQPACKET message each, checked for
+// exactly sizeof on receipt) between forks of one binary.
+static_assert(std::is_trivially_copyable_v<Command> && std::is_trivially_copyable_v<Reply>);
+static_assert(sizeof(Command) <= 1024 && sizeof(Reply) <= 1024,
+              "a control message must stay far below the socket's buffer");
 
 }  // namespace tocl::bench::msg

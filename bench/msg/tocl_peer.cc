@@ -258,6 +258,7 @@ Result<std::unique_ptr<ToclPeer>> StartToclPeer(const ToclPeerOptions& options) 
   runtime_options.name = options.name;
   runtime_options.attributes.emplace("role", "bench");
   runtime_options.subsystems = options.subsystems;
+  if (!options.via_provider.empty()) runtime_options.via_provider = options.via_provider;
   runtime_options.short_max = kShortMax;
   if (options.spin.count() >= 0) runtime_options.spin = options.spin;
   TOCL_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,

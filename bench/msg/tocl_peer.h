@@ -25,8 +25,9 @@ namespace tocl::bench::msg {
 
 struct ToclPeerOptions {
   std::string daemon_address;
-  std::string subsystems;  // "shm" or "tcp"
-  std::string name;        // the process's name in the directory
+  std::string subsystems;    // "shm", "tcp" or "via"
+  std::string via_provider;  // RuntimeOptions::via_provider; empty: the runtime's default
+  std::string name;          // the process's name in the directory
   // RuntimeOptions::spin; negative: the runtime's default.
   std::chrono::microseconds spin{-1};
 };
@@ -59,6 +60,12 @@ class ToclPeer {
 
 // False when this build has no runtime to measure (the stub).
 bool ToclRuntimeBuilt();
+
+// Whether the via subsystem's ibverbs provider finds an RDMA device on this
+// machine (false when this build has no via subsystem or no runtime).
+// Starts no thread: the coordinator asks before it forks its peers
+// (via_probe.cc).
+bool ViaIbverbsDevicePresent();
 
 // Runtime::Start with `options`, then enrolls the main thread.
 Result<std::unique_ptr<ToclPeer>> StartToclPeer(const ToclPeerOptions& options);
