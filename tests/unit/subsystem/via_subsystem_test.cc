@@ -472,7 +472,9 @@ TEST_CASE("a VI is created on the first send of its class and reused after", "[v
   CHECK(OneConnectedVi(*b.via, kA, 0));
 
   constexpr uint32_t kOther = 3;  // 2 KiB
-  for (int i = 0; i < 100; ++i) stream.Send(i % 2 == 0 ? 0 : kOther, sides);
+  // More than a credit threshold per class, so each receiver returns credits.
+  const int messages = 2 * static_cast<int>(CreditThreshold(DescriptorsPerVi(0)) + 10);
+  for (int i = 0; i < messages; ++i) stream.Send(i % 2 == 0 ? 0 : kOther, sides);
   REQUIRE(
       PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
   CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
@@ -629,14 +631,15 @@ TEST_CASE("two processes that connect to each other at once end with one VI per 
 // --- credits ------------------------------------------------------------------
 
 TEST_CASE("a congested receiver stops the sender's credits and nothing is lost", "[via]") {
+  constexpr uint32_t kClass = 2;  // 1 KiB
+  const uint32_t window = DescriptorsPerVi(kClass);
   ViaOptions options = Options(kA);
-  options.max_queued_bytes_per_route = 64 << 10;
+  // A window's worth and 64 KiB more.
+  options.max_queued_bytes_per_route = window * buffers::ClassBytes(kClass) + (64 << 10);
   Side a(options);
   Side b(Options(kB));
   const Sides sides = {&a, &b};
   auto route = ConnectTo(a, kB, b);
-  constexpr uint32_t kClass = 2;  // 1 KiB
-  const uint32_t window = DescriptorsPerVi(kClass);
   constexpr size_t kPayload = 900;
   REQUIRE(buffers::ClassFor(kPayload) == kClass);
   b.sink.congested = true;
@@ -939,7 +942,7 @@ TEST_CASE("a peer that goes away mid-stream fails the queued frames and can be r
 
   // Two classes, each more than its window: the credits run out, the rest queues.
   constexpr uint32_t kClassesUsed[] = {0, 3};
-  constexpr uint64_t kPerClass = 100;
+  const uint64_t kPerClass = std::max(DescriptorsPerVi(0), DescriptorsPerVi(3)) + 50;
   std::vector<detail::BufferSlot*> held;
   for (uint64_t seq = 0; seq < 2 * kPerClass; ++seq) {
     const uint32_t class_index = kClassesUsed[seq % 2];
