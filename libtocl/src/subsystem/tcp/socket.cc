@@ -120,4 +120,27 @@ Status SetNoDelay(int fd) {
   return Status::Ok();
 }
 
+Result<Fd> ListenAnyPort(std::string_view ip, int backlog, std::string* bound) {
+  auto bind_address = SocketAddress::FromIp(ip, 0);
+  if (!bind_address.ok()) return bind_address.status().WithContext("bind address");
+  const int raw = socket(bind_address->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (raw < 0) return ErrnoStatus("listener socket", errno);
+  Fd fd(raw);
+  int one = 1;
+  if (setsockopt(raw, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    return ErrnoStatus("setsockopt SO_REUSEADDR", errno);
+  }
+  if (bind(raw, bind_address->get(), bind_address->length()) != 0) {
+    return ErrnoStatus(fmt::format("bind {}", bind_address->ToString()), errno);
+  }
+  if (listen(raw, backlog) != 0) return ErrnoStatus("listen", errno);
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getsockname(raw, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return ErrnoStatus("getsockname", errno);
+  }
+  *bound = SocketAddress::FromSockaddr(address, length).ToString();
+  return fd;
+}
+
 }  // namespace tocl::subsystem::tcp

@@ -44,4 +44,9 @@ class SocketAddress {
 // Socket options every tcp socket gets.
 Status SetNoDelay(int fd);
 
+// A non-blocking stream socket listening on `ip`, any free port (tcp's
+// listener, via's sockets provider). `*bound` is what it is reachable at,
+// "IP:PORT". InvalidArgument for a bad IP; the failing call's Status else.
+Result<Fd> ListenAnyPort(std::string_view ip, int backlog, std::string* bound);
+
 }  // namespace tocl::subsystem::tcp

@@ -85,25 +85,10 @@ TcpSubsystem::~TcpSubsystem() {
 }
 
 Status TcpSubsystem::Listen() {
-  auto bind_address = SocketAddress::FromIp(options_.bind_address, 0);
-  if (!bind_address.ok()) return bind_address.status().WithContext("tcp bind address");
-  const int fd = socket(bind_address->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoStatus("tcp listener socket", errno);
-  listen_fd_ = Fd(fd);
-  int one = 1;
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-    return ErrnoStatus("setsockopt SO_REUSEADDR", errno);
-  }
-  if (bind(fd, bind_address->get(), bind_address->length()) != 0) {
-    return ErrnoStatus(fmt::format("bind {}", bind_address->ToString()), errno);
-  }
-  if (listen(fd, kListenBacklog) != 0) return ErrnoStatus("listen", errno);
-  sockaddr_storage bound{};
-  socklen_t length = sizeof(bound);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-    return ErrnoStatus("getsockname", errno);
-  }
-  address_ = SocketAddress::FromSockaddr(bound, length).ToString();
+  auto listener = ListenAnyPort(options_.bind_address, kListenBacklog, &address_);
+  if (!listener.ok()) return listener.status().WithContext("tcp");
+  listen_fd_ = std::move(*listener);
+  const int fd = listen_fd_.get();
   return context_.reactor.Add(fd, EPOLLIN, &listener_);
 }
 

@@ -87,25 +87,9 @@ SocketsProvider::~SocketsProvider() {
 }
 
 Status SocketsProvider::Listen() {
-  auto bind_address = tcp::SocketAddress::FromIp(options_.bind_ip, 0);
-  if (!bind_address.ok()) return bind_address.status().WithContext("via bind address");
-  const int fd = socket(bind_address->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoStatus("via listener socket", errno);
-  listen_fd_ = Fd(fd);
-  int one = 1;
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-    return ErrnoStatus("setsockopt SO_REUSEADDR", errno);
-  }
-  if (bind(fd, bind_address->get(), bind_address->length()) != 0) {
-    return ErrnoStatus(fmt::format("bind {}", bind_address->ToString()), errno);
-  }
-  if (listen(fd, kListenBacklog) != 0) return ErrnoStatus("listen", errno);
-  sockaddr_storage bound{};
-  socklen_t length = sizeof(bound);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-    return ErrnoStatus("getsockname", errno);
-  }
-  address_ = tcp::SocketAddress::FromSockaddr(bound, length).ToString();
+  auto listener = tcp::ListenAnyPort(options_.bind_ip, kListenBacklog, &address_);
+  if (!listener.ok()) return listener.status().WithContext("via");
+  listen_fd_ = std::move(*listener);
   const int event = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (event < 0) return ErrnoStatus("eventfd", errno);
   interrupt_fd_ = Fd(event);
