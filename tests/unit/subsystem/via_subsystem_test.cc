@@ -630,6 +630,27 @@ TEST_CASE("two processes that connect to each other at once end with one VI per 
 
 // --- credits ------------------------------------------------------------------
 
+TEST_CASE("a receiver whose pool fills only part of a window still gets a one-way stream through",
+          "[via]") {
+  // B's pool holds one slab of 64 KiB buffers (8 of them): its VI posts 8 of
+  // a 32-descriptor window, fewer than a credit threshold. The credits must
+  // still come back while A sends and B never answers.
+  constexpr uint32_t kClass = 8;  // 64 KiB
+  Side a(Options(kA));
+  Side b(Options(kB), size_t{512} << 10);
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  constexpr int kMessages = 100;
+  for (int i = 0; i < kMessages; ++i) stream.Send(kClass, sides);
+  INFO("A: " << Describe(a.via->ViPool()) << "\nB: " << Describe(b.via->ViPool()));
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == kMessages && route->Drained(); }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  const auto theirs = VisOf(*b.via, kA, kClass);
+  REQUIRE(theirs.size() == 1);
+  CHECK(theirs[0].posted < DescriptorsPerVi(kClass));
+}
+
 TEST_CASE("a congested receiver stops the sender's credits and nothing is lost", "[via]") {
   constexpr uint32_t kClass = 2;  // 1 KiB
   const uint32_t window = DescriptorsPerVi(kClass);

@@ -78,6 +78,7 @@ struct Vi {
   bool close_sent = false;      // ... and sent it: nothing more goes out on this VI
   bool close_received = false;  // the peer's close message arrived: nothing more comes
   bool closing = false;         // we asked to close it (least recently used)
+  bool disconnect_pending = false;  // handshake done, waiting for our sends to complete
   uint64_t sent = 0;
   uint64_t received = 0;
   std::chrono::steady_clock::time_point last_used = std::chrono::steady_clock::now();

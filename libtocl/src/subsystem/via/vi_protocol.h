@@ -66,7 +66,9 @@ inline constexpr uint32_t DescriptorsPerVi(uint32_t class_index) {
 }
 // Re-posted descriptors worth a credit message of their own: a quarter of
 // the window, so credits flow back while the sender still has some.
-inline constexpr uint32_t CreditThreshold(uint32_t window) { return std::max(window / 4, 2u); }
+inline constexpr uint32_t CreditThreshold(uint32_t window) {
+  return std::max(window / 4, 2u);
+}
 
 static_assert(DescriptorsPerVi(0) == 256 && DescriptorsPerVi(8) == 32);
 static_assert(EncodeImmediate(ViMessage::kCloseAck, 7) == 0x30007);

@@ -23,6 +23,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kCrossedRetry{1};
 // The reason a crossing request is rejected with; the loser recognises it.
 constexpr std::string_view kCrossed = "crossed";
+// The reason a request is rejected with when the pool has no buffers to
+// post for it: the requester tries again later, it is not broken.
+constexpr std::string_view kBusy = "no receive buffers now (pool at its cap)";
 
 uint64_t EntryKey(Gid peer, uint32_t class_index) {
   return peer.raw() | class_index;  // a process id has 24 zero thread bits
@@ -250,18 +253,32 @@ std::unique_ptr<Vi> ViaSubsystem::NewViLocked(ViEntry& entry,
     return nullptr;
   }
   vi->provider = std::move(*provider_vi);
-  for (uint32_t i = 0; i < window; ++i) {
+  // Buffers first: a VI with no more descriptors than the reserve could
+  // never carry data, so it is not made at all (the caller waits).
+  std::vector<detail::BufferSlot*> slots;
+  slots.reserve(window);
+  while (slots.size() < window) {
     detail::BufferSlot* slot = pool_->TryGet(entry.class_index);
     if (slot == nullptr) break;
+    slots.push_back(slot);
+  }
+  if (slots.size() <= kReserve) {
+    for (detail::BufferSlot* slot : slots) pool_->Unref(slot);
+    return vi;  // posted == 0
+  }
+  for (detail::BufferSlot* slot : slots) {
     if (!vi->provider
              ->PostRecv({slot, static_cast<uint32_t>(buffers::ClassBytes(slot->class_index)), 0})
              .ok()) {
       pool_->Unref(slot);
-      break;
+      continue;
     }
     pool_->CountProvided(entry.class_index, 1);
     ++vi->posted;
   }
+  // What the pool could not give now is posted when it can (RepostOwed).
+  vi->owed = window - vi->posted;
+  owed_total_.fetch_add(vi->owed, std::memory_order_relaxed);
   return vi;
 }
 
@@ -274,7 +291,7 @@ void ViaSubsystem::OpenViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& 
     return;
   }
   if (vi->posted == 0) {
-    // Not one descriptor: a peer could never send on it. Wait for memory.
+    // No descriptors to post: a peer could never send on it. Wait for memory.
     spdlog::debug("tocl via: no buffer to post for a VI to {}", entry.peer.ToString());
     vi->provider.reset();
     return;
@@ -288,7 +305,7 @@ void ViaSubsystem::OpenViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& 
   entry.vi = raw;
   AddVi(std::move(vi));
   if (Status status = raw->provider->ConnectRequest(entry.address, data); !status.ok()) {
-    // The provider reports no OnClosed for a request it never made.
+    // Disconnect reports OnClosed, which fails the entry's sends.
     raw->provider->Disconnect(status.message());
   }
 }
@@ -340,12 +357,36 @@ void ViaSubsystem::SendControlLocked(Vi& vi) {
     vi.close_pending = false;
     vi.close_sent = true;
     // Requests that crossed: the peer's request was its last message.
-    if (vi.closing && vi.close_received) vi.provider->Disconnect("closed (least recently used)");
+    if (vi.closing && vi.close_received) DisconnectWhenDrained(vi);
     return;
   }
-  if (vi.to_return >= CreditThreshold(vi.window) && vi.credits >= 2) {
+  // A quarter window re-posted, or so little announced that the peer may
+  // be down to its reserve (a window the pool could not fill, descriptors
+  // owed while congested).
+  const bool peer_may_wait =
+      vi.to_return > 0 && vi.posted - std::min(vi.posted, vi.to_return) <= kReserve + 1;
+  if ((vi.to_return >= CreditThreshold(vi.window) || peer_may_wait) && vi.credits >= 2) {
     (void)SendLocked(vi, &control_slot_, 0, ViMessage::kCredit);
   }
+}
+
+void ViaSubsystem::DisconnectWhenDrained(Vi& vi) {
+  // Our last messages may still be on their way (a socket buffer, an
+  // unacknowledged work request): disconnecting now would fail them.
+  if (!vi.disconnect_pending) {
+    vi.disconnect_pending = true;
+    draining_.push_back(&vi);
+  }
+}
+
+void ViaSubsystem::DisconnectDrained() {
+  std::erase_if(draining_, [](Vi* vi) {
+    std::lock_guard lock(vi->entry->mu);
+    if (vi->state == Vi::State::kClosed) return true;
+    if (vi->in_flight.load(std::memory_order_acquire) != 0) return false;
+    vi->provider->Disconnect("closed (least recently used)");
+    return true;
+  });
 }
 
 void ViaSubsystem::CompleteSend(detail::BufferSlot* slot, bool ok) {
@@ -452,7 +493,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
       vi.detached = true;
       if (vi.close_sent) {
         // It answered our request (or crossed it): everything it sent is here.
-        if (vi.closing) vi.provider->Disconnect("closed (least recently used)");
+        if (vi.closing) DisconnectWhenDrained(vi);
       } else {
         vi.close_pending = true;  // our answer, after what we posted
       }
@@ -539,6 +580,10 @@ void ViaSubsystem::OnClosed(void* context, const Status& why) {
     entry.crossed_at = Clock::now();
     return;
   }
+  if (!connected && why.message().find(kBusy) != std::string::npos) {
+    entry.crossed_at = Clock::now();  // the same wait, then Housekeeping asks again
+    return;
+  }
   spdlog::debug("tocl via: the VI to {} (class {}) closed: {}", vi.peer.ToString(),
                 buffers::ClassBytes(vi.class_index), why.message());
   entry.broken = why.ok() ? Unavailable("the VI closed") : why;
@@ -586,7 +631,7 @@ void ViaSubsystem::HandleRequest(PendingRequest& request) {
   }
   std::unique_ptr<Vi> vi = NewViLocked(entry, shared, /*initiated=*/false, &request);
   if (!vi || vi->posted == 0) {
-    provider_->ConnectReject(request, "no receive buffers (pool at its cap)");
+    provider_->ConnectReject(request, kBusy);
     return;
   }
   const ConnectData reply{.process = options_.self_process,
@@ -678,6 +723,9 @@ void ViaSubsystem::FreeClosed() {
   if (closed_.empty()) return;
   std::vector<Vi*> closed;
   closed.swap(closed_);
+  std::erase_if(draining_, [&](Vi* vi) {
+    return std::find(closed.begin(), closed.end(), vi) != closed.end();
+  });
   // The provider VIs go here, on the polling thread, between reactor batches.
   for (Vi* vi : closed) vi->provider.reset();
   std::lock_guard lock(vis_mu_);
@@ -692,12 +740,14 @@ int ViaSubsystem::Poll() {
   RepostOwed();
   // Cheap to test: the count includes VIs already closing.
   if (vi_count_.load(std::memory_order_relaxed) > options_.max_vis) CloseOverCap();
+  if (!draining_.empty()) DisconnectDrained();
   if (!closed_.empty()) FreeClosed();
   return std::exchange(delivered_, 0);
 }
 
 bool ViaSubsystem::PrepareToSleep() {
   if (RepostOwed()) return false;
+  if (!draining_.empty()) DisconnectDrained();
   return provider_->PrepareToSleep() && delivered_ == 0;
 }
 

@@ -129,6 +129,9 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   Status SendLocked(Vi& vi, detail::BufferSlot* slot, uint32_t length, ViMessage kind);
   void SendControlLocked(Vi& vi);
   void RepostLocked(Vi& vi, detail::BufferSlot* same);
+  // The close handshake is done: disconnect once our sends are complete.
+  void DisconnectWhenDrained(Vi& vi);
+  void DisconnectDrained();
   void FailPendingLocked(ViEntry& entry, const Status& why);
   void CompleteSend(detail::BufferSlot* slot, bool ok);
   // Data frames must be frames from the VI's peer to this process.
@@ -158,7 +161,8 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   std::vector<std::shared_ptr<Vi>> vis_;  // guarded; every VI not freed yet
 
   // Polling thread only:
-  std::vector<Vi*> closed_;  // reported closed, freed by the next FreeClosed
+  std::vector<Vi*> closed_;    // reported closed, freed by the next FreeClosed
+  std::vector<Vi*> draining_;  // to disconnect once nothing is in flight
   int delivered_ = 0;
   bool closing_ = false;
 

@@ -55,11 +55,12 @@ class VerbsProvider final : public Provider {
  public:
   static constexpr int kResolveTimeoutMs = 2000;
   static constexpr int kListenBacklog = 128;
-  // CQ entries (at most the device's max_cqe): every VI keeps up to 65
-  // receives posted, so this is room for about a thousand VIs (the
-  // subsystem's default cap), 4 MiB of CQEs. Work requests in flight over
-  // all VIs are held below it: an overrun would break the CQ of every VI.
-  static constexpr int kCqEntries = 65536;
+  // CQ entries (at most the device's max_cqe). A VI keeps up to 256
+  // receives posted (vi_protocol.h) and as many sends in flight, so this
+  // holds about 500 VIs with full windows both ways, 16 MiB of CQEs. Work
+  // requests in flight over all VIs are held below it: an overrun would
+  // break the CQ of every VI.
+  static constexpr int kCqEntries = 262144;
   // Completions polled per ibv_poll_cq call, and calls per Poll (so one
   // busy network does not starve the others).
   static constexpr int kPollBatch = 32;

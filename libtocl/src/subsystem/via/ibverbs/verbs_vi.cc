@@ -10,8 +10,14 @@
 
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/ibverbs/verbs_provider.h"
+#include "subsystem/via/vi_protocol.h"
 
 namespace tocl::subsystem::via {
+
+// A VI's work queues hold the largest window the subsystem posts, and the
+// peer's window of sends plus the control messages.
+static_assert(VerbsVi::kMaxRecvWr >= DescriptorsPerVi(0) &&
+              VerbsVi::kMaxSendWr >= DescriptorsPerVi(0) + kReserve);
 
 namespace {
 

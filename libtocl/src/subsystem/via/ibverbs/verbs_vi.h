@@ -40,11 +40,11 @@ struct CmEvent;
 
 class VerbsVi final : public ProviderVi {
  public:
-  // Work requests per QP. Receives posted per VI are at most 65 (the
-  // subsystem's window plus one); sends are bounded by credits plus a few
-  // control messages.
-  static constexpr uint32_t kMaxSendWr = 128;
-  static constexpr uint32_t kMaxRecvWr = 128;
+  // Work requests per QP. Receives posted per VI are at most the
+  // subsystem's largest window (256, vi_protocol.h); sends are bounded by
+  // the peer's window (credits) plus a few control messages.
+  static constexpr uint32_t kMaxSendWr = 272;
+  static constexpr uint32_t kMaxRecvWr = 272;
   // IB transport and RNR retries. 7 is "retry forever" for RNR: a message
   // that finds no receive posted waits for one instead of breaking the VI
   // (the subsystem's credits make sure it does not happen).
