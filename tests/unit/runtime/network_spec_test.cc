@@ -40,6 +40,45 @@ TEST_CASE("network lists: shm, tcp by address, interface and loopback", "[networ
   CHECK(automatic->size() >= 2);  // some tcp network, loopback at least
 }
 
+TEST_CASE("network lists: via by address, interface and loopback, named apart from tcp",
+          "[networks][via]") {
+  auto specs = ParseNetworks("tcp:lo, via, via:127.0.0.1/8, via:lo");
+  REQUIRE(specs.ok());
+  REQUIRE(specs->size() == 4);
+  CHECK((*specs)[0].name == "tcp");
+  CHECK((*specs)[1].kind == "via");
+  CHECK((*specs)[1].name == "via");
+  CHECK((*specs)[1].ip == "127.0.0.1");
+  CHECK((*specs)[2].name == "via-1");
+  CHECK((*specs)[2].prefix == 8);
+  CHECK((*specs)[3].name == "via-2");
+  CHECK((*specs)[3].device == "lo");
+  CHECK(IsLoopback((*specs)[3]));
+  CHECK(KindOf("via-2") == "via");
+  auto bad = ParseNetworks("via:no-such-if0");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("'via:no-such-if0'"));
+  // Without an RDMA device, auto opens no via network (over sockets it
+  // would repeat tcp).
+  auto automatic = ParseNetworks("auto");
+  REQUIRE(automatic.ok());
+  for (const NetworkSpec& spec : *automatic) CHECK(spec.kind != "via");
+}
+
+TEST_CASE("via options: the provider and the VI cap are checked", "[networks][via]") {
+  RuntimeOptions options;
+  options.via_provider = "sockets";
+  options.via_max_vis = 7;
+  auto resolved = ResolveOptions(options);
+  REQUIRE(resolved.ok());
+  CHECK(resolved->via_provider == "sockets");
+  CHECK(resolved->via_max_vis == 7);
+  options.via_provider = "gm";
+  auto bad = ResolveOptions(options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("unknown via provider 'gm'"));
+}
+
 TEST_CASE("bad network lists name the bad entry", "[networks]") {
   struct Case {
     const char* text;
