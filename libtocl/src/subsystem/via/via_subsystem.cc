@@ -88,6 +88,10 @@ class ViaSubsystem::ViaRoute final : public Route {
         return false;
       }
     }
+    // VIs that left their entry (closing, superseded) may still be sending.
+    for (const auto& vi : owner_.SnapshotVis()) {
+      if (vi->peer == peer_ && vi->in_flight.load(std::memory_order_acquire) != 0) return false;
+    }
     return true;
   }
 
