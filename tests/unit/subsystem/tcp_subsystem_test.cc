@@ -4,22 +4,12 @@
 #include "subsystem/tcp/tcp_subsystem.h"
 
 #include <netinet/in.h>
-#include <poll.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstring>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,21 +20,31 @@
 #include "collecting_sink.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/tcp/socket.h"
+#include "subsystem_harness.h"
 #include "wire/frame.h"
 
 namespace tocl::subsystem::tcp {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using testing::Arrival;
+using testing::Clock;
+using testing::ClosedByPeer;
+using testing::CollectingSink;
+using testing::LogCapture;
+using testing::NewFrame;
+using testing::Polled;
+using testing::Pump;
+using testing::PumpRounds;
+using testing::PumpThread;
+using testing::PumpUntil;
+using testing::RawConnect;
+using testing::RawWrite;
+using testing::Sides;
 
 constexpr Gid kA = Gid::Process(1, 1);
 constexpr Gid kB = Gid::Process(1, 2);
 constexpr uint32_t kClasses = 9;  // 256 B .. 64 KiB
-
-using tocl::subsystem::testing::Arrival;
-using tocl::subsystem::testing::Checksum;
-using tocl::subsystem::testing::CollectingSink;
 
 TcpOptions Options(Gid self, uint32_t classes = kClasses) {
   TcpOptions options;
@@ -53,8 +53,9 @@ TcpOptions Options(Gid self, uint32_t classes = kClasses) {
   return options;
 }
 
-// One process's worth: a reactor, a sink, a tcp subsystem.
-struct Side {
+// One process's worth: a reactor, a sink, a tcp subsystem. The test thread
+// (or a PumpThread) is its polling thread.
+struct Side final : Polled {
   explicit Side(const TcpOptions& options, size_t budget_bytes = size_t{256} << 20)
       : budget(budget_bytes) {
     auto created = runtime::EpollReactor::Create();
@@ -65,86 +66,24 @@ struct Side {
     REQUIRE(opened.ok());
     tcp = std::move(*opened);
   }
-  ~Side() {
+  ~Side() override {
     sink.ReleaseKept();
     tcp->Close();
   }
   Side(const Side&) = delete;
   Side& operator=(const Side&) = delete;
 
-  // One round of the polling thread; true when something happened.
-  bool PumpOnce() {
+  bool PumpOnce() override {
     const int handled = reactor->Wait(0);
     return tcp->Poll() + handled > 0;
   }
-  uint64_t PoolInUse() const {
-    uint64_t in_use = 0;
-    for (const auto& stats : tcp->pool().Stats()) in_use += stats.in_use;
-    return in_use;
-  }
+  uint64_t PoolInUse() const { return testing::PoolInUse(tcp->pool()); }
 
   buffers::PoolBudget budget;
   std::unique_ptr<runtime::EpollReactor> reactor;
   CollectingSink sink;
-  std::unique_ptr<TcpSubsystem> tcp;
+  std::unique_ptr<TcpSubsystem> tcp;  // last: closed and destroyed first
 };
-
-void Pump(std::initializer_list<Side*> sides) {
-  bool busy = false;
-  for (Side* side : sides) busy = side->PumpOnce() || busy;
-  if (!busy) std::this_thread::sleep_for(50us);
-}
-
-bool PumpUntil(std::initializer_list<Side*> sides, const std::function<bool()>& done,
-               std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    Pump(sides);
-  }
-  return true;
-}
-
-// The polling thread of both sides, for tests that post from another thread.
-class PumpThread {
- public:
-  PumpThread(Side& a, Side& b)
-      : thread_([this, &a, &b] {
-          while (!stop_.load()) Pump({&a, &b});
-        }) {}
-  ~PumpThread() {
-    stop_.store(true);
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-void FillPayload(std::byte* payload, size_t length, uint64_t seq) {
-  for (size_t i = 0; i < length; ++i) {
-    payload[i] = static_cast<std::byte>((seq * 7 + i * 13 + (i >> 8)) & 0xff);
-  }
-}
-
-// A message frame from thread 1..3 of `from` to thread 1 of `to`, its
-// checksum in the tag, in a buffer of `pool` (refs = 1).
-detail::BufferSlot* NewFrame(buffers::BufferPool& pool, Gid from, Gid to, uint64_t seq,
-                             size_t payload) {
-  detail::BufferSlot* slot = pool.TryGet(buffers::ClassFor(payload));
-  REQUIRE(slot != nullptr);
-  wire::Header& header = slot->header();
-  header.kind = wire::FrameKind::kMessage;
-  header.source = Gid::Thread(from, 1 + static_cast<uint32_t>(seq % 3)).raw();
-  header.destination = Gid::Thread(to, 1).raw();
-  header.seq = seq;
-  header.length = static_cast<uint32_t>(payload);
-  header.total = payload;
-  FillPayload(slot->payload(), payload, seq);
-  header.tag = Checksum({slot->payload(), payload});
-  return slot;
-}
 
 // Checks that `arrivals` are frames first_seq, first_seq+1, ... from kA to
 // kB, whole.
@@ -161,55 +100,14 @@ void CheckInOrder(const std::vector<Arrival>& arrivals, uint64_t first_seq = 0) 
 }
 
 // Posts, pumping `sides` while the route says TryAgain.
-Status PostPumping(subsystem::Route& route, detail::BufferSlot* slot,
-                   std::initializer_list<Side*> sides, std::chrono::milliseconds timeout = 20s) {
+Status PostPumping(subsystem::Route& route, detail::BufferSlot* slot, const Sides& sides,
+                   std::chrono::milliseconds timeout = 20s) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     Status status = route.Post(slot);
     if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
     Pump(sides);
   }
-}
-
-// Captures tocl's warnings while alive.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    sink->set_pattern("%v");
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::warn);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-
-  std::vector<std::string> Lines() {
-    spdlog::default_logger()->flush();
-    std::vector<std::string> lines;
-    std::istringstream in(out_.str());
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  }
-  void Clear() { out_.str(""); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
-// A blocking client socket connected to `address`.
-Fd RawConnect(const std::string& address) {
-  auto parsed = SocketAddress::Parse(address);
-  REQUIRE(parsed.ok());
-  Fd fd(socket(parsed->family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
-  REQUIRE(fd.valid());
-  REQUIRE(connect(fd.get(), parsed->get(), parsed->length()) == 0);
-  return fd;
-}
-
-void RawWrite(const Fd& fd, std::span<const std::byte> bytes) {
-  REQUIRE(send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(bytes.size()));
 }
 
 std::vector<std::byte> Encode(const wire::Header& header, size_t payload_bytes = 0) {
@@ -233,21 +131,6 @@ wire::Header Message(Gid source, Gid destination, uint32_t length) {
   header.length = length;
   header.total = length;
   return header;
-}
-
-// Whether the other end closed `fd` (EOF or reset), pumping `side` meanwhile.
-bool ClosedByPeer(const Fd& fd, Side& side, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    side.PumpOnce();
-    pollfd entry{fd.get(), POLLIN, 0};
-    if (poll(&entry, 1, 1) == 1) {
-      std::byte scratch[64];
-      const ssize_t n = recv(fd.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
-      return n == 0 || (n < 0 && errno == ECONNRESET);
-    }
-  }
-  return false;
 }
 
 uint16_t UnusedPort() {
@@ -311,7 +194,7 @@ TEST_CASE("ten thousand frames of mixed sizes arrive whole and in order", "[tcp]
   const size_t max_payload = a.tcp->max_payload();
   std::vector<detail::BufferSlot*> watched;  // every 100th: we keep a reference to see its state
   {
-    PumpThread pump(a, b);
+    PumpThread pump({&a, &b});
     for (uint64_t seq = 0; seq < kFrames; ++seq) {
       const uint32_t kind = random() % 10;
       const size_t payload = kind < 6   ? random() % 193
@@ -437,7 +320,7 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
     Fd raw = RawConnect(b.tcp->address());
     RawWrite(raw, c.bytes);
     if (c.end_stream) shutdown(raw.get(), SHUT_WR);
-    REQUIRE(ClosedByPeer(raw, b));
+    REQUIRE(ClosedByPeer(raw, {&b}));
     const auto lines = log.Lines();
     REQUIRE(lines.size() == 1);
     CHECK(lines[0].starts_with("tocl tcp: closing connection from 127.0.0.1:"));
@@ -458,7 +341,7 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
       return b.tcp->inbound_connections() == 1;
     }));
     CHECK(Clock::now() - connected >= 200ms);
-    REQUIRE(ClosedByPeer(raw, b));
+    REQUIRE(ClosedByPeer(raw, {&b}));
     const auto lines = log.Lines();
     REQUIRE(lines.size() == 1);
     CHECK(lines[0].find("no hello within 200 ms") != std::string::npos);
@@ -589,7 +472,7 @@ TEST_CASE("a congested receiver stops reading, the sender's queue fills, nothing
   const uint64_t posted = seq;
   INFO("posted " << posted << " frames before TryAgain");
   CHECK(posted > 100);
-  for (int i = 0; i < 200; ++i) Pump({&a, &b});
+  PumpRounds({&a, &b}, 200);
   CHECK(b.sink.size() == 0);
   CHECK((*route)->Post(refused).code() == StatusCode::kTryAgain);
   // The paused connection is out of the epoll set: nothing wakes the poller.
@@ -625,7 +508,7 @@ TEST_CASE("a receiver whose pool is at its cap pauses and resumes when buffers c
     REQUIRE(Clock::now() < deadline);
     REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq, 900), {&a, &b}, 2s).ok());
   }
-  for (int i = 0; i < 200; ++i) Pump({&a, &b});
+  PumpRounds({&a, &b}, 200);
   const size_t held = b.sink.size();
   INFO(held << " frames arrived before the cap");
   CHECK(held > 0);
@@ -683,7 +566,7 @@ TEST_CASE("routes dropped while the poller runs give back every buffer", "[tcp]"
   Side a(Options(kA));
   Side b(Options(kB));
   {
-    PumpThread pump(a, b);
+    PumpThread pump({&a, &b});
     for (int i = 0; i < 50; ++i) {
       auto route = a.tcp->Connect(kB, b.tcp->address());
       REQUIRE(route.ok());
