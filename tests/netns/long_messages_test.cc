@@ -11,11 +11,11 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "catch_failure_listener.h"
+#include "long_worker_checks.h"
 #include "netns_cluster.h"
 #include "netns_skip.h"
 #include "test_message.h"
@@ -28,95 +28,24 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clock = std::chrono::steady_clock;
 
-// REQUIRE(condition), showing what the workers have printed so far when it
-// fails (INFO takes its text when it is reached).
-#define REQUIRE_SHOWING(condition, sender, receiver) \
-  do {                                               \
-    const bool netns_held_ = (condition);            \
-    INFO(Outputs(sender, receiver));                 \
-    REQUIRE(netns_held_);                            \
-  } while (false)
-
 // Longest a whole worker run may take (the slowest case needs ~10 s).
 constexpr auto kRunTimeout = seconds(90);
 
 std::unique_ptr<NetnsCluster> MustCreate(NetnsClusterOptions options = {}) {
-  // These tests cut network 0, which also carries the daemons' heartbeats:
-  // with the default 3 s the hosts would see each other go down and fail
-  // the sends (cluster_test.cc tests that). Here it is the data plane's
-  // failover that is under test, so the daemons wait longer.
-  options.daemon_args = {"--down-after", "60"};
-  auto cluster = NetnsCluster::Create(std::move(options));
-  INFO("NetnsCluster::Create -> " << cluster.status().ToString());
-  REQUIRE(cluster.ok());
-  return std::move(cluster).value();
+  return MustCreateFailoverCluster(std::move(options));
 }
 
 LongWorker MustStart(NetnsCluster& cluster, int host, std::vector<std::string> args,
                      const std::string& ready_event, bool pipe_stdin = false) {
-  auto worker = LongWorker::Start(cluster, host, std::move(args), ready_event, pipe_stdin);
-  INFO(worker.status().ToString());
-  REQUIRE(worker.ok());
-  return std::move(worker).value();
+  return MustStartWorker(cluster, host, std::move(args), ready_event, pipe_stdin);
 }
 
-std::string Outputs(const LongWorker& sender, const LongWorker& receiver) {
-  return "sender:\n" + sender.Output() + "\nreceiver:\n" + receiver.Output();
-}
-
-// Both workers exit 0 within the deadline (their output shown otherwise).
 void RequireSuccess(LongWorker& sender, LongWorker& receiver) {
-  auto sent = sender.Wait(kRunTimeout);
-  auto received = receiver.Wait(kRunTimeout);
-  INFO(Outputs(sender, receiver));
-  CHECK(sender.Events("error").empty());
-  CHECK(receiver.Events("error").empty());
-  REQUIRE(sent.ok());
-  REQUIRE(received.ok());
-  CHECK(*sent == 0);
-  REQUIRE(*received == 0);
+  testing::RequireSuccess(sender, receiver, kRunTimeout);
 }
 
 int64_t RssKib(const LongWorker& worker) {
   return ProcessRssKib(worker.pid()).value_or(-1);
-}
-
-// Sum of the tcp networks' bytes_sent so far, as the sender's progress
-// lines say.
-uint64_t BytesSent(const LongWorker& sender) {
-  auto progress = sender.Events("progress");
-  return progress.empty() ? 0 : progress.back().Number("bytes");
-}
-
-// The sender's final statistics: network name -> device, and its peer line
-// per device.
-struct SenderNetworks {
-  std::map<std::string, WorkerEvent> network;  // by device
-  std::map<std::string, WorkerEvent> peer;     // by device
-};
-
-SenderNetworks Networks(const LongWorker& sender, Gid receiver_process) {
-  SenderNetworks result;
-  std::map<std::string, std::string> device_of;
-  for (const WorkerEvent& network : sender.Events("network")) {
-    device_of[network.Field("name")] = network.Field("device");
-    result.network[network.Field("device")] = network;
-  }
-  for (const WorkerEvent& peer : sender.Events("peer")) {
-    if (peer.Field("gid") == receiver_process.ToString()) {
-      result.peer[device_of[peer.Field("network")]] = peer;
-    }
-  }
-  return result;
-}
-
-// sha256 of each message sent, by "thread/seq".
-std::map<std::string, std::string> SentDigests(const LongWorker& sender) {
-  std::map<std::string, std::string> digests;
-  for (const WorkerEvent& sent : sender.Events("sent")) {
-    digests[sent.Field("thread") + "/" + sent.Field("seq")] = sent.Field("sha256");
-  }
-  return digests;
 }
 
 TEST_CASE("the workers' SHA-256 and test messages hold to their definitions", "[netns]") {
@@ -172,7 +101,7 @@ TEST_CASE("a 64 MiB message crosses two networks between two hosts with its SHA-
   CHECK(got[0].Field("sha256") == sent[0].Field("sha256"));
   CHECK(sent[0].Field("sha256").size() == 64);
 
-  SenderNetworks networks = Networks(sender, receiver.gids()[0].process());
+  WorkerNetworks networks = Networks(sender, receiver.gids()[0].process());
   for (const std::string device : {"eth0", "eth1"}) {
     INFO(device);
     REQUIRE(networks.peer.count(device) == 1);
@@ -196,32 +125,7 @@ TEST_CASE("long and short messages interleaved from four threads arrive in order
                                 "gid");
   RequireSuccess(sender, receiver);
 
-  INFO(Outputs(sender, receiver));
-  REQUIRE(sender.gids().size() == kThreads);
-  const auto digests = SentDigests(sender);
-  CHECK(digests.size() == kThreads * kMessages);
-  std::set<bool> long_and_short;
-  for (int t = 0; t < kThreads; ++t) {
-    INFO("thread " << t);
-    const std::string thread = std::to_string(t);
-    auto finished = receiver.WaitFor("finished", {{"thread", thread}}, seconds(0));
-    REQUIRE(finished.has_value());
-    CHECK(finished->Field("from") == sender.gids()[t].ToString());
-    CHECK(finished->Number("count") == kMessages);
-    uint64_t next = 0;
-    for (const WorkerEvent& got : receiver.Events("got")) {
-      if (got.Field("thread") != thread) continue;
-      CHECK(got.Field("from") == sender.gids()[t].ToString());
-      CHECK(got.Number("seq") == next);
-      auto digest = digests.find(thread + "/" + got.Field("seq"));
-      REQUIRE(digest != digests.end());
-      CHECK(got.Field("sha256") == digest->second);
-      long_and_short.insert(got.Number("bytes") > (64 << 10));
-      ++next;
-    }
-    CHECK(next == kMessages);
-  }
-  CHECK(long_and_short.size() == 2);
+  CheckInterleavedArrival(sender, receiver, kThreads, kMessages);
 }
 
 TEST_CASE("a network that goes down mid-message: the message arrives intact, exactly once",
@@ -263,7 +167,7 @@ TEST_CASE("a network that goes down mid-message: the message arrives intact, exa
   REQUIRE(finished.size() == 1);
   CHECK(finished[0].Number("count") == 1);
 
-  SenderNetworks networks = Networks(sender, receiver.gids()[0].process());
+  WorkerNetworks networks = Networks(sender, receiver.gids()[0].process());
   REQUIRE(networks.peer.count("eth0") == 1);
   REQUIRE(networks.peer.count("eth1") == 1);
   CHECK(networks.network["eth0"].Number("failures") >= 1);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "catch_failure_listener.h"
+#include "long_worker_checks.h"
 #include "netns_cluster.h"
 #include "netns_skip.h"
 #include "tocl/directory_client.h"
@@ -41,83 +42,18 @@ const std::string kTcpAndVia = "tcp:eth0,via:eth1";
 // Longest a whole worker run may take (the slowest case needs ~10 s).
 constexpr auto kRunTimeout = seconds(60);
 
-// REQUIRE(condition), showing what the workers have printed so far when it
-// fails (INFO takes its text when it is reached).
-#define REQUIRE_SHOWING(condition, sender, receiver) \
-  do {                                               \
-    const bool netns_held_ = (condition);            \
-    INFO(Outputs(sender, receiver));                 \
-    REQUIRE(netns_held_);                            \
-  } while (false)
-
 std::unique_ptr<NetnsCluster> MustCreate(NetnsClusterOptions options = {}) {
-  // One case cuts a network mid-message; the daemons' heartbeats go over
-  // network 0, but a cut must never make a host look down here: it is the
-  // data plane's failover under test (as in long_messages_test.cc).
-  options.daemon_args = {"--down-after", "60"};
-  auto cluster = NetnsCluster::Create(std::move(options));
-  INFO("NetnsCluster::Create -> " << cluster.status().ToString());
-  REQUIRE(cluster.ok());
-  return std::move(cluster).value();
+  return MustCreateFailoverCluster(std::move(options));
 }
 
 LongWorker MustStart(NetnsCluster& cluster, int host, std::vector<std::string> args,
                      const std::string& ready_event, const std::string& networks,
                      bool pipe_stdin = false) {
-  auto worker = LongWorker::Start(cluster, host, std::move(args), ready_event, pipe_stdin,
-                                  seconds(30), networks);
-  INFO(worker.status().ToString());
-  REQUIRE(worker.ok());
-  return std::move(worker).value();
+  return MustStartWorker(cluster, host, std::move(args), ready_event, pipe_stdin, networks);
 }
 
-std::string Outputs(const LongWorker& sender, const LongWorker& receiver) {
-  return "sender:\n" + sender.Output() + "\nreceiver:\n" + receiver.Output();
-}
-
-// Both workers exit 0 within the deadline (their output shown otherwise).
-// A sender started with --pause-before-exit waits for the receiver to end
-// first (so the receiver's VI lines see its VIs connected), then is let go.
 void RequireSuccess(LongWorker& sender, LongWorker& receiver, bool sender_paused = false) {
-  auto received = receiver.Wait(kRunTimeout);
-  if (sender_paused) sender.Go();
-  auto sent = sender.Wait(kRunTimeout);
-  INFO(Outputs(sender, receiver));
-  CHECK(sender.Events("error").empty());
-  CHECK(receiver.Events("error").empty());
-  REQUIRE(sent.ok());
-  REQUIRE(received.ok());
-  CHECK(*sent == 0);
-  REQUIRE(*received == 0);
-}
-
-// Sum of every network's bytes_sent so far, as the sender's progress lines
-// say.
-uint64_t BytesSent(const LongWorker& sender) {
-  auto progress = sender.Events("progress");
-  return progress.empty() ? 0 : progress.back().Number("bytes");
-}
-
-// A worker's final network lines: by device, its "network" line and its
-// "peer" line for one peer process.
-struct WorkerNetworks {
-  std::map<std::string, WorkerEvent> network;  // by device
-  std::map<std::string, WorkerEvent> peer;     // by device
-};
-
-WorkerNetworks Networks(const LongWorker& worker, Gid peer_process) {
-  WorkerNetworks result;
-  std::map<std::string, std::string> device_of;
-  for (const WorkerEvent& network : worker.Events("network")) {
-    device_of[network.Field("name")] = network.Field("device");
-    result.network[network.Field("device")] = network;
-  }
-  for (const WorkerEvent& peer : worker.Events("peer")) {
-    if (peer.Field("gid") == peer_process.ToString()) {
-      result.peer[device_of[peer.Field("network")]] = peer;
-    }
-  }
-  return result;
+  testing::RequireSuccess(sender, receiver, kRunTimeout, sender_paused);
 }
 
 // The worker's "vi" lines for one peer process, by size class (bytes); a
@@ -141,15 +77,6 @@ void CheckTcpAndVia(WorkerNetworks& networks) {
   CHECK(networks.network["eth1"].Field("name") == "via");
   CHECK(networks.network["eth1"].Field("provider") == "sockets");
   CHECK(networks.network.size() == 2);
-}
-
-// sha256 of each message sent, by "thread/seq".
-std::map<std::string, std::string> SentDigests(const LongWorker& sender) {
-  std::map<std::string, std::string> digests;
-  for (const WorkerEvent& sent : sender.Events("sent")) {
-    digests[sent.Field("thread") + "/" + sent.Field("seq")] = sent.Field("sha256");
-  }
-  return digests;
 }
 
 TEST_CASE("a 64 MiB message crosses tcp and via between two hosts with its SHA-256 intact",
@@ -208,32 +135,7 @@ TEST_CASE(
                                 "gid", kTcpAndVia);
   RequireSuccess(sender, receiver);
 
-  INFO(Outputs(sender, receiver));
-  REQUIRE(sender.gids().size() == kThreads);
-  const auto digests = SentDigests(sender);
-  CHECK(digests.size() == kThreads * kMessages);
-  std::set<bool> long_and_short;
-  for (int t = 0; t < kThreads; ++t) {
-    INFO("thread " << t);
-    const std::string thread = std::to_string(t);
-    auto finished = receiver.WaitFor("finished", {{"thread", thread}}, seconds(0));
-    REQUIRE(finished.has_value());
-    CHECK(finished->Field("from") == sender.gids()[t].ToString());
-    CHECK(finished->Number("count") == kMessages);
-    uint64_t next = 0;
-    for (const WorkerEvent& got : receiver.Events("got")) {
-      if (got.Field("thread") != thread) continue;
-      CHECK(got.Field("from") == sender.gids()[t].ToString());
-      CHECK(got.Number("seq") == next);
-      auto digest = digests.find(thread + "/" + got.Field("seq"));
-      REQUIRE(digest != digests.end());
-      CHECK(got.Field("sha256") == digest->second);
-      long_and_short.insert(got.Number("bytes") > (64 << 10));
-      ++next;
-    }
-    CHECK(next == kMessages);
-  }
-  CHECK(long_and_short.size() == 2);
+  CheckInterleavedArrival(sender, receiver, kThreads, kMessages);
 
   WorkerNetworks networks = Networks(sender, receiver.gids()[0].process());
   CheckTcpAndVia(networks);
