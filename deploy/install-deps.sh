@@ -11,6 +11,8 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # storage, logging, CLI, config, JSON
   libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  # crypto: cluster credentials (tocl keygen) and the data plane's HMAC
+  libssl-dev
   # RDMA (the ibverbs provider always builds)
   libibverbs-dev librdmacm-dev
   # tests
