@@ -146,6 +146,11 @@ class ProcessSession {
   Gid gid() const;
   Gid host() const { return gid().host(); }
   std::string host_name() const;
+  // The cluster's data-plane secret the daemon gave at enrollment: 32 raw
+  // bytes, or empty when the daemon runs without credentials (then the
+  // process's networks stay on loopback). The runtime authenticates its
+  // connections with it; applications have no use for it.
+  std::string data_plane_secret() const;
 
   // Records threads the process numbered itself (gids under gid()). Durable
   // when this returns ok. Unavailable while re-enrolling after a daemon restart.

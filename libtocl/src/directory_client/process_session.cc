@@ -36,6 +36,7 @@ struct ProcessSession::Impl {
   Gid gid;                          // guarded by mu (fixed after the first enroll)
   std::string token;                // guarded by mu
   std::string host_name;            // guarded by mu
+  std::string data_plane_secret;    // guarded by mu
   bool connected = false;           // guarded by mu
   bool closing = false;             // guarded by mu
   bool watcher_done = false;        // guarded by mu
@@ -102,6 +103,7 @@ Status ProcessSession::Impl::OpenStream() {
   gid = Gid::FromRaw(enrolled.gid());
   token = enrolled.session_token();
   host_name = enrolled.host_name();
+  data_plane_secret = enrolled.data_plane_secret();
   registration.set_resume_gid(enrolled.gid());
   registration.set_resume_token(enrolled.session_token());
   stream.reset();  // the old stream goes before its context and connection
@@ -357,6 +359,11 @@ Gid ProcessSession::gid() const {
 std::string ProcessSession::host_name() const {
   std::lock_guard lock(impl_->mu);
   return impl_->host_name;
+}
+
+std::string ProcessSession::data_plane_secret() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->data_plane_secret;
 }
 
 uint64_t ProcessSession::reenroll_count() const {
