@@ -24,6 +24,8 @@
 
 #include "daemon_harness.h"
 #include "messaging_support.h"
+#include "raw_handshake.h"
+#include "security/cluster_key.h"
 #include "status_assertions.h"
 #include "wire/frame.h"
 
@@ -77,6 +79,11 @@ class RawConnection {
     return Written::kAll;
   }
   void EndWrites() { ::shutdown(fd_, SHUT_WR); }
+  // The data plane's handshake as `from` (a process without cluster
+  // credentials, like the target).
+  Status Handshake(Gid from, Gid to) {
+    return RawTcpHandshake(fd_, from, to, security::ClusterKey());
+  }
 
   // True once the other side has closed the connection (EOF or reset),
   // reading and dropping anything it sends first.
@@ -109,6 +116,11 @@ class Frames {
     bytes_.insert(bytes_.end(), payload.begin(), payload.end());
     return *this;
   }
+  // A hello frame (header and a nonce of zeros), whole.
+  Frames& AddHello(const wire::Header& hello) {
+    const std::vector<std::byte> nonce(wire::kHandshakeNonceBytes);
+    return Add(hello, nonce);
+  }
   Frames& Raw(std::span<const std::byte> raw) {
     bytes_.insert(bytes_.end(), raw.begin(), raw.end());
     return *this;
@@ -124,9 +136,11 @@ class Frames {
   std::vector<std::byte> bytes_;
 };
 
+// A hello's header (its payload, a nonce, is added by Frames::AddHello).
 wire::Header Hello(Gid from_process, Gid to_process) {
   wire::Header header;
   header.kind = wire::FrameKind::kHello;
+  header.length = wire::kHandshakeNonceBytes;
   header.source = from_process.raw();
   header.destination = to_process.raw();
   return header;
@@ -195,8 +209,8 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
     const Gid writer = new_stranger();
     const std::string text = "by hand";
+    REQUIRE_OK(raw.Handshake(writer, target_process));
     CHECK(raw.Write(Frames()
-                        .Add(Hello(writer, target_process))
                         .Add(Message(Gid::Thread(writer, 1), target, 5, text.size()), Bytes(text))
                         .bytes()) == RawConnection::Written::kAll);
     // The target receives it (its echo to a process that does not exist fails).
@@ -209,80 +223,103 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     Frames frames;
     bool end_writes = false;  // shut our side down after writing
     bool must_close = true;   // the target must close the connection
+    Gid handshake_as{};       // not null: a whole handshake as it first
   };
   std::vector<std::byte> garbage(4096);
   std::mt19937 random(42);
   for (std::byte& b : garbage) b = static_cast<std::byte>(random());
   const std::string payload = "0123456789";
-  auto hello = [&] { return Frames().Add(Hello(stranger, target_process)); };
+  auto hello = [&] { return Frames().AddHello(Hello(stranger, target_process)); };
 
   std::vector<Case> cases;
   cases.push_back({"random bytes", Frames().Raw(garbage)});
   cases.push_back({"a header cut short, then the end of the stream", hello().Truncate(20),
                    /*end_writes=*/true});
-  cases.push_back({"a message header cut short after the hello, then the end of the stream",
-                   hello().Add(Message(stranger_thread, target, 1, 0)).Truncate(64 + 30), true});
+  cases.push_back({"a message header cut short after the handshake, then the end of the stream",
+                   Frames().Add(Message(stranger_thread, target, 1, 0)).Truncate(30), true, true,
+                   stranger});
   cases.push_back({"a payload cut short, then the end of the stream",
-                   hello().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), true});
+                   Frames().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), true,
+                   true, stranger});
   {
     wire::Header bad = Hello(stranger, target_process);
     bad.magic = 0xDEADBEEF;
-    cases.push_back({"a hello with bad magic", Frames().Add(bad)});
+    cases.push_back({"a hello with bad magic", Frames().AddHello(bad)});
   }
   {
     wire::Header bad = Message(stranger_thread, target, 1, payload.size());
     bad.magic = 0x4C434F55;
-    cases.push_back({"a message with bad magic after the hello", hello().Add(bad, Bytes(payload))});
+    cases.push_back({"a message with bad magic after the handshake",
+                     Frames().Add(bad, Bytes(payload)), false, true, stranger});
   }
   {
     wire::Header bad = Hello(stranger, target_process);
     bad.version = 9;
-    cases.push_back({"an unknown version", Frames().Add(bad)});
+    cases.push_back({"an unknown version", Frames().AddHello(bad)});
   }
   {
     wire::Header bad = Message(stranger_thread, target, 1, 0);
     bad.kind = static_cast<wire::FrameKind>(77);
-    cases.push_back({"an unknown frame kind", hello().Add(bad)});
+    cases.push_back({"an unknown frame kind", Frames().Add(bad), false, true, stranger});
   }
   {
     wire::Header bad = Message(stranger_thread, target, 1, 0);
     bad.length = 0xFFFF'FFFFu;  // 4 GiB
     bad.total = bad.length;
-    cases.push_back({"a length of 4 GiB", hello().Add(bad).Raw(garbage)});
+    cases.push_back({"a length of 4 GiB", Frames().Add(bad).Raw(garbage), false, true, stranger});
   }
   {
     wire::Header bad = Message(stranger_thread, target, 1, payload.size());
     bad.total = uint64_t{1} << 40;
-    cases.push_back({"a total length that is not the length", hello().Add(bad, Bytes(payload))});
+    cases.push_back({"a total length that is not the length", Frames().Add(bad, Bytes(payload)),
+                     false, true, stranger});
   }
   {
     wire::Header bad = Message(stranger_thread, target, 1, payload.size());
     bad.reserved = 1;
-    cases.push_back({"reserved bits set", hello().Add(bad, Bytes(payload))});
+    cases.push_back(
+        {"reserved bits set", Frames().Add(bad, Bytes(payload)), false, true, stranger});
   }
   cases.push_back(
       {"a message before the hello",
        Frames().Add(Message(stranger_thread, target, 1, payload.size()), Bytes(payload))});
-  cases.push_back({"a hello for another process", Frames().Add(Hello(stranger, honest_process))});
+  cases.push_back(
+      {"a hello for another process", Frames().AddHello(Hello(stranger, honest_process))});
   cases.push_back({"a hello from a thread, not a process",
-                   Frames().Add(Hello(stranger_thread, target_process))});
-  cases.push_back({"a second hello", hello().Add(Hello(stranger, target_process))});
+                   Frames().AddHello(Hello(stranger_thread, target_process))});
+  cases.push_back(
+      {"a message before the handshake proof",
+       hello().Add(Message(stranger_thread, target, 1, payload.size()), Bytes(payload))});
+  {
+    // What a stranger without the cluster's secret can send: a proof of
+    // zeros (the target has no credentials, and the empty key's proof is not
+    // zeros either).
+    wire::Header proof = Hello(stranger, target_process);
+    proof.kind = wire::FrameKind::kProof;
+    proof.length = wire::kHandshakeMacBytes;
+    const std::vector<std::byte> zeros(wire::kHandshakeMacBytes);
+    cases.push_back({"a forged handshake proof", hello().Add(proof, zeros)});
+  }
+  cases.push_back({"a second hello", hello(), false, true, stranger});
   cases.push_back(
       {"a message for another process",
-       hello().Add(Message(stranger_thread, Gid::Thread(honest_process, 1), 1, payload.size()),
-                   Bytes(payload))});
-  cases.push_back({"a message from another process than the hello's",
-                   hello().Add(Message(Gid::Thread(honest_process, 1), target, 1, payload.size()),
-                               Bytes(payload))});
+       Frames().Add(Message(stranger_thread, Gid::Thread(honest_process, 1), 1, payload.size()),
+                    Bytes(payload)),
+       false, true, stranger});
+  cases.push_back({"a message from another process than the handshake's",
+                   Frames().Add(Message(Gid::Thread(honest_process, 1), target, 1, payload.size()),
+                                Bytes(payload)),
+                   false, true, stranger});
   cases.push_back({"a message from a process id, not a thread",
-                   hello().Add(Message(stranger, target, 1, payload.size()), Bytes(payload))});
+                   Frames().Add(Message(stranger, target, 1, payload.size()), Bytes(payload)),
+                   false, true, stranger});
   // Not a framing error: the target drops it (or closes); either way it
   // must neither keep it forever nor stop.
   cases.push_back(
       {"a message for a thread that does not exist",
-       hello().Add(Message(stranger_thread, Gid::Thread(target_process, 4000), 1, payload.size()),
-                   Bytes(payload)),
-       false, /*must_close=*/false});
+       Frames().Add(Message(stranger_thread, Gid::Thread(target_process, 4000), 1, payload.size()),
+                    Bytes(payload)),
+       false, /*must_close=*/false, stranger});
   // Long-message frames (issue #4), each from a process of its own.
   {
     const Gid sender = new_stranger();
@@ -290,8 +327,8 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     start.kind = wire::FrameKind::kLongStart;
     start.total = uint64_t{1} << 40;
     start.reserved = 1;  // 2^40 fragments: refused before any memory is taken
-    cases.push_back({"a long-message start in 2^40 one-byte fragments",
-                     Frames().Add(Hello(sender, target_process)).Add(start)});
+    cases.push_back({"a long-message start in 2^40 one-byte fragments", Frames().Add(start), false,
+                     true, sender});
   }
   {
     const Gid sender = new_stranger();
@@ -300,8 +337,7 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     fragment.total = 1 << 20;
     fragment.offset = 4096;
     cases.push_back({"a fragment of a message never started",
-                     Frames().Add(Hello(sender, target_process)).Add(fragment, Bytes(payload)),
-                     false, /*must_close=*/false});
+                     Frames().Add(fragment, Bytes(payload)), false, /*must_close=*/false, sender});
   }
   {
     const Gid sender = new_stranger();
@@ -311,20 +347,22 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     wire::Header grant = Message(Gid::Thread(sender, 1), target, 1, 0);
     grant.kind = wire::FrameKind::kGrant;
     cases.push_back({"acknowledgements and grants for messages never sent",
-                     Frames().Add(Hello(sender, target_process)).Add(ack).Add(grant), false,
-                     /*must_close=*/false});
+                     Frames().Add(ack).Add(grant), false, /*must_close=*/false, sender});
   }
   // Left open: the target must not wait for the rest of it.
   cases.push_back({"a header cut short, left open", hello().Truncate(20), false, false});
   cases.push_back({"a payload cut short, left open",
-                   hello().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), false,
-                   false});
+                   Frames().Add(Message(stranger_thread, target, 1, 1000), Bytes(payload)), false,
+                   false, stranger});
   cases.push_back({"nothing at all, left open", Frames(), false, false});
 
   std::vector<RawConnection> left_open;
   for (Case& test : cases) {
     INFO("case: " << test.what);
     RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    if (!test.handshake_as.is_null()) {
+      REQUIRE_OK(raw.Handshake(test.handshake_as, target_process));
+    }
     const auto written = raw.Write(test.frames.bytes());
     CHECK(written != RawConnection::Written::kStuck);
     if (test.end_writes) raw.EndWrites();
@@ -349,7 +387,8 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
   {
     RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
     const Gid flooder = new_stranger();
-    Frames flood = Frames().Add(Hello(flooder, target_process));
+    REQUIRE_OK(raw.Handshake(flooder, target_process));
+    Frames flood;
     for (uint32_t i = 0; i < 20000; ++i) {
       flood.Add(Message(Gid::Thread(flooder, 1), Gid::Thread(target_process, 5000 + i), 1,
                         payload.size(), /*seq=*/i),
@@ -370,7 +409,8 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
   {
     RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
     const Gid gapper = new_stranger();
-    Frames gapped = Frames().Add(Hello(gapper, target_process));
+    REQUIRE_OK(raw.Handshake(gapper, target_process));
+    Frames gapped;
     const std::vector<std::byte> big(16 * 1024, std::byte{0x42});
     for (uint32_t i = 1; i <= 2000; ++i) {
       gapped.Add(Message(Gid::Thread(gapper, 1), target, 1, big.size(), /*seq=*/i), big);

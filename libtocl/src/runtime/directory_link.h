@@ -49,6 +49,8 @@ class DirectoryLink {
 
   Gid process() const { return process_; }
   DirectoryClient& client() { return *client_; }
+  // What the daemon gave at enrollment (ProcessSession::data_plane_secret).
+  std::string data_plane_secret() const { return session_->data_plane_secret(); }
 
   void QueueRegister(ThreadInfo thread);
   void QueueUnregister(Gid thread);

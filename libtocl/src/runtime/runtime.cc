@@ -156,6 +156,12 @@ Status Runtime::Impl::Open() {
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
   process = link->process();
+  {
+    const std::string secret = link->data_plane_secret();
+    auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
+    if (!key.ok()) return key.status().WithContext("the daemon's data-plane secret");
+    data_plane_key = *key;
+  }
   // Before the endpoints are published: requests may come as soon as they are.
   spawn_service->Open();
 
@@ -214,6 +220,7 @@ Status Runtime::Impl::OpenRail(const runtime::NetworkSpec& spec) {
     via_options.num_classes = num_classes;
     via_options.provider = via_provider;
     via_options.max_vis = via_max_vis;
+    via_options.key = data_plane_key;
     TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::via::ViaSubsystem::Open(via_options, *reactor,
                                                                               *rail->sink, budget));
     // "sockets:IP:PORT/PREFIX": the provider, then what tcp publishes.
@@ -227,6 +234,7 @@ Status Runtime::Impl::OpenRail(const runtime::NetworkSpec& spec) {
     tcp_options.self_process = process;
     tcp_options.bind_address = spec.ip;
     tcp_options.num_classes = num_classes;
+    tcp_options.key = data_plane_key;
     TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::tcp::TcpSubsystem::Open(tcp_options, *reactor,
                                                                               *rail->sink, budget));
     rail->published = runtime::FormatTcpEndpoint(rail->subsystem->address(), spec.prefix);

@@ -34,6 +34,7 @@
 #include "runtime/network_spec.h"
 #include "runtime/progress_engine.h"
 #include "runtime/send_peer.h"
+#include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
 #include "tocl/runtime.h"
 
@@ -227,6 +228,9 @@ struct Runtime::Impl final {
   uint32_t num_classes = 0;
   std::string via_provider;  // resolved RuntimeOptions::via_provider
   size_t via_max_vis = 0;
+  // The cluster's data-plane secret from the enrollment (none without
+  // credentials): tcp and via prove it on every connection.
+  security::ClusterKey data_plane_key;
   std::map<uint32_t, std::string> peer_daemons;
   std::mutex peer_clients_mu;
   std::map<uint32_t, std::unique_ptr<DirectoryClient>> peer_clients;  // guarded by peer_clients_mu

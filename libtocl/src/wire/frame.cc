@@ -30,7 +30,47 @@ Status CheckControl(const Header& header) {
   return CheckThreads(header);
 }
 
+std::string_view HandshakeName(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kHello:
+      return "hello";
+    case FrameKind::kAuth:
+      return "handshake answer";
+    default:
+      return "handshake proof";
+  }
+}
+
+Status CheckHandshake(const Header& header) {
+  const uint32_t payload = HandshakePayloadBytes(header.kind);
+  if (header.length != payload || header.offset != 0 || header.total != 0 || header.tag != 0) {
+    return InvalidArgument(
+        fmt::format("a {} frame of {} bytes (it carries {}), or with a tag, "
+                    "offset or total",
+                    HandshakeName(header.kind), header.length, payload));
+  }
+  if (!Gid::FromRaw(header.source).is_process() || !Gid::FromRaw(header.destination).is_process()) {
+    return InvalidArgument(fmt::format(
+        "{} from {} to {}: both must be processes", HandshakeName(header.kind),
+        Gid::FromRaw(header.source).ToString(), Gid::FromRaw(header.destination).ToString()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+uint32_t HandshakePayloadBytes(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kHello:
+      return kHandshakeNonceBytes;
+    case FrameKind::kAuth:
+      return kHandshakeNonceBytes + kHandshakeMacBytes;
+    case FrameKind::kProof:
+      return kHandshakeMacBytes;
+    default:
+      return 0;
+  }
+}
 
 Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.magic != kMagic) {
@@ -50,16 +90,9 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
       }
       return CheckThreads(header);
     case FrameKind::kHello:
-      if (header.length != 0 || header.offset != 0 || header.total != 0 || header.tag != 0) {
-        return InvalidArgument("a hello frame with a payload");
-      }
-      if (!Gid::FromRaw(header.source).is_process() ||
-          !Gid::FromRaw(header.destination).is_process()) {
-        return InvalidArgument(fmt::format("hello from {} to {}: both must be processes",
-                                           Gid::FromRaw(header.source).ToString(),
-                                           Gid::FromRaw(header.destination).ToString()));
-      }
-      return Status::Ok();
+    case FrameKind::kAuth:
+    case FrameKind::kProof:
+      return CheckHandshake(header);
     case FrameKind::kLongStart:
       if (header.length != 0 || header.offset != 0) {
         return InvalidArgument("a long-message start with a payload or offset");

@@ -6,13 +6,13 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (1)
+//        4     1  version (2)
 //        5     1  kind (FrameKind)
 //        6     2  flags (0; reserved for priorities)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
-//       16     8  source Gid (a thread; a process for hello frames)
-//       24     8  destination Gid (a thread; a process for hello frames)
+//       16     8  source Gid (a thread; a process for handshake frames)
+//       24     8  destination Gid (a thread; a process for handshake frames)
 //       32     8  seq: per (source thread, destination thread), from 0
 //       40     8  offset of this fragment in its message (0 for short messages)
 //       48     8  total length of the message (= length for short messages)
@@ -31,6 +31,13 @@
 //               networks, receiver thread gone)
 // Control frames (grant, ack, abort) go from the receiving thread to the
 // sending one, so every frame names two threads.
+//
+// A tcp connection starts with the data plane's handshake
+// (security/handshake.h), between the two processes:
+//   kHello      connector -> acceptor: the connector's nonce (32 bytes)
+//   kAuth       acceptor -> connector: the acceptor's nonce and MAC (64)
+//   kProof      connector -> acceptor: the connector's MAC (32)
+// Version 2 brought the handshake; version 1 peers are refused.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -51,17 +58,26 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;
+
+// Handshake payloads (security::Nonce and security::Mac).
+inline constexpr uint32_t kHandshakeNonceBytes = 32;
+inline constexpr uint32_t kHandshakeMacBytes = 32;
 
 enum class FrameKind : uint8_t {
   kMessage = 1,  // a short message: the whole payload follows
-  kHello = 2,    // control, first frame of a tcp connection: source = the connecting process
+  kHello = 2,    // handshake, first frame of a tcp connection: source = the connecting process
   kLongStart = 3,
   kGrant = 4,
   kFragment = 5,
   kAck = 6,
   kAbort = 7,
+  kAuth = 8,   // handshake: the acceptor's answer to a hello
+  kProof = 9,  // handshake: the connector's proof
 };
+
+// The payload a handshake frame carries (0 for other kinds).
+uint32_t HandshakePayloadBytes(FrameKind kind);
 
 // The largest long message (1 TiB): totals and offsets above it are refused.
 inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
@@ -92,7 +108,8 @@ struct Limits {
 // InvalidArgument (with what was wrong) for: too few bytes, bad magic,
 // unknown version or kind, nonzero flags/reserved, a length over the limit,
 // offset/total that do not fit the kind (see above), source or destination
-// that are not thread ids (process ids for hello frames).
+// that are not thread ids (process ids for handshake frames), a handshake
+// frame whose length is not its payload's.
 Result<Header> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits);
 
 // Checks an already-placed header in place (the shm path: the header sits in

@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
 #include "collecting_sink.h"
+#include "raw_handshake.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem_harness.h"
@@ -116,12 +119,34 @@ std::vector<std::byte> Encode(const wire::Header& header, size_t payload_bytes =
   return bytes;
 }
 
-wire::Header Hello(Gid from, Gid to) {
+wire::Header Handshake(wire::FrameKind kind, Gid from, Gid to) {
   wire::Header header;
-  header.kind = wire::FrameKind::kHello;
+  header.kind = kind;
+  header.length = wire::HandshakePayloadBytes(kind);
   header.source = from.raw();
   header.destination = to.raw();
   return header;
+}
+
+// A hello frame with a fresh nonce (a valid first frame).
+std::vector<std::byte> HelloBytes(Gid from, Gid to) {
+  return Encode(Handshake(wire::FrameKind::kHello, from, to), wire::kHandshakeNonceBytes);
+}
+
+// A raw client's handshake as `from` to `to` with `key`, pumping `sides`
+// for the answer. Returns the connection ready for frames, and whether the
+// acceptor proved it holds `key` (`acceptor_ok`; a proof of zeros is sent
+// when it did not).
+Fd RawHandshake(const std::string& address, Gid from, Gid to, const security::ClusterKey& key,
+                const Sides& sides, bool* acceptor_ok = nullptr) {
+  Fd raw = RawConnect(address);
+  ::tocl::testing::RawConnector connector(from, to, key);
+  RawWrite(raw, connector.Hello());
+  std::vector<std::byte> answer = RawRead(raw, ::tocl::testing::RawConnector::kAnswerBytes, sides);
+  auto proof = connector.Proof(answer, acceptor_ok);
+  REQUIRE(proof.ok());
+  RawWrite(raw, *proof);
+  return raw;
 }
 
 wire::Header Message(Gid source, Gid destination, uint32_t length) {
@@ -175,6 +200,14 @@ TEST_CASE("a tcp subsystem publishes IP:PORT and checks the addresses it is give
   CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
         StatusCode::kInvalidArgument);
   options = Options(Gid::Thread(kB, 1));
+  CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
+        StatusCode::kInvalidArgument);
+  options = Options(kB);
+  options.handshake_timeout = std::chrono::milliseconds(0);
+  CHECK_THAT(TcpSubsystem::Open(options, **reactor, sink, budget).status().message(),
+             Catch::Contains("handshake timeout must be positive"));
+  options = Options(kB);
+  options.max_handshaking = 0;
   CHECK(TcpSubsystem::Open(options, **reactor, sink, budget).status().code() ==
         StatusCode::kInvalidArgument);
   options = Options(kB);
@@ -259,7 +292,7 @@ TEST_CASE("a payload of the largest class arrives whole", "[tcp]") {
 TEST_CASE("malformed connections are closed with one warning while a good one keeps working",
           "[tcp]") {
   TcpOptions options = Options(kB);
-  options.hello_timeout = 200ms;
+  options.handshake_timeout = 200ms;
   Side a(Options(kA));
   Side b(options);
   auto route = a.tcp->Connect(kB, b.tcp->address());
@@ -281,35 +314,51 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
   };
   struct Case {
     const char* name;
+    bool handshake;  // a whole handshake first, then `bytes`
     std::vector<std::byte> bytes;
     bool end_stream;  // shut down our side after writing
     const char* expected;
   };
-  std::vector<std::byte> truncated_header = Encode(Hello(kA, kB));
+  std::vector<std::byte> truncated_header = HelloBytes(kA, kB);
   truncated_header.resize(30);
-  std::vector<std::byte> truncated_frame =
-      cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 1000)));
+  std::vector<std::byte> truncated_frame = Encode(Message(a_thread, b_thread, 1000));
   truncated_frame.resize(truncated_frame.size() + 10);
+  const security::ClusterKey none;
   std::vector<Case> cases = {
-      {"bad magic", std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
-      {"truncated header", truncated_header, true, "ended inside a header (30 of 64 bytes)"},
-      {"truncated frame", truncated_frame, true, "ended inside a frame (74 of 1064 bytes)"},
-      {"impossible length",
-       cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, max_payload + 1))), false,
+      {"bad magic", false, std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
+      {"truncated header", false, truncated_header, true, "ended inside a header (30 of 64 bytes)"},
+      {"message before hello", false, Encode(Message(a_thread, b_thread, 0)), false,
+       "a frame before the hello"},
+      {"hello for someone else", false, HelloBytes(kA, Gid::Process(1, 5)), false,
+       "a handshake for h1.p5, but this is h1.p2"},
+      {"hello from a thread", false, HelloBytes(a_thread, kB), false, "both must be processes"},
+      {"hello without a nonce", false,
+       [] {
+         wire::Header hello = Handshake(wire::FrameKind::kHello, kA, kB);
+         hello.length = 0;
+         return Encode(hello);
+       }(),
+       false, "a hello frame of 0 bytes (it carries 32)"},
+      {"message before the proof", false,
+       cat(HelloBytes(kA, kB), Encode(Message(a_thread, b_thread, 0))), false,
+       "a frame before the handshake proof"},
+      {"a proof of zeros", false,
+       cat(HelloBytes(kA, kB),
+           Encode(Handshake(wire::FrameKind::kProof, kA, kB), wire::kHandshakeMacBytes)),
+       false, "the peer that connected does not hold this cluster's secret"},
+      {"a proof from another process", false,
+       cat(HelloBytes(kA, kB), Encode(Handshake(wire::FrameKind::kProof, Gid::Process(1, 9), kB),
+                                      wire::kHandshakeMacBytes)),
+       false, "a proof from h1.p9 on the connection of h1.p1"},
+      {"truncated frame", true, truncated_frame, true, "ended inside a frame (74 of 1064 bytes)"},
+      {"impossible length", true, Encode(Message(a_thread, b_thread, max_payload + 1)), false,
        "exceeds the limit"},
-      {"huge length", cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 0xffffffffu))),
-       false, "exceeds the limit"},
-      {"message before hello", Encode(Message(a_thread, b_thread, 0)), false,
-       "a message before the hello"},
-      {"hello for someone else", Encode(Hello(kA, Gid::Process(1, 5))), false,
-       "a hello for h1.p5, but this is h1.p2"},
-      {"hello from a thread", Encode(Hello(a_thread, kB)), false, "both must be processes"},
-      {"second hello", cat(Encode(Hello(kA, kB)), Encode(Hello(kA, kB))), false, "a second hello"},
-      {"wrong source",
-       cat(Encode(Hello(kA, kB)), Encode(Message(Gid::Thread(1, 9, 1), b_thread, 0))), false,
+      {"huge length", true, Encode(Message(a_thread, b_thread, 0xffffffffu)), false,
+       "exceeds the limit"},
+      {"second hello", true, HelloBytes(kA, kB), false, "a handshake frame after the handshake"},
+      {"wrong source", true, Encode(Message(Gid::Thread(1, 9, 1), b_thread, 0)), false,
        "a message from h1.p9.t1 on the connection of h1.p1"},
-      {"wrong destination",
-       cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, Gid::Thread(1, 7, 1), 0))), false,
+      {"wrong destination", true, Encode(Message(a_thread, Gid::Thread(1, 7, 1), 0)), false,
        "a message for h1.p7.t1, but this is h1.p2"},
   };
 
@@ -317,7 +366,8 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
   for (const Case& c : cases) {
     INFO(c.name);
     log.Clear();
-    Fd raw = RawConnect(b.tcp->address());
+    Fd raw = c.handshake ? RawHandshake(b.tcp->address(), kA, kB, none, {&b})
+                         : RawConnect(b.tcp->address());
     RawWrite(raw, c.bytes);
     if (c.end_stream) shutdown(raw.get(), SHUT_WR);
     REQUIRE(ClosedByPeer(raw, {&b}));
@@ -325,17 +375,21 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
     REQUIRE(lines.size() == 1);
     CHECK(lines[0].starts_with("tocl tcp: closing connection from 127.0.0.1:"));
     CHECK(lines[0].find(c.expected) != std::string::npos);
-    send_one();  // the good connection still works
+    CHECK(b.sink.size() == seq);  // nothing of it was delivered
+    send_one();                   // the good connection still works
   }
 
-  SECTION("a connection that never says hello is closed by housekeeping") {
+  SECTION("a connection that never finishes its handshake is closed by housekeeping") {
+    const bool says_hello = GENERATE(false, true);
+    INFO((says_hello ? "hello, no proof" : "silent"));
     log.Clear();
     Fd raw = RawConnect(b.tcp->address());
+    if (says_hello) RawWrite(raw, HelloBytes(kA, kB));
     const auto connected = Clock::now();
     REQUIRE(PumpUntil({&b}, [&] { return b.tcp->inbound_connections() == 2; }));
     b.tcp->Housekeeping();
     CHECK(b.tcp->inbound_connections() == 2);  // not yet
-    // Housekeeping closes it once the 200 ms hello timeout has passed, not before.
+    // Housekeeping closes it once the 200 ms handshake timeout has passed, not before.
     REQUIRE(PumpUntil({&b}, [&] {
       b.tcp->Housekeeping();
       return b.tcp->inbound_connections() == 1;
@@ -344,13 +398,13 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
     REQUIRE(ClosedByPeer(raw, {&b}));
     const auto lines = log.Lines();
     REQUIRE(lines.size() == 1);
-    CHECK(lines[0].find("no hello within 200 ms") != std::string::npos);
+    CHECK(lines[0].find("no finished handshake within 200 ms") != std::string::npos);
   }
   SECTION("a connection that ends cleanly between frames is closed without a warning") {
     log.Clear();
     {
-      Fd raw = RawConnect(b.tcp->address());
-      RawWrite(raw, cat(Encode(Hello(kA, kB)), Encode(Message(a_thread, b_thread, 0))));
+      Fd raw = RawHandshake(b.tcp->address(), kA, kB, none, {&b});
+      RawWrite(raw, Encode(Message(a_thread, b_thread, 0)));
       REQUIRE(PumpUntil({&b}, [&] { return b.sink.size() == seq + 1; }));
     }
     REQUIRE(PumpUntil({&b}, [&] { return b.tcp->inbound_connections() == 1; }));
@@ -360,6 +414,123 @@ TEST_CASE("malformed connections are closed with one warning while a good one ke
   send_one();
   CHECK(b.tcp->inbound_connections() == 1);
   CHECK(b.tcp->traffic().connections_rejected >= cases.size());
+}
+
+TEST_CASE("only processes that hold the cluster's secret exchange messages", "[tcp][security]") {
+  const auto key = [](char fill) {
+    return security::ClusterKey::FromHex(std::string(64, fill)).value();
+  };
+  auto keyed = [&](Gid self, std::optional<char> fill) {
+    TcpOptions options = Options(self);
+    if (fill) options.key = key(*fill);
+    return options;
+  };
+
+  SECTION("the same secret: messages flow") {
+    Side a(keyed(kA, 'a'));
+    Side b(keyed(kB, 'a'));
+    auto route = a.tcp->Connect(kB, b.tcp->address());
+    REQUIRE(route.ok());
+    for (uint64_t seq = 0; seq < 10; ++seq) {
+      REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, seq, 1000), {&a, &b}).ok());
+    }
+    REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == 10; }));
+    CheckInOrder(b.sink.arrivals());
+  }
+
+  SECTION("another secret, or none on one side: the route breaks, nothing arrives") {
+    const auto [sender_key, receiver_key] =
+        GENERATE(std::pair<std::optional<char>, std::optional<char>>{'a', 'b'},
+                 std::pair<std::optional<char>, std::optional<char>>{'a', std::nullopt},
+                 std::pair<std::optional<char>, std::optional<char>>{std::nullopt, 'b'});
+    LogCapture log;
+    Side a(keyed(kA, sender_key));
+    Side b(keyed(kB, receiver_key));
+    auto route = a.tcp->Connect(kB, b.tcp->address());
+    REQUIRE(route.ok());
+    detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, 0, 100);
+    slot->refs.fetch_add(1);  // ours, to read its state after the route gives it back
+    REQUIRE((*route)->Post(slot).ok());
+    REQUIRE(PumpUntil({&a, &b}, [&] { return (*route)->Broken(); }));
+    CHECK(slot->state.load() == static_cast<uint8_t>(BufferState::kFailed));
+    a.tcp->pool().Unref(slot);
+    CHECK(b.sink.size() == 0);
+    CHECK((*route)->Post(NewFrame(a.tcp->pool(), kA, kB, 1, 100)).code() ==
+          StatusCode::kUnavailable);
+    // The sender saw the acceptor fail its MAC: the acceptor never sees a proof.
+    const auto lines = log.Lines();
+    REQUIRE_FALSE(lines.empty());
+    CHECK_THAT(lines[0], Catch::Contains("peer that accepted does not hold this cluster's secret"));
+  }
+
+  SECTION("a stranger's raw connection with a wrong secret gets nothing in") {
+    LogCapture log;
+    Side b(keyed(kB, 'b'));
+    bool acceptor_ok = true;
+    Fd raw = RawHandshake(b.tcp->address(), kA, kB, key('c'), {&b}, &acceptor_ok);
+    CHECK_FALSE(acceptor_ok);  // we could tell b is not of our cluster
+    RawWrite(raw, Encode(Message(Gid::Thread(kA, 1), Gid::Thread(kB, 1), 0)));
+    REQUIRE(ClosedByPeer(raw, {&b}));
+    CHECK(b.sink.size() == 0);
+    const auto lines = log.Lines();
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Catch::Contains("the peer that connected does not hold"));
+  }
+}
+
+TEST_CASE("a route to a listener that never answers the hello breaks after the timeout",
+          "[tcp][security]") {
+  TcpOptions options = Options(kA);
+  options.handshake_timeout = 200ms;
+  Side a(options);
+  // A socket that accepts (the kernel does, from the backlog) and says nothing.
+  std::string address;
+  auto mute = ListenAnyPort("127.0.0.1", 4, &address);
+  REQUIRE(mute.ok());
+
+  LogCapture log;
+  auto route = a.tcp->Connect(kB, address);
+  REQUIRE(route.ok());
+  REQUIRE((*route)->Post(NewFrame(a.tcp->pool(), kA, kB, 0, 100)).ok());
+  const auto posted = Clock::now();
+  REQUIRE(PumpUntil({&a}, [&] {
+    a.tcp->Housekeeping();
+    return (*route)->Broken();
+  }));
+  CHECK(Clock::now() - posted >= 200ms);
+  REQUIRE(PumpUntil({&a}, [&] { return (*route)->Drained(); }));
+  CHECK(a.PoolInUse() == 0);
+  const auto lines = log.Lines();
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::Contains("no answer to our hello within 200 ms") &&
+                           Catch::Contains("1 queued frames failed"));
+}
+
+TEST_CASE("connections in their handshake are capped: the oldest makes room", "[tcp][security]") {
+  TcpOptions options = Options(kB);
+  options.max_handshaking = 3;
+  Side a(Options(kA));
+  Side b(options);
+  LogCapture log;
+  std::vector<Fd> silent;
+  for (int i = 0; i < 5; ++i) {
+    silent.push_back(RawConnect(b.tcp->address()));
+    REQUIRE(
+        PumpUntil({&b}, [&] { return b.tcp->traffic().connections_accepted == size_t(i + 1); }));
+  }
+  // The first two were closed to make room for the later ones.
+  CHECK(ClosedByPeer(silent[0], {&b}));
+  CHECK(ClosedByPeer(silent[1], {&b}));
+  CHECK(b.tcp->inbound_connections() == 3);
+  const auto lines = log.Lines();
+  REQUIRE(lines.size() == 2);
+  CHECK_THAT(lines[0],
+             Catch::Contains("closed to make room: 3 connections were in their handshake"));
+  // A real peer still gets in (closing another silent one).
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, 0, 100), {&a, &b}).ok());
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == 1; }));
 }
 
 TEST_CASE("a route to a port nobody listens on is broken and says why", "[tcp]") {

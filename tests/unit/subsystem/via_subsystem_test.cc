@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include "buffers/size_class.h"
 #include "collecting_sink.h"
 #include "runtime/epoll_reactor.h"
+#include "security/handshake.h"
 #include "subsystem/via/provider.h"
 #include "subsystem/via/vi_protocol.h"
 #include "subsystem_harness.h"
@@ -256,6 +258,45 @@ std::vector<std::byte> Encoded(const ConnectData& data) {
   return bytes;
 }
 
+// A request as the sockets provider's active side sends it: ConnectData and
+// the handshake's nonce (zeros: the passive side drops these before it
+// checks one).
+std::vector<std::byte> RequestBytes(const ConnectData& data) {
+  std::vector<std::byte> bytes = Encoded(data);
+  bytes.resize(bytes.size() + sizeof(security::Nonce));
+  return bytes;
+}
+
+// The active side's request and handshake by hand, claiming `key`: the
+// request with a fresh nonce, the passive side's answer read (pumping
+// `sides`) and checked, our proof sent (zeros when the answer's MAC was
+// wrong: `acceptor_ok` says so). The accept or reject is still to read.
+Fd RawViaHandshake(const std::string& address, const ConnectData& request, const Sides& sides,
+                   const security::ClusterKey& key = {}, bool* acceptor_ok = nullptr) {
+  Fd raw = testing::RawConnect(address);
+  auto connector = security::ConnectorHandshake::Start(key, "via", request.process, request.peer);
+  REQUIRE(connector.ok());
+  std::vector<std::byte> bytes = Encoded(request);
+  bytes.insert(bytes.end(), connector->nonce().begin(), connector->nonce().end());
+  testing::RawWrite(raw, bytes);
+  const size_t answer_bytes = 4 + sizeof(security::Nonce) + sizeof(security::Mac);
+  const auto answer = testing::RawRead(raw, answer_bytes, sides);
+  REQUIRE(answer.size() == answer_bytes);
+  uint32_t verdict;
+  std::memcpy(&verdict, answer.data(), 4);
+  REQUIRE(verdict == 0);
+  security::Nonce nonce;
+  security::Mac mac;
+  std::memcpy(nonce.data(), answer.data() + 4, nonce.size());
+  std::memcpy(mac.data(), answer.data() + 4 + nonce.size(), mac.size());
+  auto proof = connector->Answer(nonce, mac);
+  if (acceptor_ok != nullptr) *acceptor_ok = proof.ok();
+  const security::Mac zeros{};
+  const security::Mac& sent = proof.ok() ? *proof : zeros;
+  testing::RawWrite(raw, sent);
+  return raw;
+}
+
 TEST_CASE("connect data survives an encode and decode and every bad field is refused", "[via]") {
   const ConnectData data = SomeConnectData();
   std::vector<std::byte> bytes = Encoded(data);
@@ -408,6 +449,45 @@ TEST_CASE("a via subsystem publishes PROVIDER:IP:PORT and checks the addresses i
         StatusCode::kInvalidArgument);
   CHECK(a.via->ViPool().empty());
   CHECK(a.via->open_vis() == 0);
+}
+
+// --- the data plane's handshake --------------------------------------------------
+
+TEST_CASE("VIs connect only between processes that hold the cluster's secret", "[via][security]") {
+  const auto keyed = [](Gid self, std::optional<char> fill) {
+    ViaOptions options = Options(self);
+    if (fill) options.key = security::ClusterKey::FromHex(std::string(64, *fill)).value();
+    return options;
+  };
+  SECTION("the same secret: frames of every class arrive") {
+    Side a(keyed(kA, 'a'));
+    Side b(keyed(kB, 'a'));
+    const Sides sides = {&a, &b};
+    auto route = ConnectTo(a, kB, b);
+    Stream stream(a, *route, kA, kB);
+    for (uint32_t class_index = 0; class_index < kClasses; ++class_index) {
+      stream.Send(class_index, sides);
+    }
+    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size(); }));
+    CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  }
+  SECTION("another secret, or none on one side: the route breaks and nothing arrives") {
+    const auto [sender_key, receiver_key] =
+        GENERATE(std::pair<std::optional<char>, std::optional<char>>{'a', 'b'},
+                 std::pair<std::optional<char>, std::optional<char>>{'a', std::nullopt},
+                 std::pair<std::optional<char>, std::optional<char>>{std::nullopt, 'b'});
+    LogCapture log(spdlog::level::debug);
+    Side a(keyed(kA, sender_key));
+    Side b(keyed(kB, receiver_key));
+    const Sides sides = {&a, &b};
+    auto route = ConnectTo(a, kB, b);
+    REQUIRE(route->Post(NewFrame(a.via->pool(), kA, kB, 0, 100)).ok());
+    REQUIRE(PumpUntil(sides, [&] { return route->Broken(); }));
+    CHECK(b.sink.size() == 0);
+    CHECK(VisOf(*b.via, kA, 0).empty());
+    REQUIRE(PumpUntil(sides, [&] { return a.PoolInUse() == 0; }));
+    CHECK(log.Contains("the peer that accepted does not hold this cluster's secret"));
+  }
 }
 
 // --- one VI per (peer, class) -------------------------------------------------
@@ -1065,20 +1145,26 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
       bool end_stream;
       const char* expected;
     };
-    std::vector<std::byte> bad_version = Encoded(request);
+    std::vector<std::byte> bad_version = RequestBytes(request);
     bad_version[4] = std::byte{7};
+    std::vector<std::byte> zero_proof = RequestBytes(request);
+    zero_proof.resize(zero_proof.size() + sizeof(security::Mac));
     std::vector<Case> cases = {
-        {"garbage", std::vector<std::byte>(32, std::byte{0xab}), false, "bad magic"},
+        {"garbage", std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
         {"version", bad_version, false, "version 7 (this is 1)"},
-        {"a thread id", Encoded({.process = Gid::Thread(kRaw, 1), .peer = kB, .posted = 8}), false,
-         "are not both process ids"},
+        {"a thread id", RequestBytes({.process = Gid::Thread(kRaw, 1), .peer = kB, .posted = 8}),
+         false, "are not both process ids"},
         {"a class past the last",
-         Encoded({.process = kRaw, .peer = kB, .class_index = 9, .posted = 8}), false,
+         RequestBytes({.process = kRaw, .peer = kB, .class_index = 9, .posted = 8}), false,
          "size class 9"},
-        {"no descriptors", Encoded({.process = kRaw, .peer = kB, .class_index = 0, .posted = 0}),
-         false, "0 receive descriptors"},
+        {"no descriptors",
+         RequestBytes({.process = kRaw, .peer = kB, .class_index = 0, .posted = 0}), false,
+         "0 receive descriptors"},
         {"a short request", std::vector<std::byte>(10, std::byte{1}), true,
          "closed before its request"},
+        {"a proof of zeros", zero_proof, false,
+         "the peer that connected does not hold this cluster's secret"},
+        {"a request and then nothing", RequestBytes(request), true, "closed during the handshake"},
     };
     LogCapture log;
     for (const Case& c : cases) {
@@ -1099,7 +1185,8 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
   }
   SECTION("a request meant for another process is rejected with the reason") {
     Fd raw = testing::RawConnect(address);
-    testing::RawWrite(raw, Encoded({.process = kRaw, .peer = Gid::Process(1, 5), .posted = 8}));
+    testing::RawWrite(raw,
+                      RequestBytes({.process = kRaw, .peer = Gid::Process(1, 5), .posted = 8}));
     const auto head = testing::RawRead(raw, 8, sides);
     REQUIRE(head.size() == 8);
     uint32_t verdict, length;
@@ -1143,25 +1230,26 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
          Packet(static_cast<uint32_t>(good.size()) - 10, 0,
                 std::span(good).first(good.size() - 10)),
          "whose header says"},
-        {"a hello on a VI",
+        {"a tcp hello on a VI",
          [] {
-           std::vector<std::byte> hello = Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), 0);
+           std::vector<std::byte> hello =
+               Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), wire::kHandshakeNonceBytes);
            wire::Header header;
            header.kind = wire::FrameKind::kHello;
+           header.length = wire::kHandshakeNonceBytes;
            header.source = kRaw.raw();
            header.destination = kB.raw();
            wire::EncodeHeader(header, hello.data());
            return Packet(static_cast<uint32_t>(hello.size()), 0, hello);
          }(),
-         "hello"},
+         "a tcp handshake frame on a VI"},
     };
     LogCapture log(spdlog::level::debug);
     size_t from_raw = 0;
     for (const Case& c : cases) {
       INFO(c.name);
       log.Clear();
-      Fd raw = testing::RawConnect(address);
-      testing::RawWrite(raw, Encoded(request));
+      Fd raw = RawViaHandshake(address, request, sides);
       const auto reply = testing::RawRead(raw, 4 + ConnectData::kBytes, sides);
       REQUIRE(reply.size() == 4 + ConnectData::kBytes);
       uint32_t verdict;
@@ -1185,6 +1273,18 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
       send_one();
     }
     for (const Arrival& arrival : b.sink.arrivals()) CHECK(arrival.intact);
+  }
+  SECTION("a stranger with another secret makes no VI") {
+    LogCapture log;
+    bool acceptor_ok = true;
+    Fd raw =
+        RawViaHandshake(address, request, sides,
+                        security::ClusterKey::FromHex(std::string(64, 'e')).value(), &acceptor_ok);
+    CHECK_FALSE(acceptor_ok);
+    REQUIRE(testing::ClosedByPeer(raw, sides));
+    REQUIRE(PumpUntil(sides, [&] { return log.Contains("does not hold this cluster's secret"); }));
+    CHECK(VisOf(*b.via, kRaw, 0).empty());
+    send_one();
   }
   SECTION("a connection that closes at once") {
     LogCapture log;

@@ -35,6 +35,7 @@ Header ValidMessage() {
 Header ValidHello() {
   Header header;
   header.kind = FrameKind::kHello;
+  header.length = kHandshakeNonceBytes;
   header.source = Gid::Process(3, 17).raw();
   header.destination = Gid::Process(4, 2).raw();
   return header;
@@ -133,7 +134,7 @@ TEST_CASE("a header with a bad magic is rejected naming the magic", "[wire]") {
 
 TEST_CASE("a header of another wire version is rejected naming the version", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t version : {uint8_t{0}, uint8_t{2}, uint8_t{255}}) {
+  for (uint8_t version : {uint8_t{0}, uint8_t{1}, uint8_t{3}, uint8_t{255}}) {
     INFO("version " << int{version});
     header.version = version;
     CheckRejected(header, "unsupported wire version " + std::to_string(version));
@@ -142,7 +143,7 @@ TEST_CASE("a header of another wire version is rejected naming the version", "[w
 
 TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t kind : {uint8_t{0}, uint8_t{8}, uint8_t{200}}) {
+  for (uint8_t kind : {uint8_t{0}, uint8_t{10}, uint8_t{200}}) {
     INFO("kind " << int{kind});
     header.kind = static_cast<FrameKind>(kind);
     CheckRejected(header, "unknown frame kind " + std::to_string(kind));
@@ -238,19 +239,33 @@ TEST_CASE("a message whose source or destination is not a thread id is rejected 
   }
 }
 
-TEST_CASE("a hello frame with a payload, tag, offset or total is rejected", "[wire]") {
+TEST_CASE("a handshake frame of another length, or with a tag, offset or total is rejected",
+          "[wire]") {
   Header header = ValidHello();
   header.length = 1;
-  CheckRejected(header, "a hello frame with a payload");
+  CheckRejected(header, "a hello frame of 1 bytes (it carries 32)");
+  header.length = 0;
+  CheckRejected(header, "a hello frame of 0 bytes (it carries 32)");
   header = ValidHello();
   header.total = 8;
-  CheckRejected(header, "a hello frame with a payload");
+  CheckRejected(header, "a hello frame of 32 bytes (it carries 32), or with a tag, offset");
   header = ValidHello();
   header.offset = 8;
-  CheckRejected(header, "a hello frame with a payload");
+  CheckRejected(header, "or with a tag, offset or total");
   header = ValidHello();
   header.tag = 7;
-  CheckRejected(header, "a hello frame with a payload");
+  CheckRejected(header, "or with a tag, offset or total");
+  header = ValidHello();
+  header.kind = FrameKind::kAuth;
+  CheckRejected(header, "a handshake answer frame of 32 bytes (it carries 64)");
+  header.length = kHandshakeNonceBytes + kHandshakeMacBytes;
+  CHECK(DecodeHeader(Encode(header), kLimits).ok());
+  header.kind = FrameKind::kProof;
+  CheckRejected(header, "a handshake proof frame of 64 bytes (it carries 32)");
+  header.length = kHandshakeMacBytes;
+  CHECK(DecodeHeader(Encode(header), kLimits).ok());
+  header.destination = Gid::Thread(4, 2, 1).raw();
+  CheckRejected(header, "handshake proof from h3.p17 to h4.p2.t1: both must be processes");
 }
 
 TEST_CASE("a hello frame from something other than a process is rejected naming it", "[wire]") {

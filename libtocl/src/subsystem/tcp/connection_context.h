@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "buffers/buffer_pool.h"
+#include "security/cluster_key.h"
 #include "subsystem/reactor.h"
 #include "subsystem/subsystem.h"
 #include "tocl/gid.h"
@@ -22,8 +23,8 @@ struct TcpTrafficStats {
   uint64_t bytes_received = 0;
   uint64_t frames_received = 0;
   uint64_t connections_accepted = 0;
-  // Inbound connections closed for a malformed frame, a missing hello or a
-  // socket error (not for a clean close by the peer).
+  // Inbound connections closed for a malformed frame, a failed or missing
+  // handshake or a socket error (not for a clean close by the peer).
   uint64_t connections_rejected = 0;
   // Outbound connections that broke (refused, reset, closed by the peer).
   uint64_t routes_broken = 0;
@@ -58,9 +59,11 @@ inline TcpTrafficStats TcpTraffic::Snapshot() const {
 }
 
 struct ConnectionContext {
-  ConnectionContext(Gid self, subsystem::Reactor& reactor_in, subsystem::Sink& sink_in,
-                    buffers::BufferPool& pool_in, wire::Limits limits_in, size_t max_queued)
+  ConnectionContext(Gid self, security::ClusterKey key_in, subsystem::Reactor& reactor_in,
+                    subsystem::Sink& sink_in, buffers::BufferPool& pool_in, wire::Limits limits_in,
+                    size_t max_queued)
       : self_process(self),
+        key(key_in),
         reactor(reactor_in),
         sink(sink_in),
         pool(pool_in),
@@ -68,6 +71,7 @@ struct ConnectionContext {
         max_queued_bytes_per_route(max_queued) {}
 
   const Gid self_process;
+  const security::ClusterKey key;  // the data plane's handshake
   subsystem::Reactor& reactor;
   subsystem::Sink& sink;
   buffers::BufferPool& pool;  // receive buffers (sends may come from any pool)

@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -21,6 +22,9 @@ namespace {
 constexpr int kMaxReadsPerEvent = 16;
 
 constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
+
+static_assert(sizeof(security::Nonce) == wire::kHandshakeNonceBytes &&
+              sizeof(security::Mac) == wire::kHandshakeMacBytes);
 
 }  // namespace
 
@@ -119,11 +123,13 @@ InboundConnection::Progress InboundConnection::DeliverStaged() {
       return Progress::kClosed;
     }
     if (!Admit(*header)) return Progress::kClosed;
-    if (header->kind == wire::FrameKind::kHello) {
-      begin_ += wire::kHeaderBytes;
+    const size_t frame_bytes = wire::kHeaderBytes + header->length;
+    if (!authenticated_) {
+      if (staged < frame_bytes) return Progress::kMore;  // a few dozen bytes: staged whole
+      if (!OnHandshake(*header, at + wire::kHeaderBytes)) return Progress::kClosed;
+      begin_ += frame_bytes;
       continue;
     }
-    const size_t frame_bytes = wire::kHeaderBytes + header->length;
     if (staged < frame_bytes && frame_bytes <= kDirectReadBytes) return Progress::kMore;
     if (context_.sink.Congested()) return Progress::kBlocked;
     detail::BufferSlot* slot = context_.pool.TryGet(buffers::ClassFor(header->length));
@@ -148,22 +154,28 @@ InboundConnection::Progress InboundConnection::DeliverStaged() {
 bool InboundConnection::Admit(const wire::Header& header) {
   const Gid source = Gid::FromRaw(header.source);
   const Gid destination = Gid::FromRaw(header.destination);
-  if (!said_hello()) {
-    if (header.kind != wire::FrameKind::kHello) {
-      Close("a message before the hello");
+  if (!authenticated_) {
+    const wire::FrameKind expected =
+        hello_process_.is_null() ? wire::FrameKind::kHello : wire::FrameKind::kProof;
+    if (header.kind != expected) {
+      Close(expected == wire::FrameKind::kHello ? "a frame before the hello"
+                                                : "a frame before the handshake proof");
       return false;
     }
     if (destination != context_.self_process) {
-      Close(fmt::format("a hello for {}, but this is {}", destination.ToString(),
+      Close(fmt::format("a handshake for {}, but this is {}", destination.ToString(),
                         context_.self_process.ToString()));
       return false;
     }
-    hello_process_ = source;
-    spdlog::debug("tocl tcp: connection from {} is {}", peer_address_, source.ToString());
+    if (!hello_process_.is_null() && source != hello_process_) {
+      Close(fmt::format("a proof from {} on the connection of {}", source.ToString(),
+                        hello_process_.ToString()));
+      return false;
+    }
     return true;
   }
-  if (header.kind == wire::FrameKind::kHello) {
-    Close("a second hello");
+  if (wire::HandshakePayloadBytes(header.kind) != 0) {
+    Close("a handshake frame after the handshake");
     return false;
   }
   if (source.process() != hello_process_) {
@@ -176,6 +188,53 @@ bool InboundConnection::Admit(const wire::Header& header) {
                       context_.self_process.ToString()));
     return false;
   }
+  return true;
+}
+
+bool InboundConnection::OnHandshake(const wire::Header& header, const std::byte* payload) {
+  const Gid source = Gid::FromRaw(header.source);
+  if (header.kind == wire::FrameKind::kHello) {
+    security::Nonce connector_nonce;
+    std::memcpy(connector_nonce.data(), payload, connector_nonce.size());
+    auto handshake = security::AcceptorHandshake::Start(context_.key, "tcp", context_.self_process,
+                                                        source, connector_nonce);
+    if (!handshake.ok()) {
+      Close(handshake.status().message());
+      return false;
+    }
+    hello_process_ = source;
+    handshake_ = std::move(*handshake);
+    std::array<std::byte,
+               wire::kHeaderBytes + wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes>
+        answer;
+    wire::Header header_out;
+    header_out.kind = wire::FrameKind::kAuth;
+    header_out.length = wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes;
+    header_out.source = context_.self_process.raw();
+    header_out.destination = source.raw();
+    wire::EncodeHeader(header_out, answer.data());
+    std::memcpy(answer.data() + wire::kHeaderBytes, handshake_->nonce().data(),
+                wire::kHandshakeNonceBytes);
+    std::memcpy(answer.data() + wire::kHeaderBytes + wire::kHandshakeNonceBytes,
+                handshake_->mac().data(), wire::kHandshakeMacBytes);
+    const ssize_t n = send(fd_.get(), answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(answer.size())) {
+      Close(n < 0 ? ErrnoStatus("send the handshake answer", errno).message()
+                  : std::string("the handshake answer did not fit the socket buffer"));
+      return false;
+    }
+    TcpTraffic::Add(context_.traffic.bytes_sent, answer.size());
+    return true;
+  }
+  security::Mac proof;
+  std::memcpy(proof.data(), payload, proof.size());
+  if (Status status = handshake_->CheckProof(proof); !status.ok()) {
+    Close(status.message());
+    return false;
+  }
+  handshake_.reset();
+  authenticated_ = true;
+  spdlog::debug("tocl tcp: connection from {} is {}", peer_address_, source.ToString());
   return true;
 }
 
@@ -242,7 +301,7 @@ void InboundConnection::OnReadEnd(ssize_t n, int error) {
 void InboundConnection::Close(std::string_view reason) {
   if (closed()) return;
   if (!reason.empty()) {
-    if (said_hello()) {
+    if (!hello_process_.is_null()) {
       spdlog::warn("tocl tcp: closing connection from {} ({}): {}", peer_address_,
                    hello_process_.ToString(), reason);
     } else {

@@ -2,10 +2,12 @@
 //
 // The stream is read through a staging buffer (many small frames per
 // recv()); a frame too big to stage is read straight into its pool buffer.
-// The first frame must be a hello naming the peer process (and us as its
-// destination); after it, only message frames from that process to this
+// The first frames are the handshake (security/handshake.h): a hello
+// naming the peer process (and us as its destination) with its nonce, our
+// answer (written at once: a fresh socket's buffer takes it whole), and the
+// peer's proof; after it, only message frames from that process to this
 // process. Anything else closes the connection with one warning, and the
-// process goes on.
+// process goes on; nothing is delivered before the proof.
 //
 // Flow control: when the sink is congested or the pool has no buffer, the
 // connection stops reading (its fd leaves the epoll set, so a sleeping
@@ -21,10 +23,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "buffers/buffer_slot.h"
+#include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
 #include "subsystem/tcp/socket.h"
@@ -60,7 +64,8 @@ class InboundConnection final : public subsystem::FdHandler {
 
   bool closed() const { return !fd_.valid(); }
   bool paused() const { return paused_; }
-  bool said_hello() const { return !hello_process_.is_null(); }
+  // The peer proved it holds the cluster's secret.
+  bool authenticated() const { return authenticated_; }
   Gid peer_process() const { return hello_process_; }
   const std::string& peer_address() const { return peer_address_; }
   std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
@@ -77,6 +82,8 @@ class InboundConnection final : public subsystem::FdHandler {
   Progress DeliverStaged();
   // Checks one header against the connection's state; closes on error.
   bool Admit(const wire::Header& header);
+  // A whole hello or proof; false when it closed the connection.
+  bool OnHandshake(const wire::Header& header, const std::byte* payload);
   // False when the sink refused the frame (the connection is then closed).
   bool Deliver(detail::BufferSlot* slot);
   void Pause();
@@ -87,7 +94,9 @@ class InboundConnection final : public subsystem::FdHandler {
   Fd fd_;
   const std::string peer_address_;
   const std::chrono::steady_clock::time_point accepted_at_;
-  Gid hello_process_;  // null until the hello
+  Gid hello_process_;                                     // null until the hello
+  std::optional<security::AcceptorHandshake> handshake_;  // between hello and proof
+  bool authenticated_ = false;
 
   std::unique_ptr<std::byte[]> staging_;
   size_t begin_ = 0;  // first staged byte not yet consumed

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
@@ -45,13 +46,7 @@ OutboundConnection::OutboundConnection(ConnectionContext& context, Gid peer_proc
     : context_(context),
       peer_process_(peer_process),
       address_(address),
-      description_(fmt::format("{} at {}", peer_process.ToString(), address_.ToString())) {
-  wire::Header hello;
-  hello.kind = wire::FrameKind::kHello;
-  hello.source = context_.self_process.raw();
-  hello.destination = peer_process_.raw();
-  wire::EncodeHeader(hello, hello_.data());
-}
+      description_(fmt::format("{} at {}", peer_process.ToString(), address_.ToString())) {}
 
 OutboundConnection::~OutboundConnection() {
   Shutdown("the route is gone");
@@ -59,12 +54,16 @@ OutboundConnection::~OutboundConnection() {
 
 Status OutboundConnection::Start() {
   std::lock_guard lock(mu_);
+  TOCL_ASSIGN_OR_RETURN(handshake_, security::ConnectorHandshake::Start(
+                                        context_.key, "tcp", context_.self_process, peer_process_));
+  SetPreambleLocked(wire::FrameKind::kHello, handshake_->nonce().data());
   const int fd = socket(address_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoStatus("socket", errno);
   fd_ = Fd(fd);
   TOCL_RETURN_IF_ERROR(SetNoDelay(fd));
   if (connect(fd, address_.get(), address_.length()) == 0) {
-    state_ = State::kConnected;
+    state_ = State::kHandshaking;
+    handshake_started_ = std::chrono::steady_clock::now();
   } else if (errno == EINPROGRESS || errno == EINTR) {
     // EINTR: the connection goes on asynchronously, as for EINPROGRESS.
     state_ = State::kConnecting;
@@ -76,8 +75,29 @@ Status OutboundConnection::Start() {
   }
   TOCL_RETURN_IF_ERROR(context_.reactor.Add(fd, kReadEvents | EPOLLOUT, this));
   want_write_ = true;
-  if (state_ == State::kConnected) FlushLocked();
+  if (state_ == State::kHandshaking) FlushLocked();
   return Status::Ok();
+}
+
+void OutboundConnection::SetPreambleLocked(wire::FrameKind kind, const std::byte* payload) {
+  wire::Header header;
+  header.kind = kind;
+  header.length = wire::HandshakePayloadBytes(kind);
+  header.source = context_.self_process.raw();
+  header.destination = peer_process_.raw();
+  wire::EncodeHeader(header, preamble_.data());
+  std::memcpy(preamble_.data() + wire::kHeaderBytes, payload, header.length);
+  preamble_written_ = 0;
+}
+
+void OutboundConnection::CheckHandshakeDeadline(std::chrono::steady_clock::time_point now,
+                                                std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  if (state_ != State::kHandshaking || now - handshake_started_ < timeout) return;
+  BreakLocked(fmt::format("connection to {}: no answer to our hello within {} ms (is it a tocl "
+                          "process of this cluster?)",
+                          description_, timeout.count()),
+              /*warn=*/true);
 }
 
 Status OutboundConnection::Post(detail::BufferSlot* slot) {
@@ -127,7 +147,8 @@ void OutboundConnection::OnReady(uint32_t events) {
                   /*warn=*/true);
       return;
     }
-    state_ = State::kConnected;
+    state_ = State::kHandshaking;
+    handshake_started_ = std::chrono::steady_clock::now();
     events |= EPOLLOUT;
   }
   if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) != 0) {
@@ -140,10 +161,27 @@ void OutboundConnection::OnReady(uint32_t events) {
 void OutboundConnection::CheckPeerLocked() {
   std::byte scratch[256];
   for (;;) {
-    const ssize_t n = recv(fd_.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
+    const bool answering = state_ == State::kHandshaking;
+    // During the handshake, exactly the answer: whatever follows it is
+    // read (and refused) as data on a send-only connection.
+    const ssize_t n = answering ? recv(fd_.get(), answer_.data() + answer_filled_,
+                                       answer_.size() - answer_filled_, MSG_DONTWAIT)
+                                : recv(fd_.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n == 0) {
+    if (answering && n > 0) {
+      answer_filled_ += static_cast<size_t>(n);
+      if (answer_filled_ < answer_.size()) continue;
+      OnAnswerLocked();
+      if (state_ == State::kBroken) return;
+      continue;
+    }
+    if (answering && n == 0) {
+      BreakLocked(fmt::format("connection to {} lost: closed by the peer during the handshake "
+                              "(it may not hold this cluster's secret; see its log)",
+                              description_),
+                  /*warn=*/true);
+    } else if (n == 0) {
       // A peer that closes with nothing of ours queued has most likely just
       // exited: worth a warning only when frames are lost with it.
       BreakLocked(fmt::format("connection to {} lost: closed by the peer", description_),
@@ -162,16 +200,48 @@ void OutboundConnection::CheckPeerLocked() {
   }
 }
 
+void OutboundConnection::OnAnswerLocked() {
+  auto header = wire::DecodeHeader(answer_, context_.limits);
+  std::string error;
+  if (!header.ok()) {
+    error = header.status().message();
+  } else if (header->kind != wire::FrameKind::kAuth) {
+    error = "its first frame is not a handshake answer";
+  } else if (Gid::FromRaw(header->source) != peer_process_ ||
+             Gid::FromRaw(header->destination) != context_.self_process) {
+    error = fmt::format("it answered as {} to {}", Gid::FromRaw(header->source).ToString(),
+                        Gid::FromRaw(header->destination).ToString());
+  } else {
+    security::Nonce nonce;
+    security::Mac mac;
+    std::memcpy(nonce.data(), answer_.data() + wire::kHeaderBytes, nonce.size());
+    std::memcpy(mac.data(), answer_.data() + wire::kHeaderBytes + nonce.size(), mac.size());
+    auto proof = handshake_->Answer(nonce, mac);
+    if (proof.ok()) {
+      SetPreambleLocked(wire::FrameKind::kProof, proof->data());
+      handshake_.reset();
+      state_ = State::kConnected;
+      FlushLocked();
+      return;
+    }
+    error = proof.status().message();
+  }
+  BreakLocked(fmt::format("connection to {}: {}", description_, error), /*warn=*/true);
+}
+
 void OutboundConnection::FlushLocked() {
-  while (state_ == State::kConnected) {
+  for (;;) {
+    const bool preamble = preamble_written_ < preamble_.size();
+    if (state_ != State::kConnected && !(state_ == State::kHandshaking && preamble)) break;
     iovec iov[kMaxFramesPerWrite + 1];
     size_t count = 0;
     size_t total = 0;
-    if (hello_written_ < hello_.size()) {
-      iov[count++] = {hello_.data() + hello_written_, hello_.size() - hello_written_};
-      total += hello_.size() - hello_written_;
+    if (preamble) {
+      iov[count++] = {preamble_.data() + preamble_written_, preamble_.size() - preamble_written_};
+      total += preamble_.size() - preamble_written_;
     }
-    const size_t frames = std::min(queue_.size(), kMaxFramesPerWrite);
+    const size_t frames =
+        state_ == State::kConnected ? std::min(queue_.size(), kMaxFramesPerWrite) : 0;
     for (size_t i = 0; i < frames; ++i) {
       const Entry& entry = queue_[i];
       const size_t skip = i == 0 ? head_written_ : 0;
@@ -199,9 +269,9 @@ void OutboundConnection::FlushLocked() {
 
 void OutboundConnection::ConsumeLocked(size_t written) {
   TcpTraffic::Add(context_.traffic.bytes_sent, written);
-  if (hello_written_ < hello_.size()) {
-    const size_t n = std::min(written, hello_.size() - hello_written_);
-    hello_written_ += n;
+  if (preamble_written_ < preamble_.size()) {
+    const size_t n = std::min(written, preamble_.size() - preamble_written_);
+    preamble_written_ += n;
     written -= n;
   }
   while (written > 0) {
@@ -224,8 +294,8 @@ void OutboundConnection::ConsumeLocked(size_t written) {
 
 void OutboundConnection::UpdateInterestLocked() {
   if (state_ == State::kBroken) return;
-  const bool want =
-      state_ == State::kConnecting || hello_written_ < hello_.size() || !queue_.empty();
+  const bool want = state_ == State::kConnecting || preamble_written_ < preamble_.size() ||
+                    (state_ == State::kConnected && !queue_.empty());
   if (want == want_write_) return;
   if (Status status =
           context_.reactor.Modify(fd_.get(), kReadEvents | (want ? EPOLLOUT : 0u), this);

@@ -1,7 +1,10 @@
 // The connection behind a tcp Route: this process sending to one peer
-// process. It says hello first (source = this process, destination = the
-// peer), then writes the posted frames in order, gathering up to 64 of them
-// per sendmsg().
+// process. It runs the handshake first (security/handshake.h: our hello
+// with our nonce, the peer's answer, checked, then our proof), then writes
+// the posted frames in order, gathering up to 64 of them per sendmsg().
+// Frames posted meanwhile wait in the queue; a peer that fails its part of
+// the handshake, or does not answer within the handshake timeout, breaks
+// the route.
 //
 // Ownership: the TcpSubsystem owns it; the TcpRoute handle the runtime
 // holds only points at it. A queued slot carries one reference that is
@@ -17,14 +20,17 @@
 #include <sys/types.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "buffers/buffer_slot.h"
+#include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
 #include "subsystem/tcp/socket.h"
@@ -66,8 +72,17 @@ class OutboundConnection final : public subsystem::FdHandler {
   Gid peer_process() const { return peer_process_; }
   const SocketAddress& address() const { return address_; }
 
+  // Breaks a route whose peer has not answered our hello within `timeout`
+  // of it being sent. Any thread.
+  void CheckHandshakeDeadline(std::chrono::steady_clock::time_point now,
+                              std::chrono::milliseconds timeout);
+
  private:
-  enum class State { kConnecting, kConnected, kBroken };
+  enum class State { kConnecting, kHandshaking, kConnected, kBroken };
+  // The hello, then the proof: a header and its payload.
+  static constexpr size_t kPreambleBytes = wire::kHeaderBytes + wire::kHandshakeNonceBytes;
+  static constexpr size_t kAnswerBytes =
+      wire::kHeaderBytes + wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes;
 
   struct Entry {
     detail::BufferSlot* slot;
@@ -97,9 +112,12 @@ class OutboundConnection final : public subsystem::FdHandler {
   // Accounts `written` bytes: the hello, then whole frames (kSent, Unref).
   void ConsumeLocked(size_t written);
   void UpdateInterestLocked();
-  // Reads what the peer sent on a send-only connection: only its closing or
-  // an error is expected.
+  // Reads what the peer sent on a send-only connection: its handshake
+  // answer, then only its closing or an error.
   void CheckPeerLocked();
+  // The whole answer is in: checks it and puts our proof in the preamble.
+  void OnAnswerLocked();
+  void SetPreambleLocked(wire::FrameKind kind, const std::byte* payload);
   // The route is broken for good: closes the socket and fails the queue.
   void BreakLocked(std::string reason, bool warn);
 
@@ -113,8 +131,12 @@ class OutboundConnection final : public subsystem::FdHandler {
   Fd fd_;
   State state_ = State::kConnecting;
   std::string broken_reason_;
-  std::array<std::byte, wire::kHeaderBytes> hello_{};
-  size_t hello_written_ = 0;
+  std::optional<security::ConnectorHandshake> handshake_;  // until the answer
+  std::chrono::steady_clock::time_point handshake_started_;
+  std::array<std::byte, kPreambleBytes> preamble_{};  // hello, then proof
+  size_t preamble_written_ = kPreambleBytes;          // nothing to write yet
+  std::array<std::byte, kAnswerBytes> answer_{};
+  size_t answer_filled_ = 0;
   FrameRing queue_;
   size_t queued_bytes_ = 0;
   size_t head_written_ = 0;  // bytes of the queue's first frame already written

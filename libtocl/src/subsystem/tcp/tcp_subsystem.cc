@@ -59,8 +59,11 @@ Result<std::unique_ptr<TcpSubsystem>> TcpSubsystem::Open(const TcpOptions& optio
     return InvalidArgument(fmt::format("tcp: {} size classes (1..{} allowed)", options.num_classes,
                                        buffers::kMaxClasses));
   }
-  if (options.hello_timeout.count() <= 0) {
-    return InvalidArgument("tcp: the hello timeout must be positive");
+  if (options.handshake_timeout.count() <= 0) {
+    return InvalidArgument("tcp: the handshake timeout must be positive");
+  }
+  if (options.max_handshaking == 0) {
+    return InvalidArgument("tcp: max_handshaking must be at least 1");
   }
   std::unique_ptr<TcpSubsystem> tcp(new TcpSubsystem(options, reactor, sink, budget));
   TOCL_RETURN_IF_ERROR(tcp->Listen());
@@ -72,7 +75,7 @@ TcpSubsystem::TcpSubsystem(const TcpOptions& options, subsystem::Reactor& reacto
                            subsystem::Sink& sink, buffers::PoolBudget& budget)
     : options_(options),
       pool_(Network::kTcp, options.num_classes, slab_memory_, budget),
-      context_(options.self_process, reactor, sink, pool_,
+      context_(options.self_process, options.key, reactor, sink, pool_,
                wire::Limits{.max_payload = static_cast<uint32_t>(
                                 buffers::ClassBytes(options.num_classes - 1) - wire::kHeaderBytes)},
                options.max_queued_bytes_per_route) {}
@@ -124,6 +127,7 @@ void TcpSubsystem::AcceptSome() {
     if (Status status = SetNoDelay(fd); !status.ok()) {
       spdlog::debug("tocl tcp: connection from {}: {}", peer_address, status.message());
     }
+    MakeRoomForHandshake();
     auto connection = std::make_unique<InboundConnection>(context_, std::move(owned), peer_address);
     if (Status status = connection->Start(); !status.ok()) {
       connection->Close(status.message());
@@ -131,6 +135,22 @@ void TcpSubsystem::AcceptSome() {
     }
     TcpTraffic::Add(context_.traffic.connections_accepted, 1);
     inbound_.push_back(std::move(connection));
+  }
+}
+
+void TcpSubsystem::MakeRoomForHandshake() {
+  InboundConnection* oldest = nullptr;
+  size_t handshaking = 0;
+  for (auto& connection : inbound_) {
+    if (connection->closed() || connection->authenticated()) continue;
+    ++handshaking;
+    if (oldest == nullptr || connection->accepted_at() < oldest->accepted_at()) {
+      oldest = connection.get();
+    }
+  }
+  if (handshaking >= options_.max_handshaking) {
+    oldest->Close(
+        fmt::format("closed to make room: {} connections were in their handshake", handshaking));
   }
 }
 
@@ -203,10 +223,16 @@ bool TcpSubsystem::ResumePaused() {
 void TcpSubsystem::Housekeeping() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& connection : inbound_) {
-    if (!connection->closed() && !connection->said_hello() &&
-        now - connection->accepted_at() >= options_.hello_timeout) {
-      connection->Close(fmt::format("no hello within {} ms", options_.hello_timeout.count()));
+    if (!connection->closed() && !connection->authenticated() &&
+        now - connection->accepted_at() >= options_.handshake_timeout) {
+      connection->Close(
+          fmt::format("no finished handshake within {} ms", options_.handshake_timeout.count()));
     }
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (auto& connection : outbound_)
+      connection->CheckHandshakeDeadline(now, options_.handshake_timeout);
   }
   FreeClosedInbound();
   FreeReleasedOutbound();

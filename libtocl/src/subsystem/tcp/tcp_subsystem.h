@@ -10,10 +10,15 @@
 //   auto route = (*tcp)->Connect(peer, "127.0.0.1:40000");
 //   (*route)->Post(slot);                        // Ok / TryAgain / Unavailable
 //
-// On a connection the first frame is a hello (source: the connecting
-// process, destination: the process it means to reach); then message
-// frames from that process to this one. A malformed or unexpected frame, or
-// no hello within hello_timeout, closes that connection with one warning.
+// On a connection the first frames are the data plane's handshake
+// (security/handshake.h, wire/frame.h): a hello (source: the connecting
+// process, destination: the process it means to reach, the connector's
+// nonce), our answer, the connector's proof; then message frames from that
+// process to this one. A malformed or unexpected frame, a failed proof, or
+// no finished handshake within handshake_timeout closes that connection
+// with one warning; nothing it sent before is delivered. On our own
+// connections, an acceptor that fails its proof or does not answer in time
+// breaks the route.
 //
 // Flow control: a connection whose frames find the sink congested or the
 // pool at its cap stops being read (Poll resumes it); the sender's socket
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "buffers/buffer_pool.h"
+#include "security/cluster_key.h"
 #include "subsystem/reactor.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/tcp/connection_context.h"
@@ -63,7 +69,14 @@ struct TcpOptions {
   // payload: ClassBytes(num_classes - 1) - the header.
   uint32_t num_classes = 0;
   size_t max_queued_bytes_per_route = size_t{4} << 20;
-  std::chrono::milliseconds hello_timeout{5000};
+  // The cluster's data-plane secret (none without credentials).
+  security::ClusterKey key{};
+  // A connection that has not finished its handshake by then is closed
+  // (either side), so half-open scanners cannot pile up.
+  std::chrono::milliseconds handshake_timeout{5000};
+  // Accepted connections in their handshake at once; a new one past it
+  // closes the oldest.
+  size_t max_handshaking = 64;
 };
 
 class TcpSubsystem final : public subsystem::Subsystem {
@@ -99,8 +112,8 @@ class TcpSubsystem final : public subsystem::Subsystem {
   // does not wake the poller: see the flow-control note above.
   bool PrepareToSleep() override;
   void FinishSleep() override {}
-  // Closes connections that have not said hello within hello_timeout, and
-  // starts accepting again after running out of fds.
+  // Closes connections that have not finished their handshake within
+  // handshake_timeout, and starts accepting again after running out of fds.
   void Housekeeping() override;
   void Close() override;
 
@@ -125,6 +138,9 @@ class TcpSubsystem final : public subsystem::Subsystem {
                buffers::PoolBudget& budget);
   Status Listen();
   void AcceptSome();
+  // Closes the oldest connection still in its handshake when there are
+  // max_handshaking of them.
+  void MakeRoomForHandshake();
   // A Route handle is gone: its connection is shut down now and freed by
   // the next Poll (the current epoll batch may still name it).
   void Release(OutboundConnection* connection);

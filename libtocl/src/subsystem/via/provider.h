@@ -45,6 +45,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
+#include "security/cluster_key.h"
 #include "subsystem/reactor.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -134,6 +135,10 @@ class ProviderVi {
 
 struct ProviderOptions {
   Gid self_process;
+  // The cluster's data-plane secret: the sockets provider authenticates
+  // every VI with it (security/handshake.h) before the request reaches the
+  // connection manager. The ibverbs provider does not (see its README).
+  security::ClusterKey key{};
   std::string bind_ip = "127.0.0.1";  // the address to listen on (any port)
   uint32_t num_classes = 0;
 };

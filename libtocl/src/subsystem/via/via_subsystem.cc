@@ -150,6 +150,7 @@ ViaSubsystem::ViaSubsystem(const ViaOptions& options, Reactor& reactor, Sink& si
 
 Status ViaSubsystem::Start(buffers::PoolBudget& budget) {
   ProviderOptions provider_options{.self_process = options_.self_process,
+                                   .key = options_.key,
                                    .bind_ip = options_.bind_address,
                                    .num_classes = options_.num_classes};
   const std::string& wanted = options_.provider;
@@ -429,7 +430,9 @@ Status ViaSubsystem::CheckFrame(const Vi& vi, detail::BufferSlot* slot, uint32_t
     return InvalidArgument(fmt::format("a message of {} bytes whose header says {}", length,
                                        wire::kHeaderBytes + header->length));
   }
-  if (header->kind == wire::FrameKind::kHello) return InvalidArgument("a hello frame on a VI");
+  if (wire::HandshakePayloadBytes(header->kind) != 0) {
+    return InvalidArgument("a tcp handshake frame on a VI");
+  }
   if (Gid::FromRaw(header->source).process() != vi.peer) {
     return InvalidArgument(fmt::format("a message from {} on the VI of {}",
                                        Gid::FromRaw(header->source).ToString(),

@@ -66,6 +66,8 @@ struct ViaOptions {
   std::string provider = "auto";
   size_t max_vis = 1024;
   size_t max_queued_bytes_per_route = size_t{4} << 20;
+  // The cluster's data-plane secret (none without credentials).
+  security::ClusterKey key{};
   // Tests only: post data without credits (to show the provider's rule).
   bool ignore_credits = false;
 };

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "security/handshake.h"
 #include "subsystem/via/sockets/sockets_vi.h"
 
 namespace tocl::subsystem::via {
@@ -59,13 +60,18 @@ class SocketsRequest final : public PendingRequest {
 
 }  // namespace
 
-// A connection accepted, its request not read whole yet.
+// A connection accepted, its request and handshake not read whole yet:
+// [ConnectData][nonce], then (after our answer) [proof].
 struct SocketsProvider::Incoming {
+  static constexpr size_t kRequestBytes = ConnectData::kBytes + sizeof(security::Nonce);
   Fd fd;
   std::string peer_address;
   std::chrono::steady_clock::time_point deadline;
-  std::byte bytes[ConnectData::kBytes];
+  std::byte bytes[kRequestBytes + sizeof(security::Mac)];
   size_t filled = 0;
+  size_t want = kRequestBytes;  // bytes to read before the next step
+  ConnectData data;
+  std::optional<security::AcceptorHandshake> handshake;  // once answered
 };
 
 Result<std::unique_ptr<Provider>> OpenSocketsProvider(const ProviderOptions& options,
@@ -166,37 +172,81 @@ void SocketsProvider::AcceptIncoming() {
   }
 }
 
+Status SocketsProvider::AnswerHandshake(Incoming& in) {
+  security::Nonce nonce;
+  std::memcpy(nonce.data(), in.bytes + ConnectData::kBytes, nonce.size());
+  TOCL_ASSIGN_OR_RETURN(
+      in.handshake, security::AcceptorHandshake::Start(options_.key, "via", options_.self_process,
+                                                       in.data.process, nonce));
+  std::byte answer[4 + sizeof(security::Nonce) + sizeof(security::Mac)] = {};  // verdict 0
+  std::memcpy(answer + 4, in.handshake->nonce().data(), sizeof(security::Nonce));
+  std::memcpy(answer + 4 + sizeof(security::Nonce), in.handshake->mac().data(),
+              sizeof(security::Mac));
+  // A fresh socket's buffer takes 68 bytes at once.
+  const ssize_t n = send(in.fd.get(), answer, sizeof(answer), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(sizeof(answer))) {
+    return n < 0 ? ErrnoStatus("send the handshake answer", errno)
+                 : Unavailable("the handshake answer did not fit the socket buffer");
+  }
+  in.want = sizeof(in.bytes);
+  return Status::Ok();
+}
+
 std::unique_ptr<PendingRequest> SocketsProvider::ReadIncoming() {
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < incoming_.size();) {
     Incoming& in = *incoming_[i];
     bool drop = false;
     std::string why;
-    const ssize_t n = recv(in.fd.get(), in.bytes + in.filled, ConnectData::kBytes - in.filled, 0);
+    const ssize_t n = recv(in.fd.get(), in.bytes + in.filled, in.want - in.filled, 0);
     if (n > 0) {
       in.filled += static_cast<size_t>(n);
     } else if (n == 0) {
       drop = true;
-      why = "closed before its request";
+      why = in.handshake ? "closed during the handshake" : "closed before its request";
     } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       drop = true;
       why = ErrnoStatus("recv", errno).message();
     }
-    if (!drop && in.filled == ConnectData::kBytes) {
+    bool ready = false;
+    if (!drop && in.filled == in.want && !in.handshake) {
       auto data = ConnectData::Decode(std::span<const std::byte>(in.bytes, ConnectData::kBytes),
                                       options_.num_classes);
-      if (data.ok()) {
-        auto request =
-            std::make_unique<SocketsRequest>(std::move(in.fd), *data, std::move(in.peer_address));
-        incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
-        return request;
+      if (!data.ok()) {
+        drop = true;
+        why = data.status().message();
+      } else {
+        in.data = *data;
+        // A request meant for another process (a stale address) goes to the
+        // connection manager at once, to be rejected with the reason; no
+        // handshake is owed for a refusal.
+        ready = in.data.peer != options_.self_process;
+        if (!ready) {
+          if (Status status = AnswerHandshake(in); !status.ok()) {
+            drop = true;
+            why = status.message();
+          }
+        }
       }
-      drop = true;
-      why = data.status().message();
+    } else if (!drop && in.filled == in.want) {
+      security::Mac proof;
+      std::memcpy(proof.data(), in.bytes + Incoming::kRequestBytes, proof.size());
+      if (Status status = in.handshake->CheckProof(proof); !status.ok()) {
+        drop = true;
+        why = status.message();
+      } else {
+        ready = true;
+      }
+    }
+    if (ready) {
+      auto request =
+          std::make_unique<SocketsRequest>(std::move(in.fd), in.data, std::move(in.peer_address));
+      incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+      return request;
     }
     if (!drop && now >= in.deadline) {
       drop = true;
-      why = fmt::format("no request within {} s", kRequestTimeout.count());
+      why = fmt::format("no request and handshake within {} s", kRequestTimeout.count());
     }
     if (drop) {
       spdlog::warn("tocl via: connection from {} dropped: {}", in.peer_address, why);

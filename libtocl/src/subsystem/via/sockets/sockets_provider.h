@@ -3,9 +3,10 @@
 // process; each VI is one TCP connection (sockets_vi.h).
 //
 // Connection requests are read by the connection-manager thread
-// (ConnectWait): it accepts, reads the requester's ConnectData (a peer that
-// says nothing within 5 s is dropped) and hands the request over; the VI
-// created for it answers in ConnectAccept.
+// (ConnectWait): it accepts, reads the requester's ConnectData, runs the
+// data plane's handshake (sockets_vi.h; a peer that has not finished within
+// 5 s is dropped, as is one that fails it) and only then hands the request
+// over; the VI created for it answers in ConnectAccept.
 //
 // Memory needs no registration (the kernel copies), so the pool's slabs
 // are plain anonymous pages and buffers of any pool can be sent.
@@ -59,9 +60,12 @@ class SocketsProvider final : public Provider {
 
  private:
   struct Incoming;
-  // Reads what the pending incoming connections sent; returns a complete
-  // request or null.
+  // Reads what the pending incoming connections sent; returns a request
+  // whose handshake is done (or one for another process, to be rejected),
+  // or null.
   std::unique_ptr<PendingRequest> ReadIncoming();
+  // Checks nothing yet: sends our nonce and MAC for the request in `in`.
+  Status AnswerHandshake(Incoming& in);
   void AcceptIncoming();
 
   const ProviderOptions options_;

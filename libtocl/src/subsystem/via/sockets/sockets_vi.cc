@@ -53,8 +53,12 @@ Status SocketsVi::ConnectRequest(std::string_view address, const ConnectData& da
   fd_ = Fd(fd);
   peer_ = fmt::format("{} at {}", data.peer.ToString(), peer->ToString());
   TOCL_RETURN_IF_ERROR(tcp::SetNoDelay(fd));
-  request_.resize(ConnectData::kBytes);
+  TOCL_ASSIGN_OR_RETURN(handshake_, security::ConnectorHandshake::Start(owner_.options().key, "via",
+                                                                        data.process, data.peer));
+  request_.resize(ConnectData::kBytes + handshake_->nonce().size());
   data.Encode(request_.data());
+  std::memcpy(request_.data() + ConnectData::kBytes, handshake_->nonce().data(),
+              handshake_->nonce().size());
   state_ = State::kConnecting;
   if (connect(fd, peer->get(), peer->length()) != 0 && errno != EINPROGRESS && errno != EINTR) {
     BreakLocked(Unavailable(
@@ -273,11 +277,41 @@ void SocketsVi::ReadSome() {
   }
 }
 
+bool SocketsVi::TakeAnswer(const std::byte* answer) {
+  security::Nonce nonce;
+  security::Mac mac;
+  std::memcpy(nonce.data(), answer, nonce.size());
+  std::memcpy(mac.data(), answer + nonce.size(), mac.size());
+  std::lock_guard lock(mu_);
+  if (state_ != State::kAwaitReply) return false;
+  auto proof = handshake_->Answer(nonce, mac);
+  if (!proof.ok()) {
+    BreakLocked(Unavailable(fmt::format("{}: {}", peer_, proof.status().message())));
+    return false;
+  }
+  handshake_.reset();
+  request_.assign(proof->begin(), proof->end());
+  UpdateInterestLocked();
+  return state_ == State::kAwaitReply;
+}
+
 bool SocketsVi::TakeReply() {
   const size_t staged = end_ - begin_;
   if (staged < 4) return false;
   const std::byte* at = staging_.get() + begin_;
   const uint32_t verdict = Load32(at);
+  bool answer_due;
+  {
+    std::lock_guard lock(mu_);
+    answer_due = handshake_.has_value();
+  }
+  if (verdict == 0 && answer_due) {
+    constexpr size_t kAnswerBytes = 4 + sizeof(security::Nonce) + sizeof(security::Mac);
+    if (staged < kAnswerBytes) return false;
+    if (!TakeAnswer(at + 4)) return false;
+    begin_ += kAnswerBytes;
+    return TakeReply();  // the verdict may be staged already
+  }
   if (verdict == 0) {
     if (staged < 4 + ConnectData::kBytes) return false;
     auto data = ConnectData::Decode(std::span<const std::byte>(at + 4, ConnectData::kBytes),

@@ -1,10 +1,17 @@
 // One VI of the sockets provider: a TCP connection carrying VIA's
 // semantics, as M-VIA carried them over Ethernet.
 //
-// The stream: the active side sends the 32-byte ConnectData; the passive
-// side answers [u32 0][ConnectData] (accept) or [u32 1][u32 n][n bytes of
-// reason] (reject). Then messages both ways, each [u32 length][u32
-// immediate][length bytes].
+// The stream starts with the data plane's handshake (security/handshake.h)
+// around the connection request:
+//   active:  [ConnectData (32)][nonce (32)]
+//   passive: [u32 0][nonce (32)][MAC (32)]   or a reject (below), when the
+//                                            request is not for this process
+//   active:  [proof MAC (32)]
+//   passive: [u32 0][ConnectData] (accept) or [u32 1][u32 n][n bytes of
+//            reason] (reject)
+// The passive side's connection manager sees the request only after the
+// proof, so a stranger makes no VI and posts no descriptor. Then messages
+// both ways, each [u32 length][u32 immediate][length bytes].
 //
 // The receiving side keeps VIA's rules: a message lands in the buffer of
 // the oldest posted receive descriptor; a message that finds none, or is
@@ -24,9 +31,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/provider.h"
@@ -78,9 +87,13 @@ class SocketsVi final : public ProviderVi, public FdHandler {
   void BreakLocked(Status why);
   // Polling thread, no lock: reads and dispatches what arrived.
   void ReadSome();
-  // Consumes the accept/reject reply at the front of the staging buffer.
-  // False: not complete yet, or the VI broke.
+  // Consumes the accept/reject reply at the front of the staging buffer
+  // (the handshake's answer first). False: not complete yet, or the VI
+  // broke.
   bool TakeReply();
+  // The passive side's handshake answer (after its verdict 0): checks it
+  // and queues our proof. False when the VI broke.
+  bool TakeAnswer(const std::byte* answer);
   // Consumes whole messages from staging; returns false once broken.
   bool TakeMessages();
   bool CompleteDirect();
@@ -99,10 +112,11 @@ class SocketsVi final : public ProviderVi, public FdHandler {
   bool registered_ = false;  // fd in the reactor
   bool want_write_ = false;
   Status why_;
-  std::string peer_;                 // for messages
-  std::vector<std::byte> request_;   // the active side's request, unwritten part
-  std::deque<PendingSend> sends_;    // posted, not yet written whole
-  std::deque<Descriptor> receives_;  // posted receive descriptors, FIFO
+  std::string peer_;                // for messages
+  std::vector<std::byte> request_;  // the active side's request (then proof), unwritten part
+  std::optional<security::ConnectorHandshake> handshake_;  // active side, until the answer
+  std::deque<PendingSend> sends_;                          // posted, not yet written whole
+  std::deque<Descriptor> receives_;                        // posted receive descriptors, FIFO
 
   // Polling thread only:
   std::unique_ptr<std::byte[]> staging_;
