@@ -6,17 +6,24 @@
 #                                                rates ("500mbit", "" or "-" = unlimited)
 #   deploy/netns-cluster.sh shape NET RATE       change network NET's (0 or 1) rate now
 #   deploy/netns-cluster.sh link H NET up|down   set host H's device of network NET up or down
-#   deploy/netns-cluster.sh exec H CMD [ARGS]    run CMD in host H with TOCL_DAEMON and
-#                                                TOCL_NETWORKS set
+#   deploy/netns-cluster.sh exec H CMD [ARGS]    run CMD in host H with TOCL_DAEMON,
+#                                                TOCL_NETWORKS and TOCL_CREDENTIALS set
 #   deploy/netns-cluster.sh status               namespaces, addresses, qdiscs, daemons
 #   deploy/netns-cluster.sh down                 stop the daemons, delete everything
 #
 # Host H is namespace tocl-x-hH with eth0 = 10.77.1.H/24 and eth1 = 10.77.2.H/24
 # and a toclsd (--host-id H, listening on 10.77.1.H:7390, state in
 # $TOCL_NETNS_DIR/hH; host 1 is the cluster's seed, the others join it, one
-# after the other); namespace tocl-x-sw holds one bridge per network.
+# after the other); namespace tocl-x-sw holds one bridge per network. The
+# daemons listen on non-loopback addresses, so `up` makes cluster credentials
+# first (`tocl keygen $TOCL_NETNS_DIR/credentials`, a directory per host, with
+# the tocl next to toclsd's build, else in $PATH) and starts each daemon with
+# --credentials $TOCL_NETNS_DIR/credentials/tocl-x-hH.
 # Needs root and iproute2. TOCLSD picks the daemon binary (default: the
-# release build's, else the dev build's, else toclsd in $PATH).
+# release build's, else the dev build's, else toclsd in $PATH). SPAWN_ALLOW
+# (space-separated globs, matched against real paths) is what the daemons
+# may spawn; default: the programs of every build's tools/ and
+# tests/netns/helpers/.
 set -euo pipefail
 
 PREFIX=tocl-x
@@ -39,6 +46,22 @@ toclsd_path() {
 }
 
 networks_of() { echo "tcp:eth0,tcp:eth1,shm"; }
+credentials_of() { echo "$STATE/credentials/$(ns "$1")"; }
+
+tocl_path() {  # tocl_path TOCLSD: the tocl of the same build
+  local built
+  built="$(dirname "$1")/../tools/tocl"
+  if [[ -x "$built" ]]; then echo "$built"; return; fi
+  command -v tocl || die "no tocl found next to $1 or in \$PATH (tocl keygen makes the credentials)"
+}
+
+# --spawn-allow flags (read -a: the globs are not expanded by the shell).
+spawn_allow_flags() {
+  local root globs glob
+  root=$(realpath "$ROOT")
+  read -r -a globs <<<"${SPAWN_ALLOW:-$root/build/*/tools/* $root/build/*/tests/netns/helpers/*}"
+  for glob in "${globs[@]}"; do printf '%s\0%s\0' --spawn-allow "$glob"; done
+}
 
 shape() {  # shape NET RATE
   local net=$1 rate=${2:-} n h burst bits
@@ -72,6 +95,9 @@ up() {
   daemon=$(toclsd_path)
   mkdir -p "$STATE"
   echo "$n" >"$STATE/hosts"
+  local keygen=()
+  for ((h = 1; h <= n; h++)); do keygen+=(--host "$(ns "$h")=$(addr "$h" 0)"); done
+  "$(tocl_path "$daemon")" keygen "$STATE/credentials" "${keygen[@]}" >"$STATE/keygen.log"
   ip netns add "$PREFIX-sw"
   for ((h = 1; h <= n; h++)); do
     ip netns add "$(ns "$h")"
@@ -89,13 +115,16 @@ up() {
   done
   shape 0 "$rate0"
   shape 1 "$rate1"
+  local allow=()
+  mapfile -d '' allow < <(spawn_allow_flags)
   for ((h = 1; h <= n; h++)); do
     mkdir -p "$STATE/h$h"
     local role=(--seed)
     ((h == 1)) || role=(--join "$(addr 1 0):$PORT")
     ip netns exec "$(ns "$h")" "$daemon" --state-dir "$STATE/h$h" --host-id "$h" "${role[@]}" \
       --host-name "$PREFIX-h$h" --listen "$(addr "$h" 0):$PORT" --networks "$(networks_of "$h")" \
-      --log-level info >>"$STATE/h$h/toclsd.log" 2>&1 &
+      --credentials "$(credentials_of "$h")" --log-level info "${allow[@]}" \
+      >>"$STATE/h$h/toclsd.log" 2>&1 &
     echo $! >"$STATE/h$h/toclsd.pid"
     # One after the other: a joiner needs the seed up.
     for _ in $(seq 100); do
@@ -152,7 +181,7 @@ run_in() {  # exec H CMD...
   shift
   [[ $# -gt 0 ]] || die "usage: exec H CMD [ARGS]"
   exec ip netns exec "$(ns "$h")" env TOCL_DAEMON="unix:$STATE/h$h/toclsd.sock" \
-    TOCL_NETWORKS="$(networks_of "$h")" "$@"
+    TOCL_NETWORKS="$(networks_of "$h")" TOCL_CREDENTIALS="$(credentials_of "$h")" "$@"
 }
 
 command=${1:-}
@@ -167,5 +196,5 @@ case "$command" in
     ip -n "$(ns "$1")" link set dev "eth$2" "$3"
     ;;
   exec) run_in "$@" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/{/^#/p}' "$0" >&2; exit 2 ;;
 esac

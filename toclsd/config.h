@@ -35,6 +35,23 @@ struct DaemonConfig {
   // Attributes of this host's entity, for placement by query ("gpu=1"):
   // --attribute KEY=VALUE (repeatable) or an [attributes] table.
   std::map<std::string, std::string> attributes;
+  // Programs SpawnProcess may start ([spawn] allow, --spawn-allow): fnmatch
+  // globs with FNM_PATHNAME, matched against the executable's real path.
+  // Empty: spawning is refused.
+  std::vector<std::string> spawn_allow;
+  // Used only when the daemon runs as root: the user spawned programs run
+  // as, and their group (empty: the user's primary group).
+  std::string spawn_run_as;
+  std::string spawn_run_as_group;
+  // The group that may use the unix socket besides the daemon's user
+  // (socket 0660, state directory 0710); empty: the daemon's user only.
+  std::string socket_group;
+
+  // --- Security (security_config.h) ---
+  // A credentials directory made by `tocl keygen` (ca.pem, cert.pem,
+  // key.pem, cluster.secret). Empty: none, and every TCP address must be
+  // loopback.
+  std::string credentials;
 
   // --- Cluster (toclsd/cluster/) ---
   // This daemon is the cluster's seed: it hands out host ids.
@@ -79,6 +96,11 @@ Status ParseAttributeFlag(std::string_view flag, std::map<std::string, std::stri
 
 // Fills derived defaults (host name) and checks values.
 Status FinishConfig(DaemonConfig& config);
+// The spawn and socket part of FinishConfig (spawn_config.cc): the allow
+// globs, that run_as, run_as_group and socket_group exist, and, for a
+// daemon running as root, that the run_as user is in socket_group (or its
+// programs could not reach the socket to enroll).
+Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root);
 // The cluster part of FinishConfig: splits comma-separated join lists and
 // checks the cluster settings.
 Status FinishClusterConfig(DaemonConfig& config);

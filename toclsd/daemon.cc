@@ -12,7 +12,13 @@
 #include <cerrno>
 #include <filesystem>
 #include <optional>
+#include <span>
 
+#include "grpc_tls/tls_credentials.h"
+#include "security_config.h"
+#include "socket_access.h"
+#include "spawn/exec_helper.h"
+#include "spawn/run_as.h"
 #include "spawn/spawner.h"
 
 namespace tocl::daemon {
@@ -44,6 +50,33 @@ std::vector<Gid> SortOrphans(directory::Store& store) {
   return orphans;
 }
 
+// The spawner's policy from the config: what it may start, and as whom.
+Result<spawn::SpawnerOptions> SpawnPolicy(const DaemonConfig& config) {
+  spawn::SpawnerOptions options;
+  options.state_dir = config.state_dir;
+  options.socket_path = config.socket_path();
+  options.allow = spawn::AllowList(config.spawn_allow);
+  const bool root = ::geteuid() == 0;
+  if (config.spawn_allow.empty()) {
+    spdlog::info("spawning is disabled: no [spawn] allow list");
+  } else if (root && !config.spawn_run_as.empty()) {
+    TOCL_ASSIGN_OR_RETURN(options.run_as,
+                          spawn::ResolveRunAs(config.spawn_run_as, config.spawn_run_as_group));
+    TOCL_ASSIGN_OR_RETURN(options.exec_helper, spawn::FindExecHelper());
+    spdlog::info("spawned programs run as {}", options.run_as->Describe());
+  } else if (root) {
+    spdlog::warn(
+        "toclsd runs as root with a [spawn] allow list but no run_as: spawned programs run as "
+        "root");
+  } else if (!config.spawn_run_as.empty()) {
+    spdlog::warn(
+        "spawn run_as '{}' is ignored: toclsd is not root, spawned programs run as its "
+        "own user (uid {})",
+        config.spawn_run_as, ::geteuid());
+  }
+  return options;
+}
+
 bool SocketAnswers(const std::string& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -61,8 +94,20 @@ Daemon::Daemon(const DaemonConfig& config, StateLock lock)
     : config_(config), lock_(std::move(lock)) {}
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
+  // Before anything is touched: wrong credentials stop the start.
+  TOCL_ASSIGN_OR_RETURN(std::optional<security::Credentials> credentials,
+                        LoadDaemonCredentials(config));
+  const directory::DaemonChannels channels =
+      credentials ? directory::DaemonChannels(*credentials) : directory::DaemonChannels();
   TOCL_ASSIGN_OR_RETURN(StateLock lock, StateLock::Acquire(config.state_dir, config.lock_path()));
   std::unique_ptr<Daemon> daemon(new Daemon(config, std::move(lock)));
+  // Before anything is created: a socket others could replace stops the start.
+  std::optional<gid_t> socket_group;
+  if (!config.socket_group.empty()) {
+    TOCL_ASSIGN_OR_RETURN(socket_group, spawn::ResolveGroup(config.socket_group, "socket_group"));
+  }
+  TOCL_RETURN_IF_ERROR(
+      PrepareSocketDirectory(config.socket_path(), config.state_dir, socket_group));
 
   // Cluster: the TCP address is settled (a port 0 chosen and held) before
   // the store opens, since a joining daemon gives it to the seed in exchange
@@ -73,7 +118,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   }
   std::optional<cluster::ClusterPlan> plan;
   if (config.in_cluster()) {
-    TOCL_ASSIGN_OR_RETURN(plan, cluster::PlanCluster(config, listen.address()));
+    TOCL_ASSIGN_OR_RETURN(plan, cluster::PlanCluster(config, listen.address(), channels));
   }
 
   directory::StoreOptions options;
@@ -94,16 +139,24 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
     return store.status().WithContext(fmt::format("directory database {}", options.path));
   }
   daemon->store_ = std::move(*store);
-  auto spawner = spawn::Spawner::Start(
-      *daemon->store_, {.state_dir = config.state_dir, .socket_path = config.socket_path()});
+  // It holds every process's session token.
+  TOCL_RETURN_IF_ERROR(RestrictDatabaseFiles(options.path));
+  TOCL_ASSIGN_OR_RETURN(spawn::SpawnerOptions spawn_policy, SpawnPolicy(config));
+  auto spawner = spawn::Spawner::Start(*daemon->store_, std::move(spawn_policy));
   if (!spawner.ok()) return spawner.status();
   daemon->spawner_ = std::move(*spawner);
-  daemon->service_ =
-      std::make_unique<directory::DirectoryService>(*daemon->store_, daemon->spawner_.get());
+  directory::DirectoryServiceOptions service_options{.channels = channels};
+  if (credentials) {
+    const std::span<const std::byte> secret = credentials->secret.bytes();
+    service_options.data_plane_secret.assign(reinterpret_cast<const char*>(secret.data()),
+                                             secret.size());
+  }
+  daemon->service_ = std::make_unique<directory::DirectoryService>(
+      *daemon->store_, daemon->spawner_.get(), std::move(service_options));
 
   if (plan) {
-    TOCL_ASSIGN_OR_RETURN(daemon->cluster_,
-                          cluster::Cluster::Start(config, std::move(*plan), *daemon->store_));
+    TOCL_ASSIGN_OR_RETURN(daemon->cluster_, cluster::Cluster::Start(config, std::move(*plan),
+                                                                    *daemon->store_, channels));
   }
   daemon->trimmer_ = std::make_unique<cluster::ChangeLogTrimmer>(
       *daemon->store_, static_cast<uint64_t>(config.change_log_keep));
@@ -133,7 +186,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   int tcp_port = 0;
   if (config.listen != "none") {
-    builder.AddListeningPort(listen.address(), grpc::InsecureServerCredentials(), &tcp_port);
+    // The unix socket stays plaintext: its file permissions say who may
+    // connect. TCP is mutual TLS with credentials, else loopback only
+    // (security_config.h).
+    builder.AddListeningPort(
+        listen.address(),
+        credentials ? grpc_tls::ServerCredentials(*credentials) : grpc::InsecureServerCredentials(),
+        &tcp_port);
   }
   builder.RegisterService(daemon->service_.get());
   if (daemon->cluster_) builder.RegisterService(daemon->cluster_->service());
@@ -145,7 +204,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   // Written before the server answers: whoever sees the daemon up can read it.
   TOCL_RETURN_IF_ERROR(
       cluster::WriteListenAddressFile(config.listen_address_path(), listen.address()));
-  daemon->server_ = builder.BuildAndStart();
+  {
+    // gRPC binds the socket 0777 less the umask: 0600 from the start, the
+    // group's bits only once it is chown'ed below.
+    ScopedUmask private_socket(0177);
+    daemon->server_ = builder.BuildAndStart();
+  }
   listen.Release();  // gRPC holds the port now (or failed to)
   if (!daemon->server_) {
     (void)cluster::WriteListenAddressFile(config.listen_address_path(), "");
@@ -153,6 +217,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
                                    socket_path,
                                    config.listen == "none" ? "" : " and " + listen.address()));
   }
+  TOCL_RETURN_IF_ERROR(RestrictSocketFile(socket_path, socket_group));
   if (config.listen != "none") {
     if (tcp_port == 0) {
       return Unavailable(fmt::format("cannot listen on {}", config.listen));

@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   app.add_option("--networks", networks,
                  "networks this host's processes open by default, e.g. shm,tcp:eth0,tcp:eth1 "
                  "(default auto)");
+  // Security (security_config.h).
+  std::optional<std::string> credentials;
+  app.add_option("--credentials", credentials,
+                 "DIR: this host's cluster credentials (from `tocl keygen`): gRPC over TCP "
+                 "becomes mutual TLS. Without: every TCP address must be loopback");
   // Cluster (toclsd/cluster/).
   bool seed = false;
   std::vector<std::string> join;
@@ -75,6 +80,18 @@ int main(int argc, char** argv) {
   app.add_option("--attribute", attribute_flags,
                  "KEY=VALUE: an attribute of this host's entity, for spawn placement "
                  "(e.g. gpu=1; repeatable; added to the config file's [attributes])");
+  std::vector<std::string> spawn_allow;
+  std::optional<std::string> spawn_run_as, spawn_run_as_group, socket_group;
+  app.add_option("--spawn-allow", spawn_allow,
+                 "GLOB: a program spawns may start, matched against its real path with "
+                 "fnmatch (a '*' stays within one directory; repeatable; replaces the config "
+                 "file's [spawn] allow). None: spawning is refused");
+  app.add_option("--spawn-run-as", spawn_run_as,
+                 "the user spawned programs run as when toclsd runs as root");
+  app.add_option("--spawn-run-as-group", spawn_run_as_group,
+                 "their group (default: the user's primary group)");
+  app.add_option("--socket-group", socket_group,
+                 "a group that may use the unix socket too (socket 0660, state directory 0710)");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -99,6 +116,7 @@ int main(int argc, char** argv) {
   if (grace_period) config.grace_period_seconds = *grace_period;
   if (host_id) config.host_id = *host_id;
   if (networks) config.networks = *networks;
+  if (credentials) config.credentials = *credentials;
   if (seed) config.seed = true;
   if (!join.empty()) config.join = join;
   if (advertise) config.advertise = *advertise;
@@ -106,6 +124,10 @@ int main(int argc, char** argv) {
   if (down_after) config.down_after_seconds = *down_after;
   if (join_timeout) config.join_timeout_seconds = *join_timeout;
   if (change_log_keep) config.change_log_keep = *change_log_keep;
+  if (!spawn_allow.empty()) config.spawn_allow = spawn_allow;
+  if (spawn_run_as) config.spawn_run_as = *spawn_run_as;
+  if (spawn_run_as_group) config.spawn_run_as_group = *spawn_run_as_group;
+  if (socket_group) config.socket_group = *socket_group;
   for (const std::string& flag : attribute_flags) {
     tocl::Status parsed = tocl::daemon::ParseAttributeFlag(flag, config.attributes);
     if (!parsed.ok()) {

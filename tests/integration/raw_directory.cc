@@ -226,6 +226,22 @@ grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
   return stub.RegisterThreads(&context, request, &response);
 }
 
+grpc::Status RawUnregisterThreads(pb::Directory::Stub& stub,
+                                  const pb::UnregisterThreadsRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context, kCallTimeout);
+  pb::WriteResponse response;
+  return stub.UnregisterThreads(&context, request, &response);
+}
+
+grpc::Status RawPublishEndpoint(pb::Directory::Stub& stub,
+                                const pb::PublishEndpointRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(context, kCallTimeout);
+  pb::WriteResponse response;
+  return stub.PublishEndpoint(&context, request, &response);
+}
+
 grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
                              pb::GetPoolStatsResponse* response) {
   grpc::ClientContext context;

@@ -94,6 +94,10 @@ grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
                       const std::string& page_token = {}, pb::QueryResponse* response = nullptr);
 grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
                                 const pb::RegisterThreadsRequest& request);
+grpc::Status RawUnregisterThreads(pb::Directory::Stub& stub,
+                                  const pb::UnregisterThreadsRequest& request);
+grpc::Status RawPublishEndpoint(pb::Directory::Stub& stub,
+                                const pb::PublishEndpointRequest& request);
 grpc::Status RawGetPoolStats(pb::Directory::Stub& stub, uint64_t raw_process,
                              pb::GetPoolStatsResponse* response = nullptr);
 grpc::Status RawGetNetworkStats(pb::Directory::Stub& stub, uint64_t raw_process,

@@ -237,7 +237,11 @@ TEST_CASE(
 
 TEST_CASE("a missing or non-executable program is refused before anything starts",
           "[integration][spawn]") {
-  Daemon daemon;
+  // The script below must pass the allow list to reach exec(2).
+  TempDir scripts("toclsd-scripts-");
+  DaemonOptions options;
+  options.spawn_allow.push_back(scripts.path() + "/*");
+  Daemon daemon(options);
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
   uint64_t before = 0;
@@ -276,7 +280,7 @@ TEST_CASE("a missing or non-executable program is refused before anything starts
 
   // Only exec(2) finds that a script's interpreter is missing: its row
   // says it could not be started.
-  const std::string script = daemon.state_dir() + "/script";
+  const std::string script = scripts.File("script");
   {
     std::ofstream file(script);
     file << "#!/no/such/interpreter\n";

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "failure_check.h"
+#include "security/keygen.h"
 
 namespace tocl::testing {
 namespace {
@@ -204,6 +205,8 @@ Result<std::unique_ptr<NetnsCluster>> NetnsCluster::Create(NetnsClusterOptions o
       new NetnsCluster(std::move(options), std::move(prefix), std::move(ip), std::move(tc)));
   // On an error the destructor takes down whatever was made.
   TOCL_RETURN_IF_ERROR(cluster->Build().WithContext("building the netns cluster"));
+  TOCL_RETURN_IF_ERROR(
+      cluster->MakeCredentials().WithContext("making the netns cluster's credentials"));
   if (cluster->options_.start_daemons) {
     TOCL_RETURN_IF_ERROR(
         cluster->StartDaemons().WithContext("starting the netns cluster's daemons"));
@@ -269,6 +272,23 @@ Status NetnsCluster::Build() {
   return Status::Ok();
 }
 
+Status NetnsCluster::MakeCredentials() {
+  TOCL_ASSIGN_OR_RETURN(TempDir dir, TempDir::Make("tocl-nc-credentials-"));
+  credentials_.emplace(std::move(dir));
+  security::KeygenOptions keygen;
+  keygen.directory = credentials_->File("cluster");
+  for (int h = 1; h <= hosts(); ++h) {
+    keygen.hosts.push_back({fmt::format("netns-h{}", h), {Address(h, 0)}});
+  }
+  return security::GenerateCredentials(keygen).status();
+}
+
+std::string NetnsCluster::CredentialsDir(int host) const {
+  CheckHost(host);
+  return credentials_ ? credentials_->File(fmt::format("cluster/netns-h{}", host))
+                      : "/nonexistent/tocl-netns-credentials";
+}
+
 Status NetnsCluster::StartDaemons() {
   for (int h = 1; h <= hosts(); ++h) {
     DaemonOptions daemon;
@@ -284,6 +304,7 @@ Status NetnsCluster::StartDaemons() {
       daemon.extra_args = h == 1 ? std::vector<std::string>{"--seed"}
                                  : std::vector<std::string>{"--join", DaemonAddress(1)};
     }
+    daemon.extra_args.insert(daemon.extra_args.end(), {"--credentials", CredentialsDir(h)});
     daemon.extra_args.insert(daemon.extra_args.end(), options_.daemon_args.begin(),
                              options_.daemon_args.end());
     Host& host = hosts_[static_cast<size_t>(h - 1)];
@@ -426,6 +447,7 @@ std::vector<std::string> NetnsCluster::Environment(int host, const EnvList& env)
   // up at their own daemon. Standalone ones are told about each other.
   if (!options_.cluster) AddEnv(entries, "TOCL_PEER_DAEMONS", PeerDaemons());
   AddEnv(entries, "TOCL_NETWORKS", DefaultNetworks(host));
+  AddEnv(entries, "TOCL_CREDENTIALS", CredentialsDir(host));
   for (const auto& [name, value] : env) AddEnv(entries, name, value);
   return entries;
 }

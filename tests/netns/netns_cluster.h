@@ -13,11 +13,18 @@
 //   namespace <prefix>-h<h>:  eth<m> = 10.77.<m+1>.<h>/24   (lo up)
 //                             toclsd --host-id h --listen 10.77.1.<h>:7390
 //                                    --networks tcp:eth0,...,tcp:eth<M-1>,shm
+//                                    --credentials CredentialsDir(h)
 //                                    host 1: --seed; others: --join 10.77.1.1:7390
 //                                    (standalone daemons when options.cluster
 //                                    is false)
 //   namespace <prefix>-sw:    bridge br<m> per network, with port h<h>n<m>,
 //                             the other end of host h's eth<m> (a veth pair)
+//
+// The daemons listen on non-loopback addresses, so they have cluster
+// credentials (gRPC over mutual TLS, the data-plane secret for their
+// processes): one CA for the cluster, made with GenerateCredentials in a
+// temporary directory, a directory per host ("netns-h<h>", the daemon's
+// host name); what runs in a host gets TOCL_CREDENTIALS for that host.
 //
 // A rate limit is a tbf qdisc on the egress of every host's eth<m>, so both
 // directions of the network are limited. (The netem qdisc is not used: some
@@ -50,6 +57,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "temp_dir.h"
 #include "test_daemon.h"
 #include "tocl/status.h"
 
@@ -120,6 +128,10 @@ class NetnsCluster {
   std::string DaemonSocket(int host) const;
   // "1=ADDR:PORT,2=ADDR:PORT,...": every host's daemon (TOCL_PEER_DAEMONS).
   std::string PeerDaemons() const;
+  // The host's credentials directory (its daemon's --credentials, and
+  // TOCL_CREDENTIALS of what runs in the host), made also when the daemons
+  // are not started.
+  std::string CredentialsDir(int host) const;
   // "tcp:eth0,tcp:eth1,shm": the networks the host's processes open.
   std::string DefaultNetworks(int host) const;
   // The host's daemon (to stop, kill or restart it, read its log).
@@ -137,8 +149,8 @@ class NetnsCluster {
   // the host's namespace (argv[0] is looked up in $PATH there).
   std::vector<std::string> InNamespace(int host, std::vector<std::string> argv) const;
   // Starts argv in the host's namespace with TOCL_DAEMON=DaemonSocket(host),
-  // TOCL_NETWORKS=DefaultNetworks(host) and, for standalone daemons only,
-  // TOCL_PEER_DAEMONS=PeerDaemons();
+  // TOCL_NETWORKS=DefaultNetworks(host), TOCL_CREDENTIALS=CredentialsDir(host)
+  // and, for standalone daemons only, TOCL_PEER_DAEMONS=PeerDaemons();
   // `env` replaces those and adds others, options.env comes last. The
   // cluster's destructor kills whatever still runs in its namespaces.
   Result<ChildProcess> Spawn(int host, std::vector<std::string> argv, const EnvList& env = {},
@@ -162,6 +174,7 @@ class NetnsCluster {
 
   NetnsCluster(NetnsClusterOptions options, std::string prefix, std::string ip, std::string tc);
   Status Build();
+  Status MakeCredentials();
   Status StartDaemons();
   Status ApplyShape(int host, int network, const NetnsLinkSpec& spec);
   Status WaitForLink(int host, int network, bool up);
@@ -177,8 +190,9 @@ class NetnsCluster {
   const std::string ip_;  // path of `ip`
   const std::string tc_;  // path of `tc`
   std::string switch_ns_;
-  std::vector<Host> hosts_;           // hosts_[h - 1]
-  std::vector<std::string> created_;  // namespaces made so far (deleted in reverse)
+  std::vector<Host> hosts_;             // hosts_[h - 1]
+  std::vector<std::string> created_;    // namespaces made so far (deleted in reverse)
+  std::optional<TempDir> credentials_;  // <dir>/cluster/{ca,netns-h1,...}
 };
 
 // Parses a tc rate ("500mbit", "1gbit", "64kbit", "1000000bit") into bits

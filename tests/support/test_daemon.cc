@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "failure_check.h"
@@ -14,6 +15,15 @@ using std::chrono::milliseconds;
 
 const char* ToclsdPath() {
   return TOCL_TOCLSD_PATH;
+}
+
+std::vector<std::string> TestSpawnAllow() {
+  // The daemon matches real paths.
+  std::error_code error;
+  std::filesystem::path build = std::filesystem::canonical(TOCL_BUILD_DIR, error);
+  if (error) build = TOCL_BUILD_DIR;
+  return {(build / "tests/integration/*").string(), (build / "tests/netns/helpers/*").string(),
+          "/usr/bin/sleep", "/usr/bin/false"};
 }
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)), dir_("toclsd-test-") {}
@@ -63,6 +73,9 @@ std::vector<std::string> Daemon::CommandLine() const {
   }
   if (options_.down_after_seconds) {
     argv.insert(argv.end(), {"--down-after", fmt::format("{}", *options_.down_after_seconds)});
+  }
+  for (const std::string& glob : options_.spawn_allow) {
+    argv.insert(argv.end(), {"--spawn-allow", glob});
   }
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   return argv;

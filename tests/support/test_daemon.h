@@ -11,8 +11,9 @@
 // socket, log; DaemonOptions::state_dir puts the state elsewhere), no TCP
 // listener unless asked, and `networks = "shm,tcp:127.0.0.1/8"` unless
 // asked otherwise (processes started by a test never open listeners on the
-// machine's real interfaces), so tests can run twice in a row and in
-// parallel. The directory is removed by the destructor. A Daemon that goes
+// machine's real interfaces), and may spawn only the build's test programs
+// and two system ones (TestSpawnAllow), so tests can run twice in a row and
+// in parallel. The directory is removed by the destructor. A Daemon that goes
 // away in a failed test (failure_check.h) prints the tail of its log to
 // stderr and says whether toclsd had died on its own.
 //
@@ -42,6 +43,11 @@ const char* ToclsdPath();
 // loopback only.
 inline constexpr const char* kLoopbackNetworks = "shm,tcp:127.0.0.1/8";
 
+// What Daemon gives `--spawn-allow` unless told otherwise: the test programs
+// of this build (tests/integration/*, tests/netns/helpers/*, by real path)
+// and the system programs the spawn tests run (/usr/bin/sleep, false).
+std::vector<std::string> TestSpawnAllow();
+
 struct DaemonOptions {
   std::string toclsd_path;                   // empty: ToclsdPath()
   std::string listen = "none";               // --listen; "none" disables TCP
@@ -50,6 +56,8 @@ struct DaemonOptions {
   std::string networks = kLoopbackNetworks;  // --networks; empty: toclsd's own default
   std::optional<int> grace_period_seconds;   // --grace-period, when set
   std::string log_level = "info";
+  // One --spawn-allow each; empty: spawning is refused.
+  std::vector<std::string> spawn_allow = TestSpawnAllow();
   std::vector<std::string> extra_args;
   // Put before toclsd's command line, e.g. {"/usr/sbin/ip", "netns", "exec",
   // "NS"} to run it in a network namespace (which must exec toclsd itself,

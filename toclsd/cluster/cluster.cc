@@ -9,6 +9,7 @@
 #include "cluster/join.h"
 #include "cluster/listen_address.h"
 #include "cluster/node_key.h"
+#include "grpc_tls/tls_credentials.h"
 
 namespace tocl::daemon::cluster {
 namespace {
@@ -57,7 +58,8 @@ Status CheckAssigned(const DaemonConfig& config, Gid assigned, uint32_t recorded
 
 }  // namespace
 
-Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& bound) {
+Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& bound,
+                                const directory::DaemonChannels& channels) {
   ClusterPlan plan;
   TOCL_ASSIGN_OR_RETURN(plan.node_key, LoadOrCreateNodeKey(config.node_key_path()));
   plan.advertise = config.advertise.empty() ? bound : config.advertise;
@@ -90,7 +92,7 @@ Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& b
     // A daemon that can start on its recorded id does not wait for a seed
     // that refuses connections; a new one must, the seed may be starting.
     Result<pb::JoinResponse> joined =
-        JoinOnce(config.join, request, attempt, /*wait_for_ready=*/recorded == 0);
+        JoinOnce(channels, config.join, request, attempt, /*wait_for_ready=*/recorded == 0);
     if (joined.ok()) {
       const Gid assigned = Gid::FromRaw(joined->host());
       TOCL_RETURN_IF_ERROR(CheckAssigned(config, assigned, recorded));
@@ -110,10 +112,14 @@ Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& b
       return plan;
     }
     if (std::chrono::steady_clock::now() + backoff > deadline) {
+      const bool handshake = grpc_tls::HandshakeFailed(joined.status().message());
       return Unavailable(fmt::format(
           "no seed answered within {:.1f} s at {} (last: {}); a new daemon needs the seed to be "
-          "given a host id",
-          config.join_timeout_seconds, Addresses(config.join), joined.status().message()));
+          "given a host id{}",
+          config.join_timeout_seconds, Addresses(config.join), joined.status().message(),
+          handshake ? ". The TLS handshake failed: the seed and this daemon need credentials "
+                      "made by the same `tocl keygen` (one CA), or neither any"
+                    : ""));
     }
     // Pacing between attempts, not synchronisation: the seed may be starting.
     std::this_thread::sleep_for(backoff);
@@ -121,12 +127,15 @@ Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& b
   }
 }
 
-Cluster::Cluster(const DaemonConfig& config, ClusterPlan plan, directory::Store& store)
-    : config_(config), plan_(std::move(plan)), store_(store) {}
+Cluster::Cluster(const DaemonConfig& config, ClusterPlan plan, directory::Store& store,
+                 directory::DaemonChannels channels)
+    : config_(config), plan_(std::move(plan)), store_(store), channels_(std::move(channels)) {}
 
 Result<std::unique_ptr<Cluster>> Cluster::Start(const DaemonConfig& config, ClusterPlan plan,
-                                                directory::Store& store) {
-  std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(plan), store));
+                                                directory::Store& store,
+                                                directory::DaemonChannels channels) {
+  std::unique_ptr<Cluster> cluster(
+      new Cluster(config, std::move(plan), store, std::move(channels)));
   const ClusterPlan& planned = cluster->plan_;
   TOCL_RETURN_IF_ERROR(store.SetOwnAddress(planned.advertise));
   if (config.seed) {
@@ -150,7 +159,8 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const DaemonConfig& config, Clus
   timing.heartbeat_interval = Millis(config.heartbeat_interval_seconds);
   timing.down_after = Millis(config.down_after_seconds);
   cluster->membership_ = std::make_unique<Membership>(
-      store, directory::MemberRow{store.host(), config.host_name, planned.advertise}, timing);
+      store, directory::MemberRow{store.host(), config.host_name, planned.advertise}, timing,
+      cluster->channels_);
   cluster->service_ = std::make_unique<ClusterService>(store, *cluster->membership_, config.seed);
   cluster->membership_->Start(members);
   if (!config.seed && !planned.joined) {
@@ -177,7 +187,7 @@ void Cluster::JoinInBackground() {
     backoff = std::min(backoff * 2, milliseconds(5000));
     // Short attempts: Stop waits for the one in flight.
     Result<pb::JoinResponse> joined =
-        JoinOnce(config_.join, request, milliseconds(500), /*wait_for_ready=*/false);
+        JoinOnce(channels_, config_.join, request, milliseconds(500), /*wait_for_ready=*/false);
     if (joined.status().code() == StatusCode::kUnavailable) continue;
     if (!joined.ok()) {
       spdlog::error("joining through the seed: {}; going on as {} without it",

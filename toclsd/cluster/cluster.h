@@ -2,9 +2,9 @@
 // its host id from the seed, the Cluster service, and the membership
 // (heartbeats, down detection, replication of every other host's rows).
 //
-//   ClusterPlan plan = *PlanCluster(config, listen.address());   // before the store opens
+//   ClusterPlan plan = *PlanCluster(config, listen.address(), channels);  // before the store opens
 //   options.host_id = plan.host_id;  ... open the store ...
-//   auto cluster = *Cluster::Start(config, std::move(plan), store);
+//   auto cluster = *Cluster::Start(config, std::move(plan), store, channels);
 //   builder.RegisterService(cluster->service());
 //   ...
 //   cluster->Stop();                                            // before the server stops
@@ -23,6 +23,7 @@
 #include "cluster/cluster_service.h"
 #include "cluster/membership.h"
 #include "config.h"
+#include "service/daemon_channels.h"
 #include "store/store.h"
 #include "tocl/directory/v1/cluster.pb.h"
 
@@ -44,8 +45,10 @@ struct ClusterPlan {
 // host id: a known daemon gets its id back, `--host-id`/the recorded id is
 // asked for, and a refusal is an error. When no seed answers, a daemon with
 // a recorded id starts with it; a new one retries until join_timeout, then
-// fails. `bound` is the TCP address the daemon listens on.
-Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& bound);
+// fails. `bound` is the TCP address the daemon listens on; `channels`, how
+// the seed is reached (mutual TLS with credentials).
+Result<ClusterPlan> PlanCluster(const DaemonConfig& config, const std::string& bound,
+                                const directory::DaemonChannels& channels);
 
 class Cluster {
  public:
@@ -53,7 +56,8 @@ class Cluster {
   // links to every member. The service must be registered before the server
   // starts.
   static Result<std::unique_ptr<Cluster>> Start(const DaemonConfig& config, ClusterPlan plan,
-                                                directory::Store& store);
+                                                directory::Store& store,
+                                                directory::DaemonChannels channels);
   ~Cluster();  // Stop()
 
   grpc::Service* service() { return service_.get(); }
@@ -63,12 +67,14 @@ class Cluster {
   void Stop();
 
  private:
-  Cluster(const DaemonConfig& config, ClusterPlan plan, directory::Store& store);
+  Cluster(const DaemonConfig& config, ClusterPlan plan, directory::Store& store,
+          directory::DaemonChannels channels);
   void JoinInBackground();
 
   const DaemonConfig config_;
   const ClusterPlan plan_;
   directory::Store& store_;
+  const directory::DaemonChannels channels_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ClusterService> service_;
 

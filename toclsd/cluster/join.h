@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "service/daemon_channels.h"
 #include "tocl/directory/v1/cluster.pb.h"
 #include "tocl/status.h"
 
@@ -19,7 +20,8 @@ namespace pb = ::tocl::directory::v1;
 // message naming the address.
 // `wait_for_ready`: wait (within `timeout`) for a seed that refuses
 // connections, i.e. is still starting; otherwise such a seed fails at once.
-Result<pb::JoinResponse> JoinOnce(const std::vector<std::string>& seeds,
+Result<pb::JoinResponse> JoinOnce(const directory::DaemonChannels& channels,
+                                  const std::vector<std::string>& seeds,
                                   const pb::JoinRequest& request, std::chrono::milliseconds timeout,
                                   bool wait_for_ready);
 

@@ -2,20 +2,20 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cluster/channel.h"
 #include "cluster/membership.h"
 
 namespace tocl::daemon::cluster {
 
 MemberLink::MemberLink(Membership& membership, directory::Store& store, directory::MemberRow peer,
-                       std::chrono::milliseconds heartbeat_interval)
+                       std::chrono::milliseconds heartbeat_interval,
+                       const directory::DaemonChannels& channels)
     : membership_(membership),
       store_(store),
       peer_(std::move(peer)),
       interval_(heartbeat_interval),
-      heartbeat_stub_(pb::Cluster::NewStub(NewPeerChannel(peer_.address))) {
+      heartbeat_stub_(pb::Cluster::NewStub(channels.New(peer_.address))) {
   const Gid host = peer_.host;
-  puller_ = std::make_unique<ReplicaPuller>(store_, host, NewPeerChannel(peer_.address),
+  puller_ = std::make_unique<ReplicaPuller>(store_, host, channels.New(peer_.address),
                                             [this, host] { membership_.Heard(host); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }

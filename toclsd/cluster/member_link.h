@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster/replica_puller.h"
+#include "service/daemon_channels.h"
 #include "store/store.h"
 #include "tocl/directory/v1/cluster.grpc.pb.h"
 
@@ -24,7 +25,8 @@ class Membership;
 class MemberLink {
  public:
   MemberLink(Membership& membership, directory::Store& store, directory::MemberRow peer,
-             std::chrono::milliseconds heartbeat_interval);
+             std::chrono::milliseconds heartbeat_interval,
+             const directory::DaemonChannels& channels);
   ~MemberLink();  // Stop()
   MemberLink(const MemberLink&) = delete;
   MemberLink& operator=(const MemberLink&) = delete;

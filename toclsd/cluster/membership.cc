@@ -26,8 +26,9 @@ pb::Member ToMember(const directory::MemberRow& row) {
 
 }  // namespace
 
-Membership::Membership(directory::Store& store, directory::MemberRow self, MembershipTiming timing)
-    : store_(store), self_(std::move(self)), timing_(timing) {}
+Membership::Membership(directory::Store& store, directory::MemberRow self, MembershipTiming timing,
+                       directory::DaemonChannels channels)
+    : store_(store), self_(std::move(self)), timing_(timing), channels_(std::move(channels)) {}
 
 Membership::~Membership() {
   Stop();
@@ -55,7 +56,8 @@ void Membership::Start(const std::vector<directory::MemberRow>& members) {
     // A member already down needs to be heard to come back; the others get
     // the full down_after from now.
     peer.heard = peer.reachable ? now : Clock::time_point{};
-    peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval);
+    peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval,
+                                             channels_);
   }
   monitor_ = std::thread([this] { Monitor(); });
 }
@@ -103,7 +105,8 @@ bool Membership::UpsertLocked(const directory::MemberRow& row, bool first_hand,
     // then marked so after down_after, not at once.
     peer.heard = Clock::now();
     if (started_ && !stopping_) {
-      peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval);
+      peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval,
+                                               channels_);
     }
     spdlog::info("member {} '{}' at {}", row.host.ToString(), row.name, row.address);
     return true;
@@ -128,7 +131,8 @@ bool Membership::UpsertLocked(const directory::MemberRow& row, bool first_hand,
     peer.moved_at = Clock::now();
     replaced = std::move(peer.link);
     if (started_ && !stopping_) {
-      peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval);
+      peer.link = std::make_unique<MemberLink>(*this, store_, peer.row, timing_.heartbeat_interval,
+                                               channels_);
     }
   }
   if (renamed) peer.row.name = row.name;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cluster/member_link.h"
+#include "service/daemon_channels.h"
 #include "store/store.h"
 #include "tocl/directory/v1/cluster.pb.h"
 
@@ -49,7 +50,9 @@ inline constexpr size_t kMaxMemberAddressBytes = 256;
 
 class Membership {
  public:
-  Membership(directory::Store& store, directory::MemberRow self, MembershipTiming timing);
+  // `channels`: how links reach the members (mutual TLS with credentials).
+  Membership(directory::Store& store, directory::MemberRow self, MembershipTiming timing,
+             directory::DaemonChannels channels);
   ~Membership();  // Stop()
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
@@ -94,6 +97,7 @@ class Membership {
   directory::Store& store_;
   const directory::MemberRow self_;
   const MembershipTiming timing_;
+  const directory::DaemonChannels channels_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;  // signalled by Stop

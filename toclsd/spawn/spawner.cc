@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "spawn/child_environment.h"
+#include "spawn/exec_helper.h"
 #include "spawn/executable.h"
 #include "store/limits.h"
 
@@ -146,10 +147,19 @@ void Spawner::BeginShutdown() {
 }
 
 Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& request,
+                                                std::string_view caller,
                                                 std::chrono::milliseconds enroll_timeout) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Unavailable("the daemon is stopping");
+  }
+  if (options_.allow.empty()) {
+    spdlog::warn("refused to spawn {:?} for {} (spawning is disabled: no [spawn] allow list)",
+                 request.executable(), caller);
+    return PermissionDenied(fmt::format(
+        "spawn is disabled on {}: toclsd's configuration has no [spawn] allow list (allow "
+        "programs with [spawn] allow = [\"/path/*\"] or --spawn-allow GLOB)",
+        store_.host().ToString()));
   }
   const std::string working_directory =
       request.working_directory().empty() ? options_.state_dir : request.working_directory();
@@ -159,6 +169,7 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
                         ResolveExecutable(request.executable(),
                                           search_path != nullptr ? search_path : kDefaultSearchPath,
                                           working_directory));
+  TOCL_ASSIGN_OR_RETURN(const std::string real_path, CheckAllowed(path, caller));
   TOCL_RETURN_IF_ERROR(CheckArgs(request.args()));
   TOCL_RETURN_IF_ERROR(ValidateEnvEntries(request.env()));
   const std::string name = request.name().empty() ? BaseName(request.executable()) : request.name();
@@ -179,8 +190,8 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   Result<std::pair<Fd, Fd>> files = logs_.Create(gid);
   if (!files.ok()) return Abandon(child, files.status());
   // The daemon's copies of the log files close when `files` goes.
-  Result<pid_t> started = StartChild(request, gid, path, working_directory, reserved.session_token,
-                                     files->first, files->second);
+  Result<pid_t> started = StartChild(request, gid, path, real_path, working_directory,
+                                     reserved.session_token, files->first, files->second);
   if (!started.ok()) return Abandon(child, started.status());
   const pid_t pid = *started;
   Fd pidfd(::pidfd_open(pid, 0));
@@ -198,7 +209,8 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
     by_pid_[pid] = child;
   }
   supervisor_->Watch(pid, std::move(pidfd));
-  spdlog::info("spawned {} '{}' as pid {}", gid.ToString(), path, pid);
+  spdlog::info("spawned {} '{}' as pid {}{}", gid.ToString(), path, pid,
+               options_.run_as ? " as user " + options_.run_as->user : "");
   // While the child loads (milliseconds): its enrollment then has nothing
   // to write.
   if (Status recorded = store_.RecordSpawnedPid(gid, pid); !recorded.ok()) {
@@ -236,10 +248,21 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
       path, enroll_timeout.count(), child->recorded ? "" : " (not reaped yet)", gid.ToString()));
 }
 
+Result<std::string> Spawner::CheckAllowed(const std::string& path, std::string_view caller) const {
+  // The real path: a symlink in an allowed directory may point anywhere.
+  TOCL_ASSIGN_OR_RETURN(std::string real_path, RealPath(path));
+  if (options_.allow.Allows(real_path)) return real_path;
+  const std::string shown =
+      real_path == path ? path : fmt::format("{} (real path {})", path, real_path);
+  spdlog::warn("refused to spawn {} for {} (not in [spawn] allow)", shown, caller);
+  return PermissionDenied(fmt::format("{} does not allow spawning {} (not in [spawn] allow)",
+                                      store_.host().ToString(), shown));
+}
+
 Result<pid_t> Spawner::StartChild(const pb::SpawnProcessRequest& request, Gid gid,
-                                  const std::string& path, const std::string& working_directory,
-                                  const std::string& token, const Fd& stdout_file,
-                                  const Fd& stderr_file) {
+                                  const std::string& path, const std::string& real_path,
+                                  const std::string& working_directory, const std::string& token,
+                                  const Fd& stdout_file, const Fd& stderr_file) {
   std::vector<std::string> argv;
   argv.reserve(request.args_size() + 1);
   argv.push_back(request.executable());  // argv[0] as the caller gave it
@@ -249,6 +272,24 @@ Result<pid_t> Spawner::StartChild(const pb::SpawnProcessRequest& request, Gid gi
                                .token = token,
                                .parent = Gid::FromRaw(request.parent())};
   std::vector<std::string> env = ChildEnvironment(environ, identity, request.env());
+  // The real path is executed: the one the allow list was checked against.
+  std::string program = real_path;
+  // With run_as: toclsd-exec switches users, then execs the program; it
+  // reports a failure on a pipe (exec_helper.h).
+  Fd report_read, report_write;
+  if (options_.run_as) {
+    argv = ExecHelperArgs(options_.exec_helper, *options_.run_as, real_path, argv, env);
+    env.clear();  // toclsd-exec starts as root: nothing of the request's
+    program = options_.exec_helper;
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0) return ErrnoStatus("pipe for toclsd-exec", errno);
+    report_read = Fd(ends[0]);
+    Fd write_end(ends[1]);
+    // Above the descriptor it becomes in the child, so that the dup2 to
+    // it cannot clobber another action's source.
+    report_write = Fd(::fcntl(write_end.get(), F_DUPFD_CLOEXEC, kExecReportFd + 1));
+    if (!report_write.valid()) return ErrnoStatus("dup the toclsd-exec pipe", errno);
+  }
   std::vector<char*> argv_pointers = Pointers(argv);
   std::vector<char*> env_pointers = Pointers(env);
 
@@ -257,9 +298,13 @@ Result<pid_t> Spawner::StartChild(const pb::SpawnProcessRequest& request, Gid gi
   posix_spawn_file_actions_adddup2(&setup.actions, stdout_file.get(), STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&setup.actions, stderr_file.get(), STDERR_FILENO);
   posix_spawn_file_actions_addchdir_np(&setup.actions, working_directory.c_str());
+  if (report_write.valid()) {
+    posix_spawn_file_actions_adddup2(&setup.actions, report_write.get(), kExecReportFd);
+  }
   // Nothing of the daemon's leaks into a child that may outlive it (the
   // state lock above all: a restarted daemon could not take it).
-  posix_spawn_file_actions_addclosefrom_np(&setup.actions, STDERR_FILENO + 1);
+  posix_spawn_file_actions_addclosefrom_np(
+      &setup.actions, (report_write.valid() ? kExecReportFd : STDERR_FILENO) + 1);
 
   // Its own session: a terminal's or the daemon's process group signals do
   // not reach it. The daemon blocks SIGINT/SIGTERM in every thread and
@@ -277,10 +322,19 @@ Result<pid_t> Spawner::StartChild(const pb::SpawnProcessRequest& request, Gid gi
   posix_spawnattr_setsigdefault(&setup.attributes, &defaults);
 
   pid_t pid = 0;
-  const int error = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attributes,
+  const int error = ::posix_spawn(&pid, program.c_str(), &setup.actions, &setup.attributes,
                                   argv_pointers.data(), env_pointers.data());
-  if (error != 0) return SpawnError(error, path);
-  return pid;
+  if (error != 0) return SpawnError(error, program == real_path ? path : program);
+  if (!options_.run_as) return pid;
+  report_write.Close();  // ours: the read below ends when toclsd-exec's closes
+  const ExecReport report = ReadExecReport(report_read);
+  if (report.stage == 0) return pid;
+  ::waitpid(pid, nullptr, 0);  // exited 127; not watched by the supervisor yet
+  if (report.stage == static_cast<int32_t>(ExecStage::kExec)) return SpawnError(report.error, path);
+  Status failed = DescribeExecFailure(report, *options_.run_as);
+  spdlog::error("{} could not be started as {}: {}", gid.ToString(), options_.run_as->user,
+                failed.ToString());
+  return failed;
 }
 
 Status Spawner::Abandon(const std::shared_ptr<Child>& child, const Status& why) {

@@ -20,7 +20,9 @@
 #include <thread>
 
 #include "service/process_control.h"
+#include "spawn/allow_list.h"
 #include "spawn/log_files.h"
+#include "spawn/run_as.h"
 #include "spawn/supervisor.h"
 #include "store/store.h"
 
@@ -29,6 +31,10 @@ namespace tocl::daemon::spawn {
 struct SpawnerOptions {
   std::string state_dir;    // logs go to <state_dir>/logs; default working directory
   std::string socket_path;  // the daemon's unix socket, given to children as TOCL_DAEMON
+  AllowList allow;          // the programs it may start; empty: none
+  // Set (with the path of toclsd-exec) when children run as another user.
+  std::optional<RunAs> run_as;
+  std::string exec_helper;
 };
 
 class Spawner final : public directory::ProcessControl {
@@ -41,6 +47,7 @@ class Spawner final : public directory::ProcessControl {
   void BeginShutdown();
 
   Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
+                                         std::string_view caller,
                                          std::chrono::milliseconds enroll_timeout) override;
   Status Kill(Gid process, int signal) override;
   Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request) override;
@@ -78,10 +85,14 @@ class Spawner final : public directory::ProcessControl {
   // The stream-end marking of `child`, outside mu_ (taken, released and
   // taken again around the store write).
   void MarkStreamEndedLocked(std::unique_lock<std::mutex>& lock, Child& child);
+  // PermissionDenied (and a warning in the log) unless the allow list
+  // takes `path`; the real path to execute otherwise.
+  Result<std::string> CheckAllowed(const std::string& path, std::string_view caller) const;
   // Starts the program for the reserved `child`; its pid, or why not.
+  // `path` names it in errors, `real_path` is what is executed.
   Result<pid_t> StartChild(const pb::SpawnProcessRequest& request, Gid gid, const std::string& path,
-                           const std::string& working_directory, const std::string& token,
-                           const Fd& stdout_file, const Fd& stderr_file);
+                           const std::string& real_path, const std::string& working_directory,
+                           const std::string& token, const Fd& stdout_file, const Fd& stderr_file);
   // Forgets a child that never started and marks its row exited.
   Status Abandon(const std::shared_ptr<Child>& child, const Status& why);
 

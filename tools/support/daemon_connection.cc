@@ -53,7 +53,11 @@ Result<std::unique_ptr<DirectoryClient>> ConnectToDaemon(std::string_view addres
   }
   auto client = DirectoryClient::Connect(target, timeout);
   if (!client.ok()) {
-    if (client.status().code() != StatusCode::kUnavailable) return client.status();
+    // Over TCP the library says why (a TLS handshake that failed, what
+    // credentials to give) better than a timeout does.
+    if (client.status().code() != StatusCode::kUnavailable || !target.starts_with(kUnixScheme)) {
+      return client.status();
+    }
     return Unavailable(fmt::format("cannot reach the daemon at {}: no answer within {} ms", target,
                                    timeout.count()));
   }

@@ -26,6 +26,9 @@ std::string NormalizeDaemonAddress(std::string_view address);
 // Connects to the daemon at `address` (any form NormalizeDaemonAddress
 // takes). Fails at once when a unix socket file is missing, else waits up
 // to `timeout`. Errors: Unavailable "cannot reach the daemon at ADDR: why".
+// A TCP address uses TLS with the credentials in $TOCL_CREDENTIALS (which
+// `tocl --credentials` sets); a failed TLS handshake fails at once, saying
+// so; credentials that cannot be loaded are an error naming the file.
 Result<std::unique_ptr<DirectoryClient>> ConnectToDaemon(
     std::string_view address, std::chrono::milliseconds timeout = kConnectTimeout);
 

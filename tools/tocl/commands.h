@@ -15,6 +15,10 @@ namespace tocl::cli {
 struct CommonOptions {
   std::string daemon;  // --daemon: "unix:/path", a socket path or "host:port"
   bool json = false;   // --json: JSON Lines instead of a table
+  // --credentials: this host's credentials directory for TCP daemons (mutual
+  // TLS); main() puts it in $TOCL_CREDENTIALS, where every connection (the
+  // library's, a Runtime's) finds it.
+  std::string credentials;
 };
 
 // All hosts.

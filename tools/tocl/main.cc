@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "commands.h"
 #include "exit_code.h"
+#include "keygen_command.h"
 #include "process_commands.h"
 #include "tocl/directory_client.h"
 
@@ -24,6 +26,11 @@ void AddCommonOptions(CLI::App* command, CommonOptions* options) {
                    "The daemon: unix:/path, a socket path or host:port ($TOCL_DAEMON)")
       ->capture_default_str();
   command->add_flag("--json", options->json, "One JSON object per line (JSON Lines)");
+  command
+      ->add_option("--credentials", options->credentials,
+                   "This host's cluster credentials (tocl keygen), for a daemon at host:port "
+                   "with credentials: mutual TLS ($TOCL_CREDENTIALS)")
+      ->capture_default_str();
 }
 
 // CLI11 2.1 reads "-1" into an unsigned integer as its largest value.
@@ -57,6 +64,7 @@ int main(int argc, char** argv) {
 
   CommonOptions options;
   options.daemon = tocl::DirectoryClient::DefaultAddress();
+  if (const char* credentials = std::getenv("TOCL_CREDENTIALS")) options.credentials = credentials;
   // Before the subcommand too: `tocl --daemon ADDR ps` and `tocl ps --daemon ADDR`.
   AddCommonOptions(&app, &options);
 
@@ -165,11 +173,36 @@ int main(int argc, char** argv) {
   logs->add_flag("--stderr", logs_stderr, "Its stderr instead of its stdout");
   logs->add_flag("--follow,-f", logs_follow, "Go on printing until it exits");
 
+  tocl::cli::KeygenCommand keygen_command;
+  CLI::App* keygen = app.add_subcommand(
+      "keygen",
+      "Make cluster credentials: a CA, a certificate and key per host, and the data-plane "
+      "secret, in DIR/ca and DIR/<host> (no daemon needed)");
+  keygen->add_option("DIR", keygen_command.directory, "Where to write them (created 0700)")
+      ->required();
+  keygen
+      ->add_option("--host", keygen_command.hosts,
+                   "NAME[=EXTRA,EXTRA...]: a host, and more DNS names or IPs its certificate "
+                   "lists (repeatable; a host that has credentials in DIR already is refused)")
+      ->required();
+  keygen->add_option("--days", keygen_command.days, "How long the certificates are valid")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 36500));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     return ReportParseError(app, error);
   }
+  // What tocl runs in-process (a Runtime for spawn-thread) reads
+  // $TOCL_CREDENTIALS like the connections do.
+  if (!options.credentials.empty()) ::setenv("TOCL_CREDENTIALS", options.credentials.c_str(), 1);
+  // gRPC's own log lines (a failed TLS handshake prints one) would break
+  // the one-line error rule; the error message carries gRPC's reason. Read
+  // when gRPC starts, below; a GRPC_VERBOSITY the user set wins.
+  ::setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
+
+  if (*keygen) return tocl::cli::RunKeygen(keygen_command);
 
   if (*hosts) return tocl::cli::RunHosts(options);
   if (*ps) return tocl::cli::RunPs(options, all);

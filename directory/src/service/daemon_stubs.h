@@ -1,6 +1,6 @@
 // Directory stubs to other daemons of the cluster, one channel per address,
-// kept for the daemon's life: a forwarded spawn must not pay for a TCP and
-// HTTP/2 handshake each time.
+// kept for the daemon's life: a forwarded spawn must not pay for a TCP,
+// TLS and HTTP/2 handshake each time.
 //
 // Thread-safe. Stubs are never removed (a cluster has a few hundred hosts at
 // most); a channel whose daemon went away reconnects by itself.
@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "service/daemon_channels.h"
 #include "tocl/directory/v1/directory.grpc.pb.h"
 #include "tocl/gid.h"
 
@@ -26,6 +27,8 @@ inline constexpr const char* kForwardedByKey = "tocl-forwarded-by";
 
 class DaemonStubs {
  public:
+  explicit DaemonStubs(DaemonChannels channels = {}) : channels_(std::move(channels)) {}
+
   // The stub for the daemon at `address` ("10.0.0.3:7390").
   ::tocl::directory::v1::Directory::Stub& For(const std::string& address);
 
@@ -38,6 +41,7 @@ class DaemonStubs {
   static bool Forwarded(const grpc::ServerContext& incoming);
 
  private:
+  const DaemonChannels channels_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<::tocl::directory::v1::Directory::Stub>>
       stubs_;  // guarded by mu_

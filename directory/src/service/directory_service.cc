@@ -9,6 +9,7 @@
 #include <csignal>
 #include <optional>
 
+#include "grpc_tls/tls_credentials.h"
 #include "service/grpc_status.h"
 #include "service/peer_check.h"
 #include "service/placement.h"
@@ -31,6 +32,21 @@ grpc::Status Unimplemented(Gid host) {
   return grpc::Status(
       grpc::StatusCode::UNIMPLEMENTED,
       fmt::format("the daemon of {} does not spawn or supervise processes", host.ToString()));
+}
+
+// Who sent a call, for logs: the peer, and the daemon that forwarded it.
+std::string DescribeCaller(const grpc::ServerContext& context) {
+  std::string caller = context.peer();
+  const auto& metadata = context.client_metadata();
+  if (auto it = metadata.find(kForwardedByKey); it != metadata.end()) {
+    // The mark is the sender's text ("h1"): only printable, short, in a log.
+    std::string mark(it->second.data(), std::min<size_t>(it->second.size(), 32));
+    for (char& c : mark) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    caller += fmt::format(" (forwarded by {})", mark);
+  }
+  return caller;
 }
 
 // A status from another daemon, with where it came from.
@@ -198,6 +214,7 @@ grpc::Status DirectoryService::EnrollProcess(
   enrolled->set_host_gid(store_.host().raw());
   enrolled->set_host_name(store_.host_name());
   enrolled->set_resumed(resumed);
+  enrolled->set_data_plane_secret(data_plane_secret_);
 
   std::string reason;
   bool said_goodbye = false;
@@ -411,10 +428,11 @@ Status DirectoryService::NoStats(Gid process, std::string_view what) const {
 Status DirectoryService::CheckTrustedCaller(const grpc::ServerContext& context,
                                             std::string_view what) {
   const std::string peer = context.peer();
-  if (peer.starts_with("unix:")) return Status::Ok();
+  const bool authenticated = grpc_tls::PeerAuthenticated(context);
+  if (peer.starts_with("unix:") || authenticated) return Status::Ok();
   Result<std::vector<MemberRow>> members = store_.Members();
   if (!members.ok()) return members.status();
-  Status allowed = CheckTrustedPeer(peer, *members, what);
+  Status allowed = CheckTrustedPeer(peer, authenticated, *members, what);
   if (!allowed.ok()) spdlog::warn("{}", allowed.message());
   return allowed;
 }
@@ -512,7 +530,8 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
         deadline - std::chrono::system_clock::now());
     enroll_timeout = std::max(std::chrono::milliseconds(1), std::min(enroll_timeout, left));
   }
-  Result<pb::SpawnProcessResponse> spawned = control_->Spawn(*request, enroll_timeout);
+  Result<pb::SpawnProcessResponse> spawned =
+      control_->Spawn(*request, DescribeCaller(*context), enroll_timeout);
   if (spawned.status().code() == StatusCode::kFailedPrecondition) {
     return grpc::Status(grpc::StatusCode::ABORTED, spawned.status().message());
   }

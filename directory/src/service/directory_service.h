@@ -17,13 +17,26 @@
 
 namespace tocl::directory {
 
+struct DirectoryServiceOptions {
+  // The cluster's data-plane secret (32 raw bytes, from the daemon's
+  // credentials), handed to every process in its Enrolled message; empty
+  // when the daemon has no credentials.
+  std::string data_plane_secret = {};
+  // How forwarded calls reach other daemons (plaintext or mutual TLS).
+  DaemonChannels channels = {};
+};
+
 class DirectoryService final : public pb::Directory::Service {
  public:
   // `control` starts and supervises this host's processes (not owned; it
   // outlives the service); nullptr: this daemon does not spawn (the spawn,
   // kill and log calls for its host answer UNIMPLEMENTED).
-  explicit DirectoryService(Store& store, ProcessControl* control = nullptr)
-      : store_(store), control_(control) {}
+  explicit DirectoryService(Store& store, ProcessControl* control = nullptr,
+                            DirectoryServiceOptions options = {})
+      : store_(store),
+        control_(control),
+        data_plane_secret_(std::move(options.data_plane_secret)),
+        daemons_(std::move(options.channels)) {}
 
   // From now on streams that end do not mark their processes exited: the
   // daemon is stopping, and the processes re-enroll when it is back.
@@ -89,6 +102,7 @@ class DirectoryService final : public pb::Directory::Service {
 
   Store& store_;
   ProcessControl* const control_;  // not owned; may be null
+  const std::string data_plane_secret_;
   SessionRegistry sessions_;
   DaemonStubs daemons_;
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers

@@ -64,15 +64,16 @@ bool SameIp(std::string_view peer, std::string_view address) {
   return a && b && *a == *b;
 }
 
-Status CheckTrustedPeer(std::string_view peer, std::span<const MemberRow> members,
-                        std::string_view what) {
-  if (peer.starts_with("unix:")) return Status::Ok();
+Status CheckTrustedPeer(std::string_view peer, bool authenticated,
+                        std::span<const MemberRow> members, std::string_view what) {
+  if (peer.starts_with("unix:") || authenticated) return Status::Ok();
   for (const MemberRow& member : members) {
     if (!member.address.empty() && SameIp(peer, member.address)) return Status::Ok();
   }
   return PermissionDenied(fmt::format(
-      "{} requests are accepted only from this host's unix socket and from the cluster's "
-      "daemons (until authentication lands, see toclsd/spawn/README.md); {} is neither",
+      "{} requests are accepted only from this host's unix socket and from the cluster's daemons "
+      "(and, on a daemon with credentials, from clients with the cluster's certificate); {} is "
+      "neither",
       what, peer));
 }
 

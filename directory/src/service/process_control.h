@@ -32,8 +32,12 @@ class ProcessControl {
   // FailedPrecondition when the program exits before it enrolls (and for
   // nothing else: tocl::Status has no ABORTED, the service answers that
   // code for it, as the proto says), DeadlineExceeded when it does not
-  // enroll in time (it is killed), Unavailable when the daemon is stopping.
+  // enroll in time (it is killed), Unavailable when the daemon is stopping,
+  // PermissionDenied for a program this host does not allow. `caller`
+  // describes who asked (the gRPC peer, and the forwarding daemon), for the
+  // log of refusals.
   virtual Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
+                                                 std::string_view caller,
                                                  std::chrono::milliseconds enroll_timeout) = 0;
 
   // Sends `signal` (1..64) to a running process of this host.

@@ -48,6 +48,17 @@ struct EnrollOptions {
   int64_t os_pid = 0;  // 0 = getpid()
 };
 
+struct ConnectOptions {
+  std::string address = {};  // empty: DirectoryClient::DefaultAddress()
+  std::chrono::milliseconds timeout = std::chrono::seconds(5);
+  // For a TCP address: a host's credentials directory (`tocl keygen`;
+  // ca.pem, cert.pem, key.pem), and the connection is mutual TLS, as a
+  // daemon with credentials requires. Empty: $TOCL_CREDENTIALS when set,
+  // else plaintext (a daemon without credentials listens on loopback
+  // only). Unix sockets never use TLS (file permissions guard them).
+  std::string credentials_dir = {};
+};
+
 class DirectoryClient {
  public:
   // The address tools and processes use when none is given: $TOCL_DAEMON if
@@ -55,10 +66,15 @@ class DirectoryClient {
   static std::string DefaultAddress();
 
   // Connects to "unix:/path", "unix:///abs/path" or "host:port", waiting up
-  // to `timeout` for the daemon to answer. Unavailable if it does not.
+  // to `timeout` for the daemon to answer. Unavailable if it does not; for
+  // TCP, at once when the TLS handshake fails (a daemon with credentials
+  // and a client without, or of another cluster), saying so. Credentials
+  // that cannot be loaded are an error naming the file. The first form
+  // takes credentials from $TOCL_CREDENTIALS.
   static Result<std::unique_ptr<DirectoryClient>> Connect(
       std::string address = DefaultAddress(),
       std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  static Result<std::unique_ptr<DirectoryClient>> Connect(const ConnectOptions& options);
 
   ~DirectoryClient();
   DirectoryClient(const DirectoryClient&) = delete;

@@ -22,7 +22,22 @@ inline constexpr auto kCallTimeout = std::chrono::seconds(10);
 // "unix:/p", "unix:///p", "/p" (a socket path) or "host:port" -> gRPC target.
 std::string NormalizeAddress(std::string_view address);
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// Where a connection goes and how: a gRPC target, plaintext (unix sockets,
+// or TCP without credentials) or mutual TLS with the credentials loaded
+// from `credentials_dir` (TCP only).
+struct ChannelTarget {
+  std::string target = {};
+  std::shared_ptr<grpc::ChannelCredentials> tls = nullptr;  // null: plaintext
+  std::string credentials_dir = {};                         // for error messages; "" when plaintext
+};
+
+// The target for `address` and the credentials directory the caller chose
+// ("": $TOCL_CREDENTIALS). Credentials are loaded for TCP targets only, so
+// a broken $TOCL_CREDENTIALS never stops a local tool; for those,
+// InvalidArgument naming the file that is wrong.
+Result<ChannelTarget> ResolveTarget(std::string_view address, const std::string& credentials_dir);
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelTarget& target);
 
 // A context with the default call deadline.
 std::unique_ptr<grpc::ClientContext> NewCallContext();
@@ -35,7 +50,7 @@ namespace client {
 
 // A channel and the stubs on it. Replaced as a whole, never changed.
 struct Connection {
-  explicit Connection(const std::string& target);
+  explicit Connection(const ChannelTarget& target);
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::Directory::Stub> directory;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
@@ -47,10 +62,11 @@ struct Connection {
 // UNAVAILABLE retires its connection and the next call opens a fresh one.
 class ConnectionSlot {
  public:
-  explicit ConnectionSlot(std::string target)
+  explicit ConnectionSlot(ChannelTarget target)
       : target_(std::move(target)), current_(std::make_shared<Connection>(target_)) {}
 
-  const std::string& target() const { return target_; }
+  const std::string& target() const { return target_.target; }
+  const ChannelTarget& channel_target() const { return target_; }
   std::shared_ptr<Connection> Get() const;
   // Replaces `failed` with a new connection unless someone already did.
   void Retire(const std::shared_ptr<Connection>& failed);
@@ -58,7 +74,7 @@ class ConnectionSlot {
   void Observe(const std::shared_ptr<Connection>& used, const grpc::Status& status);
 
  private:
-  const std::string target_;
+  const ChannelTarget target_;
   mutable std::mutex mu_;
   std::shared_ptr<Connection> current_;  // guarded by mu_
 };
@@ -66,7 +82,7 @@ class ConnectionSlot {
 }  // namespace client
 
 struct DirectoryClient::Impl {
-  explicit Impl(const std::string& target) : connection(target) {}
+  explicit Impl(client::ChannelTarget target) : connection(std::move(target)) {}
   client::ConnectionSlot connection;
 };
 

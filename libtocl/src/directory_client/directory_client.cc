@@ -11,8 +11,11 @@
 #include <thread>
 
 #include "directory_client/channel.h"
+#include "directory_client/connect_failure.h"
 #include "directory_client/convert.h"
 #include "directory_client/grpc_status.h"
+#include "grpc_tls/tls_credentials.h"
+#include "security/credentials.h"
 
 namespace tocl {
 namespace client {
@@ -23,7 +26,28 @@ std::string NormalizeAddress(std::string_view address) {
   return std::string(address);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+Result<ChannelTarget> ResolveTarget(std::string_view address, const std::string& credentials_dir) {
+  ChannelTarget resolved{.target = NormalizeAddress(address)};
+  if (resolved.target.starts_with("unix:")) return resolved;
+  std::optional<std::string> directory = credentials_dir.empty()
+                                             ? security::CredentialsDirectoryFromEnvironment()
+                                             : std::optional<std::string>(credentials_dir);
+  if (!directory) return resolved;
+  Result<security::Credentials> credentials = security::LoadCredentials(*directory);
+  if (!credentials.ok()) {
+    // Whatever is wrong with them (missing, exposed, mismatched), they are
+    // the caller's to fix: InvalidArgument, the message naming the file.
+    return InvalidArgument(
+        fmt::format("credentials for {} ({}): {}", resolved.target,
+                    credentials_dir.empty() ? "$TOCL_CREDENTIALS" : "credentials_dir",
+                    credentials.status().message()));
+  }
+  resolved.tls = grpc_tls::ChannelCredentials(*credentials);
+  resolved.credentials_dir = *directory;
+  return resolved;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelTarget& target) {
   grpc::ChannelArguments args;
   // A daemon restart should be noticed and reconnected within about a
   // second, not after gRPC's default backoff of up to two minutes.
@@ -39,10 +63,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   // The daemon caps a Query page at 2 MiB; other replies are smaller. The
   // margin keeps older or newer daemons readable.
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!target.tls) {
+    return grpc::CreateCustomChannel(target.target, grpc::InsecureChannelCredentials(), args);
+  }
+  grpc_tls::SetServerNameOverride(args);
+  return grpc::CreateCustomChannel(target.target, target.tls, args);
 }
 
-Connection::Connection(const std::string& target)
+Connection::Connection(const ChannelTarget& target)
     : channel(MakeChannel(target)),
       directory(pb::Directory::NewStub(channel)),
       health(grpc::health::v1::Health::NewStub(channel)) {}
@@ -85,7 +113,14 @@ const std::string& DirectoryClient::address() const {
 Result<std::unique_ptr<DirectoryClient>> DirectoryClient::Connect(
     std::string address, std::chrono::milliseconds timeout) {
   if (address.empty()) return InvalidArgument("empty daemon address");
-  std::string target = client::NormalizeAddress(address);
+  return Connect(ConnectOptions{.address = std::move(address), .timeout = timeout});
+}
+
+Result<std::unique_ptr<DirectoryClient>> DirectoryClient::Connect(const ConnectOptions& options) {
+  const std::string address = options.address.empty() ? DefaultAddress() : options.address;
+  TOCL_ASSIGN_OR_RETURN(client::ChannelTarget resolved,
+                        client::ResolveTarget(address, options.credentials_dir));
+  const std::string& target = resolved.target;
   // A unix socket that is not there cannot start answering within the
   // timeout worth waiting for: say so at once.
   if (target.starts_with("unix:")) {
@@ -97,11 +132,10 @@ Result<std::unique_ptr<DirectoryClient>> DirectoryClient::Connect(
           "cannot reach the daemon at {}: {} does not exist (is toclsd running?)", target, path));
     }
   }
-  auto impl = std::make_unique<Impl>(target);
+  auto impl = std::make_unique<Impl>(resolved);
   auto connection = impl->connection.Get();
-  if (!connection->channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
-    return Unavailable(fmt::format("cannot reach the daemon at {} (is toclsd running?)", target));
-  }
+  TOCL_RETURN_IF_ERROR(client::AwaitConnected(*connection, resolved,
+                                              std::chrono::system_clock::now() + options.timeout));
   return std::unique_ptr<DirectoryClient>(new DirectoryClient(std::move(impl)));
 }
 

@@ -26,7 +26,7 @@ using EnrollStream =
     grpc::ClientReaderWriter<client::pb::EnrollRequest, client::pb::EnrollResponse>;
 
 struct ProcessSession::Impl {
-  explicit Impl(std::string target) : connection(std::move(target)) {}
+  explicit Impl(client::ChannelTarget target) : connection(std::move(target)) {}
 
   client::ConnectionSlot connection;        // its own channel: outlives the DirectoryClient
   client::pb::EnrollRegister registration;  // resume fields filled after the first enroll
@@ -307,7 +307,7 @@ Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOpti
   for (const auto& [key, value] : options.attributes) {
     TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
   }
-  auto impl = std::make_unique<ProcessSession::Impl>(impl_->connection.target());
+  auto impl = std::make_unique<ProcessSession::Impl>(impl_->connection.channel_target());
   impl->registration.set_name(options.name);
   impl->registration.set_os_pid(options.os_pid != 0 ? options.os_pid : ::getpid());
   client::ToProto(options.attributes, impl->registration.mutable_attributes());

@@ -141,7 +141,7 @@ bool IsLoopback(const NetworkSpec& spec) {
          ((ip && (*ip >> 24) == 127) || spec.ip == "::1");
 }
 
-Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
+Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text, bool loopback_only) {
   const std::vector<Interface> interfaces = Interfaces();
   std::vector<NetworkSpec> specs;
   bool shm = false;
@@ -168,7 +168,7 @@ Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
       if (!shm) TOCL_RETURN_IF_ERROR(add_shm());
       bool any = false;
       for (const Interface& item : interfaces) {
-        if (item.up && !item.loopback) {
+        if (item.up && !item.loopback && !loopback_only) {
           specs.push_back(Tcp(item.name, item.ipv4, item.prefix));
           any = true;
         }
@@ -177,7 +177,7 @@ Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
 #if TOCL_WITH_VIA
       // With an RDMA device, via (ibverbs) on every interface too; over
       // sockets it would only repeat tcp.
-      if (subsystem::via::IbverbsDevicePresent()) {
+      if (!loopback_only && subsystem::via::IbverbsDevicePresent()) {
         for (const Interface& item : interfaces) {
           if (item.up && !item.loopback)
             specs.push_back(Tcp(item.name, item.ipv4, item.prefix, "via"));
@@ -192,6 +192,15 @@ Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text) {
     }
   }
   if (specs.empty()) return InvalidArgument(fmt::format("no network in '{}'", text));
+  if (loopback_only) {
+    for (const NetworkSpec& spec : specs) {
+      if (spec.kind == "shm" || IsLoopback(spec)) continue;
+      return PermissionDenied(fmt::format(
+          "{} on {}{} is not loopback: without cluster credentials a process's networks stay "
+          "on loopback (its daemon has no `credentials`; see README \"Security\")",
+          spec.kind, spec.ip, spec.device.empty() ? "" : " (" + spec.device + ")"));
+    }
+  }
   int tcp_count = 0;
   int via_count = 0;
   for (NetworkSpec& spec : specs) {

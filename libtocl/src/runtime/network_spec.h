@@ -30,7 +30,12 @@ struct NetworkSpec {
 // IP without a prefix takes its interface's, else /32. InvalidArgument
 // names the bad entry (unknown kind, no such interface, an interface
 // without an IPv4 address, shm twice).
-Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text);
+//
+// `loopback_only` is for a process without the cluster's data-plane secret
+// (its daemon has no credentials): "auto" then means shm and tcp on
+// loopback, and any other address is refused (PermissionDenied, saying
+// why), since its connections would be unauthenticated.
+Result<std::vector<NetworkSpec>> ParseNetworks(std::string_view text, bool loopback_only = false);
 
 // What a peer published for a tcp network.
 struct TcpEndpoint {

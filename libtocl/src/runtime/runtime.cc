@@ -180,7 +180,8 @@ Status Runtime::Impl::Open() {
     }
     if (networks.empty()) networks = "auto";
   }
-  TOCL_ASSIGN_OR_RETURN(std::vector<runtime::NetworkSpec> specs, runtime::ParseNetworks(networks));
+  TOCL_ASSIGN_OR_RETURN(std::vector<runtime::NetworkSpec> specs,
+                        runtime::ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
   for (const runtime::NetworkSpec& spec : specs) {
     TOCL_RETURN_IF_ERROR(OpenRail(spec).WithContext(fmt::format("open network {}", spec.name)));
   }

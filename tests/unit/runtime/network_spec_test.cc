@@ -79,6 +79,28 @@ TEST_CASE("via options: the provider and the VI cap are checked", "[networks][vi
   CHECK_THAT(bad.status().message(), Catch::Contains("unknown via provider 'gm'"));
 }
 
+TEST_CASE("without cluster credentials, networks stay on loopback", "[networks][security]") {
+  auto local = ParseNetworks("shm, tcp, tcp:127.0.0.2/8, tcp:lo, via, via:lo", true);
+  REQUIRE(local.ok());
+  CHECK(local->size() == 6);
+  // auto: shm and tcp on loopback, whatever interfaces the machine has.
+  auto automatic = ParseNetworks("auto", true);
+  REQUIRE(automatic.ok());
+  REQUIRE(automatic->size() == 2);
+  CHECK((*automatic)[0].kind == "shm");
+  CHECK((*automatic)[1].ip == "127.0.0.1");
+  for (const char* text : {"tcp:10.1.2.3/24", "via:192.168.7.1", "shm,tcp:lo,tcp:10.0.0.1"}) {
+    INFO(text);
+    auto refused = ParseNetworks(text, true);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kPermissionDenied);
+    CHECK_THAT(refused.status().message(),
+               Catch::Contains("is not loopback: without cluster credentials") &&
+                   Catch::Contains("README \"Security\""));
+  }
+  CHECK(ParseNetworks("tcp:10.1.2.3/24", false).ok());
+}
+
 TEST_CASE("bad network lists name the bad entry", "[networks]") {
   struct Case {
     const char* text;

@@ -527,6 +527,7 @@ TEST_CASE("FinishConfig splits comma-separated join lists and checks each addres
           "[config][cluster]") {
   DaemonConfig config = Finishable();
   config.join = {"10.0.0.1:7390,10.1.0.1:7390", "seed.example:7390"};
+  config.credentials = "/etc/tocl/credentials";  // other hosts' addresses need credentials
   REQUIRE(FinishConfig(config).message() == "");
   CHECK(config.join ==
         std::vector<std::string>{"10.0.0.1:7390", "10.1.0.1:7390", "seed.example:7390"});

@@ -1,0 +1,136 @@
+#include "spawn_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "spawn/allow_list.h"
+#include "spawn/run_as.h"
+
+namespace tocl::daemon {
+namespace {
+
+constexpr std::string_view kSpawnKeys[] = {"allow", "run_as", "run_as_group"};
+
+std::string Where(const toml::node& node, std::string_view source) {
+  return fmt::format("{}:{}", source, node.source().begin.line);
+}
+
+Status ReadString(const toml::table& table, std::string_view key, std::string_view name,
+                  std::string_view source, std::string& out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::Ok();
+  std::optional<std::string> value = node->value_exact<std::string>();
+  if (!value) {
+    return InvalidArgument(
+        fmt::format("{}: '{}' has the wrong type (a string)", Where(*node, source), name));
+  }
+  out = *value;
+  return Status::Ok();
+}
+
+Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<std::string>& out) {
+  const toml::node* node = spawn.get("allow");
+  if (node == nullptr) return Status::Ok();
+  const toml::array* array = node->as_array();
+  if (array == nullptr) {
+    return InvalidArgument(fmt::format(
+        "{}: 'spawn.allow' has the wrong type (an array of globs, e.g. [\"/usr/bin/*\"])",
+        Where(*node, source)));
+  }
+  std::vector<std::string> globs;
+  for (const toml::node& element : *array) {
+    std::optional<std::string> glob = element.value_exact<std::string>();
+    if (!glob) {
+      return InvalidArgument(fmt::format("{}: 'spawn.allow' holds something that is not a string",
+                                         Where(element, source)));
+    }
+    // Checked here as well as in FinishSpawnConfig: here the error has a line.
+    if (Status valid = spawn::ValidateAllowGlob(*glob); !valid.ok()) {
+      return InvalidArgument(fmt::format("{}: {}", Where(element, source), valid.message()));
+    }
+    globs.push_back(*glob);
+  }
+  out = std::move(globs);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadSpawnSettings(const toml::table& root, std::string_view source, DaemonConfig& config) {
+  TOCL_RETURN_IF_ERROR(
+      ReadString(root, "socket_group", "socket_group", source, config.socket_group));
+  const toml::node* node = root.get("spawn");
+  if (node == nullptr) return Status::Ok();
+  const toml::table* spawn = node->as_table();
+  if (spawn == nullptr) {
+    return InvalidArgument(
+        fmt::format("{}: 'spawn' must be a table ([spawn] with allow = [...], run_as = \"user\")",
+                    Where(*node, source)));
+  }
+  for (const auto& [key, value] : *spawn) {
+    if (std::find(std::begin(kSpawnKeys), std::end(kSpawnKeys), key.str()) ==
+        std::end(kSpawnKeys)) {
+      return InvalidArgument(fmt::format("{}: unknown setting 'spawn.{}' (known in [spawn]: {})",
+                                         Where(value, source), key.str(),
+                                         fmt::join(kSpawnKeys, ", ")));
+    }
+  }
+  TOCL_RETURN_IF_ERROR(ReadAllow(*spawn, source, config.spawn_allow));
+  TOCL_RETURN_IF_ERROR(ReadString(*spawn, "run_as", "spawn.run_as", source, config.spawn_run_as));
+  TOCL_RETURN_IF_ERROR(
+      ReadString(*spawn, "run_as_group", "spawn.run_as_group", source, config.spawn_run_as_group));
+  return Status::Ok();
+}
+
+Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root) {
+  for (const std::string& glob : config.spawn_allow) {
+    TOCL_RETURN_IF_ERROR(spawn::ValidateAllowGlob(glob));
+  }
+  std::optional<gid_t> socket_gid;
+  if (!config.socket_group.empty()) {
+    TOCL_ASSIGN_OR_RETURN(socket_gid, spawn::ResolveGroup(config.socket_group, "socket_group"));
+  }
+  if (config.spawn_run_as.empty()) {
+    if (!config.spawn_run_as_group.empty()) {
+      return InvalidArgument(fmt::format(
+          "spawn run_as_group '{}' is set without run_as (the user the programs run as)",
+          config.spawn_run_as_group));
+    }
+    return Status::Ok();
+  }
+  // Checked even when it will not be used: a typo fails now, not on the
+  // day the daemon runs as root.
+  TOCL_ASSIGN_OR_RETURN(spawn::RunAs identity,
+                        spawn::ResolveRunAs(config.spawn_run_as, config.spawn_run_as_group));
+  if (!daemon_is_root || identity.uid == 0) return Status::Ok();
+  // The programs enroll through the unix socket, which only the daemon's
+  // user (root) and socket_group can use.
+  if (!socket_gid) {
+    return InvalidArgument(fmt::format(
+        "spawn run_as '{}' needs socket_group: the unix socket is root's alone (0600), so the "
+        "programs could not enroll; set socket_group to a group '{}' is in",
+        config.spawn_run_as, config.spawn_run_as));
+  }
+  if (!spawn::InGroup(identity, *socket_gid)) {
+    return InvalidArgument(fmt::format(
+        "spawn run_as '{}' is not in socket_group '{}' (gid {}), so the programs could not "
+        "reach the unix socket to enroll; add the user to the group or choose another",
+        config.spawn_run_as, config.socket_group, *socket_gid));
+  }
+  return Status::Ok();
+}
+
+void PrintSpawnSettings(const DaemonConfig& config, toml::table& out) {
+  out.insert("socket_group", config.socket_group);
+  toml::array allow;
+  for (const std::string& glob : config.spawn_allow) allow.push_back(glob);
+  toml::table spawn{{"allow", std::move(allow)},
+                    {"run_as", config.spawn_run_as},
+                    {"run_as_group", config.spawn_run_as_group}};
+  out.insert("spawn", std::move(spawn));
+}
+
+}  // namespace tocl::daemon
