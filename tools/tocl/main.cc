@@ -184,6 +184,9 @@ int main(int argc, char** argv) {
       ->add_option("--host", keygen_command.hosts,
                    "NAME[=EXTRA,EXTRA...]: a host, and more DNS names or IPs its certificate "
                    "lists (repeatable; a host that has credentials in DIR already is refused)")
+      // One value per --host, so `--host h1 DIR` does not take DIR for a host.
+      ->expected(1)
+      ->take_all()
       ->required();
   keygen->add_option("--days", keygen_command.days, "How long the certificates are valid")
       ->capture_default_str()

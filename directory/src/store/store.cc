@@ -48,6 +48,17 @@ Result<Gid> AssignLocalHostId(Database& db, uint32_t wanted) {
 // empty): an empty token never matches, and another host's process is
 // refused before its row is read, so nobody writes on behalf of another
 // host's processes through this daemon.
+// Compares session tokens in time that does not depend on where they
+// differ (a caller timing refusals learns nothing of the right token).
+bool SameToken(std::string_view stored, std::string_view given) {
+  if (stored.size() != given.size()) return false;
+  unsigned char difference = 0;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    difference |= static_cast<unsigned char>(stored[i] ^ given[i]);
+  }
+  return difference == 0;
+}
+
 Status CheckOwner(Database& db, Gid host, Gid process, std::string_view token) {
   if (process.host() != host) {
     return PermissionDenied(fmt::format(
@@ -63,7 +74,7 @@ Status CheckOwner(Database& db, Gid host, Gid process, std::string_view token) {
       db.Cached("SELECT state, session_token, exit_reason FROM processes WHERE gid = ?1"));
   TOCL_ASSIGN_OR_RETURN(bool row, stmt->Bind(1, StoredGid(process)).Step());
   if (!row) return NotFound(fmt::format("no process {}", process.ToString()));
-  if (stmt->ColumnBlob(1) != token) {
+  if (!SameToken(stmt->ColumnBlob(1), token)) {
     return PermissionDenied(
         fmt::format("the session token does not belong to process {}", process.ToString()));
   }
