@@ -2,6 +2,9 @@
 # Installs every Debian 12 package that building, testing and running tocl
 # needs. Idempotent: when everything is present it only checks (a few
 # seconds) and runs neither `apt-get update` nor `apt-get install`.
+#
+#   deploy/install-deps.sh          what `make test` and `make demo` need
+#   deploy/install-deps.sh --fuzz   and clang with libFuzzer (tests/fuzz/run.sh)
 set -euo pipefail
 
 packages=(
@@ -18,6 +21,15 @@ packages=(
   # tests
   catch2 iproute2 procps sqlite3 psmisc
 )
+case "${1:-}" in
+  "") ;;
+  # clang 14 and its runtimes (libFuzzer, ASan, UBSan) for the fuzz targets.
+  --fuzz) packages+=(clang libclang-rt-14-dev) ;;
+  *)
+    echo "install-deps: unknown argument '$1' (only --fuzz)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

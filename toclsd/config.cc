@@ -332,8 +332,16 @@ std::string ConfigToToml(const DaemonConfig& config) {
   table.insert("down_after_seconds", config.down_after_seconds);
   table.insert("join_timeout_seconds", config.join_timeout_seconds);
   table.insert("change_log_keep", config.change_log_keep);
+  // Basic strings only ("..." with escapes). toml++ 3.3 writes a value with
+  // a newline as a literal string with the raw newline, which TOML forbids,
+  // or as a multi-line string, where a newline right after the opening
+  // quotes is dropped on reading: the printed file would not load, or load
+  // as another value.
+  constexpr toml::format_flags kFlags = toml::toml_formatter::default_flags &
+                                        ~toml::format_flags::allow_literal_strings &
+                                        ~toml::format_flags::allow_multi_line_strings;
   std::stringstream out;
-  out << table << "\n";
+  out << toml::toml_formatter(table, kFlags) << "\n";
   return out.str();
 }
 

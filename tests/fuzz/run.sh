@@ -1,39 +1,88 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (build/fuzz) and runs
-# frame_decoder_fuzz for SECONDS (default 60). Findings land in
-# build/fuzz/findings/; the growing corpus in build/fuzz/corpus/frame_decoder/.
+# Builds the libFuzzer targets (the "fuzz" preset, in build/fuzz) and runs
+# each for SECONDS, one after another: all four by default, or the TARGETs
+# named (frame_decoder, query_parser, gid_parser, config_loader).
 #
-#   tests/fuzz/run.sh 60
+#   tests/fuzz/run.sh 600                    # 10 minutes each, 40 in all
+#   tests/fuzz/run.sh 60 query_parser
+#
+# Per target: corpus in build/fuzz/corpus/<target>/ (kept between runs;
+# tests/fuzz/seeds/<target>/ and regressions/<target>/ are read as well),
+# findings (crash-*, timeout-*, oom-*, leak-*) in build/fuzz/findings/<target>/,
+# libFuzzer's output in build/fuzz/logs/<target>.log. Ends with one summary
+# line per target; exits 1 if any target found something.
 set -euo pipefail
 
-seconds=${1:-60}
+usage() {
+  echo "usage: tests/fuzz/run.sh SECONDS [frame_decoder|query_parser|gid_parser|config_loader]..." >&2
+  exit 2
+}
+[[ $# -ge 1 && $1 =~ ^[0-9]+$ && $1 -gt 0 ]] || usage
+seconds=$1
+shift
+all_targets=(frame_decoder query_parser gid_parser config_loader)
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=("${all_targets[@]}")
+for target in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $target "* ]] || {
+    echo "run.sh: unknown target '$target' (${all_targets[*]})" >&2
+    exit 2
+  }
+done
+
 root=$(cd "$(dirname "$0")/../.." && pwd)
+here=$root/tests/fuzz
 build=${TOCL_FUZZ_BUILD_DIR:-$root/build/fuzz}
 
-if ! command -v clang++ >/dev/null; then
-  echo "run.sh: clang++ is needed (Debian: apt-get install clang)" >&2
-  exit 2
-fi
+# clang and libFuzzer come from Debian's packages like everything else.
+bash "$root/deploy/install-deps.sh" --fuzz
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTOCL_BUILD_FUZZ=ON -DTOCL_BUILD_BENCH=OFF >/dev/null
+  cmake -S "$root" --preset fuzz -B "$build" >/dev/null
 fi
-cmake --build "$build" --target frame_decoder_fuzz
+cmake --build "$build" --target "${targets[@]/%/_fuzz}"
 
-corpus=$build/corpus/frame_decoder
-findings=$build/findings
-mkdir -p "$corpus" "$findings"
+# The longest input each target is given: a frame header with some payload,
+# an id, a query past the 4096-byte limit, a config file.
+declare -A max_len=([frame_decoder]=256 [gid_parser]=64 [query_parser]=4200
+                    [config_loader]=4096)
 
-# Seeds: a valid message header and a valid hello (little-endian fields).
-seed() { printf "$2" >"$corpus/$1"; }
-zeros8='\x00\x00\x00\x00\x00\x00\x00\x00'
-# magic, version 1, kind 1, flags 0, tag 7, length 5, source h1.p2.t3,
-# destination h1.p4.t5, seq 0, offset 0, total 5, reserved 0; then the payload.
-seed message "TOCL\x01\x01\x00\x00\x07\x00\x00\x00\x05\x00\x00\x00\x03\x00\x00\x02\x00\x00\x01\x00\x05\x00\x00\x04\x00\x00\x01\x00${zeros8}${zeros8}\x05\x00\x00\x00\x00\x00\x00\x00${zeros8}hello"
-# magic, version 1, kind 2 (hello), source h1.p2, destination h1.p4, all else 0.
-seed hello "TOCL\x01\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x01\x00\x00\x00\x00\x04\x00\x00\x01\x00${zeros8}${zeros8}${zeros8}${zeros8}"
+summary=()
+failed=0
+for target in "${targets[@]}"; do
+  corpus=$build/corpus/$target
+  findings=$build/findings/$target
+  log=$build/logs/$target.log
+  mkdir -p "$corpus" "$findings" "$(dirname "$log")"
+  # The shipped example config starts the loader's corpus too, so that
+  # settings added there are fuzzed from the first run.
+  [[ $target != config_loader ]] || cp "$root/deploy/toclsd.toml" "$corpus/deploy-example.toml"
+  options=(-max_total_time="$seconds" -max_len="${max_len[$target]}" -timeout=10
+           -print_final_stats=1 -artifact_prefix="$findings/")
+  [[ ! -f $here/$target.dict ]] || options+=(-dict="$here/$target.dict")
+  before=$(find "$findings" -type f | wc -l)
 
-cd "$findings"
-exec "$build/tests/fuzz/frame_decoder_fuzz" -max_total_time="$seconds" -max_len=256 \
-  -dict="$root/tests/fuzz/frame_decoder.dict" -print_final_stats=1 "$corpus"
+  echo "run.sh: fuzzing $target for ${seconds}s (log: $log)"
+  rc=0
+  # The first directory collects new inputs; the others are only read.
+  "$build/tests/fuzz/${target}_fuzz" "${options[@]}" "$corpus" "$here/seeds/$target" \
+    "$here/regressions/$target" >"$log" 2>&1 || rc=$?
+
+  new_findings=$(($(find "$findings" -type f | wc -l) - before))
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  coverage=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)
+  files=$(find "$corpus" -type f | wc -l)
+  if [[ $rc -ne 0 || $new_findings -gt 0 ]]; then
+    failed=1
+    echo "run.sh: $target FOUND SOMETHING (exit $rc); the end of its log:" >&2
+    tail -40 "$log" >&2
+  fi
+  summary+=("$(printf '%-14s %12s runs %8s exec/s  %-20s corpus %6s files  findings %s (exit %s)' \
+    "$target" "${runs:-?}" "${speed:-?}" "${coverage:-cov: ?}" "$files" "$new_findings" "$rc")")
+done
+
+echo
+echo "run.sh: ${seconds}s per target ($build)"
+printf '%s\n' "${summary[@]}"
+exit "$failed"

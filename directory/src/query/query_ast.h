@@ -19,7 +19,9 @@ namespace tocl::directory::query {
 // SQL handed to SQLite; beyond them Parse() fails with InvalidArgument.
 inline constexpr size_t kMaxQueryBytes = 4096;
 inline constexpr int kMaxComparisons = 64;
-inline constexpr int kMaxNesting = 32;  // '(' and 'not' around a comparison
+// '(' and 'not' around a comparison as written, and nots and and/or groups
+// around it as parsed ("a=1 or b=1 and (c=1 ...)": two groups per '(').
+inline constexpr int kMaxNesting = 32;
 
 // Built-in fields; any other field name is an attribute key.
 enum class Field : uint8_t {

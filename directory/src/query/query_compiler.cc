@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <utility>
 
@@ -207,6 +208,13 @@ std::string RenderPredicate(const Comparison& c, std::vector<Param>& params) {
   return "0";
 }
 
+// How many NOTs and and/or groups Render() nests inside each other.
+int Depth(const Condition& condition) {
+  int deepest = 0;
+  for (const Condition& operand : condition.operands) deepest = std::max(deepest, Depth(operand));
+  return condition.operands.empty() ? 0 : deepest + 1;
+}
+
 std::string Render(const Condition& condition, std::vector<Param>& params) {
   switch (condition.type) {
     case Condition::Type::kTrue:
@@ -219,11 +227,21 @@ std::string Render(const Condition& condition, std::vector<Param>& params) {
       return "NOT (" + Render(condition.operands.front(), params) + ")";
     case Condition::Type::kAnd:
     case Condition::Type::kOr: {
+      // The deepest operand first: SQLite's parser keeps what lies left of
+      // an open parenthesis on a stack of 100 entries, about three per level
+      // when the nesting comes last ("(a OR (b AND (c OR ..." overflows at
+      // some 26 levels) but one when it comes first, so the 32 levels
+      // Parse() allows fit. AND and OR do not care about the order.
+      std::vector<const Condition*> operands;
+      for (const Condition& operand : condition.operands) operands.push_back(&operand);
+      std::stable_sort(
+          operands.begin(), operands.end(),
+          [](const Condition* a, const Condition* b) { return Depth(*a) > Depth(*b); });
       const std::string_view separator = condition.type == Condition::Type::kAnd ? " AND " : " OR ";
       std::string sql = "(";
-      for (size_t i = 0; i < condition.operands.size(); ++i) {
+      for (size_t i = 0; i < operands.size(); ++i) {
         if (i > 0) sql += separator;
-        sql += Render(condition.operands[i], params);
+        sql += Render(*operands[i], params);
       }
       return sql + ")";
     }

@@ -265,7 +265,15 @@ class Parser {
     if (Peek().type == TokenType::kEnd) return ErrorAt(text_.size(), "empty query");
     TOCL_ASSIGN_OR_RETURN(Expr expr, ParseOr(0));
     const Token& token = Peek();
-    if (token.type == TokenType::kEnd) return expr;
+    if (token.type == TokenType::kEnd) {
+      if (const Comparison* deep = TooDeep(expr, 0)) {
+        return ErrorAt(deep->position,
+                       fmt::format("nesting deeper than {} (each 'not' and each group of 'and' "
+                                   "or 'or' around a comparison counts)",
+                                   kMaxNesting));
+      }
+      return expr;
+    }
     if (token.type == TokenType::kRightParen) return Unexpected(token, "unexpected ')'");
     return Unexpected(
         token, fmt::format("expected 'and', 'or' or end of query, found {}", Describe(token)));
@@ -281,6 +289,21 @@ class Parser {
   static Status Unexpected(const Token& token, std::string_view what) {
     if (token.type == TokenType::kError) return ErrorAt(token.position, token.text);
     return ErrorAt(token.position, what);
+  }
+
+  // The leftmost comparison under more than kMaxNesting nots and and/or
+  // groups. Parentheses alone do not bound that: "a=1 or b=1 and (c=1 or
+  // ...)" nests two groups per parenthesis. The compiled SQL nests as deep
+  // (and SQLite's parser has a fixed stack), and so does ToString, whose
+  // output must parse again.
+  static const Comparison* TooDeep(const Expr& expr, int depth) {
+    if (expr.type == Expr::Type::kComparison) {
+      return depth > kMaxNesting ? &expr.comparison : nullptr;
+    }
+    for (const Expr& operand : expr.operands) {
+      if (const Comparison* deep = TooDeep(operand, depth + 1)) return deep;
+    }
+    return nullptr;
   }
 
   // Keeps and/or chains flat: "a and (b and c)" is one and of three.

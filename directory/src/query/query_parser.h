@@ -24,7 +24,10 @@ namespace tocl::directory::query {
 Result<Expr> Parse(std::string_view text);
 
 // A canonical text form for logs and tests: every and/or in parentheses,
-// every value double-quoted. Parse(ToString(e)) means the same as e.
+// every value double-quoted. Parse(ToString(e)) means the same as e, with
+// one exception: the canonical form is longer than the query it came from
+// (quotes, spaces, parentheses, escapes), so for a query near kMaxQueryBytes
+// it can be over that limit, and Parse refuses it for its length.
 //   ToString(*Parse("a=1 or b=2 and not c~x*")) == "(a=\"1\" or (b=\"2\" and not c~\"x*\"))"
 std::string ToString(const Expr& expr);
 

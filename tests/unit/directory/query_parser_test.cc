@@ -263,5 +263,28 @@ TEST_CASE("nesting deeper than 32 is refused", "[query]") {
         "query: at position 80: nesting deeper than 32");
 }
 
+TEST_CASE("and/or groups count toward the nesting limit, as the canonical form writes them",
+          "[query]") {
+  // Each "a=1 or b=1 and (" opens an or and an and inside it: two levels.
+  const auto groups = [](int parentheses) {
+    std::string text;
+    for (int i = 0; i < parentheses; ++i) text += "a=1 or b=1 and (";
+    return text + "c=1" + std::string(parentheses, ')');
+  };
+  const std::string deepest = groups(kMaxNesting / 2);
+  REQUIRE(Parse(deepest).ok());
+  // The canonical form of an accepted query stays within the limit.
+  CHECK(Parse(Canonical(deepest)).ok());
+  const std::string text = "x=1 and (" + deepest + ")";
+  CHECK(Error(text) == "query: at position " + std::to_string(text.rfind("b=1")) +
+                           ": nesting deeper than 32 (each 'not' and each group of 'and' or 'or' "
+                           "around a comparison counts)");
+
+  // 32 nots under an or: the or is the 33rd level.
+  std::string nots = "x=1 or ";
+  for (int i = 0; i < kMaxNesting; ++i) nots += "not ";
+  CHECK(Error(nots + "y=1").starts_with("query: at position 135: nesting deeper than 32 ("));
+}
+
 }  // namespace
 }  // namespace tocl::directory::query
