@@ -84,20 +84,24 @@ void DirectoryLink::RegistrarLoop() {
     leaving.swap(to_unregister_);
     const uint64_t covers = queued_;
     lock.unlock();
-    Status status;
-    if (!batch.empty()) status = session_->RegisterThreads(batch);
-    if (status.ok() && !leaving.empty()) status = session_->UnregisterThreads(leaving, "left");
+    Status registered;
+    if (!batch.empty()) registered = Register(batch);
+    Status unregistered;
+    if (registered.ok() && !leaving.empty()) unregistered = Unregister(leaving);
     if (stats_interval_.count() > 0 && std::chrono::steady_clock::now() >= next_stats) {
       next_stats = std::chrono::steady_clock::now() + stats_interval_;
       ReportStats();
     }
     lock.lock();
+    const Status& status = registered.ok() ? unregistered : registered;
     if (!status.ok()) {
-      // The daemon is away (restarting): keep the batch and try again.
+      // The daemon is away (restarting): keep what it did not take and try
+      // again. A batch it registered is not sent again (it would be refused
+      // as already there, and every later thread with it, for good).
       if (status.code() != StatusCode::kUnavailable) {
         spdlog::warn("tocl: registering threads: {}", status.ToString());
       }
-      to_register_.insert(to_register_.begin(), batch.begin(), batch.end());
+      if (!registered.ok()) to_register_.insert(to_register_.begin(), batch.begin(), batch.end());
       to_unregister_.insert(to_unregister_.begin(), leaving.begin(), leaving.end());
       cv_.wait_for(lock, retry_delay, [&] { return stop_; });
       retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(1000));
@@ -107,6 +111,31 @@ void DirectoryLink::RegistrarLoop() {
     done_ = covers;
     cv_.notify_all();
   }
+}
+
+// Only this process's session may register or unregister its threads, so a
+// thread the daemon already has (or already has as exited) is one an earlier
+// attempt of ours got through, its answer lost with the daemon that died. The
+// daemon refuses a whole batch for one such thread: the batch then goes one
+// thread at a time, and those count as done.
+Status DirectoryLink::Register(const std::vector<ThreadInfo>& batch) {
+  Status status = session_->RegisterThreads(batch);
+  if (status.code() != StatusCode::kAlreadyExists) return status;
+  for (const ThreadInfo& thread : batch) {
+    Status one = session_->RegisterThreads(std::span(&thread, 1));
+    if (!one.ok() && one.code() != StatusCode::kAlreadyExists) return one;
+  }
+  return Status::Ok();
+}
+
+Status DirectoryLink::Unregister(const std::vector<Gid>& leaving) {
+  Status status = session_->UnregisterThreads(leaving, "left");
+  if (status.code() != StatusCode::kNotFound) return status;
+  for (const Gid& thread : leaving) {
+    Status one = session_->UnregisterThreads(std::span(&thread, 1), "left");
+    if (!one.ok() && one.code() != StatusCode::kNotFound) return one;
+  }
+  return Status::Ok();
 }
 
 void DirectoryLink::ReportStats() {

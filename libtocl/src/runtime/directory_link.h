@@ -65,6 +65,9 @@ class DirectoryLink {
  private:
   DirectoryLink() = default;
   void RegistrarLoop();
+  // One batch to the daemon (registrar thread); see directory_link.cc.
+  Status Register(const std::vector<ThreadInfo>& batch);
+  Status Unregister(const std::vector<Gid>& leaving);
   void WatchLoop(uint64_t since_seq);
   // Sends the statistics of `events_` (registrar thread).
   void ReportStats();

@@ -689,7 +689,14 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
   auto entity = Lookup(peer.process);
   if (!entity.ok()) {
     if (entity.status().code() == StatusCode::kNotFound) {
-      FailPeerLocked(peer, NotFound(fmt::format("no process {}", peer.process.ToString())));
+      Status missing = NotFound(fmt::format("no process {}", peer.process.ToString()));
+      // Another host's process reaches this host's daemon by replication,
+      // a few milliseconds after it enrolled: one that sent to us first
+      // (a long message's start, to be granted) may not be known here yet.
+      // Failing it for good would drop every later answer to it; the next
+      // send looks it up again. Only this host's daemon's "no" is final.
+      if (peer.process.host() != process.host()) return missing;
+      FailPeerLocked(peer, std::move(missing));
       return peer.failure;
     }
     return entity.status().WithContext(fmt::format("look up {}", peer.process.ToString()));

@@ -1,0 +1,390 @@
+// The fault-injection soak (issue #7 §4): three hosts in network namespaces
+// (netns_cluster.h), two networks, a tocl-soak-worker on each host
+// streaming checksummed, sequence-numbered, acknowledged messages to the
+// next host, while the test kills and restarts workers and daemons, sets
+// links down and slows or drops their traffic. At the end: every message a
+// sender was told was delivered came exactly once, in order, intact;
+// memory and descriptors of daemons and workers stayed within bounds; every
+// daemon's directory says the same. README.md has the figures' meaning.
+//
+// Environment: TOCL_SOAK_SECONDS (fault phase, default 60), TOCL_SOAK_SEED
+// (default: drawn and printed), TOCL_SOAK_THREADS (per worker, default 2),
+// TOCL_SOAK_RATE (messages a second per sending thread, default 50; 0: as
+// fast as they go), TOCL_SOAK_LOG_DIR (where to save every worker's output
+// and daemon's log at the end; a failed run saves them in /tmp/tocl-soak-*
+// without it).
+// tests/soak/run.sh runs the long version.
+//
+// Every wait is a poll with a deadline; sleeps only let a fault last or
+// space the samples.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "catch_failure_listener.h"
+#include "failure_check.h"
+#include "netns_cluster.h"
+#include "netns_skip.h"
+#include "soak_faults.h"
+#include "soak_ledger.h"
+#include "soak_resources.h"
+#include "soak_say.h"
+#include "soak_workers.h"
+#include "tocl/directory_client.h"
+
+namespace tocl::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int kHosts = 3;
+constexpr int kNetworks = 2;
+// Every stream has acknowledged this many messages before the faults start,
+// and again this many more after they ended.
+constexpr uint64_t kFlowing = 20;
+constexpr milliseconds kWarmup = seconds(10);
+constexpr milliseconds kSampleEvery = seconds(5);
+constexpr milliseconds kRecoveryTimeout = seconds(120);
+constexpr milliseconds kAgreementTimeout = seconds(30);
+
+// Growth allowed from a process's baseline (its first sample after the
+// warm-up) to the end (README.md says why these).
+constexpr ResourceBounds kBounds = {.worker_rss_growth_kib = 64 * 1024,
+                                    .daemon_rss_growth_kib = 32 * 1024,
+                                    .fd_growth = 16,
+                                    .min_observed = seconds(30)};
+
+struct SoakConfig {
+  milliseconds duration = seconds(60);
+  uint64_t seed = 0;
+  int threads = 2;
+  uint32_t rate = 50;
+};
+
+uint64_t EnvNumber(const char* name, uint64_t fallback, uint64_t low, uint64_t high) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const uint64_t value = std::strtoull(text, &end, 10);
+  if (*end != '\0' || value < low || value > high) {
+    FAIL(name << "='" << text << "' is not a number from " << low << " to " << high);
+  }
+  return value;
+}
+
+SoakConfig ConfigFromEnvironment() {
+  SoakConfig config;
+  config.duration = seconds(EnvNumber("TOCL_SOAK_SECONDS", 60, 1, 7 * 24 * 3600));
+  config.seed = EnvNumber("TOCL_SOAK_SEED", std::random_device{}() % 1'000'000'000, 0, UINT64_MAX);
+  config.threads = static_cast<int>(EnvNumber("TOCL_SOAK_THREADS", 2, 1, 16));
+  config.rate = static_cast<uint32_t>(EnvNumber("TOCL_SOAK_RATE", 50, 0, 100'000));
+  return config;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Acknowledged messages of each (host, thread) of the current workers, as
+// their last stat lines say.
+std::map<std::pair<int, int>, uint64_t> AckedNow(const SoakWorkers& workers) {
+  std::map<std::pair<int, int>, uint64_t> acked;
+  for (int h = 1; h <= kHosts; ++h) {
+    for (const auto& [thread, stat] : workers.LatestStats(h)) {
+      acked[{h, thread}] = stat.Number("acked");
+    }
+  }
+  return acked;
+}
+
+// Whether every thread of every current worker acknowledged `more` beyond `since`.
+bool AllFlowing(const SoakWorkers& workers, int threads,
+                const std::map<std::pair<int, int>, uint64_t>& since, uint64_t more) {
+  const auto now = AckedNow(workers);
+  for (int h = 1; h <= kHosts; ++h) {
+    for (int t = 0; t < threads; ++t) {
+      auto it = now.find({h, t});
+      auto before = since.find({h, t});
+      const uint64_t base = before == since.end() ? 0 : before->second;
+      if (it == now.end() || it->second < base + more) return false;
+    }
+  }
+  return true;
+}
+
+std::string Progress(const SoakWorkers& workers) {
+  std::string text;
+  for (const auto& [key, acked] : AckedNow(workers)) {
+    text += fmt::format(" h{}/t{} {}", key.first, key.second, acked);
+  }
+  return text;
+}
+
+// "gid state,..." of what a query shows on one daemon.
+std::string QueryText(NetnsCluster& cluster, int host, const std::string& expression) {
+  auto client = DirectoryClient::Connect(cluster.DaemonSocket(host));
+  if (!client.ok()) return "error: " + client.status().ToString();
+  auto all = (*client)->QueryAll(expression);
+  if (!all.ok()) return "error: " + all.status().ToString();
+  std::string text;
+  for (const Entity& entity : *all) {
+    text += fmt::format("{} {},", entity.gid.ToString(), EntityStateName(entity.state));
+  }
+  return text;
+}
+
+// Writes every worker's output and every daemon's log into `dir`: what
+// happened, for the record of a long run or a failure.
+std::string SaveLogs(const std::string& dir, NetnsCluster& cluster, const SoakWorkers& workers) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return fmt::format("cannot make {}: {}", dir, error.message());
+  for (const auto& incarnation : workers.All()) {
+    std::ofstream(fmt::format("{}/worker-{}.log", dir, incarnation->Label()))
+        << incarnation->worker->Output();
+  }
+  for (int h = 1; h <= kHosts; ++h) {
+    std::filesystem::copy_file(cluster.HostDaemon(h).log_path(),
+                               fmt::format("{}/toclsd-h{}.log", dir, h),
+                               std::filesystem::copy_options::overwrite_existing, error);
+  }
+  return fmt::format("worker outputs and daemon logs are in {}", dir);
+}
+
+// Saves the logs (SaveLogs) when it goes away: into $TOCL_SOAK_LOG_DIR when
+// set, else into a new /tmp/tocl-soak-* directory when the test failed
+// (also when a REQUIRE ended it early).
+class LogKeeper {
+ public:
+  LogKeeper(NetnsCluster& cluster, const SoakWorkers& workers)
+      : cluster_(cluster), workers_(workers) {}
+  ~LogKeeper() {
+    const char* dir = std::getenv("TOCL_SOAK_LOG_DIR");
+    if (dir != nullptr && *dir != '\0') {
+      SoakSay(SaveLogs(dir, cluster_, workers_));
+    } else if (CurrentTestFailed()) {
+      char pattern[] = "/tmp/tocl-soak-XXXXXX";
+      if (::mkdtemp(pattern) != nullptr) SoakSay(SaveLogs(pattern, cluster_, workers_));
+    }
+  }
+  LogKeeper(const LogKeeper&) = delete;
+  LogKeeper& operator=(const LogKeeper&) = delete;
+
+ private:
+  NetnsCluster& cluster_;
+  const SoakWorkers& workers_;
+};
+
+TEST_CASE(
+    "soak: through killed workers and daemons, links down, delay and loss, every "
+    "acknowledged message arrives once, in order, intact",
+    "[netns][soak]") {
+  TOCL_SKIP_WITHOUT_NETNS();
+  const SoakConfig config = ConfigFromEnvironment();
+  const auto test_start = Clock::now();
+  SoakSay(fmt::format(
+      "seed {} (TOCL_SOAK_SEED={} replays the fault schedule), {} s of faults, {} threads per "
+      "worker, {} messages a second per thread",
+      config.seed, config.seed, config.duration.count() / 1000, config.threads,
+      config.rate == 0 ? std::string("unlimited") : std::to_string(config.rate)));
+
+  NetnsClusterOptions options;
+  options.hosts = kHosts;
+  options.networks = std::vector<NetnsLinkSpec>(kNetworks);
+  auto created = NetnsCluster::Create(std::move(options));
+  INFO("NetnsCluster::Create -> " << created.status().ToString());
+  REQUIRE(created.ok());
+  NetnsCluster& cluster = **created;
+
+  SoakWorkerSettings settings;
+  settings.threads = config.threads;
+  settings.seed = config.seed;
+  settings.rate = config.rate;
+  settings.stall_timeout = seconds(10);
+  settings.drain_timeout = seconds(30);
+  SoakWorkers workers(cluster, settings);
+  const LogKeeper logs(cluster, workers);
+  {
+    Status started = workers.StartAll();
+    INFO(started.ToString());
+    REQUIRE(started.ok());
+  }
+
+  ResourceTracker resources(kWarmup);
+  auto sample_all = [&] {
+    for (int h = 1; h <= kHosts; ++h) {
+      Daemon& daemon = cluster.HostDaemon(h);
+      if (daemon.running()) resources.Sample(fmt::format("toclsd h{}", h), daemon.pid());
+      if (workers.Running(h)) {
+        SoakIncarnation& worker = workers.Current(h);
+        resources.Sample("worker " + worker.Label(), worker.worker->pid());
+      }
+    }
+  };
+
+  sample_all();  // a process's warm-up counts from its first sample
+  const auto first_sample = Clock::now();
+
+  // Warm-up: every stream carries messages, and the processes have run long
+  // enough for their baselines.
+  {
+    INFO("acknowledged so far:" << Progress(workers));
+    REQUIRE(WaitUntil([&] { return AllFlowing(workers, config.threads, {}, kFlowing); },
+                      seconds(60), milliseconds(200)));
+  }
+  std::this_thread::sleep_until(first_sample + kWarmup + milliseconds(100));
+  sample_all();
+  SoakSay(fmt::format("warm-up done after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+                      Progress(workers)));
+
+  // Faults.
+  const FaultPolicy policy;
+  const std::vector<PlannedFault> plan =
+      PlanFaults(config.seed, config.duration, kHosts, kNetworks, policy);
+  SoakSay(fmt::format("{} faults planned", plan.size()));
+  std::map<FaultKind, int> counts;
+  {
+    FaultInjector faults(cluster, workers);
+    const auto phase_start = Clock::now();
+    auto next_sample = Clock::now() + kSampleEvery;
+    // Runs the due fault ends and samples until `until` (or, with `fault`,
+    // until its host is free and there is room for it).
+    auto run_until = [&](Clock::time_point until, const PlannedFault* fault) {
+      for (;;) {
+        const auto now = Clock::now();
+        Status ended = faults.EndDue(now);
+        INFO(ended.ToString());
+        REQUIRE(ended.ok());
+        if (now >= next_sample) {
+          sample_all();
+          next_sample = now + kSampleEvery;
+        }
+        if (now >= until) {
+          if (fault == nullptr) return;
+          if (faults.HostFree(fault->host) &&
+              faults.active() < static_cast<size_t>(policy.max_concurrent)) {
+            return;
+          }
+        }
+        const auto wake = std::min({until > now ? until : faults.NextEnd(), faults.NextEnd(),
+                                    next_sample, now + milliseconds(200)});
+        std::this_thread::sleep_until(wake);
+      }
+    };
+    for (const PlannedFault& fault : plan) {
+      run_until(phase_start + fault.start, &fault);
+      Status begun = faults.Begin(fault);
+      INFO(begun.ToString());
+      REQUIRE(begun.ok());
+    }
+    run_until(std::max(phase_start + config.duration, faults.NextEnd()), nullptr);
+    Status ended = faults.EndAll();
+    INFO(ended.ToString());
+    REQUIRE(ended.ok());
+    counts = faults.counts();
+  }
+  SoakSay(fmt::format("faults over after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+                      Progress(workers)));
+
+  // Recovery: every stream of the workers now running moves again.
+  const auto at_end_of_faults = AckedNow(workers);
+  {
+    auto next_sample = Clock::now();
+    const bool flowing = WaitUntil(
+        [&] {
+          if (Clock::now() >= next_sample) {
+            sample_all();
+            next_sample = Clock::now() + kSampleEvery;
+          }
+          return AllFlowing(workers, config.threads, at_end_of_faults, kFlowing);
+        },
+        kRecoveryTimeout, milliseconds(200));
+    INFO("acknowledged at the end of the faults:" << [&] {
+      std::string text;
+      for (const auto& [key, acked] : at_end_of_faults) {
+        text += fmt::format(" h{}/t{} {}", key.first, key.second, acked);
+      }
+      return text;
+    }() << "\nnow:" << Progress(workers));
+    REQUIRE(flowing);
+  }
+  sample_all();
+  SoakSay(fmt::format("recovered after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+                      Progress(workers)));
+
+  // The directory of every daemon says the same, and it is the truth: the
+  // workers now running are the only processes running.
+  std::set<std::string> expected_running;
+  for (int h = 1; h <= kHosts; ++h) {
+    expected_running.insert(workers.Current(h).worker->gids().at(0).process().ToString());
+  }
+  std::string running_text;
+  for (const std::string& gid : expected_running) running_text += gid + " running,";
+  for (const std::string expression : {"kind=host", "kind=process", "kind=thread"}) {
+    std::vector<std::string> seen(kHosts + 1);
+    const bool agree = WaitUntil(
+        [&] {
+          for (int h = 1; h <= kHosts; ++h) seen[h] = QueryText(cluster, h, expression);
+          return seen[1].rfind("error", 0) != 0 && seen[1] == seen[2] && seen[1] == seen[3];
+        },
+        kAgreementTimeout, milliseconds(500));
+    INFO(expression << "\nh1: " << seen[1] << "\nh2: " << seen[2] << "\nh3: " << seen[3]);
+    CHECK(agree);
+  }
+  for (int h = 1; h <= kHosts; ++h) {
+    CHECK(QueryText(cluster, h, "kind=process and state=running") == running_text);
+    CHECK(QueryText(cluster, h, "kind=host and state=running") ==
+          "h1 running,h2 running,h3 running,");
+  }
+
+  // Stop: every stream drains and ends; then the books.
+  {
+    Status stopped = workers.StopAll(2 * settings.drain_timeout + seconds(30));
+    INFO(stopped.ToString());
+    CHECK(stopped.ok());
+  }
+  const SoakLedger ledger = ReadSoakLedger(workers.All(), config.threads);
+  std::string fault_text;
+  int fault_total = 0;
+  for (FaultKind kind : kAllFaultKinds) {
+    fault_total += counts[kind];
+    fault_text +=
+        fmt::format("{}{} {}", fault_text.empty() ? "" : ", ", FaultKindName(kind), counts[kind]);
+  }
+  SoakSay(fmt::format(
+      "figures (seed {}, {} s of faults, {:.0f} s in all):\n  faults injected: {} ({})\n{}"
+      "  resources (baseline after {} s of warm-up; bounds: worker RSS +{} MiB, toclsd RSS +{} "
+      "MiB, fds +{}):\n{}",
+      config.seed, config.duration.count() / 1000, SecondsSince(test_start), fault_total,
+      fault_text, FormatFigures(ledger.figures), kWarmup.count() / 1000,
+      kBounds.worker_rss_growth_kib / 1024, kBounds.daemon_rss_growth_kib / 1024, kBounds.fd_growth,
+      resources.Report()));
+
+  std::string problems;
+  for (const std::string& problem : ledger.problems) problems += "\n  " + problem;
+  for (const std::string& problem : resources.Check(kBounds)) problems += "\n  " + problem;
+  INFO("seed " << config.seed << "; problems:" << problems);
+  CHECK(problems.empty());
+  CHECK(ledger.figures.lost == 0);
+  CHECK(ledger.figures.dups == 0);
+  CHECK(ledger.figures.bad == 0);
+  CHECK(ledger.figures.acked > 0);
+  CHECK(fault_total > 0);
+}
+
+}  // namespace
+}  // namespace tocl::testing
