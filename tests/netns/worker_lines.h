@@ -76,6 +76,7 @@ class LongWorker {
                        std::chrono::milliseconds timeout) const;
   // Exit status (0 success), waiting up to `timeout`.
   Result<int> Wait(std::chrono::milliseconds timeout) { return process_.Wait(timeout); }
+  bool Exited() const { return process_.Exited(); }  // ended (reaped or not)
   void Go() { process_.CloseStdin(); }
 
  private:

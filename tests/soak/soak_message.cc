@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "test_message.h"
+
 namespace tocl::testing {
 namespace {
 
@@ -30,24 +32,11 @@ struct RawControl {
 };
 static_assert(sizeof(RawControl) == kSoakControlBytes);
 
-void FillBody(std::span<std::byte> body, uint64_t sender, uint64_t seq) {
-  uint64_t x = sender ^ (seq * 0x9E3779B97F4A7C15ull) ^ 0x2545F4914F6CDD1Dull;
-  if (x == 0) x = 1;  // xorshift would stay at zero
-  size_t i = 0;
-  for (; i + 8 <= body.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(body.data() + i, &x, 8);
-  }
-  for (; i < body.size(); ++i) body[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
-}
-
 }  // namespace
 
 void FillSoakMessage(std::span<std::byte> message, Gid sender, uint64_t seq) {
   std::span<std::byte> body = message.subspan(kSoakHeaderBytes);
-  FillBody(body, sender.raw(), seq);
+  FillPattern(body, sender.raw(), seq);
   const Sha256::Digest digest = Sha256::Of(body);
   RawHeader header{kDataMagic, 0, sender.raw(), seq, message.size(), {}};
   std::memcpy(header.body_sha256, digest.data(), digest.size());

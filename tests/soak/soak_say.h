@@ -12,17 +12,19 @@
 
 namespace tocl::testing {
 
-inline void SoakSay(const std::string& line) {
+// The local time of day, "HH:MM:SS.mmm" (the workers' "at" fields too).
+inline std::string TimeOfDay() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   std::tm local{};
   localtime_r(&seconds, &local);
   const auto millis =
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::fputs(fmt::format("soak {:02}:{:02}:{:02}.{:03}: {}\n", local.tm_hour, local.tm_min,
-                         local.tm_sec, millis, line)
-                 .c_str(),
-             stdout);
+  return fmt::format("{:02}:{:02}:{:02}.{:03}", local.tm_hour, local.tm_min, local.tm_sec, millis);
+}
+
+inline void SoakSay(const std::string& line) {
+  std::fputs(fmt::format("soak {}: {}\n", TimeOfDay(), line).c_str(), stdout);
   std::fflush(stdout);
 }
 

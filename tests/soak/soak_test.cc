@@ -126,6 +126,34 @@ bool AllFlowing(const SoakWorkers& workers, int threads,
   return true;
 }
 
+// How many "stat" lines each thread of every current worker has printed.
+std::map<std::pair<int, int>, size_t> StatLines(SoakWorkers& workers) {
+  std::map<std::pair<int, int>, size_t> lines;
+  for (int h = 1; h <= kHosts; ++h) {
+    if (!workers.Running(h)) continue;
+    for (const WorkerEvent& event : workers.Current(h).worker->Events("stat")) {
+      ++lines[{h, static_cast<int>(event.Number("thread"))}];
+    }
+  }
+  return lines;
+}
+
+// Whether every thread of every current worker printed at least `more`
+// "stat" lines after `since`.
+bool StatsSince(SoakWorkers& workers, int threads,
+                const std::map<std::pair<int, int>, size_t>& since, size_t more) {
+  const auto now = StatLines(workers);
+  for (int h = 1; h <= kHosts; ++h) {
+    for (int t = 0; t < threads; ++t) {
+      auto it = now.find({h, t});
+      auto before = since.find({h, t});
+      const size_t base = before == since.end() ? 0 : before->second;
+      if (it == now.end() || it->second < base + more) return false;
+    }
+  }
+  return true;
+}
+
 std::string Progress(const SoakWorkers& workers) {
   std::string text;
   for (const auto& [key, acked] : AckedNow(workers)) {
@@ -300,7 +328,17 @@ TEST_CASE(
   SoakSay(fmt::format("faults over after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
                       Progress(workers)));
 
-  // Recovery: every stream of the workers now running moves again.
+  // Recovery: every stream of the workers now running moves again. The
+  // counts it starts from are the first ones wholly made after the faults
+  // ended: the workers print them every stats_interval, so the line printed
+  // second after the end is one (an older count would let acks from before
+  // the end count as recovery).
+  {
+    const auto lines_at_end = StatLines(workers);
+    INFO("waiting for two rounds of stat lines after the faults ended");
+    REQUIRE(WaitUntil([&] { return StatsSince(workers, config.threads, lines_at_end, 2); },
+                      kRecoveryTimeout, milliseconds(100)));
+  }
   const auto at_end_of_faults = AckedNow(workers);
   {
     auto next_sample = Clock::now();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "long_worker.h"  // LinePrinter
+#include "soak_say.h"     // TimeOfDay
 #include "tocl/directory_client.h"
 #include "tocl/runtime.h"
 
@@ -53,11 +54,6 @@ struct SoakCounters {
   // both
   std::atomic<uint64_t> errors{0};  // "error" lines printed
 };
-
-// The time of day, "HH:MM:SS.mmm" (local time, as the daemons' and the
-// runtime's log lines): the "at" field of the lines about streams, to line
-// them up with those logs and the test's fault lines.
-std::string TimeOfDay();
 
 struct SoakContext {
   Runtime& runtime;

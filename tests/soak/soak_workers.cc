@@ -65,6 +65,16 @@ Status SoakWorkers::Start(int host) {
 Status SoakWorkers::Kill(int host) {
   if (!Running(host)) return FailedPrecondition(fmt::format("host {} runs no soak worker", host));
   SoakIncarnation& incarnation = *current_[host];
+  // A worker that died by itself (a crash) must not pass for one we killed:
+  // its successor would hide it.
+  if (incarnation.worker->Exited()) {
+    auto code = incarnation.worker->Wait(std::chrono::seconds(1));
+    return Internal(fmt::format(
+        "{} had already ended ({}) before the planned kill; its last "
+        "lines:\n{}",
+        incarnation.Label(), code.ok() ? ExitStatusText(*code) : code.status().ToString(),
+        LastLines(incarnation.worker->Output(), 15)));
+  }
   if (::kill(incarnation.worker->pid(), SIGKILL) != 0) {
     return Internal(fmt::format("kill -9 {} ({}): errno {}", incarnation.worker->pid(),
                                 incarnation.Label(), errno));
@@ -73,6 +83,11 @@ Status SoakWorkers::Kill(int host) {
   current_.erase(host);
   auto reaped = incarnation.worker->Wait(std::chrono::seconds(10));
   if (!reaped.ok()) return reaped.status().WithContext("reaping " + incarnation.Label());
+  if (*reaped != 128 + SIGKILL) {
+    return Internal(fmt::format("{} ended with {} instead of the SIGKILL; its last lines:\n{}",
+                                incarnation.Label(), ExitStatusText(*reaped),
+                                LastLines(incarnation.worker->Output(), 15)));
+  }
   return Status::Ok();
 }
 
@@ -101,9 +116,13 @@ Status SoakWorkers::StopAll(std::chrono::milliseconds timeout) {
                                   incarnation->Label(), errno));
     }
   }
+  // One deadline for all: they drain at the same time.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string trouble;
   for (const auto& [host, incarnation] : current_) {
-    auto code = incarnation->worker->Wait(timeout);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto code = incarnation->worker->Wait(std::max(left, std::chrono::milliseconds(1)));
     if (code.ok() && *code == 0) continue;
     trouble += fmt::format("\n{} {}; its last lines:\n{}", incarnation->Label(),
                            code.ok() ? ExitStatusText(*code) : "did not exit in time",

@@ -68,7 +68,7 @@ class SoakWorkers {
   std::map<int, WorkerEvent> LatestStats(int host) const;
 
   // The stop signal (SIGUSR1) to every current worker, then waits up to
-  // `timeout` for each to exit: the error names those that did not, or
+  // `timeout` (in all) for them to exit: the error names those that did not, or
   // exited with a failure, with their last lines.
   Status StopAll(std::chrono::milliseconds timeout);
 

@@ -695,7 +695,16 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
       // (a long message's start, to be granted) may not be known here yet.
       // Failing it for good would drop every later answer to it; the next
       // send looks it up again. Only this host's daemon's "no" is final.
-      if (peer.process.host() != process.host()) return missing;
+      if (peer.process.host() != process.host()) {
+        // Unless its host is down: that answer is as final as after a
+        // lookup that found it.
+        if (Status down = HostDownStatus(peer.process.host()); !down.ok()) {
+          FailPeerLocked(peer, down);
+          peer.host_down = true;
+          return peer.failure;
+        }
+        return missing;
+      }
       FailPeerLocked(peer, std::move(missing));
       return peer.failure;
     }

@@ -22,8 +22,11 @@ struct RawHeader {
 };
 static_assert(sizeof(RawHeader) == kTestMessageHeaderBytes);
 
-void FillBody(std::span<std::byte> body, uint32_t thread, uint64_t seq) {
-  uint64_t x = (uint64_t{thread} << 40) ^ (seq * 0x9E3779B97F4A7C15ull) ^ 0x2545F4914F6CDD1Dull;
+}  // namespace
+
+void FillPattern(std::span<std::byte> body, uint64_t key, uint64_t seq) {
+  uint64_t x = key ^ (seq * 0x9E3779B97F4A7C15ull) ^ 0x2545F4914F6CDD1Dull;
+  if (x == 0) x = 1;  // xorshift would stay at zero
   size_t i = 0;
   for (; i + 8 <= body.size(); i += 8) {
     x ^= x << 13;
@@ -34,11 +37,9 @@ void FillBody(std::span<std::byte> body, uint32_t thread, uint64_t seq) {
   for (; i < body.size(); ++i) body[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
 }
 
-}  // namespace
-
 Sha256::Digest FillTestMessage(std::span<std::byte> message, uint32_t thread, uint64_t seq) {
   std::span<std::byte> body = message.subspan(kTestMessageHeaderBytes);
-  FillBody(body, thread, seq);
+  FillPattern(body, uint64_t{thread} << 40, seq);
   const Sha256::Digest digest = Sha256::Of(body);
   RawHeader header{kMagic, thread, seq, message.size(), {}, 0};
   std::memcpy(header.body_sha256, digest.data(), digest.size());

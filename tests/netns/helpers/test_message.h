@@ -30,6 +30,11 @@ struct TestMessageHeader {
   Sha256::Digest body_sha256 = {};
 };
 
+// Fills `body` with pseudo-random bytes (xorshift) determined by `key` and
+// `seq`, different at every offset, so a misplaced fragment shows. The soak
+// (tests/soak) fills its bodies the same way.
+void FillPattern(std::span<std::byte> body, uint64_t key, uint64_t seq);
+
 // Writes the header and body into `message` (at least
 // kTestMessageHeaderBytes); the body's digest.
 Sha256::Digest FillTestMessage(std::span<std::byte> message, uint32_t thread, uint64_t seq);
