@@ -20,6 +20,7 @@
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -382,6 +383,34 @@ TEST_CASE(
         kAgreementTimeout, milliseconds(500));
     INFO(expression << "\nh1: " << seen[1] << "\nh2: " << seen[2] << "\nh3: " << seen[3]);
     CHECK(agree);
+  }
+  // Threads too: the running receivers are those of the current workers,
+  // and each current sending thread has one running stream thread (a lost
+  // registration or unregistration would replicate to every host alike).
+  std::vector<Gid> receivers;
+  for (int h = 1; h <= kHosts; ++h) {
+    for (const Gid& gid : workers.Current(h).worker->gids()) receivers.push_back(gid);
+  }
+  std::sort(receivers.begin(), receivers.end());
+  std::string receivers_text;
+  for (const Gid& gid : receivers) receivers_text += gid.ToString() + " running,";
+  const size_t senders_expected = static_cast<size_t>(kHosts * config.threads);
+  for (int h = 1; h <= kHosts; ++h) {
+    std::string receivers_seen, senders_seen;
+    const bool truthful = WaitUntil(
+        [&] {
+          receivers_seen =
+              QueryText(cluster, h, "kind=thread and name~soak-recv-* and state=running");
+          senders_seen =
+              QueryText(cluster, h, "kind=thread and name~soak-send-* and state=running");
+          return receivers_seen == receivers_text &&
+                 std::count(senders_seen.begin(), senders_seen.end(), ',') ==
+                     static_cast<std::ptrdiff_t>(senders_expected);
+        },
+        kAgreementTimeout, milliseconds(500));
+    INFO("h" << h << " receivers: " << receivers_seen << "\nexpected: " << receivers_text
+             << "\nsenders: " << senders_seen << "\nexpected " << senders_expected);
+    CHECK(truthful);
   }
   for (int h = 1; h <= kHosts; ++h) {
     CHECK(QueryText(cluster, h, "kind=process and state=running") == running_text);
