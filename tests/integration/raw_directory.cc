@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "child_process.h"  // WaitUntil
+
 namespace tocl::testing {
 namespace {
 
@@ -216,6 +218,22 @@ grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
   request.set_page_token(page_token);
   pb::QueryResponse ignored;
   return stub.Query(&context, request, response != nullptr ? response : &ignored);
+}
+
+Gid WaitForHost(pb::Directory::Stub& stub, const std::string& expression,
+                std::chrono::milliseconds timeout) {
+  Gid host;
+  WaitUntil(
+      [&] {
+        pb::QueryResponse hosts;
+        if (RawQuery(stub, expression, {}, &hosts).ok() && hosts.entities_size() == 1 &&
+            !hosts.entities(0).address().empty()) {
+          host = Gid::FromRaw(hosts.entities(0).gid());
+        }
+        return host.valid();
+      },
+      timeout);
+  return host;
 }
 
 grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,

@@ -92,6 +92,11 @@ grpc::Status RawPing(pb::Directory::Stub& stub, uint64_t* head_seq = nullptr);
 grpc::Status RawLookup(pb::Directory::Stub& stub, uint64_t raw_gid, pb::Entity* entity = nullptr);
 grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
                       const std::string& page_token = {}, pb::QueryResponse* response = nullptr);
+// The one host matching `expression` ("kind=host and name=gpu-node"), once
+// the daemon behind `stub` knows it and its address (a joiner replicated to
+// the seed); Gid() if that does not happen within `timeout`.
+Gid WaitForHost(pb::Directory::Stub& stub, const std::string& expression,
+                std::chrono::milliseconds timeout = std::chrono::seconds(20));
 grpc::Status RawRegisterThreads(pb::Directory::Stub& stub,
                                 const pb::RegisterThreadsRequest& request);
 grpc::Status RawUnregisterThreads(pb::Directory::Stub& stub,

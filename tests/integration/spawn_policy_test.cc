@@ -179,14 +179,8 @@ TEST_CASE("a forwarded spawn is checked by the daemon that would run the program
   Daemon joiner(joiner_options);
   REQUIRE_OK(joiner.Start());
   auto stub = NewRawStub(seed.address());
-  pb::QueryResponse hosts;
-  REQUIRE(WaitUntil(
-      [&] {
-        return RawQuery(*stub, "kind=host and name=worker-node", {}, &hosts).ok() &&
-               hosts.entities_size() == 1 && !hosts.entities(0).address().empty();
-      },
-      seconds(20)));
-  const Gid remote = Gid::FromRaw(hosts.entities(0).gid());
+  const Gid remote = WaitForHost(*stub, "kind=host and name=worker-node");
+  REQUIRE(remote.valid());
 
   CHECK_REFUSED(Spawn(*stub, Request(kChild)), "spawn is disabled on h1");
 

@@ -615,14 +615,8 @@ TEST_CASE("spawn, kill and logs are forwarded to the daemon of the chosen host",
 
   // The seed knows the joiner's host, its address and its attributes.
   auto stub = NewRawStub(seed.address());
-  pb::QueryResponse gpu_hosts;
-  REQUIRE(WaitUntil(
-      [&] {
-        return RawQuery(*stub, "kind=host and gpu=1", {}, &gpu_hosts).ok() &&
-               gpu_hosts.entities_size() == 1 && !gpu_hosts.entities(0).address().empty();
-      },
-      seconds(20)));
-  const Gid remote = Gid::FromRaw(gpu_hosts.entities(0).gid());
+  const Gid remote = WaitForHost(*stub, "kind=host and gpu=1");
+  REQUIRE(remote.valid());
   REQUIRE(remote != Gid::Host(1));
 
   // Placed by attribute, on the joiner, asked of the seed.

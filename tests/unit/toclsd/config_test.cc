@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config_loading.h"
 #include "temp_dir.h"
 #include "tocl/log.h"
 
@@ -23,22 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 
 using tocl::testing::TempDir;
-
-DaemonConfig MustLoad(std::string_view text, DaemonConfig config = {}) {
-  Status status = LoadConfigText(text, "test.toml", config);
-  INFO("toml:\n" << text);
-  REQUIRE(status.message() == "");
-  return config;
-}
-
-std::string LoadError(std::string_view text) {
-  DaemonConfig config;
-  Status status = LoadConfigText(text, "test.toml", config);
-  INFO("toml:\n" << text);
-  REQUIRE_FALSE(status.ok());
-  CHECK(status.code() == StatusCode::kInvalidArgument);
-  return status.message();
-}
 
 // A config that FinishConfig accepts, with an explicit host name.
 DaemonConfig Finishable() {

@@ -6,28 +6,12 @@
 #include <vector>
 
 #include "config.h"
+#include "config_loading.h"
 #include "spawn/allow_list.h"
 #include "spawn/run_as.h"
 
 namespace tocl::daemon {
 namespace {
-
-DaemonConfig MustLoad(std::string_view text) {
-  DaemonConfig config;
-  Status status = LoadConfigText(text, "test.toml", config);
-  INFO("toml:\n" << text);
-  REQUIRE(status.message() == "");
-  return config;
-}
-
-std::string LoadError(std::string_view text) {
-  DaemonConfig config;
-  Status status = LoadConfigText(text, "test.toml", config);
-  INFO("toml:\n" << text);
-  REQUIRE_FALSE(status.ok());
-  CHECK(status.code() == StatusCode::kInvalidArgument);
-  return status.message();
-}
 
 std::string FinishError(const DaemonConfig& config, bool root) {
   Status status = FinishSpawnConfig(config, root);
