@@ -220,6 +220,32 @@ grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
   return stub.Query(&context, request, response != nullptr ? response : &ignored);
 }
 
+pb::SpawnProcessRequest SpawnRequest(const std::string& executable,
+                                     const std::vector<std::string>& args) {
+  pb::SpawnProcessRequest request;
+  request.set_executable(executable);
+  for (const std::string& arg : args) request.add_args(arg);
+  return request;
+}
+
+grpc::Status RawSpawn(pb::Directory::Stub& stub, const pb::SpawnProcessRequest& request,
+                      pb::SpawnProcessResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, std::chrono::seconds(20));
+  pb::SpawnProcessResponse ignored;
+  return stub.SpawnProcess(&context, request, response != nullptr ? response : &ignored);
+}
+
+grpc::Status RawKill(pb::Directory::Stub& stub, Gid gid, int signal) {
+  grpc::ClientContext context;
+  SetDeadline(context, kCallTimeout);
+  pb::KillRequest request;
+  request.set_gid(gid.raw());
+  request.set_signal(signal);
+  pb::KillResponse response;
+  return stub.Kill(&context, request, &response);
+}
+
 Gid WaitForHost(pb::Directory::Stub& stub, const std::string& expression,
                 std::chrono::milliseconds timeout) {
   Gid host;

@@ -92,6 +92,15 @@ grpc::Status RawPing(pb::Directory::Stub& stub, uint64_t* head_seq = nullptr);
 grpc::Status RawLookup(pb::Directory::Stub& stub, uint64_t raw_gid, pb::Entity* entity = nullptr);
 grpc::Status RawQuery(pb::Directory::Stub& stub, const std::string& expression,
                       const std::string& page_token = {}, pb::QueryResponse* response = nullptr);
+// SpawnProcess for `executable` with `args`: the request, and the call
+// (deadline 20 s: spawning waits for the program to enroll).
+pb::SpawnProcessRequest SpawnRequest(const std::string& executable,
+                                     const std::vector<std::string>& args = {});
+grpc::Status RawSpawn(pb::Directory::Stub& stub, const pb::SpawnProcessRequest& request,
+                      pb::SpawnProcessResponse* response = nullptr);
+// Kill(gid, signal), deadline 10 s.
+grpc::Status RawKill(pb::Directory::Stub& stub, Gid gid, int signal);
+
 // The one host matching `expression` ("kind=host and name=gpu-node"), once
 // the daemon behind `stub` knows it and its address (a joiner replicated to
 // the seed); Gid() if that does not happen within `timeout`.

@@ -3,6 +3,7 @@
 // reserved and by the daemon that would run the program; every refusal is
 // PERMISSION_DENIED and logged with the caller. With run_as, programs run as
 // that user (root tests only) and still enroll.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,32 +26,6 @@ namespace {
 using std::chrono::seconds;
 
 const std::string kChild = TOCL_SPAWNED_CHILD_PATH;
-
-grpc::Status Spawn(pb::Directory::Stub& stub, pb::SpawnProcessRequest request,
-                   pb::SpawnProcessResponse* response = nullptr) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(20));
-  pb::SpawnProcessResponse ignored;
-  return stub.SpawnProcess(&context, request, response != nullptr ? response : &ignored);
-}
-
-pb::SpawnProcessRequest Request(const std::string& executable,
-                                const std::vector<std::string>& args = {}) {
-  pb::SpawnProcessRequest request;
-  request.set_executable(executable);
-  for (const std::string& arg : args) request.add_args(arg);
-  return request;
-}
-
-grpc::Status Kill(pb::Directory::Stub& stub, Gid gid) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
-  pb::KillRequest request;
-  request.set_gid(gid.raw());
-  request.set_signal(SIGKILL);
-  pb::KillResponse response;
-  return stub.Kill(&context, request, &response);
-}
 
 #define CHECK_REFUSED(status, text)                                      \
   do {                                                                   \
@@ -120,16 +95,16 @@ TEST_CASE(
   auto stub = NewRawStub(daemon.address());
   const uint64_t head = HeadSeq(*stub);
 
-  CHECK_REFUSED(Spawn(*stub, Request("/usr/bin/true")),
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest("/usr/bin/true")),
                 "h1 does not allow spawning /usr/bin/true (not in [spawn] allow)");
   // A link in an allowed directory is judged by where it points.
-  CHECK_REFUSED(Spawn(*stub, Request(outside_link)),
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest(outside_link)),
                 "h1 does not allow spawning " + outside_link +
                     " (real path /usr/bin/true) (not in [spawn] allow)");
   // A bare name is judged by the file the daemon's PATH finds.
-  CHECK_REFUSED(Spawn(*stub, Request("true")), "h1 does not allow spawning /");
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest("true")), "h1 does not allow spawning /");
   // '*' does not cross a '/'.
-  CHECK_REFUSED(Spawn(*stub, Request(nested.File("sub/program"))),
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest(nested.File("sub/program"))),
                 "h1 does not allow spawning " + nested.File("sub/program"));
 
   CHECK(HeadSeq(*stub) == head);
@@ -141,7 +116,7 @@ TEST_CASE(
 
   // A link to an allowed program is allowed: it is the program that counts.
   pb::SpawnProcessResponse spawned;
-  const grpc::Status through_link = Spawn(*stub, Request(inside_link), &spawned);
+  const grpc::Status through_link = RawSpawn(*stub, SpawnRequest(inside_link), &spawned);
   INFO(Describe(through_link));
   CHECK(through_link.ok());
   CHECK(Gid::FromRaw(spawned.gid()).is_process());
@@ -156,9 +131,9 @@ TEST_CASE("without an allow list spawning is disabled and says how to enable it"
   auto stub = NewRawStub(daemon.address());
   const uint64_t head = HeadSeq(*stub);
 
-  CHECK_REFUSED(Spawn(*stub, Request(kChild)),
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest(kChild)),
                 "spawn is disabled on h1: toclsd's configuration has no [spawn] allow list");
-  CHECK_REFUSED(Spawn(*stub, Request(kChild)), "--spawn-allow");
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest(kChild)), "--spawn-allow");
   CHECK(HeadSeq(*stub) == head);
   CHECK(ProcessCount(*stub) == 0);
   CHECK_THAT(daemon.LogTail(20000),
@@ -182,24 +157,24 @@ TEST_CASE("a forwarded spawn is checked by the daemon that would run the program
   const Gid remote = WaitForHost(*stub, "kind=host and name=worker-node");
   REQUIRE(remote.valid());
 
-  CHECK_REFUSED(Spawn(*stub, Request(kChild)), "spawn is disabled on h1");
+  CHECK_REFUSED(RawSpawn(*stub, SpawnRequest(kChild)), "spawn is disabled on h1");
 
-  pb::SpawnProcessRequest allowed = Request(kChild, {"--then", "wait"});
+  pb::SpawnProcessRequest allowed = SpawnRequest(kChild, {"--then", "wait"});
   allowed.set_host(remote.raw());
   pb::SpawnProcessResponse spawned;
-  const grpc::Status started = Spawn(*stub, allowed, &spawned);
+  const grpc::Status started = RawSpawn(*stub, allowed, &spawned);
   INFO(Describe(started));
   REQUIRE(started.ok());
   CHECK(Gid::FromRaw(spawned.gid()).host() == remote);
 
-  pb::SpawnProcessRequest refused = Request("/usr/bin/true");
+  pb::SpawnProcessRequest refused = SpawnRequest("/usr/bin/true");
   refused.set_host(remote.raw());
-  CHECK_REFUSED(Spawn(*stub, refused), "on " + remote.ToString() + ": " + remote.ToString() +
-                                           " does not allow spawning /usr/bin/true");
+  CHECK_REFUSED(RawSpawn(*stub, refused), "on " + remote.ToString() + ": " + remote.ToString() +
+                                              " does not allow spawning /usr/bin/true");
   CHECK_THAT(joiner.LogTail(20000), Catch::Contains("refused to spawn /usr/bin/true for ipv"));
   CHECK_THAT(joiner.LogTail(20000), Catch::Contains("(forwarded by h1)"));
 
-  CHECK(Kill(*stub, Gid::FromRaw(spawned.gid())).ok());
+  CHECK(RawKill(*stub, Gid::FromRaw(spawned.gid()), SIGKILL).ok());
 }
 
 TEST_CASE("with run_as a spawned program runs as that user and group and enrolls",
@@ -217,7 +192,7 @@ TEST_CASE("with run_as a spawned program runs as that user and group and enrolls
 
   pb::SpawnProcessResponse spawned;
   const grpc::Status started =
-      Spawn(*stub, Request(kChild, {"--say", "as nobody", "--then", "wait"}), &spawned);
+      RawSpawn(*stub, SpawnRequest(kChild, {"--say", "as nobody", "--then", "wait"}), &spawned);
   INFO(Describe(started));
   REQUIRE(started.ok());
   const Gid gid = Gid::FromRaw(spawned.gid());
@@ -241,7 +216,7 @@ TEST_CASE("with run_as a spawned program runs as that user and group and enrolls
       seconds(10)));
   CHECK_THAT(out, Catch::Contains("gid " + gid.ToString() + "\n"));
   CHECK_THAT(daemon.LogTail(20000), Catch::Contains("as user nobody"));
-  CHECK(Kill(*stub, gid).ok());
+  CHECK(RawKill(*stub, gid, SIGKILL).ok());
 }
 
 TEST_CASE("with run_as a program the user cannot execute is refused after the switch",
@@ -260,9 +235,9 @@ TEST_CASE("with run_as a program the user cannot execute is refused after the sw
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  pb::SpawnProcessRequest request = Request(hidden.File("program"));
+  pb::SpawnProcessRequest request = SpawnRequest(hidden.File("program"));
   request.set_name("hidden");
-  CHECK_REFUSED(Spawn(*stub, request), hidden.File("program") + " is not executable");
+  CHECK_REFUSED(RawSpawn(*stub, request), hidden.File("program") + " is not executable");
   pb::QueryResponse rows;
   REQUIRE(RawQuery(*stub, "kind=process and name=hidden", {}, &rows).ok());
   REQUIRE(rows.entities_size() == 1);

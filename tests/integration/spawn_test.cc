@@ -33,30 +33,10 @@ struct SpawnCall {
   Gid gid() const { return Gid::FromRaw(response.gid()); }
 };
 
-pb::SpawnProcessRequest Request(const std::string& executable,
-                                const std::vector<std::string>& args = {}) {
-  pb::SpawnProcessRequest request;
-  request.set_executable(executable);
-  for (const std::string& arg : args) request.add_args(arg);
-  return request;
-}
-
 SpawnCall Spawn(pb::Directory::Stub& stub, const pb::SpawnProcessRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(20));
   SpawnCall call;
-  call.status = stub.SpawnProcess(&context, request, &call.response);
+  call.status = RawSpawn(stub, request, &call.response);
   return call;
-}
-
-grpc::Status Kill(pb::Directory::Stub& stub, Gid gid, int signal) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
-  pb::KillRequest request;
-  request.set_gid(gid.raw());
-  request.set_signal(signal);
-  pb::KillResponse response;
-  return stub.Kill(&context, request, &response);
 }
 
 grpc::Status ReadLog(pb::Directory::Stub& stub, Gid gid, pb::LogStream stream,
@@ -113,7 +93,7 @@ TEST_CASE("a spawned program enrolls with the gid the spawn returns, and its exi
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  pb::SpawnProcessRequest request = Request(
+  pb::SpawnProcessRequest request = SpawnRequest(
       kChild, {"--say", "hello from the child", "--complain", "a complaint", "--status", "3"});
   request.set_name("status-three");
   SpawnCall spawned = Spawn(*stub, request);
@@ -147,14 +127,14 @@ TEST_CASE("a spawned program killed with a signal has the signal recorded",
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall spawned = Spawn(*stub, Request(kChild, {"--then", "wait"}));
+  SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--then", "wait"}));
   REQUIRE_SPAWNED(spawned);
   const Gid gid = spawned.gid();
   pb::Entity running;
   REQUIRE(RawLookup(*stub, gid.raw(), &running).ok());
   CHECK(running.state() == pb::RUNNING);
 
-  REQUIRE(Kill(*stub, gid, SIGKILL).ok());
+  REQUIRE(RawKill(*stub, gid, SIGKILL).ok());
   pb::Entity entity = ExitedEntity(*stub, gid);
   REQUIRE(entity.has_exit_signal());
   CHECK(entity.exit_signal() == SIGKILL);
@@ -162,7 +142,7 @@ TEST_CASE("a spawned program killed with a signal has the signal recorded",
   CHECK_THAT(entity.exit_reason(), Catch::Contains("killed by signal 9 (SIGKILL)"));
 
   // Dead now: a second kill is refused.
-  CHECK_CODE_AND_TEXT(Kill(*stub, gid, SIGKILL), grpc::StatusCode::FAILED_PRECONDITION,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, gid, SIGKILL), grpc::StatusCode::FAILED_PRECONDITION,
                       "has exited");
 }
 
@@ -172,7 +152,7 @@ TEST_CASE("a spawned program that dies without closing its session has its statu
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall spawned = Spawn(*stub, Request(kChild, {"--then", "crash", "--status", "7"}));
+  SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--then", "crash", "--status", "7"}));
   REQUIRE_SPAWNED(spawned);
   pb::Entity entity = ExitedEntity(*stub, spawned.gid());
   REQUIRE(entity.has_exit_status());
@@ -186,10 +166,10 @@ TEST_CASE("SIGTERM ends a spawned program: it does not inherit the daemon's bloc
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall spawned = Spawn(*stub, Request(kChild, {"--then", "wait"}));
+  SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--then", "wait"}));
   REQUIRE_SPAWNED(spawned);
   // Signal 0 means SIGTERM.
-  REQUIRE(Kill(*stub, spawned.gid(), 0).ok());
+  REQUIRE(RawKill(*stub, spawned.gid(), 0).ok());
   pb::Entity entity = ExitedEntity(*stub, spawned.gid());
   REQUIRE(entity.has_exit_signal());
   CHECK(entity.exit_signal() == SIGTERM);
@@ -208,9 +188,9 @@ TEST_CASE(
   auto stub = NewRawStub(daemon.address());
 
   pb::SpawnProcessRequest request =
-      Request(kChild, {"--print-env", "TOCL_LEAK", "--print-env", "SHARED", "--print-env", "EXTRA",
-                       "--print-env", "TOCL_PARENT", "--print-env", "TOCL_DAEMON", "--print-env",
-                       "TOCL_PROCESS_GID", "--print-cwd"});
+      SpawnRequest(kChild, {"--print-env", "TOCL_LEAK", "--print-env", "SHARED", "--print-env",
+                            "EXTRA", "--print-env", "TOCL_PARENT", "--print-env", "TOCL_DAEMON",
+                            "--print-env", "TOCL_PROCESS_GID", "--print-cwd"});
   request.add_env("EXTRA=x=y z");
   request.add_env("SHARED=request");
   request.set_parent(Gid::Thread(1, 77, 3).raw());
@@ -228,7 +208,7 @@ TEST_CASE(
   pb::Entity entity = ExitedEntity(*stub, spawned.gid());
   CHECK(Gid::FromRaw(entity.parent()) == Gid::Thread(1, 77, 3));
 
-  pb::SpawnProcessRequest elsewhere = Request(kChild, {"--print-cwd"});
+  pb::SpawnProcessRequest elsewhere = SpawnRequest(kChild, {"--print-cwd"});
   elsewhere.set_working_directory("/tmp");
   SpawnCall moved = Spawn(*stub, elsewhere);
   REQUIRE_SPAWNED(moved);
@@ -247,9 +227,9 @@ TEST_CASE("a missing or non-executable program is refused before anything starts
   uint64_t before = 0;
   REQUIRE(RawPing(*stub, &before).ok());
 
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request("/no/such/program")).status, grpc::StatusCode::NOT_FOUND,
-                      "no such executable /no/such/program");
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request("tocl-no-such-program-anywhere")).status,
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest("/no/such/program")).status,
+                      grpc::StatusCode::NOT_FOUND, "no such executable /no/such/program");
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest("tocl-no-such-program-anywhere")).status,
                       grpc::StatusCode::NOT_FOUND,
                       "no such executable 'tocl-no-such-program-anywhere' in the daemon's PATH");
   const std::string text_file = daemon.state_dir() + "/not-a-program";
@@ -257,20 +237,20 @@ TEST_CASE("a missing or non-executable program is refused before anything starts
     std::ofstream file(text_file);
     file << "just text\n";
   }
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request(text_file)).status, grpc::StatusCode::PERMISSION_DENIED,
-                      text_file + " is not executable");
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request("/tmp")).status, grpc::StatusCode::PERMISSION_DENIED,
-                      "/tmp is not executable");
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest(text_file)).status,
+                      grpc::StatusCode::PERMISSION_DENIED, text_file + " is not executable");
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest("/tmp")).status,
+                      grpc::StatusCode::PERMISSION_DENIED, "/tmp is not executable");
   // Relative paths are relative to the working directory.
-  pb::SpawnProcessRequest relative = Request("./not-a-program");
+  pb::SpawnProcessRequest relative = SpawnRequest("./not-a-program");
   relative.set_working_directory(daemon.state_dir());
   CHECK_CODE_AND_TEXT(Spawn(*stub, relative).status, grpc::StatusCode::PERMISSION_DENIED,
                       text_file + " is not executable");
-  pb::SpawnProcessRequest no_dir = Request(kChild);
+  pb::SpawnProcessRequest no_dir = SpawnRequest(kChild);
   no_dir.set_working_directory("/no/such/dir");
   CHECK_CODE_AND_TEXT(Spawn(*stub, no_dir).status, grpc::StatusCode::NOT_FOUND,
                       "working directory /no/such/dir does not exist");
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request("")).status, grpc::StatusCode::INVALID_ARGUMENT,
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest("")).status, grpc::StatusCode::INVALID_ARGUMENT,
                       "no executable given");
 
   // Nothing was reserved for any of them.
@@ -286,7 +266,7 @@ TEST_CASE("a missing or non-executable program is refused before anything starts
     file << "#!/no/such/interpreter\n";
   }
   REQUIRE(::chmod(script.c_str(), 0755) == 0);
-  pb::SpawnProcessRequest scripted = Request(script);
+  pb::SpawnProcessRequest scripted = SpawnRequest(script);
   scripted.set_name("script");
   CHECK_CODE_AND_TEXT(Spawn(*stub, scripted).status, grpc::StatusCode::NOT_FOUND,
                       "the interpreter its #! line names is missing");
@@ -311,12 +291,12 @@ TEST_CASE("bad env entries are refused, naming the entry", "[integration][spawn]
       {"TOCL_SPAWN_TOKEN=00", "env[0]: TOCL_SPAWN_TOKEN is set by the daemon"},
   };
   for (const auto& [entry, message] : bad) {
-    pb::SpawnProcessRequest request = Request(kChild);
+    pb::SpawnProcessRequest request = SpawnRequest(kChild);
     request.add_env(entry);
     INFO(entry);
     CHECK_CODE_AND_TEXT(Spawn(*stub, request).status, grpc::StatusCode::INVALID_ARGUMENT, message);
   }
-  pb::SpawnProcessRequest twice = Request(kChild);
+  pb::SpawnProcessRequest twice = SpawnRequest(kChild);
   twice.add_env("A=1");
   twice.add_env("A=2");
   CHECK_CODE_AND_TEXT(Spawn(*stub, twice).status, grpc::StatusCode::INVALID_ARGUMENT,
@@ -329,11 +309,12 @@ TEST_CASE("a program that exits before it enrolls fails the spawn with its exit 
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall call = Spawn(*stub, Request(kChild, {"--no-enroll", "--say", "bye", "--status", "3"}));
+  SpawnCall call =
+      Spawn(*stub, SpawnRequest(kChild, {"--no-enroll", "--say", "bye", "--status", "3"}));
   CHECK_CODE_AND_TEXT(call.status, grpc::StatusCode::ABORTED,
                       "exited with status 3 before it enrolled; see `tocl logs h1.p");
   // Found by bare name in the daemon's PATH.
-  CHECK_CODE_AND_TEXT(Spawn(*stub, Request("false")).status, grpc::StatusCode::ABORTED,
+  CHECK_CODE_AND_TEXT(Spawn(*stub, SpawnRequest("false")).status, grpc::StatusCode::ABORTED,
                       "exited with status 1 before it enrolled");
 
   // Its row and its log tell the same.
@@ -352,7 +333,7 @@ TEST_CASE("a program that never enrolls is killed at the enroll timeout", "[inte
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  pb::SpawnProcessRequest request = Request("/bin/sleep", {"60"});
+  pb::SpawnProcessRequest request = SpawnRequest("/bin/sleep", {"60"});
   request.set_name("sleeper");
   request.set_enroll_timeout_ms(300);
   const auto start = std::chrono::steady_clock::now();
@@ -390,39 +371,39 @@ TEST_CASE("placement: a named host, a where expression, or bad combinations",
   CHECK(attributes["rack"] == "r7");
   CHECK(attributes.contains("networks"));
 
-  pb::SpawnProcessRequest here = Request(kChild);
+  pb::SpawnProcessRequest here = SpawnRequest(kChild);
   here.set_host(Gid::Host(1).raw());
   SpawnCall named = Spawn(*stub, here);
   REQUIRE_SPAWNED(named);
   CHECK(named.gid().host() == Gid::Host(1));
 
-  pb::SpawnProcessRequest gpu = Request(kChild);
+  pb::SpawnProcessRequest gpu = SpawnRequest(kChild);
   gpu.set_where("gpu=1 and rack~r*");
   SpawnCall placed = Spawn(*stub, gpu);
   REQUIRE_SPAWNED(placed);
   CHECK(placed.gid().host() == Gid::Host(1));
 
-  pb::SpawnProcessRequest unknown = Request(kChild);
+  pb::SpawnProcessRequest unknown = SpawnRequest(kChild);
   unknown.set_host(Gid::Host(9).raw());
   CHECK_CODE_AND_TEXT(Spawn(*stub, unknown).status, grpc::StatusCode::NOT_FOUND,
                       "host h9 is not a member of this cluster");
 
-  pb::SpawnProcessRequest both = Request(kChild);
+  pb::SpawnProcessRequest both = SpawnRequest(kChild);
   both.set_host(Gid::Host(1).raw());
   both.set_where("gpu=1");
   CHECK_CODE_AND_TEXT(Spawn(*stub, both).status, grpc::StatusCode::INVALID_ARGUMENT, "not both");
 
-  pb::SpawnProcessRequest none = Request(kChild);
+  pb::SpawnProcessRequest none = SpawnRequest(kChild);
   none.set_where("gpu=2");
   CHECK_CODE_AND_TEXT(Spawn(*stub, none).status, grpc::StatusCode::NOT_FOUND,
                       "no host matches 'gpu=2'");
 
-  pb::SpawnProcessRequest bad = Request(kChild);
+  pb::SpawnProcessRequest bad = SpawnRequest(kChild);
   bad.set_where("gpu==1");
   CHECK_CODE_AND_TEXT(Spawn(*stub, bad).status, grpc::StatusCode::INVALID_ARGUMENT,
                       "where: query: at position 4");
 
-  pb::SpawnProcessRequest not_host = Request(kChild);
+  pb::SpawnProcessRequest not_host = SpawnRequest(kChild);
   not_host.set_host(Gid::Process(1, 2).raw());
   CHECK_CODE_AND_TEXT(Spawn(*stub, not_host).status, grpc::StatusCode::INVALID_ARGUMENT,
                       "h1.p2 is not a host id");
@@ -433,18 +414,18 @@ TEST_CASE("kill refuses threads, bad signals and unknown processes", "[integrati
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Thread(1, 4, 2), SIGTERM),
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Thread(1, 4, 2), SIGTERM),
                       grpc::StatusCode::INVALID_ARGUMENT,
                       "h1.p4.t2 is a thread: threads cannot be killed, kill its process h1.p4");
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Host(1), SIGTERM), grpc::StatusCode::INVALID_ARGUMENT,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Host(1), SIGTERM), grpc::StatusCode::INVALID_ARGUMENT,
                       "h1 is not a process id");
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Process(1, 4), 65), grpc::StatusCode::INVALID_ARGUMENT,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Process(1, 4), 65), grpc::StatusCode::INVALID_ARGUMENT,
                       "signal 65 is outside 1..64");
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Process(1, 4), -1), grpc::StatusCode::INVALID_ARGUMENT,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Process(1, 4), -1), grpc::StatusCode::INVALID_ARGUMENT,
                       "signal -1 is outside 1..64");
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Process(1, 4), SIGTERM), grpc::StatusCode::NOT_FOUND,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Process(1, 4), SIGTERM), grpc::StatusCode::NOT_FOUND,
                       "no process h1.p4");
-  CHECK_CODE_AND_TEXT(Kill(*stub, Gid::Process(5, 4), SIGTERM), grpc::StatusCode::NOT_FOUND,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, Gid::Process(5, 4), SIGTERM), grpc::StatusCode::NOT_FOUND,
                       "host h5 is not a member of this cluster");
 }
 
@@ -453,7 +434,7 @@ TEST_CASE("read log: offsets, sizes, and processes without logs", "[integration]
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall spawned = Spawn(*stub, Request(kChild, {"--bytes", "100000", "--then", "wait"}));
+  SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--bytes", "100000", "--then", "wait"}));
   REQUIRE_SPAWNED(spawned);
   const Gid gid = spawned.gid();
   const std::string header = "gid " + gid.ToString() + "\n";
@@ -479,7 +460,7 @@ TEST_CASE("read log: offsets, sizes, and processes without logs", "[integration]
   CHECK(log.data().empty());
   CHECK(log.size() == 0);
 
-  REQUIRE(Kill(*stub, gid, SIGKILL).ok());
+  REQUIRE(RawKill(*stub, gid, SIGKILL).ok());
   REQUIRE(WaitUntil(
       [&] { return ReadLog(*stub, gid, pb::LOG_STREAM_STDOUT, &log).ok() && log.process_exited(); },
       seconds(10)));
@@ -509,10 +490,11 @@ TEST_CASE("spawn and kill are refused to TCP callers that are not cluster daemon
 
   // Lookups are open to everyone; spawning is not.
   REQUIRE(RawLookup(*remote, Gid::Host(1).raw()).ok());
-  CHECK_CODE_AND_TEXT(Spawn(*remote, Request(kChild)).status, grpc::StatusCode::PERMISSION_DENIED,
+  CHECK_CODE_AND_TEXT(Spawn(*remote, SpawnRequest(kChild)).status,
+                      grpc::StatusCode::PERMISSION_DENIED,
                       "spawn requests are accepted only from this host's unix socket and from "
                       "the cluster's daemons");
-  CHECK_CODE_AND_TEXT(Kill(*remote, Gid::Process(1, 1), SIGTERM),
+  CHECK_CODE_AND_TEXT(RawKill(*remote, Gid::Process(1, 1), SIGTERM),
                       grpc::StatusCode::PERMISSION_DENIED, "kill requests are accepted only");
   pb::ReadLogResponse log;
   CHECK_CODE_AND_TEXT(ReadLog(*remote, Gid::Process(1, 1), pb::LOG_STREAM_STDOUT, &log),
@@ -534,7 +516,7 @@ TEST_CASE("a program started by a spawned one does not take its identity", "[int
   REQUIRE_OK(daemon.Start());
   auto stub = NewRawStub(daemon.address());
 
-  SpawnCall spawned = Spawn(*stub, Request(kChild, {"--then", "wait"}));
+  SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--then", "wait"}));
   REQUIRE_SPAWNED(spawned);
   const Gid gid = spawned.gid();
   const pid_t pid = static_cast<pid_t>(spawned.response.os_pid());
@@ -558,7 +540,7 @@ TEST_CASE("a program started by a spawned one does not take its identity", "[int
   REQUIRE(RawLookup(*stub, gid.raw(), &entity).ok());
   CHECK(entity.state() == pb::RUNNING);
   CHECK(entity.os_pid() == pid);
-  REQUIRE(Kill(*stub, gid, SIGKILL).ok());
+  REQUIRE(RawKill(*stub, gid, SIGKILL).ok());
   CHECK(ExitedEntity(*stub, gid).exit_signal() == SIGKILL);
 
   // A malformed identity is the enrolling program's clear error.
@@ -577,7 +559,7 @@ TEST_CASE("a spawned program outlives a daemon restart and re-enrolls with its g
   SpawnCall spawned;
   {
     auto stub = NewRawStub(daemon.address());
-    spawned = Spawn(*stub, Request(kChild, {"--then", "wait"}));
+    spawned = Spawn(*stub, SpawnRequest(kChild, {"--then", "wait"}));
   }
   REQUIRE_SPAWNED(spawned);
   const Gid gid = spawned.gid();
@@ -594,7 +576,7 @@ TEST_CASE("a spawned program outlives a daemon restart and re-enrolls with its g
   // No longer this daemon's child: signalled by its recorded os pid; how it
   // ended is unknown to the new daemon.
   auto stub = NewRawStub(daemon.address());
-  REQUIRE(Kill(*stub, gid, SIGTERM).ok());
+  REQUIRE(RawKill(*stub, gid, SIGTERM).ok());
   pb::Entity entity = ExitedEntity(*stub, gid);
   CHECK_FALSE(entity.has_exit_status());
   CHECK_FALSE(entity.has_exit_signal());
@@ -620,7 +602,8 @@ TEST_CASE("spawn, kill and logs are forwarded to the daemon of the chosen host",
   REQUIRE(remote != Gid::Host(1));
 
   // Placed by attribute, on the joiner, asked of the seed.
-  pb::SpawnProcessRequest request = Request(kChild, {"--say", "on the gpu node", "--then", "wait"});
+  pb::SpawnProcessRequest request =
+      SpawnRequest(kChild, {"--say", "on the gpu node", "--then", "wait"});
   request.set_where("gpu=1");
   SpawnCall spawned = Spawn(*stub, request);
   REQUIRE_SPAWNED(spawned);
@@ -637,12 +620,12 @@ TEST_CASE("spawn, kill and logs are forwarded to the daemon of the chosen host",
       seconds(10)));
   CHECK_FALSE(log.process_exited());
 
-  REQUIRE(Kill(*stub, gid, SIGKILL).ok());
+  REQUIRE(RawKill(*stub, gid, SIGKILL).ok());
   auto joiner_stub = NewRawStub(joiner.address());
   CHECK(ExitedEntity(*joiner_stub, gid).exit_signal() == SIGKILL);
 
   // Errors from the other daemon say where they come from.
-  pb::SpawnProcessRequest missing = Request("/no/such/program");
+  pb::SpawnProcessRequest missing = SpawnRequest("/no/such/program");
   missing.set_host(remote.raw());
   CHECK_CODE_AND_TEXT(Spawn(*stub, missing).status, grpc::StatusCode::NOT_FOUND,
                       "on " + remote.ToString() + ": no such executable /no/such/program");
@@ -653,13 +636,13 @@ TEST_CASE("spawn, kill and logs are forwarded to the daemon of the chosen host",
   REQUIRE(WaitUntil(
       [&] { return RawLookup(*stub, remote.raw(), &host).ok() && host.state() == pb::UNREACHABLE; },
       seconds(20)));
-  pb::SpawnProcessRequest named = Request(kChild);
+  pb::SpawnProcessRequest named = SpawnRequest(kChild);
   named.set_host(remote.raw());
   CHECK_CODE_AND_TEXT(Spawn(*stub, named).status, grpc::StatusCode::UNAVAILABLE,
                       "host " + remote.ToString() + " is down");
   CHECK_CODE_AND_TEXT(Spawn(*stub, request).status, grpc::StatusCode::UNAVAILABLE,
                       "every host that matches 'gpu=1' is down");
-  CHECK_CODE_AND_TEXT(Kill(*stub, gid, SIGKILL), grpc::StatusCode::UNAVAILABLE,
+  CHECK_CODE_AND_TEXT(RawKill(*stub, gid, SIGKILL), grpc::StatusCode::UNAVAILABLE,
                       "host " + remote.ToString() + " is down");
 }
 
