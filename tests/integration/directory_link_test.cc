@@ -10,6 +10,7 @@
 #include "daemon_harness.h"
 #include "status_assertions.h"
 #include "tocl/directory_client.h"
+#include "tocl/runtime.h"
 
 namespace tocl::testing {
 namespace {
@@ -55,6 +56,58 @@ TEST_CASE("a DirectoryLink counts a thread already registered, or already gone, 
   CHECK(StateOf(*client, second) == EntityState::kRunning);
   CHECK(client->Lookup(never).status().code() == StatusCode::kNotFound);
   CHECK_OK(link->Close());
+}
+
+Attributes ManyAttributes(size_t count) {
+  Attributes attributes;
+  for (size_t i = 0; i < count; ++i) attributes["a" + std::to_string(i)] = "v";
+  return attributes;
+}
+
+// A thread the daemon refuses (EnrollThread checks the same limits first,
+// but the daemon has the last word) is left out with an error; it must not
+// hold back the threads behind it, as it did (retried every second for
+// ever, every later registration queued behind it).
+TEST_CASE("a DirectoryLink leaves out a thread the daemon refuses and registers the others",
+          "[integration][runtime]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  auto link = REQUIRE_VALUE(runtime::DirectoryLink::Start(
+      daemon.address(), ProcessNamed("registrar"), std::chrono::milliseconds(0), {}));
+  const Gid refused = Gid::Thread(link->process(), 1);
+  const Gid behind = Gid::Thread(link->process(), 2);
+  link->QueueRegister({refused, "too-many", ManyAttributes(kMaxAttributesPerEntity + 1)});
+  link->QueueRegister({behind, "fine", {{"role", "r"}}});
+  REQUIRE_OK(link->Flush(seconds(10)));
+  CHECK(StateOf(*client, behind) == EntityState::kRunning);
+  CHECK(client->Lookup(refused).status().code() == StatusCode::kNotFound);
+  CHECK_OK(link->Close());
+}
+
+TEST_CASE("EnrollThread refuses more attributes than an entity may have, before the daemon does",
+          "[integration][runtime]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  RuntimeOptions options;
+  options.daemon_address = daemon.address();
+  options.name = "attributes";
+  options.networks = "shm";
+  auto runtime = REQUIRE_VALUE(Runtime::Start(std::move(options)));
+  auto too_many = runtime->EnrollThread("t", ManyAttributes(kMaxAttributesPerEntity + 1));
+  INFO(too_many.status().ToString());
+  CHECK(too_many.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(too_many.status().message(), Catch::Contains("65 attributes (at most 64)"));
+  // At the limit it is registered whole.
+  const Gid at_limit =
+      REQUIRE_VALUE(runtime->EnrollThread("t", ManyAttributes(kMaxAttributesPerEntity)));
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  CHECK(WaitUntil(
+      [&] {
+        auto entity = client->Lookup(at_limit);
+        return entity.ok() && entity->attributes.size() == kMaxAttributesPerEntity;
+      },
+      seconds(10)));
 }
 
 }  // namespace

@@ -90,6 +90,8 @@ namespace tocl {
 // they are limits on one request, not a resource running out).
 Status ValidateName(std::string_view what, std::string_view name);
 Status ValidateAttribute(std::string_view key, std::string_view value);
+// Each attribute, and at most kMaxAttributesPerEntity of them.
+Status ValidateAttributes(const Attributes& attributes);
 bool IsReservedAttributeKey(std::string_view key);
 
 }  // namespace tocl

@@ -130,4 +130,13 @@ Status ValidateAttribute(std::string_view key, std::string_view value) {
   return Status::Ok();
 }
 
+Status ValidateAttributes(const Attributes& attributes) {
+  if (attributes.size() > kMaxAttributesPerEntity) {
+    return InvalidArgument(
+        fmt::format("{} attributes (at most {})", attributes.size(), kMaxAttributesPerEntity));
+  }
+  for (const auto& [key, value] : attributes) TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
+  return Status::Ok();
+}
+
 }  // namespace tocl

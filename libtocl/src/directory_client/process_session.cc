@@ -304,9 +304,7 @@ Status CheckViPool(const NetworkStats& network) {
 
 Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOptions& options) {
   TOCL_RETURN_IF_ERROR(ValidateName("process", options.name));
-  for (const auto& [key, value] : options.attributes) {
-    TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
-  }
+  TOCL_RETURN_IF_ERROR(ValidateAttributes(options.attributes));
   auto impl = std::make_unique<ProcessSession::Impl>(impl_->connection.channel_target());
   impl->registration.set_name(options.name);
   impl->registration.set_os_pid(options.os_pid != 0 ? options.os_pid : ::getpid());

@@ -44,9 +44,7 @@ Status CheckSpawnOptions(const SpawnOptions& options) {
     }
   }
   if (!options.name.empty()) TOCL_RETURN_IF_ERROR(ValidateName("process", options.name));
-  for (const auto& [key, value] : options.attributes) {
-    TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
-  }
+  TOCL_RETURN_IF_ERROR(ValidateAttributes(options.attributes));
   return Status::Ok();
 }
 

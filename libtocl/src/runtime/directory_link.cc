@@ -116,14 +116,26 @@ void DirectoryLink::RegistrarLoop() {
 // Only this process's session may register or unregister its threads, so a
 // thread the daemon already has (or already has as exited) is one an earlier
 // attempt of ours got through, its answer lost with the daemon that died. The
-// daemon refuses a whole batch for one such thread: the batch then goes one
-// thread at a time, and those count as done.
+// daemon refuses a whole batch for one such thread, and for one thread it
+// finds invalid (EnrollThread checks what it can; the daemon has the last
+// word): the batch then goes one thread at a time. Those already there count
+// as done; an invalid one is left out with an error, so that it does not
+// hold back every thread queued behind it.
 Status DirectoryLink::Register(const std::vector<ThreadInfo>& batch) {
   Status status = session_->RegisterThreads(batch);
-  if (status.code() != StatusCode::kAlreadyExists) return status;
+  if (status.code() != StatusCode::kAlreadyExists &&
+      status.code() != StatusCode::kInvalidArgument) {
+    return status;
+  }
   for (const ThreadInfo& thread : batch) {
     Status one = session_->RegisterThreads(std::span(&thread, 1));
-    if (!one.ok() && one.code() != StatusCode::kAlreadyExists) return one;
+    if (one.ok() || one.code() == StatusCode::kAlreadyExists) continue;
+    if (one.code() == StatusCode::kInvalidArgument) {
+      spdlog::error("tocl: thread {} ('{}') is not in the directory: the daemon refused it: {}",
+                    thread.gid.ToString(), thread.name, one.ToString());
+      continue;
+    }
+    return one;
   }
   return Status::Ok();
 }

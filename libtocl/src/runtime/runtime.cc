@@ -1309,7 +1309,7 @@ Status Runtime::Shutdown(std::chrono::milliseconds flush_timeout) {
 Result<Gid> Runtime::Impl::EnrollThread(std::string name, Attributes attributes) {
   if (shutting_down.load()) return Unavailable("the runtime is shutting down");
   TOCL_RETURN_IF_ERROR(ValidateName("thread name", name));
-  for (const auto& [key, value] : attributes) TOCL_RETURN_IF_ERROR(ValidateAttribute(key, value));
+  TOCL_RETURN_IF_ERROR(ValidateAttributes(attributes));
   const uint32_t index = next_thread.fetch_add(1);
   if (index >= runtime::kFirstInternalThread) {
     return ResourceExhausted(
