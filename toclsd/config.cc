@@ -15,34 +15,10 @@
 #include "tocl/entity.h"
 #include "tocl/gid.h"
 #include "tocl/log.h"
+#include "toml_read.h"
 
 namespace tocl::daemon {
 namespace {
-
-std::string Where(const toml::node& node, std::string_view source) {
-  const toml::source_region& region = node.source();
-  return fmt::format("{}:{}", source, region.begin.line);
-}
-
-template <typename T>
-Status Read(const toml::table& table, std::string_view key, std::string_view source, T& out) {
-  const toml::node* node = table.get(key);
-  if (node == nullptr) return Status::Ok();
-  // value_exact: no silent conversions (a boolean is not a cache size); a
-  // floating-point setting also takes a whole number.
-  std::optional<T> value;
-  if constexpr (std::is_floating_point_v<T>) {
-    value = node->is_integer() ? std::optional<T>(static_cast<T>(*node->value_exact<int64_t>()))
-                               : node->value_exact<T>();
-  } else {
-    value = node->value_exact<T>();
-  }
-  if (!value) {
-    return InvalidArgument(fmt::format("{}: '{}' has the wrong type", Where(*node, source), key));
-  }
-  out = *value;
-  return Status::Ok();
-}
 
 // A list of addresses: an array of strings, or one string.
 Status ReadAddresses(const toml::table& table, std::string_view key, std::string_view source,

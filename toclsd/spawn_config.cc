@@ -8,28 +8,12 @@
 
 #include "spawn/allow_list.h"
 #include "spawn/run_as.h"
+#include "toml_read.h"
 
 namespace tocl::daemon {
 namespace {
 
 constexpr std::string_view kSpawnKeys[] = {"allow", "run_as", "run_as_group"};
-
-std::string Where(const toml::node& node, std::string_view source) {
-  return fmt::format("{}:{}", source, node.source().begin.line);
-}
-
-Status ReadString(const toml::table& table, std::string_view key, std::string_view name,
-                  std::string_view source, std::string& out) {
-  const toml::node* node = table.get(key);
-  if (node == nullptr) return Status::Ok();
-  std::optional<std::string> value = node->value_exact<std::string>();
-  if (!value) {
-    return InvalidArgument(
-        fmt::format("{}: '{}' has the wrong type (a string)", Where(*node, source), name));
-  }
-  out = *value;
-  return Status::Ok();
-}
 
 Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<std::string>& out) {
   const toml::node* node = spawn.get("allow");
@@ -61,7 +45,7 @@ Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<
 
 Status ReadSpawnSettings(const toml::table& root, std::string_view source, DaemonConfig& config) {
   TOCL_RETURN_IF_ERROR(
-      ReadString(root, "socket_group", "socket_group", source, config.socket_group));
+      Read(root, "socket_group", source, config.socket_group, "socket_group", " (a string)"));
   const toml::node* node = root.get("spawn");
   if (node == nullptr) return Status::Ok();
   const toml::table* spawn = node->as_table();
@@ -79,9 +63,10 @@ Status ReadSpawnSettings(const toml::table& root, std::string_view source, Daemo
     }
   }
   TOCL_RETURN_IF_ERROR(ReadAllow(*spawn, source, config.spawn_allow));
-  TOCL_RETURN_IF_ERROR(ReadString(*spawn, "run_as", "spawn.run_as", source, config.spawn_run_as));
   TOCL_RETURN_IF_ERROR(
-      ReadString(*spawn, "run_as_group", "spawn.run_as_group", source, config.spawn_run_as_group));
+      Read(*spawn, "run_as", source, config.spawn_run_as, "spawn.run_as", " (a string)"));
+  TOCL_RETURN_IF_ERROR(Read(*spawn, "run_as_group", source, config.spawn_run_as_group,
+                            "spawn.run_as_group", " (a string)"));
   return Status::Ok();
 }
 

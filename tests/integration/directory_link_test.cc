@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "daemon_harness.h"
@@ -23,17 +24,29 @@ EntityState StateOf(DirectoryClient& client, Gid gid) {
   return entity->state;
 }
 
+// A daemon, a client of it, and a DirectoryLink enrolled as "registrar"
+// (no statistics).
+struct Linked {
+  Linked() {
+    REQUIRE_OK(daemon.Start());
+    client = REQUIRE_VALUE(daemon.Connect());
+    link = REQUIRE_VALUE(runtime::DirectoryLink::Start(daemon.address(), ProcessNamed("registrar"),
+                                                       std::chrono::milliseconds(0), {}));
+  }
+  Daemon daemon;
+  std::unique_ptr<DirectoryClient> client;
+  std::unique_ptr<runtime::DirectoryLink> link;
+};
+
 // The soak found the registrar re-sending a batch the daemon had taken (its
 // unregistrations failed in the same round): the daemon refused it as
 // already there, for good, and with it every thread queued behind. Here the
 // repeats are made on purpose: without the fallback both Flushes time out.
 TEST_CASE("a DirectoryLink counts a thread already registered, or already gone, as done",
           "[integration][runtime]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto client = REQUIRE_VALUE(daemon.Connect());
-  auto link = REQUIRE_VALUE(runtime::DirectoryLink::Start(
-      daemon.address(), ProcessNamed("registrar"), std::chrono::milliseconds(0), {}));
+  Linked linked;
+  DirectoryClient* client = linked.client.get();
+  runtime::DirectoryLink* link = linked.link.get();
   const Gid first = Gid::Thread(link->process(), 1);
   const Gid second = Gid::Thread(link->process(), 2);
   const Gid never = Gid::Thread(link->process(), 3);
@@ -70,11 +83,9 @@ Attributes ManyAttributes(size_t count) {
 // ever, every later registration queued behind it).
 TEST_CASE("a DirectoryLink leaves out a thread the daemon refuses and registers the others",
           "[integration][runtime]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto client = REQUIRE_VALUE(daemon.Connect());
-  auto link = REQUIRE_VALUE(runtime::DirectoryLink::Start(
-      daemon.address(), ProcessNamed("registrar"), std::chrono::milliseconds(0), {}));
+  Linked linked;
+  DirectoryClient* client = linked.client.get();
+  runtime::DirectoryLink* link = linked.link.get();
   const Gid refused = Gid::Thread(link->process(), 1);
   const Gid behind = Gid::Thread(link->process(), 2);
   link->QueueRegister({refused, "too-many", ManyAttributes(kMaxAttributesPerEntity + 1)});

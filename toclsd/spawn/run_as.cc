@@ -23,6 +23,21 @@ Status CheckName(std::string_view name, std::string_view what) {
   return Status::Ok();
 }
 
+// getpwnam_r / getgrnam_r with a buffer that grows while they say ERANGE
+// (it must hold the whole entry); 0 or the errno. `entry`'s strings point
+// into `buffer`.
+template <typename Entry, typename Lookup>
+int LookUpByName(Lookup lookup, const std::string& name, Entry& entry, Entry*& found,
+                 std::vector<char>& buffer) {
+  buffer.resize(4096);
+  int error = 0;
+  while ((error = lookup(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE &&
+         buffer.size() < kMaxLookupBuffer) {
+    buffer.resize(buffer.size() * 2);
+  }
+  return error;
+}
+
 }  // namespace
 
 std::string RunAs::Describe() const {
@@ -34,14 +49,8 @@ Result<RunAs> ResolveRunAs(std::string_view user, std::string_view group) {
   const std::string name(user);
   passwd entry{};
   passwd* found = nullptr;
-  std::vector<char> buffer(4096);
-  int error = 0;
-  // The _r lookups say ERANGE until the buffer holds the whole entry.
-  while ((error = ::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) ==
-             ERANGE &&
-         buffer.size() < kMaxLookupBuffer) {
-    buffer.resize(buffer.size() * 2);
-  }
+  std::vector<char> buffer;
+  const int error = LookUpByName(::getpwnam_r, name, entry, found, buffer);
   if (error != 0) return ErrnoStatus(fmt::format("look up user '{}'", name), error);
   if (found == nullptr) {
     return NotFound(fmt::format("spawn run_as: no user '{}' on this host", name));
@@ -78,13 +87,8 @@ Result<gid_t> ResolveGroup(std::string_view group, std::string_view what) {
   const std::string name(group);
   ::group entry{};
   ::group* found = nullptr;
-  std::vector<char> buffer(4096);
-  int error = 0;
-  while ((error = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found)) ==
-             ERANGE &&
-         buffer.size() < kMaxLookupBuffer) {
-    buffer.resize(buffer.size() * 2);
-  }
+  std::vector<char> buffer;
+  const int error = LookUpByName(::getgrnam_r, name, entry, found, buffer);
   if (error != 0) return ErrnoStatus(fmt::format("look up group '{}'", name), error);
   if (found == nullptr) return NotFound(fmt::format("{}: no group '{}' on this host", what, name));
   return entry.gr_gid;
