@@ -20,6 +20,8 @@ packages=(
   libibverbs-dev librdmacm-dev
   # tests
   catch2 iproute2 procps sqlite3 psmisc
+  # a soak that stops moving records its workers' stacks
+  gdb
 )
 case "${1:-}" in
   "") ;;

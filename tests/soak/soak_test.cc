@@ -186,12 +186,31 @@ std::string SaveLogs(const std::string& dir, NetnsCluster& cluster, const SoakWo
     std::ofstream(fmt::format("{}/worker-{}.log", dir, incarnation->Label()))
         << incarnation->worker->Output();
   }
+  if (!workers.stacks().empty()) std::ofstream(dir + "/worker-stacks.txt") << workers.stacks();
   for (int h = 1; h <= kHosts; ++h) {
     std::filesystem::copy_file(cluster.HostDaemon(h).log_path(),
                                fmt::format("{}/toclsd-h{}.log", dir, h),
                                std::filesystem::copy_options::overwrite_existing, error);
   }
   return fmt::format("worker outputs and daemon logs are in {}", dir);
+}
+
+// Every thread's stack in each current worker (gdb), for a run that stopped
+// moving: where a sending thread waits shows what never came. Best effort:
+// without gdb it says so.
+std::string WorkerStacks(SoakWorkers& workers) {
+  auto gdb = FindProgram("gdb");
+  if (!gdb.ok()) return "gdb is not installed: no stacks\n";
+  std::string text;
+  for (int h = 1; h <= kHosts; ++h) {
+    SoakIncarnation& current = workers.Current(h);
+    const pid_t pid = current.worker->pid();
+    auto run = RunProgram({*gdb, "-batch", "-p", std::to_string(pid), "-ex", "thread apply all bt"},
+                          seconds(60));
+    text += fmt::format("==== worker {} (pid {}) ====\n{}\n", current.Label(), pid,
+                        run.ok() ? run->output : run.status().ToString());
+  }
+  return text;
 }
 
 // Saves the logs (SaveLogs) when it goes away: into $TOCL_SOAK_LOG_DIR when
@@ -337,8 +356,11 @@ TEST_CASE(
   {
     const auto lines_at_end = StatLines(workers);
     INFO("waiting for two rounds of stat lines after the faults ended");
-    REQUIRE(WaitUntil([&] { return StatsSince(workers, config.threads, lines_at_end, 2); },
-                      kRecoveryTimeout, milliseconds(100)));
+    const bool printed =
+        WaitUntil([&] { return StatsSince(workers, config.threads, lines_at_end, 2); },
+                  kRecoveryTimeout, milliseconds(100));
+    if (!printed) workers.set_stacks(WorkerStacks(workers));
+    REQUIRE(printed);
   }
   const auto at_end_of_faults = AckedNow(workers);
   {
@@ -352,6 +374,10 @@ TEST_CASE(
           return AllFlowing(workers, config.threads, at_end_of_faults, kFlowing);
         },
         kRecoveryTimeout, milliseconds(200));
+    if (!flowing) {
+      workers.set_stacks(WorkerStacks(workers));
+      SoakSay("streams did not recover: the workers' stacks go to worker-stacks.txt with the logs");
+    }
     INFO("acknowledged at the end of the faults:" << [&] {
       std::string text;
       for (const auto& [key, acked] : at_end_of_faults) {

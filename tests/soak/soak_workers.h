@@ -62,6 +62,10 @@ class SoakWorkers {
   // The host's current worker (started by Start, not killed).
   SoakIncarnation& Current(int host);
   const std::vector<std::unique_ptr<SoakIncarnation>>& All() const { return all_; }
+  // What the test found out about the workers when they stopped moving
+  // (their stacks), saved with their logs.
+  const std::string& stacks() const { return stacks_; }
+  void set_stacks(std::string stacks) { stacks_ = std::move(stacks); }
 
   // The last "stat" line of each thread of the host's current worker, by
   // thread index ({} when it has printed none yet).
@@ -77,6 +81,7 @@ class SoakWorkers {
   const SoakWorkerSettings settings_;
   std::vector<std::unique_ptr<SoakIncarnation>> all_;
   std::map<int, SoakIncarnation*> current_;  // by host
+  std::string stacks_;
 };
 
 // The last `lines` lines of `text`.
