@@ -96,6 +96,7 @@ Result<Verdict> CheckOne(std::span<const std::byte> bytes, uint32_t num_classes)
       break;
     case wire::FrameKind::kGrant:
     case wire::FrameKind::kAbort:
+    case wire::FrameKind::kProbe:
       TOCL_FUZZ_EXPECT(header.length == 0 && header.offset == 0 && header.total == 0);
       TOCL_FUZZ_EXPECT(threads());
       break;

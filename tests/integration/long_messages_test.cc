@@ -4,6 +4,10 @@
 // with the short messages of the same thread pair, within the receiver's
 // reassembly memory. The multi-host cases (two veth networks, links going
 // down) are in tests/netns.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -38,12 +42,18 @@ struct Pair {
   Gid s, r;
 };
 
+// `sender_partial_timeout`: the sender's (the receiver keeps the default).
 Pair StartPair(const Daemon& daemon, const std::string& networks,
-               size_t reassembly_cap = size_t{1} << 30) {
+               size_t reassembly_cap = size_t{1} << 30,
+               milliseconds sender_partial_timeout = RuntimeOptions().partial_timeout) {
   Pair pair;
   RuntimeOptions options = RuntimeOptionsFor(daemon, "long-sender");
   options.networks = networks;
+  options.partial_timeout = sender_partial_timeout;
+  options.fragment_timeout = std::min(options.fragment_timeout, sender_partial_timeout / 4);
   pair.sender = REQUIRE_VALUE(StartRuntime(options));
+  options.partial_timeout = RuntimeOptions().partial_timeout;
+  options.fragment_timeout = RuntimeOptions().fragment_timeout;
   options.name = "long-receiver";
   options.reassembly_cap = reassembly_cap;
   pair.receiver = REQUIRE_VALUE(StartRuntime(options));
@@ -177,8 +187,11 @@ TEST_CASE("RecvInto with a buffer too small leaves the message queued", "[long]"
 TEST_CASE("a receiver's reassembly memory is bounded: the sender waits", "[long]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  // Room for one 3 MiB message at a time.
-  Pair p = StartPair(daemon, "shm", size_t{4} << 20);
+  // Room for one 3 MiB message at a time. The sender's partial_timeout is
+  // short: a receiver that waits for memory says so when probed, and its
+  // sender waits longer than that.
+  const milliseconds partial_timeout(1000);
+  Pair p = StartPair(daemon, GENERATE("shm", "tcp"), size_t{4} << 20, partial_timeout);
   const auto payload = Pattern(3 << 20, 4);
   REQUIRE_OK(p.sender->Send(p.s, p.r, 1, std::span<const std::byte>(payload)));
   std::atomic<bool> second_sent{false};
@@ -197,14 +210,65 @@ TEST_CASE("a receiver's reassembly memory is bounded: the sender waits", "[long]
   CHECK(std::memcmp(second.data(), payload.data(), payload.size()) == 0);
   REQUIRE_OK(sent.get());
 
-  // Larger than the cap: only a RecvInto buffer can take it.
+  // Larger than the cap: only a RecvInto buffer can take it, and the
+  // sender waits for one (many times its partial_timeout here).
   const auto big = Pattern(6 << 20, 5);
+  std::atomic<bool> big_sent{false};
+  auto big_send = std::async(std::launch::async, [&] {
+    Status status = p.sender->Send(p.s, p.r, 3, std::span<const std::byte>(big));
+    big_sent = true;
+    return status;
+  });
+  CHECK_FALSE(WaitUntil([&] { return big_sent.load(); }, 4 * partial_timeout));
   std::vector<std::byte> into(big.size());
-  auto received = std::async(std::launch::async,
-                             [&] { return p.receiver->RecvIntoFor(p.r, into, seconds(30)); });
-  REQUIRE_OK(p.sender->Send(p.s, p.r, 3, std::span<const std::byte>(big)));
-  CHECK(REQUIRE_VALUE(received.get()).size == big.size());
+  auto received = REQUIRE_VALUE(p.receiver->RecvIntoFor(p.r, into, seconds(30)));
+  REQUIRE_OK(big_send.get());
+  CHECK(received.size == big.size());
   CHECK(into == big);
+}
+
+TEST_CASE(
+    "a long Send to a process that reads nothing fails after partial_timeout, the message "
+    "never reaches the thread",
+    "[long]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  const std::string networks = GENERATE("shm", "tcp");
+  INFO("networks " << networks);
+  MsgWorker echo =
+      REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("echo", "e").Subsystems(networks)));
+  RuntimeOptions options = RuntimeOptionsFor(daemon, "long-sender", networks);
+  options.partial_timeout = milliseconds(1000);
+  options.fragment_timeout = milliseconds(250);
+  auto sender = REQUIRE_VALUE(StartRuntime(options));
+  const Gid me = REQUIRE_VALUE(sender->EnrollThread("me"));
+  const Gid target = echo.threads().at(0);
+  // Connected first: a stopped process cannot answer the connection either.
+  REQUIRE_OK(sender->Send(me, target, 1, Bytes("before")));
+  CHECK(Text(REQUIRE_VALUE(sender->RecvFor(me, seconds(10), target, 1))) == "before");
+
+  REQUIRE_OK(echo.child().Signal(SIGSTOP));
+  REQUIRE(WaitUntil([&] { return Stopped(echo.pid()); }, seconds(10)));
+  const auto payload = Pattern(1 << 20, 8);
+  const auto started = std::chrono::steady_clock::now();
+  Status status = sender->Send(me, target, 2, std::span<const std::byte>(payload));
+  const auto waited = std::chrono::steady_clock::now() - started;
+  REQUIRE_OK(echo.child().Signal(SIGCONT));
+  INFO(status.ToString());
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(status.message(), Catch::Contains("answered nothing about the 1048576 byte message") &&
+                                   Catch::Contains("partial_timeout"));
+  CHECK(waited >= options.partial_timeout);
+  CHECK(waited < options.partial_timeout + seconds(5));
+
+  // Awake again, the receiver finds the start and the sender's abort: the
+  // long message never reaches its thread, the pair goes on.
+  REQUIRE_OK(sender->Send(me, target, 3, Bytes("after")));
+  Buffer reply = REQUIRE_VALUE(sender->RecvFor(me, seconds(10)));
+  CHECK(reply.tag() == 3);
+  CHECK(Text(reply) == "after");
+  CHECK(sender->RecvFor(me, milliseconds(500)).status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(echo.Finish(seconds(10)).value_or(-1) == 0);
 }
 
 TEST_CASE("long messages: bad sizes and gone receivers are clear errors", "[long]") {

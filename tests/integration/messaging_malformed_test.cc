@@ -440,5 +440,84 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
   CHECK(*code == 0);
 }
 
+// The control frames of a long message (tag: kAbort's side, 0 = its sender).
+wire::Header LongControl(wire::FrameKind kind, Gid from, Gid to, uint64_t seq) {
+  wire::Header header;
+  header.kind = kind;
+  header.source = from.raw();
+  header.destination = to.raw();
+  header.seq = seq;
+  return header;
+}
+
+TEST_CASE(
+    "a long message whose start never came: its sender's abort lets the pair's later "
+    "messages through, a late start is dropped",
+    "[integration][msg][tcp][long]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "receiver", "tcp"));
+  const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, runtime->gid()));
+  // The sender: frames written by hand as a process that the receiver
+  // never needs to look up (nothing here answers it).
+  const Gid sender = Gid::Process(me.host_index(), Gid::kMaxProcess - 1);
+  const Gid from = Gid::Thread(sender, 1);
+  RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+  REQUIRE_OK(raw.Handshake(sender, runtime->gid()));
+  auto write = [&](const Frames& frames) {
+    REQUIRE(raw.Write(frames.bytes()) == RawConnection::Written::kAll);
+  };
+  auto message = [&](const std::string& text, uint64_t seq) {
+    Frames frames;
+    frames.Add(Message(from, me, 1, text.size(), seq), Bytes(text));
+    return frames;
+  };
+  wire::Header start = LongControl(wire::FrameKind::kLongStart, from, me, 1);
+  start.tag = 1;
+  start.total = 200000;
+  start.reserved = 1024;  // fragment size
+  const wire::Header abort = LongControl(wire::FrameKind::kAbort, from, me, 1);
+  auto next_text = [&] {
+    auto got = runtime->RecvFor(me, seconds(10));
+    return got.ok() ? Text(*got) : got.status().ToString();
+  };
+  auto nothing_more = [&] {
+    return runtime->RecvFor(me, milliseconds(300)).status().code() == StatusCode::kDeadlineExceeded;
+  };
+
+  write(message("a", 0));
+  CHECK(next_text() == "a");
+  // Seq 1 was a long message whose start was lost: what follows it waits.
+  write(message("c", 2));
+  CHECK(nothing_more());
+  // Its sender gave up and says so: the pair goes on.
+  write(Frames().Add(abort));
+  CHECK(next_text() == "c");
+  // The start comes after all, between two messages: it is dropped, the
+  // connection stays.
+  write(message("d", 3).Add(start).Add(Message(from, me, 1, 1, 4), Bytes("e")));
+  CHECK(next_text() == "d");
+  CHECK(next_text() == "e");
+  CHECK(nothing_more());
+
+  // A start that came but waits behind a lost message (seq 5) is dropped by
+  // its abort; when seq 5 comes late, the pair goes on past both.
+  start.seq = 7;
+  wire::Header abort7 = abort;
+  abort7.seq = 7;
+  write(message("g", 6).Add(start));
+  CHECK(nothing_more());
+  write(Frames().Add(abort7));
+  CHECK(nothing_more());
+  write(message("f", 5).Add(Message(from, me, 1, 1, 8), Bytes("h")));
+  CHECK(next_text() == "f");
+  CHECK(next_text() == "g");
+  CHECK(next_text() == "h");
+  CHECK(nothing_more());
+  CHECK_FALSE(raw.ClosedByPeer(milliseconds(300)));
+}
+
 }  // namespace
 }  // namespace tocl::testing

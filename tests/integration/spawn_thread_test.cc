@@ -36,16 +36,6 @@ std::string Text(const Buffer& buffer) {
   return std::string(reinterpret_cast<const char*>(buffer.data()), buffer.size());
 }
 
-// Whether /proc says `pid` is stopped (SIGSTOP takes effect a moment after
-// kill returns).
-bool Stopped(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t after_name = text.rfind(')');
-  return after_name != std::string::npos && after_name + 2 < text.size() &&
-         text[after_name + 2] == 'T';
-}
-
 std::unique_ptr<Runtime> StartTestRuntime(const Daemon& daemon, std::string name) {
   RuntimeOptions options;
   options.daemon_address = daemon.address();

@@ -48,6 +48,14 @@ std::string_view EnvName(std::string_view entry) {
 
 }  // namespace
 
+bool Stopped(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t after_name = text.rfind(')');
+  return after_name != std::string::npos && after_name + 2 < text.size() &&
+         text[after_name + 2] == 'T';
+}
+
 bool WaitUntil(const std::function<bool()>& predicate, milliseconds timeout,
                milliseconds interval) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -33,6 +33,10 @@ namespace tocl::testing {
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout,
                std::chrono::milliseconds interval = std::chrono::milliseconds(10));
 
+// Whether /proc says `pid` is stopped (SIGSTOP takes effect a moment after
+// kill returns: wait for this).
+bool Stopped(pid_t pid);
+
 struct SpawnOptions {
   // Where stdout and stderr go (appended). Empty: an anonymous in-memory
   // file, read with ChildProcess::Output().

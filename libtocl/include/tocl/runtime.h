@@ -121,7 +121,11 @@ struct RuntimeOptions {
   // failed for that peer: its fragments are sent again over the others.
   std::chrono::milliseconds fragment_timeout{1000};
   // A partly received message whose sender sent nothing for this long is
-  // discarded (its sender has failed or died).
+  // discarded (its sender has failed or died). A long Send that hears
+  // nothing about its message for this long (no grant, acknowledgement or
+  // answer to its probes: the start was lost, or the receiving process does
+  // not read) fails with Unavailable; a receiver that waits for memory for
+  // it (a RecvInto) answers the probes, and its sender waits.
   std::chrono::milliseconds partial_timeout{10000};
   // The via networks (VIA-style: one connection per peer process and size
   // class). The provider: "sockets" (VIA over TCP), "ibverbs" (RDMA; fails

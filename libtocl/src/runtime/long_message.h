@@ -19,6 +19,20 @@
 // to its offset and acknowledged over the network it came by; duplicates
 // (a fragment sent again after its network was thought dead) are
 // acknowledged and dropped.
+//
+// Nothing heard: a start can be lost (it was in a connection that died, or
+// it waits in the pair's order behind a short message that was), and a
+// receiver can stop reading. While it waits for its grant the sender sends a
+// kProbe every fragment_timeout, over its networks in turn; the receiver
+// answers with the grant again (granted: the grant was lost), a kProbe
+// (waiting for memory: a RecvInto, or room within reassembly_cap), an abort
+// (it gave the message up), or nothing (it never saw the start). A Send that
+// hears nothing about its message (grant, acknowledgement, answer) for
+// partial_timeout fails with Unavailable and tells the receiver, which then
+// drops the start if it comes after all. The receiver gives up a granted
+// message after partial_timeout without fragments, so neither side waits
+// for ever for the other; only a receiver that says it waits for memory
+// keeps its sender waiting.
 #pragma once
 
 #include <chrono>
@@ -50,6 +64,10 @@ struct LongKeyHash {
   }
 };
 
+// kProbe's tag: which way it goes.
+inline constexpr Tag kProbeAsk = 0;      // sender to receiver
+inline constexpr Tag kProbeWaiting = 1;  // receiver to sender: the start waits for memory
+
 struct LongSend {
   enum class Fragment : uint8_t { kUnsent, kPosted, kAcked };
 
@@ -63,6 +81,8 @@ struct LongSend {
   std::vector<Fragment> fragments;  // guarded by mu
   std::vector<int8_t> rail_of;      // guarded by mu: index into the peer's rails
   uint64_t acked = 0;               // guarded by mu: fragments
+  // Guarded by mu: the last grant, acknowledgement or answer to a probe.
+  std::chrono::steady_clock::time_point last_heard;
   struct RailProgress {
     uint64_t inflight = 0;                             // fragments
     uint64_t acked_bytes = 0;                          // this message

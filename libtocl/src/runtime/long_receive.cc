@@ -72,6 +72,8 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   (*slot)->header().total = length;
   if (kind == wire::FrameKind::kAbort) {
     (*slot)->header().tag = to_sender ? kAbortByReceiver : kAbortBySender;
+  } else if (kind == wire::FrameKind::kProbe) {
+    (*slot)->header().tag = to_sender ? runtime::kProbeWaiting : runtime::kProbeAsk;
   }
   if (Status status = PostControlLocked(peer, peer_rail, *slot); !status.ok()) {
     (*slot)->pool->Unref(*slot);
@@ -327,17 +329,40 @@ void Runtime::Impl::FlushAcks() {
   FlushControls();
 }
 
-Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnLongControl(int rail, Gid from_process, detail::BufferSlot* slot) {
   const wire::Header header = slot->header();
   slot->pool->Unref(slot);
+  // About a message we receive: key (their thread, our thread, seq).
+  const LongKey inbound_key{header.source, header.destination, header.seq};
   if (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) {
-    std::lock_guard lock(inbound_mu);
-    auto it = inbound.find(LongKey{header.source, header.destination, header.seq});
-    if (it != inbound.end()) {
-      FinishInbound(*it->second,
-                    Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
-                    false);
+    {
+      std::lock_guard lock(inbound_mu);
+      auto it = inbound.find(inbound_key);
+      if (it != inbound.end()) {
+        FinishInbound(*it->second,
+                      Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
+                      false);
+        return Status::Ok();
+      }
     }
+    // Outside inbound_mu: what the skip lets through may be a start.
+    return SkipInOrder(from_process, inbound_key);
+  }
+  if (header.kind == wire::FrameKind::kProbe && header.tag == runtime::kProbeAsk) {
+    {
+      std::lock_guard lock(inbound_mu);
+      auto it = inbound.find(inbound_key);
+      if (it != inbound.end() && it->second->source_process == from_process) {
+        // Answered over the network the probe came by: it works.
+        QueueControlLocked(from_process, rail,
+                           it->second->granted ? wire::FrameKind::kGrant : wire::FrameKind::kProbe,
+                           About(inbound_key));
+      } else if (aborted_keys.count(inbound_key) != 0) {
+        QueueControlLocked(from_process, rail, wire::FrameKind::kAbort, About(inbound_key));
+      }
+      // Never seen: no answer; its sender gives up after partial_timeout.
+    }
+    FlushControls();
     return Status::Ok();
   }
   // About a message we send: key (our thread, their thread, seq).
@@ -350,6 +375,10 @@ Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) 
     switch (header.kind) {
       case wire::FrameKind::kGrant:
         send.granted = true;
+        send.last_heard = Clock::now();
+        break;
+      case wire::FrameKind::kProbe:  // the receiver waits for memory for it
+        send.last_heard = Clock::now();
         break;
       case wire::FrameKind::kAbort:
         send.aborted = Unavailable(fmt::format(
@@ -365,14 +394,15 @@ Status Runtime::Impl::OnLongControl(Gid from_process, detail::BufferSlot* slot) 
              index * send.fragment_bytes < header.offset + header.total;
              ++index) {
           if (send.fragments[index] == LongSend::Fragment::kAcked) continue;
-          const int rail = send.rail_of[index];
-          if (send.fragments[index] == LongSend::Fragment::kPosted && rail >= 0) {
-            LongSend::RailProgress& p = send.rails[rail];
+          const int sent_by = send.rail_of[index];
+          if (send.fragments[index] == LongSend::Fragment::kPosted && sent_by >= 0) {
+            LongSend::RailProgress& p = send.rails[sent_by];
             if (p.inflight > 0) --p.inflight;
             p.acked_bytes += std::min<uint64_t>(send.fragment_bytes,
                                                 send.data.size() - index * send.fragment_bytes);
             p.last_ack = now;
           }
+          send.last_heard = now;
           send.fragments[index] = LongSend::Fragment::kAcked;
           ++send.acked;
         }

@@ -60,7 +60,8 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   send.fragments.assign(count, LongSend::Fragment::kUnsent);
   send.rail_of.assign(count, -1);
   send.wake = wake;
-  std::deque<uint64_t> retry;  // fragments to send again (their network failed)
+  send.last_heard = Clock::now();  // before the poller can see it
+  std::deque<uint64_t> retry;      // fragments to send again (their network failed)
   uint64_t next_fresh = 0;
 
   std::unique_lock peer_lock(peer.mu);
@@ -100,6 +101,12 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     }
     ++seq;
   }
+  // Several probes within partial_timeout: one may go over a dead network.
+  const auto probe_every = std::max<Clock::duration>(
+      std::min<Clock::duration>(options.fragment_timeout, options.partial_timeout / 4),
+      std::chrono::milliseconds(1));
+  auto next_probe = Clock::now() + probe_every;
+  size_t probes = 0;
 
   // A network may have no room (shm: no buffer provided yet); its owner
   // rings our bell when it provides more, so the poller must hear bells.
@@ -131,6 +138,22 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
       break;
     }
     if (send.acked == count) break;
+    // While we do not read (congested), nothing can be heard.
+    if (Congested()) send.last_heard = now;
+    if (now - send.last_heard > options.partial_timeout) {
+      result = Unavailable(
+          send.granted
+              ? fmt::format("nothing of the {} byte message to {} was acknowledged for {} ms "
+                            "(partial_timeout); {} of {} fragments were not",
+                            payload.size(), to.ToString(), options.partial_timeout.count(),
+                            count - send.acked, count)
+              : fmt::format("{} answered nothing about the {} byte message for {} ms "
+                            "(partial_timeout): its start was lost with a connection, or the "
+                            "process does not read",
+                            to.ToString(), payload.size(), options.partial_timeout.count()));
+      break;
+    }
+    const bool probe_due = !send.granted && now >= next_probe;
     if (send.granted) {
       // Networks that stopped answering (or broke) give their fragments back.
       for (size_t r = 0; r < peer.rails.size(); ++r) {
@@ -281,6 +304,10 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
       }
     }
     lock.unlock();
+    if (probe_due) {
+      next_probe = now + probe_every;
+      ProbeLocked(peer, send.key, probes++, now);
+    }
     peer_lock.unlock();
 
     // Wait for acknowledgements (or the grant), polling for them ourselves
@@ -317,6 +344,26 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     }
   }
   return result;
+}
+
+// Asks the receiver what became of long message `key` (long_message.h),
+// over the peer's live networks in turn: the one the start or the grant
+// went by may be the one that died.
+void Runtime::Impl::ProbeLocked(SendPeer& peer, const runtime::LongKey& key, size_t round,
+                                Clock::time_point now) {
+  std::vector<int> live;
+  for (size_t r = 0; r < peer.rails.size(); ++r) {
+    const PeerRail& rail = peer.rails[r];
+    if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) live.push_back(int(r));
+  }
+  const int r = live.empty() ? peer.default_rail : live[round % live.size()];
+  auto probe = ControlFrame(peer.rails[r].rail, wire::FrameKind::kProbe, Gid::FromRaw(key.source),
+                            Gid::FromRaw(key.destination), key.seq);
+  if (!probe.ok()) return;  // no buffer now: the next round asks
+  (*probe)->header().tag = runtime::kProbeAsk;
+  if (Status posted = PostControlLocked(peer, r, *probe); !posted.ok()) {
+    (*probe)->pool->Unref(*probe);
+  }
 }
 
 }  // namespace tocl

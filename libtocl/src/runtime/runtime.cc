@@ -335,7 +335,7 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, detail::BufferSlot* sl
     case wire::FrameKind::kFragment:
       return OnFragment(rail, from_process, slot);
     default:
-      return OnLongControl(from_process, slot);
+      return OnLongControl(rail, from_process, slot);
   }
 }
 
@@ -349,6 +349,14 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
   const uint64_t seq = slot->header().seq;
   if (seq != source.next_seq) {
     const size_t bytes = Mailbox::SlotBytes(slot);
+    if (source.skipped.count(seq) != 0 ||
+        (seq < source.next_seq && slot->header().kind == wire::FrameKind::kLongStart)) {
+      // The start of a long message whose sender gave up (SkipInOrder).
+      spdlog::debug("tocl: dropping the start of long message {} from {}: its sender gave up", seq,
+                    Gid::FromRaw(slot->header().source).ToString());
+      slot->pool->Unref(slot);
+      return Status::Ok();
+    }
     if (seq < source.next_seq || source.held.count(seq) != 0) {
       slot->pool->Unref(slot);
       return InvalidArgument(fmt::format("a duplicate message (sequence number {}, expected {})",
@@ -379,19 +387,58 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
     unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
     return Status::Ok();
   }
+  ++source.next_seq;
+  TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
+  return DeliverHeld(from_process, source);
+}
+
+Status Runtime::Impl::DeliverHeld(Gid from_process, PairOrder& source) {
   for (;;) {
-    ++source.next_seq;
-    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
+    if (source.skipped.erase(source.next_seq) != 0) {
+      ++source.next_seq;
+      continue;
+    }
     auto next = source.held.find(source.next_seq);
-    if (next == source.held.end()) break;
-    slot = next->second;
+    if (next == source.held.end()) return Status::Ok();
+    detail::BufferSlot* slot = next->second;
     source.held.erase(next);
     const size_t bytes = Mailbox::SlotBytes(slot);
     source.held_bytes -= bytes;
     held_by_process[from_process.raw()] -= bytes;
     unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    ++source.next_seq;
+    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
   }
-  return Status::Ok();
+}
+
+Status Runtime::Impl::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
+  // Only a sender's own pairs; numbers far ahead, or too many of them, are
+  // a broken sender (an honest one skips one number per failed long Send,
+  // kept only until the gap before it fills).
+  constexpr uint64_t kMaxAhead = uint64_t{1} << 20;
+  constexpr size_t kMaxSkipped = 1024;
+  if (Gid::FromRaw(key.source).process() != from_process) return Status::Ok();
+  PairOrder& source = order[{key.source, key.destination}];
+  if (key.seq < source.next_seq || source.skipped.count(key.seq) != 0) {
+    return Status::Ok();  // its start came: the message was finished or given up
+  }
+  if (key.seq - source.next_seq > kMaxAhead || source.skipped.size() >= kMaxSkipped) {
+    return InvalidArgument(
+        fmt::format("an abort of long message {} while {} is the next expected ({} others skipped)",
+                    key.seq, source.next_seq, source.skipped.size()));
+  }
+  if (auto held = source.held.find(key.seq); held != source.held.end()) {
+    // The start came but waits behind a gap: it is dropped now.
+    detail::BufferSlot* slot = held->second;
+    source.held.erase(held);
+    const size_t bytes = Mailbox::SlotBytes(slot);
+    source.held_bytes -= bytes;
+    held_by_process[from_process.raw()] -= bytes;
+    unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    slot->pool->Unref(slot);
+  }
+  source.skipped.insert(key.seq);
+  return DeliverHeld(from_process, source);
 }
 
 Status Runtime::Impl::DeliverInOrder(Gid from_process, detail::BufferSlot* slot) {

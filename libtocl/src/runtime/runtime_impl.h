@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -80,6 +81,13 @@ struct Runtime::Impl final {
   Status OnFrame(int rail, Gid from_process, detail::BufferSlot* slot);
   // A short message or long-message start, in its pair's order.
   Status OnOrdered(Gid from_process, detail::BufferSlot* slot);
+  struct PairOrder;
+  // Delivers what waits in `source` from its next_seq on (held frames,
+  // skipped numbers), until a number is missing.
+  Status DeliverHeld(Gid from_process, PairOrder& source);
+  // The sender of long message `key` gave up before its start came: the
+  // pair's order no longer waits for it, and a late start is dropped.
+  Status SkipInOrder(Gid from_process, const runtime::LongKey& key);
   Status DeliverInOrder(Gid from_process, detail::BufferSlot* slot);
   bool Congested() const {
     return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
@@ -133,6 +141,8 @@ struct Runtime::Impl final {
   // Posts a frame outside the pair order (fragments, control) on `rail` of
   // `peer`, or queues it behind the others (rail < 0: the default rail).
   Status PostControlLocked(runtime::SendPeer& peer, int rail, detail::BufferSlot* slot);
+  void ProbeLocked(runtime::SendPeer& peer, const runtime::LongKey& key, size_t round,
+                   std::chrono::steady_clock::time_point now);
   // Puts `slot` at the end of the peer's queue for the poller to post.
   void QueueLocked(runtime::SendPeer& peer, detail::BufferSlot* slot, int rail);
   // Next sequence number of the (from, to) pair, under peer.mu.
@@ -149,7 +159,9 @@ struct Runtime::Impl final {
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
   Status OnLongStart(Gid from_process, detail::BufferSlot* slot);  // in pair order
   Status OnFragment(int rail, Gid from_process, detail::BufferSlot* slot);
-  Status OnLongControl(Gid from_process, detail::BufferSlot* slot);  // grant, ack, abort
+  Status OnLongControl(int rail, Gid from_process,
+                       detail::BufferSlot* slot);  // grant, ack, abort, probe
+
   // Grants waiting starts when memory or a RecvInto appeared; discards
   // partial messages whose sender went silent. True while starts wait.
   bool LongHousekeeping();
@@ -260,6 +272,9 @@ struct Runtime::Impl final {
     uint64_t next_seq = 0;
     std::map<uint64_t, detail::BufferSlot*> held;  // arrived ahead of next_seq
     size_t held_bytes = 0;
+    // Numbers not to wait for: long messages whose sender gave up before
+    // their start came (lost with a connection, or behind a lost frame).
+    std::set<uint64_t> skipped;
   };
   struct PairHash {
     size_t operator()(const std::pair<uint64_t, uint64_t>& key) const {

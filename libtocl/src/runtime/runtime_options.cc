@@ -94,6 +94,20 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
     }
   }
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
+  for (const auto& [name, value] : {std::pair{"fragment_timeout", options.fragment_timeout},
+                                    std::pair{"partial_timeout", options.partial_timeout},
+                                    std::pair{"connect_timeout", options.connect_timeout}}) {
+    if (value.count() <= 0) {
+      return InvalidArgument(fmt::format("{} must be positive, not {} ms", name, value.count()));
+    }
+  }
+  // A network is failed after fragment_timeout and its fragments go over
+  // another: a Send must not give up before that could happen.
+  if (options.partial_timeout < 2 * options.fragment_timeout) {
+    return InvalidArgument(
+        fmt::format("partial_timeout ({} ms) must be at least twice fragment_timeout ({} ms)",
+                    options.partial_timeout.count(), options.fragment_timeout.count()));
+  }
   return resolved;
 }
 

@@ -122,6 +122,7 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
       return CheckThreads(header);
     case FrameKind::kGrant:
     case FrameKind::kAbort:
+    case FrameKind::kProbe:
       return CheckControl(header);
   }
   return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));

@@ -58,7 +58,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = 3;
 
 // Handshake payloads (security::Nonce and security::Mac).
 inline constexpr uint32_t kHandshakeNonceBytes = 32;
@@ -72,8 +72,9 @@ enum class FrameKind : uint8_t {
   kFragment = 5,
   kAck = 6,
   kAbort = 7,
-  kAuth = 8,   // handshake: the acceptor's answer to a hello
-  kProof = 9,  // handshake: the connector's proof
+  kAuth = 8,    // handshake: the acceptor's answer to a hello
+  kProof = 9,   // handshake: the connector's proof
+  kProbe = 10,  // long message: the sender asks what became of its start; the receiver answers
 };
 
 // The payload a handshake frame carries (0 for other kinds).

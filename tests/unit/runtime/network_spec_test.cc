@@ -79,6 +79,29 @@ TEST_CASE("via options: the provider and the VI cap are checked", "[networks][vi
   CHECK_THAT(bad.status().message(), Catch::Contains("unknown via provider 'gm'"));
 }
 
+TEST_CASE("runtime options: timeouts must be positive", "[networks]") {
+  RuntimeOptions options;
+  options.partial_timeout = std::chrono::milliseconds(0);
+  auto bad = ResolveOptions(options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(bad.status().message(), Catch::Contains("partial_timeout must be positive, not 0 ms"));
+  options = RuntimeOptions();
+  options.fragment_timeout = std::chrono::milliseconds(-5);
+  bad = ResolveOptions(options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("fragment_timeout must be positive"));
+  options = RuntimeOptions();
+  options.fragment_timeout = std::chrono::milliseconds(1000);
+  options.partial_timeout = std::chrono::milliseconds(1500);
+  bad = ResolveOptions(options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("partial_timeout (1500 ms) must be at least twice fragment_timeout"));
+  options.partial_timeout = std::chrono::milliseconds(2000);
+  CHECK(ResolveOptions(options).ok());
+}
+
 TEST_CASE("without cluster credentials, networks stay on loopback", "[networks][security]") {
   auto local = ParseNetworks("shm, tcp, tcp:127.0.0.2/8, tcp:lo, via, via:lo", true);
   REQUIRE(local.ok());
