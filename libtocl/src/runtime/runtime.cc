@@ -400,15 +400,21 @@ Status Runtime::Impl::DeliverHeld(Gid from_process, PairOrder& source) {
     }
     auto next = source.held.find(source.next_seq);
     if (next == source.held.end()) return Status::Ok();
-    detail::BufferSlot* slot = next->second;
-    source.held.erase(next);
-    const size_t bytes = Mailbox::SlotBytes(slot);
-    source.held_bytes -= bytes;
-    held_by_process[from_process.raw()] -= bytes;
-    unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    detail::BufferSlot* slot = TakeHeld(from_process, source, next);
     ++source.next_seq;
     TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
   }
+}
+
+detail::BufferSlot* Runtime::Impl::TakeHeld(Gid from_process, PairOrder& source,
+                                            std::map<uint64_t, detail::BufferSlot*>::iterator it) {
+  detail::BufferSlot* slot = it->second;
+  source.held.erase(it);
+  const size_t bytes = Mailbox::SlotBytes(slot);
+  source.held_bytes -= bytes;
+  held_by_process[from_process.raw()] -= bytes;
+  unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  return slot;
 }
 
 Status Runtime::Impl::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
@@ -429,12 +435,7 @@ Status Runtime::Impl::SkipInOrder(Gid from_process, const runtime::LongKey& key)
   }
   if (auto held = source.held.find(key.seq); held != source.held.end()) {
     // The start came but waits behind a gap: it is dropped now.
-    detail::BufferSlot* slot = held->second;
-    source.held.erase(held);
-    const size_t bytes = Mailbox::SlotBytes(slot);
-    source.held_bytes -= bytes;
-    held_by_process[from_process.raw()] -= bytes;
-    unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    detail::BufferSlot* slot = TakeHeld(from_process, source, held);
     slot->pool->Unref(slot);
   }
   source.skipped.insert(key.seq);

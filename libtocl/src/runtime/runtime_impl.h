@@ -85,6 +85,9 @@ struct Runtime::Impl final {
   // Delivers what waits in `source` from its next_seq on (held frames,
   // skipped numbers), until a number is missing.
   Status DeliverHeld(Gid from_process, PairOrder& source);
+  // Takes a frame out of `source.held`, with its memory accounting.
+  detail::BufferSlot* TakeHeld(Gid from_process, PairOrder& source,
+                               std::map<uint64_t, detail::BufferSlot*>::iterator it);
   // The sender of long message `key` gave up before its start came: the
   // pair's order no longer waits for it, and a late start is dropped.
   Status SkipInOrder(Gid from_process, const runtime::LongKey& key);
