@@ -394,7 +394,7 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
 
 Status Runtime::Impl::DeliverHeld(Gid from_process, PairOrder& source) {
   for (;;) {
-    if (source.skipped.erase(source.next_seq) != 0) {
+    if (!source.skipped.empty() && source.skipped.erase(source.next_seq) != 0) {
       ++source.next_seq;
       continue;
     }
