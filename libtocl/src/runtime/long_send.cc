@@ -336,12 +336,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   }
   if (!result.ok() && peer.state != SendPeer::State::kFailed && peer.generation == generation) {
     // Tell the receiver (best effort: its networks may be the ones gone).
-    auto abort = ControlFrame(peer.rails[peer.default_rail].rail, wire::FrameKind::kAbort, from, to,
-                              send.key.seq);
-    if (abort.ok()) {
-      Status posted = PostControlLocked(peer, peer.default_rail, *abort);
-      if (!posted.ok()) (*abort)->pool->Unref(*abort);
-    }
+    PostSenderControlLocked(peer, peer.default_rail, wire::FrameKind::kAbort, send.key, 0);
   }
   return result;
 }
@@ -357,12 +352,19 @@ void Runtime::Impl::ProbeLocked(SendPeer& peer, const runtime::LongKey& key, siz
     if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) live.push_back(int(r));
   }
   const int r = live.empty() ? peer.default_rail : live[round % live.size()];
-  auto probe = ControlFrame(peer.rails[r].rail, wire::FrameKind::kProbe, Gid::FromRaw(key.source),
+  PostSenderControlLocked(peer, r, wire::FrameKind::kProbe, key, runtime::kProbeAsk);
+}
+
+// Best effort: a frame that cannot go now is dropped (the probe is sent
+// again next round; an abort the receiver misses ends by its partial_timeout).
+void Runtime::Impl::PostSenderControlLocked(SendPeer& peer, int rail, wire::FrameKind kind,
+                                            const runtime::LongKey& key, Tag tag) {
+  auto frame = ControlFrame(peer.rails[rail].rail, kind, Gid::FromRaw(key.source),
                             Gid::FromRaw(key.destination), key.seq);
-  if (!probe.ok()) return;  // no buffer now: the next round asks
-  (*probe)->header().tag = runtime::kProbeAsk;
-  if (Status posted = PostControlLocked(peer, r, *probe); !posted.ok()) {
-    (*probe)->pool->Unref(*probe);
+  if (!frame.ok()) return;
+  (*frame)->header().tag = tag;
+  if (Status posted = PostControlLocked(peer, rail, *frame); !posted.ok()) {
+    (*frame)->pool->Unref(*frame);
   }
 }
 

@@ -146,6 +146,10 @@ struct Runtime::Impl final {
   Status PostControlLocked(runtime::SendPeer& peer, int rail, detail::BufferSlot* slot);
   void ProbeLocked(runtime::SendPeer& peer, const runtime::LongKey& key, size_t round,
                    std::chrono::steady_clock::time_point now);
+  // A control frame from the sending thread of long message `key` to its
+  // receiver (abort, probe) on the peer's rail `rail`.
+  void PostSenderControlLocked(runtime::SendPeer& peer, int rail, wire::FrameKind kind,
+                               const runtime::LongKey& key, Tag tag);
   // Puts `slot` at the end of the peer's queue for the poller to post.
   void QueueLocked(runtime::SendPeer& peer, detail::BufferSlot* slot, int rail);
   // Next sequence number of the (from, to) pair, under peer.mu.
