@@ -52,8 +52,14 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& t
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // The daemon logs to its stdout; ours carries the figures (only JSON
+  // lines with --json), so its lines go to our stderr with the progress.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = -1;
-  int spawned = ::posix_spawn(&pid, toclsd_path.c_str(), nullptr, nullptr, argv.data(), environ);
+  int spawned = ::posix_spawn(&pid, toclsd_path.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
     std::error_code ignored;
     std::filesystem::remove_all(pattern, ignored);

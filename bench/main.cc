@@ -73,9 +73,10 @@ int Finish(const tocl::Status& status, const tocl::bench::Report& report, bool j
 }  // namespace
 
 int main(int argc, char** argv) {
-  // libtocl logs through spdlog's default logger, which writes to stdout;
-  // stdout carries the figures (JSON lines with --json), so its lines (and
-  // those of the forked msg peers) go to stderr with the progress lines.
+  // stdout carries the figures (only JSON lines with --json). libtocl logs
+  // to stderr by itself; the daemon's code the SQLite baseline shares
+  // (directory/) logs through spdlog's default logger, which writes to
+  // stdout: to stderr with it, beside the progress lines.
   spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
 
   CLI::App app{"tocl-bench: benchmarks of tocl against a real toclsd"};

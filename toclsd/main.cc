@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config.h"
+#include "core/logger.h"
 #include "daemon.h"
 
 namespace {
@@ -30,6 +31,9 @@ sigset_t BlockStopSignals() {
 int main(int argc, char** argv) {
   sigset_t stop_signals = BlockStopSignals();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ toclsd[%P] %v");
+  // The library's lines (the cluster's clients, credentials) join the
+  // daemon's own: one pattern, one sink, one --log-level.
+  tocl::ReplaceLog(spdlog::default_logger());
 
   CLI::App app{"toclsd: the tocl per-node daemon (directory of hosts, processes and threads)"};
   std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name, networks;

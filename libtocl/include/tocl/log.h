@@ -1,5 +1,10 @@
-// Logging controls. tocl logs through spdlog's default logger; applications
-// that configure spdlog themselves keep their configuration.
+// Logging controls. tocl writes its log lines to stderr, through a logger of
+// its own (never spdlog's default logger, which stays the application's),
+// at level `warn` unless $TOCL_LOG_LEVEL (read once, when tocl first logs)
+// or SetLogLevel says otherwise. It prints nothing on stdout.
+//
+//   TOCL_LOG_LEVEL=info ./my_program       # or, in the program:
+//   tocl::Status set = tocl::SetLogLevel("debug");
 #pragma once
 
 #include <string_view>
@@ -9,7 +14,8 @@
 namespace tocl {
 
 // Sets the level of tocl's log lines: "trace", "debug", "info", "warn",
-// "error", "critical" or "off". Anything else is InvalidArgument.
+// "error", "critical" or "off". Anything else is InvalidArgument (and the
+// level stays). Overrides $TOCL_LOG_LEVEL. Thread-safe.
 Status SetLogLevel(std::string_view level);
 
 }  // namespace tocl

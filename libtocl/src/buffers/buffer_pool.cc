@@ -1,13 +1,13 @@
 #include "buffers/buffer_pool.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "buffers/large_slot.h"
+#include "core/logger.h"
 #include "core/posix.h"
 
 namespace tocl::buffers {
@@ -75,7 +75,7 @@ BufferPool::BufferPool(Network network, uint32_t num_classes, SlabMemory& memory
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (table == MAP_FAILED) {
     // Without a table the pool cannot grow: every Get fails ResourceExhausted.
-    spdlog::error("tocl: cannot map the buffer slot table: {}", std::strerror(errno));
+    Log().error("tocl: cannot map the buffer slot table: {}", std::strerror(errno));
     table_capacity_ = 0;
   } else {
     table_ = static_cast<detail::BufferSlot**>(table);
@@ -94,7 +94,7 @@ bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
   auto slab = memory_.Allocate(slab_bytes);
   if (!slab.ok()) {
     budget_.Unreserve(slab_bytes);
-    spdlog::warn("tocl: {} pool cannot grow: {}", NetworkName(network_), slab.status().ToString());
+    Log().warn("tocl: {} pool cannot grow: {}", NetworkName(network_), slab.status().ToString());
     return false;
   }
   std::lock_guard grow_lock(grow_mu_);

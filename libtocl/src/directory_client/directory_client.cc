@@ -1,7 +1,6 @@
 #include "tocl/directory_client.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <atomic>

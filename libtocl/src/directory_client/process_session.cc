@@ -2,7 +2,6 @@
 // restarts: a watcher thread reads the stream; when it breaks, the thread
 // reconnects and re-enrolls with the same Gid and session token.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/logger.h"
 #include "directory_client/channel.h"
 #include "directory_client/convert.h"
 #include "directory_client/grpc_status.h"
@@ -156,8 +156,8 @@ void ProcessSession::Impl::WatchLoop() {
         return;
       }
     }
-    spdlog::warn("lost the enroll stream of process {} ({}); re-enrolling", name,
-                 ended.error_message());
+    Log().warn("lost the enroll stream of process {} ({}); re-enrolling", name,
+               ended.error_message());
     auto backoff = std::chrono::milliseconds(50);
     for (;;) {
       {
@@ -171,10 +171,10 @@ void ProcessSession::Impl::WatchLoop() {
       Status status = OpenStream();
       if (status.ok()) {
         reenrolls.fetch_add(1, std::memory_order_relaxed);
-        spdlog::info("process {} re-enrolled", name);
+        Log().info("process {} re-enrolled", name);
         break;
       }
-      spdlog::debug("re-enroll of process {} failed: {}", name, status.ToString());
+      Log().debug("re-enroll of process {} failed: {}", name, status.ToString());
       bool closed_meanwhile = false;
       {
         std::lock_guard lock(mu);
@@ -191,7 +191,7 @@ void ProcessSession::Impl::WatchLoop() {
       if (status.code() != StatusCode::kUnavailable &&
           status.code() != StatusCode::kDeadlineExceeded &&
           status.code() != StatusCode::kCancelled) {
-        spdlog::error("process {} cannot re-enroll: {}", name, status.ToString());
+        Log().error("process {} cannot re-enroll: {}", name, status.ToString());
         finish(status);
         return;
       }
@@ -325,7 +325,7 @@ Result<std::unique_ptr<ProcessSession>> DirectoryClient::Enroll(const EnrollOpti
         status.code() == StatusCode::kFailedPrecondition) {
       // A program started by the spawned one inherits its environment; it
       // is a process of its own.
-      spdlog::info(
+      Log().info(
           "not enrolling as {} (the identity in TOCL_PROCESS_GID): {}; enrolling as a "
           "new process",
           identity->gid.ToString(), status.message());

@@ -2,10 +2,10 @@
 // (runtime.cc's OnExited): hosts that go down and come back, exit
 // notifications, and SpawnThread calls that will get no reply.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cstring>
 
+#include "core/logger.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/thread_service.h"
@@ -55,7 +55,7 @@ void Runtime::Impl::OnHostUnreachable(Gid host) {
     }
   }
   const Status why = Unavailable(runtime::HostDownReason(host));
-  spdlog::warn("tocl: {}: failing sends to its processes", why.message());
+  Log().warn("tocl: {}: failing sends to its processes", why.message());
   {
     std::shared_lock lock(dest_mu);
     for (auto& [raw, peer] : peers) {
@@ -75,7 +75,7 @@ void Runtime::Impl::OnHostReachable(Gid host) {
     down_hosts.erase(host.host_index());
     down_host_count.store(down_hosts.size(), std::memory_order_release);
   }
-  spdlog::info("tocl: host {} answers again", host.ToString());
+  Log().info("tocl: host {} answers again", host.ToString());
   // The next send looks its peers up and connects again. Their sequence
   // numbers go on: a process that lived through the outage keeps its order.
   std::shared_lock lock(dest_mu);

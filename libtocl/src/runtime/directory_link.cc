@@ -1,7 +1,8 @@
 #include "runtime/directory_link.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "core/logger.h"
 
 namespace tocl::runtime {
 
@@ -99,7 +100,7 @@ void DirectoryLink::RegistrarLoop() {
       // again. A batch it registered is not sent again (it would be refused
       // as already there, and every later thread with it, for good).
       if (status.code() != StatusCode::kUnavailable) {
-        spdlog::warn("tocl: registering threads: {}", status.ToString());
+        Log().warn("tocl: registering threads: {}", status.ToString());
       }
       if (!registered.ok()) to_register_.insert(to_register_.begin(), batch.begin(), batch.end());
       to_unregister_.insert(to_unregister_.begin(), leaving.begin(), leaving.end());
@@ -131,8 +132,8 @@ Status DirectoryLink::Register(const std::vector<ThreadInfo>& batch) {
     Status one = session_->RegisterThreads(std::span(&thread, 1));
     if (one.ok() || one.code() == StatusCode::kAlreadyExists) continue;
     if (one.code() == StatusCode::kInvalidArgument) {
-      spdlog::error("tocl: thread {} ('{}') is not in the directory: the daemon refused it: {}",
-                    thread.gid.ToString(), thread.name, one.ToString());
+      Log().error("tocl: thread {} ('{}') is not in the directory: the daemon refused it: {}",
+                  thread.gid.ToString(), thread.name, one.ToString());
       continue;
     }
     return one;
@@ -160,7 +161,7 @@ void DirectoryLink::ReportStats() {
       return;
     }
     stats_refused_ = true;
-    spdlog::warn("tocl: {} statistics not reported: {}", what, status.ToString());
+    Log().warn("tocl: {} statistics not reported: {}", what, status.ToString());
   };
   if (events_.pool_stats) refused(session_->ReportPoolStats(events_.pool_stats()), "pool");
   if (events_.network_stats) {
@@ -187,7 +188,7 @@ void DirectoryLink::WatchLoop(uint64_t since_seq) {
         {ChangeOp::kExited, ChangeOp::kUnreachable, ChangeOp::kReachable});
     if (stopping_.load()) break;
     if (!status.ok()) {
-      spdlog::debug("tocl: change stream: {} (retrying)", status.ToString());
+      Log().debug("tocl: change stream: {} (retrying)", status.ToString());
     }
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, delay, [&] { return stop_; });

@@ -1,7 +1,6 @@
 #include "runtime/epoll_reactor.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/logger.h"
 #include "core/posix.h"
 
 namespace tocl::runtime {
@@ -82,7 +82,7 @@ int EpollReactor::Wait(int timeout_ms) {
   epoll_event events[64];
   int n = epoll_wait(epoll_fd_, events, 64, timeout_ms);
   if (n < 0) {
-    if (errno != EINTR) spdlog::warn("tocl: epoll_wait: {}", std::strerror(errno));
+    if (errno != EINTR) Log().warn("tocl: epoll_wait: {}", std::strerror(errno));
     return 0;
   }
   for (int i = 0; i < n; ++i) {

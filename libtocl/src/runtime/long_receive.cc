@@ -1,11 +1,11 @@
 // Receiving a long message: memory for it, its fragments put in place, the
 // acknowledgements, and RecvInto (long_message.h explains the protocol).
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cstring>
 
 #include "buffers/large_slot.h"
+#include "core/logger.h"
 #include "runtime/runtime_impl.h"
 
 namespace tocl {
@@ -52,7 +52,7 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   SendPeer& peer = **found;
   std::lock_guard lock(peer.mu);
   if (Status status = ResolvePeerLocked(peer); !status.ok()) {
-    spdlog::debug("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
+    Log().debug("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
     return;
   }
   int peer_rail = peer.default_rail;
@@ -65,7 +65,7 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
   auto slot = ControlFrame(peer.rails[peer_rail].rail, kind, from, to, about.seq);
   if (!slot.ok()) {
-    spdlog::warn("tocl: cannot answer {}: {}", peer_process.ToString(), slot.status().ToString());
+    Log().warn("tocl: cannot answer {}: {}", peer_process.ToString(), slot.status().ToString());
     return;
   }
   (*slot)->header().offset = offset;
@@ -112,7 +112,7 @@ Status Runtime::Impl::OnLongStart(Gid from_process, detail::BufferSlot* slot) {
     // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
     if (!TryGrant(ref, waiting_grant.empty())) {
       if (ref.total > options.reassembly_cap) {
-        spdlog::warn(
+        Log().warn(
             "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
             "bytes); receive it with RecvInto",
             ref.total, Gid::FromRaw(header.source).ToString(), options.reassembly_cap);
@@ -186,7 +186,7 @@ bool Runtime::Impl::TryGrant(InboundLong& message, bool library) {
     if (used + message.total > options.reassembly_cap) return false;
     auto large = NewMessageSlot(message);
     if (!large.ok()) {
-      spdlog::warn("tocl: {}", large.status().ToString());
+      Log().warn("tocl: {}", large.status().ToString());
       return false;
     }
     buffers::LargeSlot* slot = *large;
@@ -229,9 +229,9 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell
   }
   message.mailbox->Wake();
   if (!status.ok()) {
-    spdlog::warn("tocl: a {} byte message from {} to {} was discarded: {}", message.total,
-                 Gid::FromRaw(message.key.source).ToString(),
-                 Gid::FromRaw(message.key.destination).ToString(), status.message());
+    Log().warn("tocl: a {} byte message from {} to {} was discarded: {}", message.total,
+               Gid::FromRaw(message.key.source).ToString(),
+               Gid::FromRaw(message.key.destination).ToString(), status.message());
   }
   if (!status.ok() && tell_sender) {
     QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, About(message.key));

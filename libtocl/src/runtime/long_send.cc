@@ -2,13 +2,13 @@
 // spreads them over every network that reaches the destination
 // (long_message.h explains the protocol; the frames are in wire/frame.h).
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstring>
 #include <deque>
 
 #include "buffers/large_slot.h"
+#include "core/logger.h"
 #include "runtime/runtime_impl.h"
 
 namespace tocl {
@@ -169,11 +169,11 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
           for (size_t other = 0; other < peer.rails.size(); ++other) {
             others |= other != r && !peer.rails[other].failed;
           }
-          spdlog::warn("tocl: network {} ({}) to {} {}; its {} unacknowledged fragments {}",
-                       rails[rail.rail]->spec.name, rails[rail.rail]->spec.device,
-                       peer.process.ToString(), broken ? "broke" : "acknowledged nothing in time",
-                       progress_r.inflight,
-                       others ? "go over the other networks" : "have no other network to take");
+          Log().warn("tocl: network {} ({}) to {} {}; its {} unacknowledged fragments {}",
+                     rails[rail.rail]->spec.name, rails[rail.rail]->spec.device,
+                     peer.process.ToString(), broken ? "broke" : "acknowledged nothing in time",
+                     progress_r.inflight,
+                     others ? "go over the other networks" : "have no other network to take");
           rails[rail.rail]->failures.fetch_add(1, std::memory_order_relaxed);
         }
         rail.failed = true;

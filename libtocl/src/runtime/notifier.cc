@@ -1,7 +1,8 @@
 #include "runtime/notifier.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include "core/logger.h"
 
 namespace tocl::runtime {
 namespace {
@@ -206,10 +207,10 @@ void Notifier::Deliver(const Fired& fired) {
     try {
       fired.watch.callback(fired.notice);
     } catch (const std::exception& error) {
-      spdlog::error("tocl: the notification callback for {} threw: {}", fired.notice.gid.ToString(),
-                    error.what());
+      Log().error("tocl: the notification callback for {} threw: {}", fired.notice.gid.ToString(),
+                  error.what());
     } catch (...) {
-      spdlog::error("tocl: the notification callback for {} threw", fired.notice.gid.ToString());
+      Log().error("tocl: the notification callback for {} threw", fired.notice.gid.ToString());
     }
     return;
   }
@@ -229,11 +230,11 @@ void Notifier::Deliver(const Fired& fired) {
   const bool watcher_gone =
       status.code() == StatusCode::kFailedPrecondition || status.code() == StatusCode::kNotFound;
   if (watcher_gone) {
-    spdlog::debug("tocl: exit notice for {} to {} dropped: {}", fired.notice.gid.ToString(),
-                  fired.watch.self.ToString(), status.ToString());
+    Log().debug("tocl: exit notice for {} to {} dropped: {}", fired.notice.gid.ToString(),
+                fired.watch.self.ToString(), status.ToString());
   } else {
-    spdlog::warn("tocl: exit notice for {} to {} could not be delivered: {}",
-                 fired.notice.gid.ToString(), fired.watch.self.ToString(), status.ToString());
+    Log().warn("tocl: exit notice for {} to {} could not be delivered: {}",
+               fired.notice.gid.ToString(), fired.watch.self.ToString(), status.ToString());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "buffers/large_slot.h"
+#include "core/logger.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -123,10 +124,11 @@ Status Runtime::Impl::Open() {
   via_max_vis = resolved.via_max_vis;
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
-  // spdlog builds its registry on first use, behind a static-init guard in
-  // its uninstrumented library: built here, before the runtime's threads
-  // start, ThreadSanitizer sees it happen before their first log line.
-  (void)spdlog::default_logger_raw();
+  // The library's logger is built on first use (its sink's console mutex
+  // behind a static-init guard in spdlog's uninstrumented library): built
+  // here, before the runtime's threads start, ThreadSanitizer sees it happen
+  // before their first log line.
+  (void)Log();
   TOCL_ASSIGN_OR_RETURN(parent, ParentFromEnvironment());
   notifier = std::make_unique<runtime::Notifier>(runtime::NotifierHooks{
       .lookup = [this](Gid gid) { return Lookup(gid); },
@@ -352,8 +354,8 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
     if (source.skipped.count(seq) != 0 ||
         (seq < source.next_seq && slot->header().kind == wire::FrameKind::kLongStart)) {
       // The start of a long message whose sender gave up (SkipInOrder).
-      spdlog::debug("tocl: dropping the start of long message {} from {}: its sender gave up", seq,
-                    Gid::FromRaw(slot->header().source).ToString());
+      Log().debug("tocl: dropping the start of long message {} from {}: its sender gave up", seq,
+                  Gid::FromRaw(slot->header().source).ToString());
       slot->pool->Unref(slot);
       return Status::Ok();
     }
@@ -446,8 +448,7 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, detail::BufferSlot* slot)
   if (slot->header().kind == wire::FrameKind::kLongStart) return OnLongStart(from_process, slot);
   if (Status status = DeliverLocal(slot); !status.ok()) {
     // The sender was told the message left; the thread it was for is gone.
-    spdlog::debug("tocl: dropping a message from {}: {}", from_process.ToString(),
-                  status.ToString());
+    Log().debug("tocl: dropping a message from {}: {}", from_process.ToString(), status.ToString());
     slot->pool->Unref(slot);
   }
   return Status::Ok();
@@ -816,8 +817,8 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
       if (!rail.subsystem->Reaches(peer.process, address)) continue;
       auto route = rail.subsystem->Connect(peer.process, address);
       if (!route.ok()) {
-        spdlog::warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
-                     peer.process.ToString(), route.status().ToString());
+        Log().warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
+                   peer.process.ToString(), route.status().ToString());
         continue;
       }
       used[e] = true;
@@ -934,8 +935,8 @@ void Runtime::Impl::FailPeerLocked(SendPeer& peer, Status why) {
     pending.slot->pool->Unref(pending.slot);
   }
   if (!peer.queue.empty()) {
-    spdlog::warn("tocl: {} queued messages to {} failed: {}", peer.queue.size(),
-                 peer.process.ToString(), peer.failure.ToString());
+    Log().warn("tocl: {} queued messages to {} failed: {}", peer.queue.size(),
+               peer.process.ToString(), peer.failure.ToString());
   }
   peer.queue.clear();
   peer.space.notify_all();
@@ -1202,8 +1203,8 @@ bool Runtime::Impl::RerouteLocked(SendPeer& peer, int broken) {
   if (alternative < 0) return false;
   runtime::PeerRail& rail = peer.rails[broken];
   if (!rail.failed) {
-    spdlog::warn("tocl: network {} to {} broke; its frames go over {}", rails[rail.rail]->spec.name,
-                 peer.process.ToString(), rails[peer.rails[alternative].rail]->spec.name);
+    Log().warn("tocl: network {} to {} broke; its frames go over {}", rails[rail.rail]->spec.name,
+               peer.process.ToString(), rails[peer.rails[alternative].rail]->spec.name);
     rails[rail.rail]->failures.fetch_add(1, std::memory_order_relaxed);
   }
   rail.failed = true;

@@ -1,10 +1,10 @@
 #include "runtime/thread_service.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <optional>
 
+#include "core/logger.h"
 #include "runtime/entry_registry.h"
 #include "runtime/internal_threads.h"
 #include "runtime/runtime_impl.h"
@@ -45,8 +45,7 @@ void ThreadService::Stop() {
   std::unique_lock lock(entries_mu_);
   while (!running_.empty()) {
     if (!entry_done_.wait_for(lock, kEntryWaitWarning, [&] { return running_.empty(); })) {
-      spdlog::warn("tocl: shutting down: waiting for {} entry thread(s) to return",
-                   running_.size());
+      Log().warn("tocl: shutting down: waiting for {} entry thread(s) to return", running_.size());
     }
   }
   std::vector<std::thread> done;
@@ -64,7 +63,7 @@ void ThreadService::Serve() {
     if (!request.ok()) {
       // Cancelled: the runtime is shutting down.
       if (request.status().code() != StatusCode::kCancelled) {
-        spdlog::error("tocl: the spawn service stops: {}", request.status().ToString());
+        Log().error("tocl: the spawn service stops: {}", request.status().ToString());
       }
       return;
     }
@@ -77,15 +76,15 @@ void ThreadService::Handle(Buffer message) {
   const Gid source = message.source();
   // Replies go to a reply mailbox; anything else is not a request of ours.
   if (!source.is_thread() || !IsInternalThread(source) || source.thread_index() == kServiceThread) {
-    spdlog::debug("tocl: spawn service: ignoring a message from {}", source.ToString());
+    Log().debug("tocl: spawn service: ignoring a message from {}", source.ToString());
     return;
   }
   SpawnReply reply;
   std::optional<Launch> launch;
   auto request = DecodeSpawnRequest(message.span(), reply.id);
   if (!request.ok()) {
-    spdlog::warn("tocl: spawn service: a bad request from {}: {}", source.ToString(),
-                 request.status().ToString());
+    Log().warn("tocl: spawn service: a bad request from {}: {}", source.ToString(),
+               request.status().ToString());
     reply.status = request.status();
   } else if (!request->spawner.is_thread() || request->spawner.process() != source.process()) {
     reply.status =
@@ -113,7 +112,7 @@ void ThreadService::Handle(Buffer message) {
   message.Release();  // before sending: the pool may be at its cap
   Status sent = impl_.SendCopy(ServiceOf(impl_.process), source, kSpawnThreadReplyTag, bytes);
   if (!sent.ok()) {
-    spdlog::debug("tocl: spawn service: no reply to {}: {}", source.ToString(), sent.ToString());
+    Log().debug("tocl: spawn service: no reply to {}: {}", source.ToString(), sent.ToString());
   }
   if (launch) StartEntry(std::move(*launch));
 }
@@ -133,7 +132,7 @@ void ThreadService::StartEntry(Launch launch) {
                        RunEntry(key, std::move(launch));
                      }));
   } catch (const std::system_error& error) {
-    spdlog::error("tocl: cannot start thread {}: {}", self.ToString(), error.what());
+    Log().error("tocl: cannot start thread {}: {}", self.ToString(), error.what());
     impl_.LeaveThread(self);
   }
 }
@@ -145,9 +144,9 @@ void ThreadService::RunEntry(uint64_t key, Launch launch) {
     try {
       launch.fn(context);
     } catch (const std::exception& error) {
-      spdlog::error("tocl: the entry of thread {} threw: {}", self.ToString(), error.what());
+      Log().error("tocl: the entry of thread {} threw: {}", self.ToString(), error.what());
     } catch (...) {
-      spdlog::error("tocl: the entry of thread {} threw", self.ToString());
+      Log().error("tocl: the entry of thread {} threw", self.ToString());
     }
     launch.fn = nullptr;  // its captures go while the runtime is certainly alive
   }

@@ -41,6 +41,7 @@
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
 #include "collecting_sink.h"
+#include "core/logger.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/shm/segment_layout.h"
 #include "wire/frame.h"
@@ -225,19 +226,19 @@ std::vector<Arrival> ArrivalsFrom(const CollectingSink& sink, Gid from) {
 // Captures tocl's warnings while alive.
 class LogCapture {
  public:
-  LogCapture() : previous_(spdlog::default_logger()) {
+  LogCapture() {
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
     sink->set_pattern("%v");
     auto logger = std::make_shared<spdlog::logger>("capture", sink);
     logger->set_level(spdlog::level::warn);
-    spdlog::set_default_logger(logger);
+    previous_ = ReplaceLog(std::move(logger));
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  ~LogCapture() { ReplaceLog(previous_); }
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
 
   std::string Text() {
-    spdlog::default_logger()->flush();
+    Log().flush();
     return out_.str();
   }
 

@@ -33,6 +33,7 @@
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
 #include "collecting_sink.h"
+#include "core/logger.h"
 #include "core/posix.h"
 #include "subsystem/tcp/socket.h"
 #include "wire/frame.h"
@@ -139,13 +140,13 @@ inline uint64_t PoolInUse(const buffers::BufferPool& pool) {
 class LogCapture {
  public:
   explicit LogCapture(spdlog::level::level_enum level = spdlog::level::warn)
-      : previous_(spdlog::default_logger()), sink_(std::make_shared<LineSink>()) {
+      : sink_(std::make_shared<LineSink>()) {
     sink_->set_pattern("%v");
     auto logger = std::make_shared<spdlog::logger>("capture", sink_);
     logger->set_level(level);
-    spdlog::set_default_logger(logger);
+    previous_ = ReplaceLog(std::move(logger));
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  ~LogCapture() { ReplaceLog(previous_); }
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
 

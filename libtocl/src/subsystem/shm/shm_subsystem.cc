@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -19,6 +18,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/logger.h"
 #include "core/posix.h"
 #include "subsystem/shm/segment_layout.h"
 
@@ -546,8 +546,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       std::string sender_segment(channel.sender_segment,
                                  strnlen(channel.sender_segment, kPathBytes));
       if (!in.sender.is_process() || !sender_segment.ends_with(".seg")) {
-        spdlog::warn("tocl shm: rejecting channel {} claimed by {} ({})", i, in.sender.ToString(),
-                     sender_segment);
+        Log().warn("tocl shm: rejecting channel {} claimed by {} ({})", i, in.sender.ToString(),
+                   sender_segment);
         channel.state.store(static_cast<uint32_t>(ChannelState::kClosed),
                             std::memory_order_release);
         continue;
@@ -673,7 +673,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   }
 
   void ProtocolError(Inbound& in, std::string_view reason) {
-    spdlog::warn("tocl shm: closing the channel from {}: {}", in.sender.ToString(), reason);
+    Log().warn("tocl shm: closing the channel from {}: {}", in.sender.ToString(), reason);
     mapping_.channel(in.index).state.store(static_cast<uint32_t>(ChannelState::kClosed),
                                            std::memory_order_release);
     // The channel stays closed (its sender sees that); only the buffers come back.
@@ -753,7 +753,7 @@ Result<std::unique_ptr<Subsystem>> OpenShm(const ShmOptions& options, Reactor& r
     return InvalidArgument("bad number of shm size classes");
   }
   int removed = RemoveStaleSegments(options.directory);
-  if (removed > 0) spdlog::info("tocl shm: removed {} stale segment files", removed);
+  if (removed > 0) Log().info("tocl shm: removed {} stale segment files", removed);
   const uint64_t start = ProcessStart(getpid());
   // A process may run several runtimes (several enrollments): each has its own.
   static std::atomic<unsigned> instances{0};

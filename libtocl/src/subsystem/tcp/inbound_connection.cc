@@ -1,7 +1,6 @@
 #include "subsystem/tcp/inbound_connection.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -12,6 +11,7 @@
 #include <utility>
 
 #include "buffers/size_class.h"
+#include "core/logger.h"
 
 namespace tocl::subsystem::tcp {
 
@@ -234,7 +234,7 @@ bool InboundConnection::OnHandshake(const wire::Header& header, const std::byte*
   }
   handshake_.reset();
   authenticated_ = true;
-  spdlog::debug("tocl tcp: connection from {} is {}", peer_address_, source.ToString());
+  Log().debug("tocl tcp: connection from {} is {}", peer_address_, source.ToString());
   return true;
 }
 
@@ -292,8 +292,8 @@ void InboundConnection::OnReadEnd(ssize_t n, int error) {
     Close(fmt::format("the stream ended inside a header ({} of {} bytes)", end_ - begin_,
                       wire::kHeaderBytes));
   } else {
-    spdlog::debug("tocl tcp: {} ({}) closed its connection", peer_address_,
-                  hello_process_.ToString());
+    Log().debug("tocl tcp: {} ({}) closed its connection", peer_address_,
+                hello_process_.ToString());
     Close("");
   }
 }
@@ -302,10 +302,10 @@ void InboundConnection::Close(std::string_view reason) {
   if (closed()) return;
   if (!reason.empty()) {
     if (!hello_process_.is_null()) {
-      spdlog::warn("tocl tcp: closing connection from {} ({}): {}", peer_address_,
-                   hello_process_.ToString(), reason);
+      Log().warn("tocl tcp: closing connection from {} ({}): {}", peer_address_,
+                 hello_process_.ToString(), reason);
     } else {
-      spdlog::warn("tocl tcp: closing connection from {}: {}", peer_address_, reason);
+      Log().warn("tocl tcp: closing connection from {}: {}", peer_address_, reason);
     }
     TcpTraffic::Add(context_.traffic.connections_rejected, 1);
   }

@@ -1,7 +1,6 @@
 #include "subsystem/tcp/outbound_connection.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -13,6 +12,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/size_class.h"
+#include "core/logger.h"
 
 namespace tocl::subsystem::tcp {
 
@@ -330,9 +330,9 @@ void OutboundConnection::BreakLocked(std::string reason, bool warn) {
   head_written_ = 0;
   TcpTraffic::Add(context_.traffic.routes_broken, 1);
   if (warn) {
-    spdlog::warn("tocl tcp: {} ({} queued frames failed)", reason, failed);
+    Log().warn("tocl tcp: {} ({} queued frames failed)", reason, failed);
   } else {
-    spdlog::debug("tocl tcp: {} ({} queued frames failed)", reason, failed);
+    Log().debug("tocl tcp: {} ({} queued frames failed)", reason, failed);
   }
   broken_reason_ = std::move(reason);
 }

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <netinet/in.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -12,6 +11,7 @@
 #include <utility>
 
 #include "buffers/size_class.h"
+#include "core/logger.h"
 #include "subsystem/tcp/inbound_connection.h"
 #include "subsystem/tcp/outbound_connection.h"
 
@@ -67,7 +67,7 @@ Result<std::unique_ptr<TcpSubsystem>> TcpSubsystem::Open(const TcpOptions& optio
   }
   std::unique_ptr<TcpSubsystem> tcp(new TcpSubsystem(options, reactor, sink, budget));
   TOCL_RETURN_IF_ERROR(tcp->Listen());
-  spdlog::debug("tocl tcp: {} listens on {}", options.self_process.ToString(), tcp->address_);
+  Log().debug("tocl tcp: {} listens on {}", options.self_process.ToString(), tcp->address_);
   return tcp;
 }
 
@@ -113,19 +113,19 @@ void TcpSubsystem::AcceptSome() {
       if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
         // Level-triggered, the listener would wake the poller again at once:
         // leave the epoll set until Housekeeping.
-        spdlog::warn("tocl tcp: not accepting connections for a while: {}",
-                     ErrnoStatus("accept4", error).message());
+        Log().warn("tocl tcp: not accepting connections for a while: {}",
+                   ErrnoStatus("accept4", error).message());
         context_.reactor.Remove(listen_fd_.get());
         accepting_ = false;
       } else {
-        spdlog::warn("tocl tcp: {}", ErrnoStatus("accept4", error).message());
+        Log().warn("tocl tcp: {}", ErrnoStatus("accept4", error).message());
       }
       return;
     }
     Fd owned(fd);
     const std::string peer_address = SocketAddress::FromSockaddr(peer, length).ToString();
     if (Status status = SetNoDelay(fd); !status.ok()) {
-      spdlog::debug("tocl tcp: connection from {}: {}", peer_address, status.message());
+      Log().debug("tocl tcp: connection from {}: {}", peer_address, status.message());
     }
     MakeRoomForHandshake();
     auto connection = std::make_unique<InboundConnection>(context_, std::move(owned), peer_address);

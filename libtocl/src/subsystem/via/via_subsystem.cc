@@ -1,7 +1,6 @@
 #include "subsystem/via/via_subsystem.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cassert>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "buffers/size_class.h"
+#include "core/logger.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/vi_protocol.h"
 
@@ -161,8 +161,8 @@ Status ViaSubsystem::Start(buffers::PoolBudget& budget) {
     } else if (wanted == "ibverbs") {
       return opened.status().WithContext("via provider ibverbs");
     } else {
-      spdlog::info("tocl via: ibverbs not used on {}: {}; using sockets", options_.bind_address,
-                   opened.status().message());
+      Log().info("tocl via: ibverbs not used on {}: {}; using sockets", options_.bind_address,
+                 opened.status().message());
     }
   } else if (wanted != "sockets" && wanted != "auto") {
     return InvalidArgument(
@@ -175,7 +175,7 @@ Status ViaSubsystem::Start(buffers::PoolBudget& budget) {
                                                 provider_->slab_memory(), budget);
   address_ = fmt::format("{}:{}", provider_->name(), provider_->address());
   connection_manager_ = std::thread([this] { ServeConnections(); });
-  spdlog::debug("tocl via: {} listens on {}", options_.self_process.ToString(), address_);
+  Log().debug("tocl via: {} listens on {}", options_.self_process.ToString(), address_);
   return Status::Ok();
 }
 
@@ -253,8 +253,8 @@ std::unique_ptr<Vi> ViaSubsystem::NewViLocked(ViEntry& entry,
   auto vi = std::make_unique<Vi>(entry.peer, entry.class_index, window, initiated, shared);
   auto provider_vi = provider_->CreateVi(vi.get(), request);
   if (!provider_vi.ok()) {
-    spdlog::warn("tocl via: cannot create a VI for {}: {}", entry.peer.ToString(),
-                 provider_vi.status().message());
+    Log().warn("tocl via: cannot create a VI for {}: {}", entry.peer.ToString(),
+               provider_vi.status().message());
     return nullptr;
   }
   vi->provider = std::move(*provider_vi);
@@ -297,7 +297,7 @@ void ViaSubsystem::OpenViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& 
   }
   if (vi->posted == 0) {
     // No descriptors to post: a peer could never send on it. Wait for memory.
-    spdlog::debug("tocl via: no buffer to post for a VI to {}", entry.peer.ToString());
+    Log().debug("tocl via: no buffer to post for a VI to {}", entry.peer.ToString());
     vi->provider.reset();
     return;
   }
@@ -402,8 +402,8 @@ void ViaSubsystem::CompleteSend(detail::BufferSlot* slot, bool ok) {
 
 void ViaSubsystem::FailPendingLocked(ViEntry& entry, const Status& why) {
   if (!entry.pending.empty()) {
-    spdlog::debug("tocl via: {} sends to {} fail: {}", entry.pending.size(), entry.peer.ToString(),
-                  why.message());
+    Log().debug("tocl via: {} sends to {} fail: {}", entry.pending.size(), entry.peer.ToString(),
+                why.message());
   }
   for (detail::BufferSlot* slot : entry.pending) CompleteSend(slot, /*ok=*/false);
   entry.pending.clear();
@@ -462,8 +462,8 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
   ViMessage kind;
   if (!ImmediateKind(immediate, &kind)) {
     pool_->Unref(slot);
-    spdlog::warn("tocl via: {} sent a message of unknown kind {:#x}; closing its VI",
-                 vi.peer.ToString(), immediate >> 16);
+    Log().warn("tocl via: {} sent a message of unknown kind {:#x}; closing its VI",
+               vi.peer.ToString(), immediate >> 16);
     vi.provider->Disconnect("a message of unknown kind");
     return;
   }
@@ -472,7 +472,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
     case ViMessage::kData: {
       if (Status bad = CheckFrame(vi, slot, length); !bad.ok()) {
         pool_->Unref(slot);
-        spdlog::warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), bad.message());
+        Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), bad.message());
         vi.provider->Disconnect(bad.message());
         return;
       }
@@ -482,7 +482,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
       Status taken = sink_.OnMessage(vi.peer, slot);
       lock.lock();
       if (!taken.ok()) {
-        spdlog::warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), taken.message());
+        Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), taken.message());
         vi.provider->Disconnect(taken.message());
         return;
       }
@@ -550,8 +550,8 @@ void ViaSubsystem::OnConnected(void* context, const ConnectData& peer) {
   std::lock_guard lock(entry.mu);
   if (peer.process != vi.peer || peer.peer != options_.self_process ||
       peer.class_index != vi.class_index) {
-    spdlog::warn("tocl via: {} accepted as {} for {} in class {}; closing", vi.peer.ToString(),
-                 peer.process.ToString(), peer.peer.ToString(), peer.class_index);
+    Log().warn("tocl via: {} accepted as {} for {} in class {}; closing", vi.peer.ToString(),
+               peer.process.ToString(), peer.peer.ToString(), peer.class_index);
     vi.provider->Disconnect("the accept names another VI");
     return;
   }
@@ -591,8 +591,8 @@ void ViaSubsystem::OnClosed(void* context, const Status& why) {
     entry.crossed_at = Clock::now();  // the same wait, then Housekeeping asks again
     return;
   }
-  spdlog::debug("tocl via: the VI to {} (class {}) closed: {}", vi.peer.ToString(),
-                buffers::ClassBytes(vi.class_index), why.message());
+  Log().debug("tocl via: the VI to {} (class {}) closed: {}", vi.peer.ToString(),
+              buffers::ClassBytes(vi.class_index), why.message());
   entry.broken = why.ok() ? Unavailable("the VI closed") : why;
   FailPendingLocked(entry, entry.broken);
 }
@@ -608,7 +608,7 @@ void ViaSubsystem::ServeConnections() {
         continue;
       }
       if (request.status().code() != StatusCode::kDeadlineExceeded) {
-        spdlog::warn("tocl via: connection manager: {}", request.status().message());
+        Log().warn("tocl via: connection manager: {}", request.status().message());
       }
       continue;
     }
@@ -648,7 +648,7 @@ void ViaSubsystem::HandleRequest(PendingRequest& request) {
   Vi* raw = vi.get();
   AddVi(std::move(vi));
   if (Status status = provider_->ConnectAccept(request, *raw->provider, reply); !status.ok()) {
-    spdlog::warn("tocl via: cannot accept {}: {}", request.peer_address(), status.message());
+    Log().warn("tocl via: cannot accept {}: {}", request.peer_address(), status.message());
     raw->detached = true;
     raw->provider->Disconnect(status.message());
     return;

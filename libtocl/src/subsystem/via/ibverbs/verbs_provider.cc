@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/logger.h"
 #include "subsystem/via/ibverbs/verbs_vi.h"
 
 namespace tocl::subsystem::via {
@@ -42,8 +42,8 @@ const DeviceProbe& Probe() {
       ibv_free_device_list(list);
     }
     if (!result.present) {
-      spdlog::info("tocl via: no RDMA device ({}); the ibverbs provider is not offered",
-                   result.reason);
+      Log().info("tocl via: no RDMA device ({}); the ibverbs provider is not offered",
+                 result.reason);
     }
     return result;
   }();
@@ -154,7 +154,7 @@ VerbsProvider::~VerbsProvider() {
   std::lock_guard lock(mu_);
   // Every VI must be gone by now (the subsystem destroys them first): their
   // ids are on our channels and their QPs on our CQ.
-  if (!vis_.empty()) spdlog::error("tocl via: {} ibverbs VIs outlived their provider", vis_.size());
+  if (!vis_.empty()) Log().error("tocl via: {} ibverbs VIs outlived their provider", vis_.size());
 }
 
 Status VerbsProvider::Open() {
@@ -218,8 +218,8 @@ Status VerbsProvider::Open() {
   if (const int error = ibv_req_notify_cq(cq_.get(), 0); error != 0) {
     return ErrnoStatus("ibv_req_notify_cq", error);
   }
-  spdlog::debug("tocl via: ibverbs on {} ({}), {} CQ entries", address_,
-                ibv_get_device_name(id->verbs->device), entries);
+  Log().debug("tocl via: ibverbs on {} ({}), {} CQ entries", address_,
+              ibv_get_device_name(id->verbs->device), entries);
   return Status::Ok();
 }
 
@@ -317,7 +317,7 @@ int VerbsProvider::PollCq() {
   for (int batch = 0; batch < kMaxBatchesPerPoll; ++batch) {
     const int found = ibv_poll_cq(cq_.get(), kPollBatch, completions);
     if (found < 0) {
-      if (!cq_broken_logged_) spdlog::error("tocl via: ibv_poll_cq failed ({})", found);
+      if (!cq_broken_logged_) Log().error("tocl via: ibv_poll_cq failed ({})", found);
       cq_broken_logged_ = true;
       return reported;
     }
@@ -329,7 +329,7 @@ int VerbsProvider::PollCq() {
       }
       if (vi == nullptr) {
         // A QP destroyed with work on it (Close gave up on its flushes).
-        spdlog::debug("tocl via: a completion for QP {} that is gone", completions[i].qp_num);
+        Log().debug("tocl via: a completion for QP {} that is gone", completions[i].qp_num);
         continue;
       }
       // Only this thread destroys a VI that has work posted, and only after
@@ -348,7 +348,7 @@ int VerbsProvider::PollActiveChannel() {
   for (int i = 0; i < kPollBatch; ++i) {
     auto event = NextCmEvent(active_channel_.get());
     if (!event.ok()) {
-      spdlog::warn("tocl via: {}", event.status().message());
+      Log().warn("tocl via: {}", event.status().message());
       return reported;
     }
     if (!event->has_value()) return reported;
@@ -393,7 +393,7 @@ bool VerbsProvider::PrepareToSleep() {
   // Arm, then look once more: a completion that came before the arm
   // raises no event, so it must be seen here.
   if (const int error = ibv_req_notify_cq(cq_.get(), 0); error != 0) {
-    spdlog::warn("tocl via: {}", ErrnoStatus("ibv_req_notify_cq", error).message());
+    Log().warn("tocl via: {}", ErrnoStatus("ibv_req_notify_cq", error).message());
     return false;
   }
   return PollCq() == 0;
@@ -432,8 +432,8 @@ void VerbsProvider::Close() {
   }
   // Each has work posted, so nobody else destroys it before its OnClosed.
   if (!stuck.empty()) {
-    spdlog::warn("tocl via: {} VIs not flushed within {} s; completing them", stuck.size(),
-                 kCloseTimeout.count());
+    Log().warn("tocl via: {} VIs not flushed within {} s; completing them", stuck.size(),
+               kCloseTimeout.count());
   }
   for (VerbsVi* vi : stuck) vi->ForceFinish();
 }
@@ -451,8 +451,8 @@ std::unique_ptr<PendingRequest> VerbsProvider::OnPassiveEvent(CmEvent& event) {
       std::string peer = PeerAddress(event.id);
       auto data = ConnectData::Decode(event.private_data, options_.num_classes);
       if (!data.ok()) {
-        spdlog::warn("tocl via: connection request from {} rejected: {}", peer,
-                     data.status().message());
+        Log().warn("tocl via: connection request from {} rejected: {}", peer,
+                   data.status().message());
         (void)rdma_reject(event.id, nullptr, 0);
         (void)rdma_destroy_id(event.id);
         return nullptr;
@@ -474,7 +474,7 @@ std::unique_ptr<PendingRequest> VerbsProvider::OnPassiveEvent(CmEvent& event) {
                             : fmt::format("the VI to {} failed: {}", PeerAddress(event.id),
                                           rdma_event_str(event.type))));
       } else if (event.id == listen_id_.get()) {
-        spdlog::error("tocl via: the listening id on {}: {}", address_, rdma_event_str(event.type));
+        Log().error("tocl via: the listening id on {}: {}", address_, rdma_event_str(event.type));
       }
       return nullptr;
     }
@@ -532,8 +532,8 @@ void VerbsProvider::ConnectReject(PendingRequest& request, std::string_view reas
   auto& verbs_request = static_cast<VerbsRequest&>(request);
   const std::vector<std::byte> data = EncodeRejectData(reason);
   if (rdma_reject(verbs_request.id(), data.data(), static_cast<uint8_t>(data.size())) != 0) {
-    spdlog::debug("tocl via: reject {}: {}", request.peer_address(),
-                  ErrnoStatus("rdma_reject", errno).message());
+    Log().debug("tocl via: reject {}: {}", request.peer_address(),
+                ErrnoStatus("rdma_reject", errno).message());
   }
   // The id goes with the request (or with the VI that adopted it).
   verbs_request.set_answered();

@@ -2,12 +2,12 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
+#include "core/logger.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/ibverbs/verbs_provider.h"
 #include "subsystem/via/vi_protocol.h"
@@ -77,8 +77,8 @@ VerbsVi::~VerbsVi() {
     if (!DrainedLocked()) {
       // The handler destroyed a VI with work on it (it should not): the
       // completions still coming are dropped as of an unknown QP.
-      spdlog::warn("tocl via: a VI to {} destroyed with {} descriptors on its QP", peer_,
-                   sends_.size() + posted_recvs_);
+      Log().warn("tocl via: a VI to {} destroyed with {} descriptors on its QP", peer_,
+                 sends_.size() + posted_recvs_);
       owner_.ReleaseCqes(static_cast<uint32_t>(sends_.size() + posted_recvs_));
     }
   }
@@ -371,7 +371,7 @@ void VerbsVi::OnCompletion(const ibv_wc& wc) {
     // An RC QP completes each queue in order, flushes included.
     if (receive) {
       if (posted_recvs_ == 0) {
-        spdlog::error("tocl via: a receive completion on {} with none posted", peer_);
+        Log().error("tocl via: a receive completion on {} with none posted", peer_);
         return;
       }
       slot = recvs_.front().slot;
@@ -380,14 +380,14 @@ void VerbsVi::OnCompletion(const ibv_wc& wc) {
       --posted_recvs_;
     } else {
       if (sends_.empty()) {
-        spdlog::error("tocl via: a send completion on {} with none posted", peer_);
+        Log().error("tocl via: a send completion on {} with none posted", peer_);
         return;
       }
       slot = sends_.front();
       sends_.pop_front();
     }
     if (WrId(slot, receive) != wc.wr_id) {
-      spdlog::error("tocl via: completions on {} out of order", peer_);
+      Log().error("tocl via: completions on {} out of order", peer_);
     }
     if (wc.status == IBV_WC_SUCCESS) {
       if (receive && (wc.wc_flags & IBV_WC_WITH_IMM) == 0) {
@@ -438,8 +438,8 @@ void VerbsVi::BreakLocked(Status why) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     if (const int error = ibv_modify_qp(qp_, &attr, IBV_QP_STATE); error != 0) {
-      spdlog::warn("tocl via: VI to {}: {}", peer_,
-                   ErrnoStatus("ibv_modify_qp to the error state", error).message());
+      Log().warn("tocl via: VI to {}: {}", peer_,
+                 ErrnoStatus("ibv_modify_qp to the error state", error).message());
     }
   }
   if (DrainedLocked()) ScheduleFinishLocked();

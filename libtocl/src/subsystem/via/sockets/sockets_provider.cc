@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/logger.h"
 #include "security/handshake.h"
 #include "subsystem/via/sockets/sockets_vi.h"
 
@@ -89,7 +89,7 @@ SocketsProvider::SocketsProvider(const ProviderOptions& options, Reactor& reacto
 SocketsProvider::~SocketsProvider() {
   std::lock_guard lock(mu_);
   // Every VI must be gone by now (the subsystem destroys them first).
-  if (!vis_.empty()) spdlog::error("tocl via: {} sockets VIs outlived their provider", vis_.size());
+  if (!vis_.empty()) Log().error("tocl via: {} sockets VIs outlived their provider", vis_.size());
 }
 
 Status SocketsProvider::Listen() {
@@ -159,7 +159,7 @@ void SocketsProvider::AcceptIncoming() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        spdlog::warn("tocl via: {}", ErrnoStatus("accept4", errno).message());
+        Log().warn("tocl via: {}", ErrnoStatus("accept4", errno).message());
       }
       return;
     }
@@ -249,7 +249,7 @@ std::unique_ptr<PendingRequest> SocketsProvider::ReadIncoming() {
       why = fmt::format("no request and handshake within {} s", kRequestTimeout.count());
     }
     if (drop) {
-      spdlog::warn("tocl via: connection from {} dropped: {}", in.peer_address, why);
+      Log().warn("tocl via: connection from {} dropped: {}", in.peer_address, why);
       incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
@@ -311,7 +311,7 @@ void SocketsProvider::ConnectReject(PendingRequest& request, std::string_view re
   if (Status status = WriteAll(sockets_request.fd().get(), bytes,
                                std::chrono::steady_clock::now() + kRequestTimeout);
       !status.ok()) {
-    spdlog::debug("tocl via: reject {}: {}", request.peer_address(), status.message());
+    Log().debug("tocl via: reject {}: {}", request.peer_address(), status.message());
   }
   sockets_request.fd().Close();
 }

@@ -1,7 +1,6 @@
 #include "subsystem/via/sockets/sockets_vi.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
