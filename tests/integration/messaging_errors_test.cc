@@ -1,7 +1,10 @@
 // What Send, GetBuffer and Runtime::Start say when they cannot do what is
 // asked: unknown destinations, threads that left, processes that exited,
 // oversized buffers, the wildcard tag, no daemon, bad options.
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -243,6 +246,81 @@ TEST_CASE("Runtime::Start without a daemon is Unavailable and names the address"
   CHECK(elapsed < seconds(30));
   // No shm segment is left behind by the attempt.
   CHECK(ShmSegmentsOf(::getpid()).empty());
+}
+
+TEST_CASE(
+    "Runtime::Start against a TCP port where nothing listens fails at once, without TLS advice",
+    "[integration][msg]") {
+  // A bound socket that does not listen keeps the port ours: a connection
+  // to it is refused.
+  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string target = fmt::format("127.0.0.1:{}", ntohs(address.sin_port));
+
+  RuntimeOptions options;
+  options.daemon_address = target;
+  options.name = "hopeful";
+  const auto start = steady_clock::now();
+  auto runtime = Runtime::Start(options);
+  const auto elapsed = steady_clock::now() - start;
+  ::close(holder);
+  REQUIRE_FALSE(runtime.ok());
+  INFO(runtime.status().ToString()
+       << " after " << std::chrono::duration_cast<milliseconds>(elapsed).count() << " ms");
+  CHECK(runtime.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(runtime.status().message(), Catch::Contains(target));
+  CHECK_THAT(runtime.status().message(), Catch::Contains("connection refused"));
+  CHECK_THAT(runtime.status().message(),
+             !Catch::Contains("TLS") && !Catch::Contains("credentials"));
+  // The connect timeout is 5 s; a refusal is known after one round trip.
+  CHECK(elapsed < milliseconds(2500));
+}
+
+TEST_CASE("Runtime::Start with a malformed daemon address is InvalidArgument saying what is wrong",
+          "[integration][msg]") {
+  struct Bad {
+    std::string address;
+    std::string says;
+  };
+  const std::vector<Bad> cases = {
+      {"tcp:", "the port '' is not a number"},
+      {"host:notaport", "the port 'notaport' is not a number"},
+      {"127.0.0.1:70000", "the port '70000' is not a number from 1 to 65535"},
+      {"127.0.0.1:0", "the port '0'"},
+      {"localhost", "no port"},
+      {":7390", "no host"},
+      {"unix:", "has no path"},
+      {"unix://", "has no path"},
+      {"no such place:7390", "'no such place' is not a host name"},
+      {"::1:7390", "[::1]:7390"},
+      {"[not-v6]:7390", "[not-v6] is not an IPv6 address"},
+  };
+  for (const Bad& bad : cases) {
+    RuntimeOptions options;
+    options.daemon_address = bad.address;
+    options.name = "typo";
+    const auto start = steady_clock::now();
+    auto runtime = Runtime::Start(options);
+    INFO(bad.address << " -> " << runtime.status().ToString());
+    CHECK(runtime.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(runtime.status().message(), Catch::Contains(bad.says));
+    CHECK_THAT(runtime.status().message(), Catch::Contains("'" + bad.address + "'"));
+    CHECK(steady_clock::now() - start < seconds(1));
+  }
+  // Well-formed ones get as far as connecting (nothing answers there).
+  for (std::string good : {"unix:/nonexistent/toclsd.sock", "/nonexistent/toclsd.sock"}) {
+    RuntimeOptions options;
+    options.daemon_address = good;
+    auto runtime = Runtime::Start(options);
+    INFO(good << " -> " << runtime.status().ToString());
+    CHECK(runtime.status().code() == StatusCode::kUnavailable);
+  }
 }
 
 TEST_CASE("Runtime::Start rejects bad options with InvalidArgument", "[integration][msg]") {

@@ -19,9 +19,6 @@ namespace pb = ::tocl::directory::v1;
 // How long a unary call to the daemon may take before it is abandoned.
 inline constexpr auto kCallTimeout = std::chrono::seconds(10);
 
-// "unix:/p", "unix:///p", "/p" (a socket path) or "host:port" -> gRPC target.
-std::string NormalizeAddress(std::string_view address);
-
 // Where a connection goes and how: a gRPC target, plaintext (unix sockets,
 // or TCP without credentials) or mutual TLS with the credentials loaded
 // from `credentials_dir` (TCP only).
@@ -31,7 +28,8 @@ struct ChannelTarget {
   std::string credentials_dir = {};                         // for error messages; "" when plaintext
 };
 
-// The target for `address` and the credentials directory the caller chose
+// The target for `address` (DaemonTarget: InvalidArgument when it is
+// malformed) and the credentials directory the caller chose
 // ("": $TOCL_CREDENTIALS). Credentials are loaded for TCP targets only, so
 // a broken $TOCL_CREDENTIALS never stops a local tool; for those,
 // InvalidArgument naming the file that is wrong.

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 
 #include "grpc_tls/tls_credentials.h"
 
@@ -24,6 +26,15 @@ std::string LastError(const Connection& connection) {
   grpc::Status status = connection.health->Check(&context, request, &response);
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
   return status.error_message().empty() ? "unavailable" : status.error_message();
+}
+
+bool Refused(std::string_view grpc_message) {
+  // gRPC 1.51 words it "... Failed to connect to remote host: Connection
+  // refused" (strerror of ECONNREFUSED).
+  constexpr std::string_view kRefused = "connection refused";
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  return std::search(grpc_message.begin(), grpc_message.end(), kRefused.begin(), kRefused.end(),
+                     [&](char a, char b) { return lower(a) == b; }) != grpc_message.end();
 }
 
 std::string Advice(const ChannelTarget& target) {
@@ -55,16 +66,26 @@ Status AwaitConnected(const Connection& connection, const ChannelTarget& target,
             "cannot reach the daemon at {}{}: the connection failed in the TLS handshake ({}); {}",
             target.target, how, last, Advice(target)));
       }
+      // The host answered that nothing listens on the port: waiting out
+      // the timeout would only repeat it.
+      if (Refused(last)) {
+        return Unavailable(fmt::format(
+            "cannot reach the daemon at {}: connection refused (nothing listens there; is "
+            "toclsd running, listening on that address?)",
+            target.target));
+      }
     }
     if (!connection.channel->WaitForStateChange(state, deadline)) break;
   }
+  // Only a failed handshake (above) says TLS is the matter: a silent
+  // address gets no advice about credentials.
   if (!tcp) {
     return Unavailable(
         fmt::format("cannot reach the daemon at {} (is toclsd running?)", target.target));
   }
-  return Unavailable(fmt::format("cannot reach the daemon at {}{} (is toclsd running?{}); {}",
-                                 target.target, how, last.empty() ? "" : " " + last,
-                                 Advice(target)));
+  return Unavailable(
+      fmt::format("cannot reach the daemon at {}{}: no answer (is toclsd running?{})",
+                  target.target, how, last.empty() ? "" : " " + last));
 }
 
 }  // namespace tocl::client

@@ -12,6 +12,7 @@
 #include "directory_client/channel.h"
 #include "directory_client/connect_failure.h"
 #include "directory_client/convert.h"
+#include "directory_client/daemon_address.h"
 #include "directory_client/grpc_status.h"
 #include "grpc_tls/tls_credentials.h"
 #include "security/credentials.h"
@@ -19,14 +20,9 @@
 namespace tocl {
 namespace client {
 
-std::string NormalizeAddress(std::string_view address) {
-  if (address.starts_with("unix:")) return std::string(address);
-  if (address.starts_with("/") || address.starts_with(".")) return fmt::format("unix:{}", address);
-  return std::string(address);
-}
-
 Result<ChannelTarget> ResolveTarget(std::string_view address, const std::string& credentials_dir) {
-  ChannelTarget resolved{.target = NormalizeAddress(address)};
+  TOCL_ASSIGN_OR_RETURN(std::string target, DaemonTarget(address));
+  ChannelTarget resolved{.target = std::move(target)};
   if (resolved.target.starts_with("unix:")) return resolved;
   std::optional<std::string> directory = credentials_dir.empty()
                                              ? security::CredentialsDirectoryFromEnvironment()
