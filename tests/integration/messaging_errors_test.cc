@@ -92,6 +92,36 @@ TEST_CASE("Send to a thread of a process that does not exist is NotFound", "[int
   CHECK(Text(REQUIRE_VALUE(runtime->RecvFor(me, seconds(10)))) == "still here");
 }
 
+TEST_CASE(
+    "Send to a host that is not in the cluster is NotFound at once, not after connect_timeout",
+    "[integration][msg]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  RuntimeOptions options = RuntimeOptionsFor(daemon, "far-reaching");
+  options.connect_timeout = seconds(30);
+  auto runtime = REQUIRE_VALUE(StartRuntime(options));
+  const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
+
+  const Gid nowhere = Gid::Thread(Gid::Process(9, 1), 1);  // h9.p1.t1: only h1 exists
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const auto start = steady_clock::now();
+    Status sent = runtime->Send(me, nowhere, 1, Bytes("hello?"));
+    const auto elapsed = steady_clock::now() - start;
+    INFO("Send -> " << sent.ToString() << " after "
+                    << std::chrono::duration_cast<milliseconds>(elapsed).count() << " ms");
+    CHECK(sent.code() == StatusCode::kNotFound);
+    CHECK_THAT(sent.message(), Catch::Contains("no host h9 in the cluster"));
+    // A correctness bound, far below the 30 s the send could wait for.
+    CHECK(elapsed < seconds(1));
+  }
+  // A process of this host that does not exist is still NotFound at once too.
+  CHECK(runtime->Send(me, Gid::Thread(Gid::Process(1, 999), 1), 1, Bytes("x")).code() ==
+        StatusCode::kNotFound);
+  // The runtime is fine afterwards.
+  REQUIRE_OK(runtime->Send(me, me, 2, Bytes("still here")));
+  CHECK(Text(REQUIRE_VALUE(runtime->RecvFor(me, seconds(10)))) == "still here");
+}
+
 TEST_CASE("Send to a thread that never enrolled in a live process fails", "[integration][msg]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

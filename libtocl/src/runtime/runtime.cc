@@ -880,6 +880,7 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
   // than that (a reply, a spawn's result) names a process not known here
   // yet. Only this host's daemon may say "no such process" at once.
   const bool remote = to.host() != process.host();
+  bool host_known = !remote;
   for (;;) {
     TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
     if (!internal) {
@@ -902,6 +903,10 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
     if (owner_unknown && !remote) {
       return NotFound(fmt::format("no process {}", to.process().ToString()));
     }
+    if (owner_unknown && !host_known) {
+      TOCL_RETURN_IF_ERROR(CheckHostKnown(to.host()));
+      host_known = true;
+    }
     if (owner.ok()) {
       if (owner->state == EntityState::kExited) {
         return FailedPrecondition(
@@ -923,6 +928,21 @@ Status Runtime::Impl::AwaitRegistration(Gid to) {
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(100));
   }
+}
+
+Status Runtime::Impl::CheckHostKnown(Gid host) {
+  // Replication may lag behind a Gid handed over; membership hardly does:
+  // every daemon has a host row for each member it knows, and learns of a
+  // new member within a heartbeat of its join, before it could replicate
+  // any of its processes. A host the directory does not have is (but in
+  // that first heartbeat) not in the cluster, and waiting would not bring it.
+  auto known = Lookup(host);
+  if (known.ok()) return Status::Ok();
+  if (known.status().code() != StatusCode::kNotFound) {
+    return known.status().WithContext(fmt::format("look up {}", host.ToString()));
+  }
+  return NotFound(fmt::format("no host {} in the cluster (the daemon of {} knows no such host)",
+                              host.ToString(), process.host().ToString()));
 }
 
 void Runtime::Impl::FailPeerLocked(SendPeer& peer, Status why) {

@@ -128,6 +128,8 @@ struct Runtime::Impl final {
   // Waits until the directory knows thread `to` (or says it exited, or
   // that its process does not run): the first send to a thread.
   Status AwaitRegistration(Gid to);
+  // NotFound at once for a host the directory does not know (not a member).
+  Status CheckHostKnown(Gid host);
   Status ResolvePeerLocked(runtime::SendPeer& peer);
   Status CheckSender(Gid from) const;
   // Everything about a send that does not need the destination: the
