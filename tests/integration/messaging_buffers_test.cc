@@ -172,6 +172,42 @@ TEST_CASE("a buffer sent by lvalue goes from queued or in flight to sent and may
   }
 }
 
+TEST_CASE("a buffer sent by lvalue to a thread of the same process ends sent, like any other",
+          "[integration][msg]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "self", "shm,tcp"));
+  const Gid a1 = REQUIRE_VALUE(runtime->EnrollThread("a1"));
+  const Gid a2 = REQUIRE_VALUE(runtime->EnrollThread("a2"));
+
+  for (Network network : {Network::kShm, Network::kTcp}) {
+    INFO(NetworkName(network));
+    Buffer buffer = REQUIRE_VALUE(runtime->GetBuffer(5, network));
+    std::memcpy(buffer.data(), "local", 5);
+    REQUIRE(buffer.resize(5));
+    CHECK(buffer.state() == BufferState::kIdle);
+    for (int round = 0; round < 3; ++round) {
+      REQUIRE_OK(runtime->Send(a1, a2, 4, buffer));
+      // The copy is in a2's mailbox when Send returns: nothing is in flight.
+      CHECK(buffer.state() == BufferState::kSent);
+      CHECK(buffer.destination() == a2);
+      CHECK(buffer.source() == a1);
+      CHECK(buffer.tag() == 4);
+      // The caller may write to it now; the receiver has its own copy.
+      buffer.data()[0] = std::byte{'L'};
+      Buffer got = REQUIRE_VALUE(runtime->RecvFor(a2, seconds(10), a1, 4));
+      CHECK(Text(got) == (round == 0 ? "local" : "Local"));
+      CHECK(got.state() == BufferState::kIdle);
+    }
+  }
+  // A send that fails (the thread left) leaves the state as it was.
+  REQUIRE_OK(runtime->LeaveThread(a2));
+  Buffer fresh = REQUIRE_VALUE(runtime->GetBuffer(1));
+  REQUIRE(fresh.resize(1));
+  CHECK_FALSE(runtime->Send(a1, a2, 4, fresh).ok());
+  CHECK(fresh.state() == BufferState::kIdle);
+}
+
 TEST_CASE("a pool grows when its buffers are all taken", "[integration][msg][pool]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

@@ -1476,7 +1476,18 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
   detail::BufferSlot* slot = buffer.slot();
   if (to.process() == impl_->process || buffers::IsLarge(slot)) {
     // The receiver gets its own copy: the caller keeps writing to this one.
-    return Send(from, to, tag, buffer.span());
+    // The copy is in the receiver's mailbox (this process), or the receiver
+    // holds all of it (a long message), when Send returns: the buffer is
+    // done with, as a remote send's is once the network has it.
+    Status status = Send(from, to, tag, buffer.span());
+    if (status.ok()) {
+      wire::Header& header = slot->header();  // what it was sent as, as a posted one says
+      header.source = from.raw();
+      header.destination = to.raw();
+      header.tag = tag;
+      slot->set_state(BufferState::kSent);
+    }
+    return status;
   }
   slot->refs.fetch_add(1, std::memory_order_relaxed);
   Status status = impl_->SendSlot(from, to, tag, slot, slot->pool->network());
