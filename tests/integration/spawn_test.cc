@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -550,6 +551,86 @@ TEST_CASE("a program started by a spawned one does not take its identity", "[int
   auto refused = REQUIRE_VALUE(ChildProcess::Spawn({kChild}, bad));
   CHECK(REQUIRE_VALUE(refused.Wait(seconds(20))) == 100);
   CHECK_THAT(refused.Output(), Catch::Contains("TOCL_SPAWN_TOKEN is not hex"));
+}
+
+// The attributes of an entity, as a map.
+std::map<std::string, std::string> AttributesOf(const pb::Entity& entity) {
+  std::map<std::string, std::string> attributes;
+  for (const pb::Attribute& attribute : entity.attributes()) {
+    attributes[attribute.key()] = attribute.value();
+  }
+  return attributes;
+}
+
+TEST_CASE("a spawned program keeps its own name and attributes, and on a clash the spawn's win",
+          "[integration][spawn]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto stub = NewRawStub(daemon.address());
+  auto with_attributes = [](pb::SpawnProcessRequest request,
+                            const std::map<std::string, std::string>& attributes) {
+    for (const auto& [key, value] : attributes) {
+      pb::Attribute* attribute = request.add_attributes();
+      attribute->set_key(key);
+      attribute->set_value(value);
+    }
+    return request;
+  };
+
+  SECTION("both name it and set a key: the spawn's name and value, the program's others added") {
+    pb::SpawnProcessRequest request =
+        with_attributes(SpawnRequest(kChild, {"--runtime", "--name", "child-own", "--attribute",
+                                              "role=worker", "--attribute", "version=2"}),
+                        {{"role", "merger"}, {"shard", "3"}});
+    request.set_name("from-spawn");
+    SpawnCall spawned = Spawn(*stub, request);
+    REQUIRE_SPAWNED(spawned);
+    const pb::Entity entity = ExitedEntity(*stub, spawned.gid());
+    CHECK(entity.name() == "from-spawn");
+    CHECK(AttributesOf(entity) ==
+          std::map<std::string, std::string>{{"role", "merger"}, {"shard", "3"}, {"version", "2"}});
+  }
+  SECTION("the spawn gives no name: the program's own") {
+    SpawnCall spawned =
+        Spawn(*stub, with_attributes(SpawnRequest(kChild, {"--runtime", "--name", "child-own"}),
+                                     {{"shard", "3"}}));
+    REQUIRE_SPAWNED(spawned);
+    const pb::Entity entity = ExitedEntity(*stub, spawned.gid());
+    CHECK(entity.name() == "child-own");
+    CHECK(AttributesOf(entity) == std::map<std::string, std::string>{{"shard", "3"}});
+  }
+  SECTION("neither names it: the executable's file name, whole") {
+    // The runtime's default name is argv[0]'s file name, not the 15 bytes
+    // of /proc/self/comm ("tocl-spawned-ch").
+    SpawnCall spawned = Spawn(*stub, SpawnRequest(kChild, {"--runtime", "--name", ""}));
+    REQUIRE_SPAWNED(spawned);
+    CHECK(ExitedEntity(*stub, spawned.gid()).name() == "tocl-spawned-child");
+  }
+  SECTION("too many attributes together: the program's Start fails, saying so") {
+    std::map<std::string, std::string> spawn_attributes;
+    std::vector<std::string> args = {"--runtime"};
+    for (int i = 0; i < 40; ++i) spawn_attributes["s" + std::to_string(i)] = "1";
+    for (int i = 0; i < 30; ++i) {
+      args.push_back("--attribute");
+      args.push_back("c" + std::to_string(i) + "=1");
+    }
+    SpawnCall spawned = Spawn(*stub, with_attributes(SpawnRequest(kChild, args), spawn_attributes));
+    CHECK_CODE_AND_TEXT(spawned.status, grpc::StatusCode::ABORTED,
+                        "exited with status 100 before it enrolled");
+    pb::QueryResponse processes;
+    REQUIRE(RawQuery(*stub, "kind=process and s0=1", {}, &processes).ok());
+    REQUIRE(processes.entities_size() == 1);
+    const Gid gid = Gid::FromRaw(processes.entities(0).gid());
+    pb::ReadLogResponse err;
+    REQUIRE(WaitUntil(
+        [&] {
+          return ReadLog(*stub, gid, pb::LOG_STREAM_STDERR, &err).ok() &&
+                 err.data().find("start:") != std::string::npos;
+        },
+        seconds(10)));
+    CHECK_THAT(err.data(), Catch::Contains("invalid argument"));
+    CHECK_THAT(err.data(), Catch::Contains("make 70 (at most 64)"));
+  }
 }
 
 TEST_CASE("a spawned program outlives a daemon restart and re-enrolls with its gid",

@@ -175,9 +175,9 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   const std::string name = request.name().empty() ? BaseName(request.executable()) : request.name();
 
   // The row first: the child is told its Gid and enrolls into it.
-  TOCL_ASSIGN_OR_RETURN(
-      directory::Enrollment reserved,
-      store_.ReserveProcess(name, request.attributes(), Gid::FromRaw(request.parent())));
+  TOCL_ASSIGN_OR_RETURN(directory::Enrollment reserved,
+                        store_.ReserveProcess(name, !request.name().empty(), request.attributes(),
+                                              Gid::FromRaw(request.parent())));
   const Gid gid = reserved.gid;
   auto child = std::make_shared<Child>();
   child->gid = gid;

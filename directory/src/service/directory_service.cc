@@ -187,10 +187,10 @@ grpc::Status DirectoryService::EnrollProcess(
                         "the first message of an enroll stream must be 'register'");
   }
   const pb::EnrollRegister& reg = request.register_();
-  Result<Enrollment> enrollment =
-      reg.resume_gid() != 0
-          ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()), reg.resume_token(), reg.os_pid())
-          : store_.EnrollProcess(reg);
+  Result<Enrollment> enrollment = reg.resume_gid() != 0
+                                      ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()),
+                                                             reg.resume_token(), reg.os_pid(), &reg)
+                                      : store_.EnrollProcess(reg);
   if (!enrollment.ok()) {
     spdlog::info("enroll of '{}' (pid {}) refused: {}", reg.name(), reg.os_pid(),
                  enrollment.status().ToString());

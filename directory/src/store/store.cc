@@ -239,7 +239,8 @@ Result<Enrollment> Store::EnrollProcess(const pb::EnrollRegister& request) {
   return enrollment;
 }
 
-Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t os_pid) {
+Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t os_pid,
+                                        const pb::EnrollRegister* own) {
   if (!gid.is_process()) {
     return InvalidArgument(fmt::format("resume id {} is not a process id", gid.ToString()));
   }
@@ -257,13 +258,14 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t
       TOCL_ASSIGN_OR_RETURN(bool row, read->Bind(1, StoredGid(gid)).Step());
       if (row) recorded = read->ColumnInt(0);
     }
+    bool updated = false;
     if (os_pid > 0 && recorded == 0) {
       // A process a daemon spawned (ReserveProcess), enrolling for the first
       // time: from now on its pid is known.
       TOCL_ASSIGN_OR_RETURN(ScopedStatement set,
                             db.Cached("UPDATE processes SET os_pid = ?2 WHERE gid = ?1"));
       TOCL_RETURN_IF_ERROR(set->Bind(1, StoredGid(gid)).Bind(2, os_pid).Run());
-      TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpUpdated, NowMicros()));
+      updated = true;
     } else if (os_pid > 0 && recorded != os_pid) {
       // Programs started by a spawned process inherit its TOCL_PROCESS_GID
       // and TOCL_SPAWN_TOKEN; one of them must not take the process over.
@@ -271,6 +273,11 @@ Result<Enrollment> Store::ResumeProcess(Gid gid, std::string_view token, int64_t
           fmt::format("process {} is os pid {}, not {}: its identity belongs to another process",
                       gid.ToString(), recorded, os_pid));
     }
+    if (own != nullptr) {
+      TOCL_ASSIGN_OR_RETURN(bool adopted, AdoptOwnIdentity(db, gid, *own));
+      updated = updated || adopted;
+    }
+    if (updated) TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpUpdated, NowMicros()));
     epoch = ++resumes_[gid];
     return Status::Ok();
   }));

@@ -80,8 +80,11 @@ class Store {
   // Re-enrolls a process that was running when the daemon restarted, or
   // enrolls a spawned one (ReserveProcess) for the first time: then its os
   // pid is recorded (an UPDATED change). PermissionDenied when the row has
-  // another os pid. os_pid 0: not checked.
-  Result<Enrollment> ResumeProcess(Gid gid, std::string_view token, int64_t os_pid = 0);
+  // another os pid. os_pid 0: not checked. `own`: the name and attributes
+  // the process enrolls with (its Runtime::Start options), kept by the
+  // rule of AdoptOwnIdentity (an UPDATED change when they add anything).
+  Result<Enrollment> ResumeProcess(Gid gid, std::string_view token, int64_t os_pid = 0,
+                                   const pb::EnrollRegister* own = nullptr);
   Result<uint64_t> RegisterThreads(const pb::RegisterThreadsRequest& request);
   Result<uint64_t> UnregisterThreads(const pb::UnregisterThreadsRequest& request);
   Result<uint64_t> PublishEndpoint(const pb::PublishEndpointRequest& request);
@@ -163,10 +166,12 @@ class Store {
 
   // The row of a process this daemon is about to spawn: a new id and a
   // session token the child enrolls with (as a resume), state running, os
-  // pid 0 until it enrolls.
+  // pid 0 until it enrolls. `name_given`: the spawn named it; otherwise
+  // `name` is a default (the executable's file name) that the child's own
+  // name replaces when it enrolls.
   Result<Enrollment> ReserveProcess(
-      std::string_view name, const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes,
-      Gid parent);
+      std::string_view name, bool name_given,
+      const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes, Gid parent);
   // Records the OS pid of a process this daemon just started, while it
   // loads: its enrollment then finds it recorded and writes nothing (one
   // fsync fewer on the way from spawn to enrolled).
@@ -203,6 +208,16 @@ class Store {
   // Snapshots being applied: per origin host, the last gid a page named
   // (null before the first page); used only inside writer operations.
   std::map<Gid, Gid> snapshot_cursor_;
+  // Spawned processes whose name is a default (the spawn gave none), until
+  // they enroll; used only inside writer operations. Lost with a restart:
+  // a child that enrolls after one keeps the default.
+  std::set<Gid> default_named_;
+
+  // What a resuming process says of itself, added to its row: the rule of
+  // spawned processes (the spawn's name and values win, the process's own
+  // fill in), which leaves the row of a process that re-enrolls as it was.
+  // Whether the row changed. Inside a writer operation.
+  Result<bool> AdoptOwnIdentity(Database& db, Gid gid, const pb::EnrollRegister& own);
 
   std::unique_ptr<Writer> writer_;  // last: its thread calls OnCommit
 };

@@ -3,6 +3,9 @@
 // may arrive after the row was marked exited.
 #include <fmt/format.h>
 
+#include <set>
+#include <string>
+
 #include "store/limits.h"
 #include "store/reader_pool.h"
 #include "store/rows.h"
@@ -12,8 +15,8 @@
 namespace tocl::directory {
 
 Result<Enrollment> Store::ReserveProcess(
-    std::string_view name, const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes,
-    Gid parent) {
+    std::string_view name, bool name_given,
+    const google::protobuf::RepeatedPtrField<pb::Attribute>& attributes, Gid parent) {
   TOCL_RETURN_IF_ERROR(ValidateName("process", name));
   TOCL_RETURN_IF_ERROR(ValidateAttributes(attributes));
   if (parent.raw() != 0 && !parent.valid()) {
@@ -38,9 +41,53 @@ Result<Enrollment> Store::ReserveProcess(
     TOCL_RETURN_IF_ERROR(InsertAttributes(db, gid, attributes));
     TOCL_RETURN_IF_ERROR(InsertChange(db, gid, kOpAdded, now));
     enrollment.gid = gid;
+    if (!name_given) default_named_.insert(gid);
     return Status::Ok();
   }));
   return enrollment;
+}
+
+// The spawn decided where and as what this process runs, so on a clash
+// its word wins: its name when it gave one, its value for a key both
+// give. The process's own name (when the spawn gave none) and attributes
+// the spawn did not set are kept. A process that re-enrolls (after a
+// daemon restart) says again what its row already has: nothing changes.
+Result<bool> Store::AdoptOwnIdentity(Database& db, Gid gid, const pb::EnrollRegister& own) {
+  if (!own.name().empty()) TOCL_RETURN_IF_ERROR(ValidateName("process", own.name()));
+  TOCL_RETURN_IF_ERROR(ValidateAttributes(own.attributes()));
+  bool changed = false;
+  if (default_named_.erase(gid) > 0 && !own.name().empty()) {
+    TOCL_ASSIGN_OR_RETURN(
+        ScopedStatement rename,
+        db.Cached("UPDATE processes SET name = ?2 WHERE gid = ?1 AND name IS NOT ?2"));
+    TOCL_RETURN_IF_ERROR(rename->Bind(1, StoredGid(gid)).Bind(2, own.name()).Run());
+    changed = sqlite3_changes(db.get()) > 0;
+  }
+  if (own.attributes().empty()) return changed;
+  std::set<std::string, std::less<>> keys;
+  {
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement read,
+                          db.Cached("SELECT key FROM attributes WHERE entity = ?1"));
+    read->Bind(1, StoredGid(gid));
+    for (;;) {
+      TOCL_ASSIGN_OR_RETURN(bool row, read->Step());
+      if (!row) break;
+      keys.emplace(read->ColumnText(0));
+    }
+  }
+  google::protobuf::RepeatedPtrField<pb::Attribute> added;
+  for (const pb::Attribute& attribute : own.attributes()) {
+    if (!keys.contains(attribute.key())) *added.Add() = attribute;
+  }
+  if (added.empty()) return changed;
+  if (keys.size() + static_cast<size_t>(added.size()) > kMaxAttributesPerEntity) {
+    return InvalidArgument(fmt::format(
+        "process {}: its {} own attributes and the {} its spawn gave make {} (at most {})",
+        gid.ToString(), own.attributes_size(), keys.size(),
+        keys.size() + static_cast<size_t>(added.size()), kMaxAttributesPerEntity));
+  }
+  TOCL_RETURN_IF_ERROR(InsertAttributes(db, gid, added));
+  return true;
 }
 
 Status Store::RecordSpawnedPid(Gid process, int64_t os_pid) {

@@ -29,8 +29,15 @@ struct SpawnOptions {
   std::vector<std::string> args;  // argv[1..]
   // "KEY=VALUE" entries added to (or replacing in) the daemon's environment.
   std::vector<std::string> env;
+  // The process's name (empty: the name the program gives Runtime::Start,
+  // else the executable's file name) and attributes. The program's own
+  // RuntimeOptions name and attributes are kept too: its attributes are
+  // added to these, and where both set a key, or both a name, the spawn's
+  // wins (the spawner decides what this instance is; the program's are its
+  // defaults). Too many together (over kMaxAttributesPerEntity) fail the
+  // program's Start with InvalidArgument.
   Attributes attributes;
-  std::string name;  // the process's name; empty: the executable's file name
+  std::string name;
   // Placement, at most one of the two: a host, or a query over hosts
   // ("gpu=1", "host=h2 or host=h3") of whose reachable matches the one with
   // the fewest running processes is chosen. Neither: the daemon asked.

@@ -1,7 +1,7 @@
 #include "tocl/runtime.h"
 
+#include <errno.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,10 +57,15 @@ struct SeqCache {
 thread_local SeqCache seq_cache;
 thread_local SendCache send_cache;
 
+// The file name of argv[0] (as a spawn's default name is the file name of
+// the executable it was given: the same, and not cut to 15 bytes as
+// /proc/self/comm is).
 std::string ProgramName() {
-  std::ifstream in("/proc/self/comm");
-  std::string name;
-  std::getline(in, name);
+  std::string name = program_invocation_short_name;
+  if (name.empty() || !ValidateName("process", name).ok()) {
+    std::ifstream in("/proc/self/comm");
+    std::getline(in, name);
+  }
   return name.empty() ? "tocl" : name;
 }
 

@@ -1,10 +1,14 @@
 // tocl-spawned-child: a program the spawn tests have a daemon start.
 //
-//   tocl-spawned-child [--no-enroll] [--say TEXT]... [--complain TEXT]...
+//   tocl-spawned-child [--no-enroll] [--runtime] [--name NAME] [--attribute K=V]...
+//                      [--say TEXT]... [--complain TEXT]...
 //                      [--bytes N] [--print-env NAME]... [--print-cwd]
 //                      [--then exit|crash|wait] [--status N]
 //
-// Enrolls with $TOCL_DAEMON (unless --no-enroll) and prints `gid h1.p5`;
+// Enrolls with $TOCL_DAEMON (unless --no-enroll) as --name (default
+// "spawned-child") with the --attribute pairs, through DirectoryClient::Enroll
+// or, with --runtime, tocl::Runtime::Start (shm only; an empty --name is the
+// runtime's default), and prints `gid h1.p5`;
 // prints `env NAME=value` for each --print-env (`env NAME unset` when it is
 // not set) and `cwd /path` for --print-cwd; writes each --say line to stdout,
 // each --complain line to stderr, and N bytes of 0123456789... to stdout.
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "tocl/directory_client.h"
+#include "tocl/runtime.h"
 
 namespace {
 
@@ -42,7 +47,13 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   std::string then = "exit";
   int status = 0;
+  bool use_runtime = false;
+  std::string process_name = "spawned-child";
+  std::vector<std::string> attribute_pairs;
   app.add_flag("--no-enroll", no_enroll, "do not enroll");
+  app.add_flag("--runtime", use_runtime, "enroll through tocl::Runtime::Start");
+  app.add_option("--name", process_name, "the name to enroll with");
+  app.add_option("--attribute", attribute_pairs, "KEY=VALUE to enroll with");
   app.add_option("--say", say, "a line for stdout");
   app.add_option("--complain", complain, "a line for stderr");
   app.add_option("--bytes", bytes, "bytes of 0123456789... for stdout");
@@ -53,9 +64,31 @@ int main(int argc, char** argv) {
   app.add_option("--status", status, "exit status");
   CLI11_PARSE(app, argc, argv);
 
+  tocl::Attributes attributes;
+  for (const std::string& pair : attribute_pairs) {
+    const size_t equals = pair.find('=');
+    if (equals == std::string::npos) {
+      Say(stderr, "--attribute " + pair + ": expected KEY=VALUE");
+      return 2;
+    }
+    attributes[pair.substr(0, equals)] = pair.substr(equals + 1);
+  }
   std::unique_ptr<tocl::DirectoryClient> client;
   std::unique_ptr<tocl::ProcessSession> session;
-  if (!no_enroll) {
+  std::unique_ptr<tocl::Runtime> runtime;
+  if (!no_enroll && use_runtime) {
+    tocl::RuntimeOptions options;
+    options.name = process_name;
+    options.attributes = attributes;
+    options.networks = "shm";
+    auto started = tocl::Runtime::Start(options);
+    if (!started.ok()) {
+      Say(stderr, "start: " + started.status().ToString());
+      return 100;
+    }
+    runtime = std::move(*started);
+    Say(stdout, "gid " + runtime->gid().ToString());
+  } else if (!no_enroll) {
     auto connected = tocl::DirectoryClient::Connect();
     if (!connected.ok()) {
       Say(stderr, "connect: " + connected.status().ToString());
@@ -63,7 +96,8 @@ int main(int argc, char** argv) {
     }
     client = std::move(*connected);
     tocl::EnrollOptions options;
-    options.name = "spawned-child";
+    options.name = process_name;
+    options.attributes = attributes;
     auto enrolled = client->Enroll(options);
     if (!enrolled.ok()) {
       Say(stderr, "enroll: " + enrolled.status().ToString());
@@ -94,5 +128,6 @@ int main(int argc, char** argv) {
   }
   if (then == "crash") std::_Exit(status);
   if (session) (void)session->Close("done");
+  if (runtime) (void)runtime->Shutdown();
   return status;
 }
