@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,6 +104,12 @@ class DirectoryClient {
   // `ops`: only events with these operations (empty: all of them).
   Status Watch(uint64_t since_seq, const std::function<bool(const ChangeEvent&)>& on_event,
                const std::function<bool()>& stop = {}, const std::vector<ChangeOp>& ops = {});
+  // The same, ending at `deadline` (DeadlineExceeded) or when `stop` is
+  // requested (Cancelled), at that moment: the call carries the deadline
+  // and is cancelled by the request, where Watch's `stop` is polled.
+  Status WatchUntil(uint64_t since_seq, std::chrono::system_clock::time_point deadline,
+                    const std::function<bool(const ChangeEvent&)>& on_event,
+                    const std::vector<ChangeOp>& ops = {}, std::stop_token stop = {});
 
   // The latest pool statistics reported to this daemon (ReportPoolStats):
   // of `process`, or of every process that has reported when it is null

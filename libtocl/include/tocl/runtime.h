@@ -56,6 +56,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tocl/buffer.h"
@@ -186,6 +187,54 @@ class Runtime {
   // Unregisters a thread: later sends to it fail; messages waiting for it
   // are dropped (their senders were told they were delivered).
   Status LeaveThread(Gid thread);
+
+  // --- the directory -----------------------------------------------------------
+  // Finding peers: what the directory knows of hosts, processes and threads
+  // anywhere in the cluster, asked of this process's daemon over the
+  // connection the runtime already holds (no second client). In a cluster
+  // the local daemon answers for every host, from its replica.
+  //
+  //   // Wait until two mergers run, then send each one its share.
+  //   auto mergers = runtime->WaitForQuery("kind=thread and role=merger", 2,
+  //                                        std::chrono::seconds(10));
+  //   if (!mergers.ok()) return fail(mergers.status());  // "deadline exceeded: 1 of the 2 ..."
+  //   for (const tocl::Entity& merger : *mergers) runtime->Send(me, merger.gid, 1, share);
+  //
+  // Visibility: EnrollThread returns before the directory has the thread.
+  // The runtime sends it to its daemon at once (threads that enroll while
+  // a registration is on its way go together in the next), so a query on
+  // the same host sees it one registration call later, and on other hosts
+  // after replication (tocl-bench visibility measures both; p99 in
+  // libtocl/README.md). WaitForQuery is the way to wait for it.
+  //
+  // Threading: any thread, concurrently; each call blocks its caller only
+  // (messaging goes on). The results are copies, the caller's to keep.
+  // Errors: Unavailable when the daemon cannot be reached (or the runtime
+  // is shutting down), and the daemon's codes.
+
+  // The entity `gid` names. NotFound when the directory has no such entity
+  // (for another host's: also when that host is not a member of the
+  // cluster); InvalidArgument for an invalid id.
+  Result<Entity> Lookup(Gid gid);
+  // The entities matching `expression` (the query language of the
+  // directory's README: "kind=thread and role=merger and host=h4"), in Gid
+  // order: every match when `limit` is 0 (ResourceExhausted past a
+  // million), else the first `limit`. InvalidArgument for a query that
+  // does not parse, naming the position: "query: at position 5: expected a
+  // value after '='".
+  Result<std::vector<Entity>> Query(std::string_view expression, size_t limit = 0);
+  // Waits until at least `count` entities match `expression`, then returns
+  // the first `count` of them in Gid order. Sleeps on the directory's
+  // change stream meanwhile and asks again after each change (a burst of
+  // changes costs one question), so it answers within one query of the
+  // change that completes the match, and costs nothing while nothing
+  // changes. DeadlineExceeded when `timeout` passes first, saying how many
+  // matched; InvalidArgument for count 0 or a bad query (at once);
+  // Cancelled when the runtime shuts down meanwhile. While the daemon
+  // cannot be reached (a restart) it keeps asking, with pauses of 20 ms
+  // growing to 0.5 s, until the timeout.
+  Result<std::vector<Entity>> WaitForQuery(std::string_view expression, size_t count,
+                                           std::chrono::milliseconds timeout);
 
   // --- buffers (bfget) -------------------------------------------------------
   // A buffer whose capacity() >= size. InvalidArgument when size plus the

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "directory_client/channel.h"
@@ -244,16 +245,40 @@ Result<std::vector<ProcessNetworkStats>> DirectoryClient::NetworkStats(Gid proce
       impl_->connection, process, "network stats", &client::pb::Directory::Stub::GetNetworkStats);
 }
 
+namespace {
+
+// Reads the change stream of `context` (opened by the caller) into
+// `on_event` until it returns false (then cancels the call) or the stream
+// ends. Returns whether `on_event` ended it, and the call's status.
+std::pair<bool, grpc::Status> ReadChanges(client::ConnectionSlot& slot,
+                                          grpc::ClientContext& context, uint64_t since_seq,
+                                          const std::vector<ChangeOp>& ops,
+                                          const std::function<bool(const ChangeEvent&)>& on_event) {
+  client::pb::WatchRequest request;
+  request.set_since_seq(since_seq);
+  for (ChangeOp op : ops) request.add_ops(client::ToProto(op));
+  auto connection = slot.Get();
+  auto reader = connection->directory->Watch(&context, request);
+  bool stopped_by_callback = false;
+  client::pb::ChangeEvent event;
+  while (reader->Read(&event)) {
+    if (!on_event(client::FromProto(event))) {
+      stopped_by_callback = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  slot.Observe(connection, status);
+  return {stopped_by_callback, status};
+}
+
+}  // namespace
+
 Status DirectoryClient::Watch(uint64_t since_seq,
                               const std::function<bool(const ChangeEvent&)>& on_event,
                               const std::function<bool()>& stop, const std::vector<ChangeOp>& ops) {
   grpc::ClientContext context;
-  client::pb::WatchRequest request;
-  request.set_since_seq(since_seq);
-  for (ChangeOp op : ops) request.add_ops(client::ToProto(op));
-  auto connection = impl_->connection.Get();
-  auto reader = connection->directory->Watch(&context, request);
-
   // A blocked Read cannot see `stop`; a small companion thread polls it and
   // cancels the call.
   std::mutex mu;
@@ -274,17 +299,8 @@ Status DirectoryClient::Watch(uint64_t since_seq,
       }
     });
   }
-  bool stopped_by_callback = false;
-  client::pb::ChangeEvent event;
-  while (reader->Read(&event)) {
-    if (!on_event(client::FromProto(event))) {
-      stopped_by_callback = true;
-      context.TryCancel();
-      break;
-    }
-  }
-  grpc::Status status = reader->Finish();
-  impl_->connection.Observe(connection, status);
+  auto [stopped_by_callback, status] =
+      ReadChanges(impl_->connection, context, since_seq, ops, on_event);
   {
     std::lock_guard lock(mu);
     done = true;
@@ -292,6 +308,26 @@ Status DirectoryClient::Watch(uint64_t since_seq,
   done_cv.notify_all();
   if (stopper.joinable()) stopper.join();
   if (stopped_by_callback || stopped) return Status::Ok();
+  if (status.ok()) return Unavailable("the daemon ended the watch");
+  return client::FromGrpcStatus(status, "watch");
+}
+
+Status DirectoryClient::WatchUntil(uint64_t since_seq,
+                                   std::chrono::system_clock::time_point deadline,
+                                   const std::function<bool(const ChangeEvent&)>& on_event,
+                                   const std::vector<ChangeOp>& ops, std::stop_token stop) {
+  grpc::ClientContext context;
+  context.set_deadline(deadline);
+  // Runs at once when stop was requested before: a context cancelled
+  // before its call starts cancels the call as it starts.
+  std::stop_callback cancel(stop, [&context] { context.TryCancel(); });
+  auto [stopped_by_callback, status] =
+      ReadChanges(impl_->connection, context, since_seq, ops, on_event);
+  if (stopped_by_callback) return Status::Ok();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return DeadlineExceeded("the watch reached its deadline");
+  }
+  if (stop.stop_requested()) return Status(StatusCode::kCancelled, "the watch was stopped");
   if (status.ok()) return Unavailable("the daemon ended the watch");
   return client::FromGrpcStatus(status, "watch");
 }

@@ -259,6 +259,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   std::lock_guard lock(shutdown_mu);
   if (shut_down.load()) return Status::Ok();
   shutting_down.store(true);
+  query_stop.request_stop();
   Status result;
   // Flush: wait (polling when we can) until every queue and route is empty.
   const auto deadline = Clock::now() + flush_timeout;

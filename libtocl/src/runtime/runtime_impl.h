@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <stop_token>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -262,6 +263,8 @@ struct Runtime::Impl final {
   std::atomic<bool> networks_open{false};  // release/acquire: `rails` is complete
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> shut_down{false};
+  // Requested by Shutdown: ends every WaitForQuery at once (Cancelled).
+  std::stop_source query_stop;
   std::mutex shutdown_mu;
 
   // Destinations: peers by process, threads by gid. Entries are never

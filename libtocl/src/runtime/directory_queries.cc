@@ -1,0 +1,153 @@
+#include "runtime/directory_queries.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "runtime/runtime_impl.h"
+
+namespace tocl::runtime {
+namespace {
+
+using SystemClock = std::chrono::system_clock;
+
+// The largest page the daemon gives (its kMaxQueryResults).
+constexpr size_t kPage = 10'000;
+
+// After the daemon could not be reached: the first pause before asking
+// again, and the longest.
+constexpr auto kFirstRetry = std::chrono::milliseconds(20);
+constexpr auto kLastRetry = std::chrono::milliseconds(500);
+
+SystemClock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+  const auto now = SystemClock::now();
+  if (timeout <= std::chrono::milliseconds::zero()) return now;
+  if (timeout >= SystemClock::time_point::max() - now) return SystemClock::time_point::max();
+  return now + timeout;
+}
+
+// One look at the directory: the matches up to `count`, and the newest
+// change they include (at least: the query ran after the ping).
+struct Answer {
+  std::vector<Entity> matches;
+  uint64_t seen = 0;
+};
+
+Result<Answer> Ask(DirectoryClient& client, std::string_view expression, size_t count) {
+  Answer answer;
+  TOCL_ASSIGN_OR_RETURN(answer.seen, client.Ping());
+  TOCL_ASSIGN_OR_RETURN(answer.matches, QueryEntities(client, expression, count));
+  return answer;
+}
+
+}  // namespace
+
+Result<std::vector<Entity>> QueryEntities(DirectoryClient& client, std::string_view expression,
+                                          size_t limit) {
+  if (limit == 0) return client.QueryAll(expression);
+  std::vector<Entity> found;
+  std::string token;
+  do {
+    const size_t page = std::min(limit - found.size(), kPage);
+    TOCL_ASSIGN_OR_RETURN(QueryPage next,
+                          client.Query(expression, static_cast<uint32_t>(page), token));
+    const size_t take = std::min(next.entities.size(), limit - found.size());
+    std::move(next.entities.begin(), next.entities.begin() + static_cast<ptrdiff_t>(take),
+              std::back_inserter(found));
+    token = std::move(next.next_page_token);
+  } while (!token.empty() && found.size() < limit);
+  return found;
+}
+
+Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_view expression,
+                                         size_t count, std::chrono::milliseconds timeout,
+                                         std::stop_token stop) {
+  if (count == 0) return InvalidArgument("WaitForQuery needs a count of at least 1");
+  const SystemClock::time_point deadline = DeadlineAfter(timeout);
+  const auto stopped = [] {
+    return Status(StatusCode::kCancelled, "the runtime is shutting down");
+  };
+  size_t matched = 0;
+  auto retry = kFirstRetry;
+  Status unreachable;
+  for (;;) {
+    if (stop.stop_requested()) return stopped();
+    Result<Answer> answer = Ask(client, expression, count);
+    Status failure;
+    std::optional<std::vector<Entity>> found;
+    if (answer.ok()) {
+      if (answer->matches.size() >= count) return std::move(answer->matches);
+      matched = answer->matches.size();
+      uint64_t seen = answer->seen;
+      // Each change after the last answer may complete the match: ask again.
+      // Changes it already included (seq <= seen) are skipped, so that a
+      // burst of them costs one question, not one each.
+      Status asked;
+      Status watched = client.WatchUntil(
+          seen, deadline,
+          [&](const ChangeEvent& event) {
+            if (event.seq <= seen) return true;
+            Result<Answer> again = Ask(client, expression, count);
+            if (!again.ok()) {
+              asked = again.status();
+              return false;
+            }
+            seen = again->seen;
+            if (again->matches.size() >= count) {
+              found = std::move(again->matches);
+              return false;
+            }
+            matched = again->matches.size();
+            return true;
+          },
+          {}, stop);
+      if (found) return std::move(*found);
+      failure = asked.ok() ? watched : asked;
+    } else {
+      failure = answer.status();
+    }
+    if (stop.stop_requested()) return stopped();
+    if (failure.code() == StatusCode::kDeadlineExceeded || SystemClock::now() >= deadline) {
+      return DeadlineExceeded(fmt::format(
+          "{} of the {} entities waited for match '{}' after {} ms{}", matched, count, expression,
+          timeout.count(),
+          unreachable.ok()
+              ? ""
+              : fmt::format(" (the daemon was unreachable: {})", unreachable.message())));
+    }
+    // The daemon went away (a restart): ask again shortly, until the
+    // deadline. Anything else (a query the daemon refuses) is final.
+    if (failure.code() != StatusCode::kUnavailable) return failure;
+    unreachable = failure;
+    const auto pause = std::min<SystemClock::duration>(retry, deadline - SystemClock::now());
+    std::mutex mu;
+    std::unique_lock lock(mu);
+    std::condition_variable_any().wait_for(lock, stop, pause, [] { return false; });
+    retry = std::min(retry * 2, kLastRetry);
+  }
+}
+
+}  // namespace tocl::runtime
+
+namespace tocl {
+
+Result<Entity> Runtime::Lookup(Gid gid) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return impl_->Lookup(gid);
+}
+
+Result<std::vector<Entity>> Runtime::Query(std::string_view expression, size_t limit) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return runtime::QueryEntities(impl_->link->client(), expression, limit);
+}
+
+Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, size_t count,
+                                                  std::chrono::milliseconds timeout) {
+  return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
+                               impl_->query_stop.get_token());
+}
+
+}  // namespace tocl
