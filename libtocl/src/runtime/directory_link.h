@@ -84,7 +84,6 @@ class DirectoryLink {
   std::vector<Gid> to_unregister_;       // guarded by mu_
   uint64_t queued_ = 0;                  // guarded by mu_: batches queued
   uint64_t done_ = 0;                    // guarded by mu_: batches the daemon has
-  int flushing_ = 0;                     // guarded by mu_: Flush calls waiting
   bool stop_ = false;                    // guarded by mu_
   std::atomic<bool> stopping_{false};
   bool stats_refused_ = false;  // registrar thread only: a report was refused (logged once)
