@@ -6,6 +6,7 @@
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
 //   tocl-bench spawn [--json] [--quick] [--repeats R]
+//   tocl-bench visibility [--json] [--cluster] [--samples N] [--repeats R]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
 // figure on stdout instead, and the table on stderr. Exit code 0 when the
@@ -26,6 +27,7 @@
 #include "msg/msg_bench.h"
 #include "multinet/multinet_bench.h"
 #include "report.h"
+#include "visibility_bench.h"
 
 #ifndef TOCL_TOCLSD_PATH
 #define TOCL_TOCLSD_PATH "toclsd"
@@ -168,6 +170,18 @@ int main(int argc, char** argv) {
   AddCommonOptions(*spawn_command, common);
   spawn_command->add_flag("--quick", spawn.quick, "fewer samples: a smoke run");
 
+  tocl::bench::VisibilityBenchOptions visibility;
+  CLI::App* visibility_command = app.add_subcommand(
+      "visibility",
+      "how soon a thread EnrollThread returned is returned by a Query: on the same host, and "
+      "with --cluster on another host of a netns cluster (root)");
+  AddCommonOptions(*visibility_command, common);
+  visibility_command->add_option("--samples", visibility.samples, "threads per case and round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100'000));
+  visibility_command->add_flag("--cluster", visibility.cluster,
+                               "two hosts in network namespaces (root): the same host and another");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -183,6 +197,18 @@ int main(int argc, char** argv) {
     cluster.batch = static_cast<uint32_t>(directory.batch);
     tocl::bench::Report report("directory-cluster");
     tocl::Status status = tocl::bench::RunClusterDirectoryBench(cluster, report);
+    return Finish(status, report, common.json);
+  }
+  if (visibility_command->parsed()) {
+    visibility.repeats = common.repeats;
+    visibility.toclsd_path = common.toclsd_path;
+    visibility.daemon_address = common.daemon_address;
+    if (visibility.cluster && !visibility.daemon_address.empty()) {
+      fmt::print(stderr, "tocl-bench: visibility --cluster starts its own daemons\n");
+      return 2;
+    }
+    tocl::bench::Report report("visibility");
+    tocl::Status status = tocl::bench::RunVisibilityBench(visibility, report);
     return Finish(status, report, common.json);
   }
   if (spawn_command->parsed()) {
