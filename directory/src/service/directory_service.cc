@@ -314,7 +314,7 @@ grpc::Status DirectoryService::Watch(grpc::ServerContext* context, const pb::Wat
   uint64_t seq = request->since_seq();
   uint32_t op_mask = 0;
   for (int op : request->ops()) {
-    if (op < pb::CHANGE_OP_ADDED || op > pb::CHANGE_OP_REACHABLE) {
+    if (op < pb::CHANGE_OP_ADDED || op > pb::CHANGE_OP_REMOVED) {
       return ToGrpcStatus(InvalidArgument(fmt::format("unknown change operation {}", op)));
     }
     op_mask |= 1u << op;

@@ -437,6 +437,10 @@ Result<pb::Entity> Store::Lookup(Gid gid) {
   if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
   Result<pb::Entity> entity = LoadEntity(lease.db(), gid);
+  if (entity.status().code() == StatusCode::kNotFound && !gid.is_host()) {
+    Result<pb::Entity> removed = LookupMissing(lease.db(), gid);
+    if (removed.status().code() != StatusCode::kNotFound) return removed;
+  }
   if (entity.status().code() == StatusCode::kNotFound && gid.host() != host_) {
     Result<pb::Entity> host = LoadEntity(lease.db(), gid.host());
     if (host.status().code() == StatusCode::kNotFound) {
