@@ -56,6 +56,7 @@ Result<spawn::SpawnerOptions> SpawnPolicy(const DaemonConfig& config) {
   options.state_dir = config.state_dir;
   options.socket_path = config.socket_path();
   options.allow = spawn::AllowList(config.spawn_allow);
+  options.log_max_bytes = static_cast<uint64_t>(config.spawn_log_max_bytes);
   const bool root = ::geteuid() == 0;
   if (config.spawn_allow.empty()) {
     spdlog::info("spawning is disabled: no [spawn] allow list");
@@ -160,6 +161,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   }
   daemon->trimmer_ = std::make_unique<cluster::ChangeLogTrimmer>(
       *daemon->store_, static_cast<uint64_t>(config.change_log_keep));
+  if (config.retain_exited().count() > 0) {
+    spawn::Spawner* spawner_raw = daemon->spawner_.get();
+    daemon->sweeper_ = std::make_unique<retention::RetentionSweeper>(
+        *daemon->store_, config.retain_exited(),
+        [spawner_raw](std::span<const Gid> processes) { spawner_raw->RemoveLogs(processes); });
+  }
 
   // Before serving: a process that enrolls once the server is up must not
   // be taken for one that was running before this start.
@@ -271,6 +278,7 @@ void Daemon::Shutdown() {
   // streams end, so the server below has only local calls to finish.
   if (cluster_) cluster_->Stop();
   trimmer_->Stop();
+  if (sweeper_) sweeper_->Stop();  // before the spawner its callback uses
   {
     spawner_->BeginShutdown();
     service_->BeginShutdown();

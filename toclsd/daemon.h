@@ -14,6 +14,7 @@
 #include "cluster/cluster.h"
 #include "cluster/listen_address.h"
 #include "config.h"
+#include "retention/retention_sweeper.h"
 #include "service/directory_service.h"
 #include "state_lock.h"
 #include "store/store.h"
@@ -53,6 +54,7 @@ class Daemon {
   std::unique_ptr<spawn::Spawner> spawner_;    // the service's ProcessControl
   std::unique_ptr<cluster::Cluster> cluster_;  // null for a standalone daemon
   std::unique_ptr<cluster::ChangeLogTrimmer> trimmer_;
+  std::unique_ptr<retention::RetentionSweeper> sweeper_;  // null: exited entities are kept
   std::unique_ptr<directory::DirectoryService> service_;
   std::unique_ptr<grpc::Server> server_;
 

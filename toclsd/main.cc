@@ -75,6 +75,11 @@ int main(int argc, char** argv) {
                  "seconds a new daemon waits for the seed before giving up (default 30)");
   app.add_option("--change-log-keep", change_log_keep,
                  "changes the log keeps; replicas further behind get a snapshot (default 1000000)");
+  // Retention (retention_sweeper.h).
+  std::optional<double> retain_exited;
+  app.add_option("--retain-exited", retain_exited,
+                 "seconds exited processes and threads (and spawned processes' logs) are kept "
+                 "after they exit; 0: for ever (default 3600)");
   // Spawn (toclsd/spawn/).
   std::vector<std::string> attribute_flags;
   app.add_option("--attribute", attribute_flags,
@@ -90,6 +95,10 @@ int main(int argc, char** argv) {
                  "the user spawned programs run as when toclsd runs as root");
   app.add_option("--spawn-run-as-group", spawn_run_as_group,
                  "their group (default: the user's primary group)");
+  std::optional<int64_t> spawn_log_max_bytes;
+  app.add_option("--spawn-log-max-bytes", spawn_log_max_bytes,
+                 "bytes a spawned program's stdout or stderr log keeps: past it the oldest "
+                 "output is dropped; 0: no cap (default 16777216)");
   app.add_option("--socket-group", socket_group,
                  "a group that may use the unix socket too (socket 0660, state directory 0710)");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
@@ -124,9 +133,11 @@ int main(int argc, char** argv) {
   if (down_after) config.down_after_seconds = *down_after;
   if (join_timeout) config.join_timeout_seconds = *join_timeout;
   if (change_log_keep) config.change_log_keep = *change_log_keep;
+  if (retain_exited) config.retain_exited_seconds = *retain_exited;
   if (!spawn_allow.empty()) config.spawn_allow = spawn_allow;
   if (spawn_run_as) config.spawn_run_as = *spawn_run_as;
   if (spawn_run_as_group) config.spawn_run_as_group = *spawn_run_as_group;
+  if (spawn_log_max_bytes) config.spawn_log_max_bytes = *spawn_log_max_bytes;
   if (socket_group) config.socket_group = *socket_group;
   for (const std::string& flag : attribute_flags) {
     tocl::Status parsed = tocl::daemon::ParseAttributeFlag(flag, config.attributes);

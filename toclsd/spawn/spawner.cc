@@ -39,6 +39,9 @@ constexpr auto kReapWait = std::chrono::seconds(2);
 // How long a spawn that timed out waits for the killed child to be reaped.
 constexpr auto kKillWait = std::chrono::seconds(2);
 constexpr size_t kDefaultLogChunk = size_t{1} << 20;
+// How often the running children's logs are held to log_max_bytes: a
+// program writes at most this long's output past the cap.
+constexpr auto kLogCapPeriod = std::chrono::seconds(1);
 // 4 MiB less room for the reply's envelope: a reply must fit the 4 MiB a
 // gRPC client accepts by default.
 constexpr size_t kMaxLogChunk = (size_t{4} << 20) - (size_t{64} << 10);
@@ -121,8 +124,12 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 Result<std::unique_ptr<Spawner>> Spawner::Start(directory::Store& store, SpawnerOptions options) {
   TOCL_ASSIGN_OR_RETURN(LogFiles logs, LogFiles::Open(options.state_dir + "/logs"));
   std::unique_ptr<Spawner> spawner(new Spawner(store, std::move(options), std::move(logs)));
+  spawner->RemoveOrphanLogs();
   Spawner* raw = spawner.get();
   spawner->stream_end_thread_ = std::thread([raw] { raw->StreamEndLoop(); });
+  if (spawner->options_.log_max_bytes > 0) {
+    spawner->log_cap_thread_ = std::thread([raw] { raw->LogCapLoop(); });
+  }
   TOCL_ASSIGN_OR_RETURN(spawner->supervisor_, Supervisor::Start([raw](pid_t pid, int wait_status) {
                           raw->OnReaped(pid, wait_status);
                         }));
@@ -135,6 +142,7 @@ Spawner::Spawner(directory::Store& store, SpawnerOptions options, LogFiles logs)
 Spawner::~Spawner() {
   BeginShutdown();
   if (stream_end_thread_.joinable()) stream_end_thread_.join();
+  if (log_cap_thread_.joinable()) log_cap_thread_.join();
   supervisor_.reset();  // before the maps its callback uses
 }
 
@@ -414,6 +422,10 @@ Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request) 
     return NotFound(fmt::format("no process {}", process.ToString()));
   }
   TOCL_RETURN_IF_ERROR(entity.status());
+  if (entity->removed()) {
+    return NotFound(fmt::format("{} exited and was removed from the directory with its logs",
+                                process.ToString()));
+  }
   const size_t max_bytes = request.max_bytes() == 0
                                ? kDefaultLogChunk
                                : std::min<size_t>(request.max_bytes(), kMaxLogChunk);
@@ -422,6 +434,7 @@ Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request) 
   pb::ReadLogResponse response;
   response.set_data(std::move(chunk.data));
   response.set_size(chunk.size);
+  response.set_offset(chunk.offset);
   response.set_process_exited(!running_child && entity->state() == pb::EXITED);
   return response;
 }
@@ -531,6 +544,8 @@ void Spawner::OnReaped(pid_t pid, int wait_status) {
     spdlog::error("could not record the exit of {}: {}", gid.ToString(), marked.ToString());
   }
   spdlog::info("process {} (pid {}) {}", gid.ToString(), pid, text);
+  // Its last output, written since the last check, is capped too.
+  if (options_.log_max_bytes > 0) CapLogs(gid);
   {
     std::lock_guard lock(mu_);
     child->recorded = true;
@@ -539,6 +554,59 @@ void Spawner::OnReaped(pid_t pid, int wait_status) {
     if (it != by_gid_.end() && it->second == child) by_gid_.erase(it);
   }
   changed_.notify_all();
+}
+
+void Spawner::RemoveLogs(std::span<const Gid> processes) {
+  for (Gid process : processes) {
+    if (Status removed = logs_.Remove(process); !removed.ok()) {
+      spdlog::warn("removing the logs of {}: {}", process.ToString(), removed.ToString());
+    }
+  }
+}
+
+void Spawner::RemoveOrphanLogs() {
+  Result<std::vector<Gid>> listed = logs_.List(store_.host());
+  if (!listed.ok()) {
+    spdlog::warn("listing the spawn logs: {}", listed.status().ToString());
+    return;
+  }
+  std::vector<Gid> orphans;
+  for (Gid process : *listed) {
+    Result<pb::Entity> entity = store_.Lookup(process);
+    const bool gone =
+        entity.ok() ? entity->removed() : entity.status().code() == StatusCode::kNotFound;
+    if (gone) orphans.push_back(process);
+  }
+  if (orphans.empty()) return;
+  RemoveLogs(orphans);
+  spdlog::info("removed the logs of {} processes that are no longer in the directory",
+               orphans.size());
+}
+
+void Spawner::CapLogs(Gid process) {
+  Status capped = logs_.Cap(process, options_.log_max_bytes);
+  if (capped.ok()) return;
+  std::lock_guard lock(mu_);
+  // Once: a file system that cannot punch holes fails the same way every
+  // second for every child.
+  if (cap_failed_) return;
+  cap_failed_ = true;
+  spdlog::warn("spawn logs are not kept under log_max_bytes ({}): {}", options_.log_max_bytes,
+               capped.ToString());
+}
+
+void Spawner::LogCapLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    const auto next = std::chrono::steady_clock::now() + kLogCapPeriod;
+    if (changed_.wait_until(lock, next, [&] { return stopping_; })) return;
+    std::vector<Gid> running;
+    running.reserve(by_gid_.size());
+    for (const auto& [gid, child] : by_gid_) running.push_back(gid);
+    lock.unlock();
+    for (Gid gid : running) CapLogs(gid);
+    lock.lock();
+  }
 }
 
 }  // namespace tocl::daemon::spawn
