@@ -151,7 +151,7 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
       "seed", "join", "advertise", "heartbeat_interval_seconds", "down_after_seconds",
       "join_timeout_seconds", "change_log_keep",
       // Spawn.
-      "attributes", "spawn", "socket_group"};
+      "attributes", "spawn", "socket_group", "admin_group"};
   for (const auto& [key, node] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), key.str()) == kKnown.end()) {
       return InvalidArgument(fmt::format("{}: unknown setting '{}' (known: {})",
