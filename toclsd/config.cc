@@ -159,7 +159,7 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
       // Retention.
       "retain_exited_seconds",
       // Spawn.
-      "attributes", "spawn", "socket_group"};
+      "attributes", "spawn", "socket_group", "admin_group"};
   for (const auto& [key, node] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), key.str()) == kKnown.end()) {
       return InvalidArgument(fmt::format("{}: unknown setting '{}' (known: {})",

@@ -49,6 +49,11 @@ struct DaemonConfig {
   // The group that may use the unix socket besides the daemon's user
   // (socket 0660, state directory 0710); empty: the daemon's user only.
   std::string socket_group;
+  // The group whose members may signal every process of this host and read
+  // every spawn log, like root (others: their own uid's processes and those
+  // spawned for them); empty: root only. Not socket_group: its members are
+  // the users who may use the socket at all.
+  std::string admin_group;
 
   // --- Security (security_config.h) ---
   // A credentials directory made by `tocl keygen` (ca.pem, cert.pem,

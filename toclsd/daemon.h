@@ -18,6 +18,7 @@
 #include "service/directory_service.h"
 #include "state_lock.h"
 #include "store/store.h"
+#include "unix_listener.h"
 
 namespace tocl::daemon {
 
@@ -57,6 +58,7 @@ class Daemon {
   std::unique_ptr<retention::RetentionSweeper> sweeper_;  // null: exited entities are kept
   std::unique_ptr<directory::DirectoryService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<UnixListener> unix_listener_;  // hands its connections to server_
 
   std::mutex mu_;
   std::condition_variable stopping_cv_;

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
                  "KEY=VALUE: an attribute of this host's entity, for spawn placement "
                  "(e.g. gpu=1; repeatable; added to the config file's [attributes])");
   std::vector<std::string> spawn_allow;
-  std::optional<std::string> spawn_run_as, spawn_run_as_group, socket_group;
+  std::optional<std::string> spawn_run_as, spawn_run_as_group, socket_group, admin_group;
   app.add_option("--spawn-allow", spawn_allow,
                  "GLOB: a program spawns may start, matched against its real path with "
                  "fnmatch (a '*' stays within one directory; repeatable; replaces the config "
@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
                  "output is dropped; 0: no cap (default 16777216)");
   app.add_option("--socket-group", socket_group,
                  "a group that may use the unix socket too (socket 0660, state directory 0710)");
+  app.add_option("--admin-group", admin_group,
+                 "a group whose members may signal every process of this host and read every "
+                 "spawn log, like root (others: their own uid's processes and those spawned for "
+                 "them)");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -139,6 +143,7 @@ int main(int argc, char** argv) {
   if (spawn_run_as_group) config.spawn_run_as_group = *spawn_run_as_group;
   if (spawn_log_max_bytes) config.spawn_log_max_bytes = *spawn_log_max_bytes;
   if (socket_group) config.socket_group = *socket_group;
+  if (admin_group) config.admin_group = *admin_group;
   for (const std::string& flag : attribute_flags) {
     tocl::Status parsed = tocl::daemon::ParseAttributeFlag(flag, config.attributes);
     if (!parsed.ok()) {

@@ -49,6 +49,8 @@ Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<
 Status ReadSpawnSettings(const toml::table& root, std::string_view source, DaemonConfig& config) {
   TOCL_RETURN_IF_ERROR(
       Read(root, "socket_group", source, config.socket_group, "socket_group", " (a string)"));
+  TOCL_RETURN_IF_ERROR(
+      Read(root, "admin_group", source, config.admin_group, "admin_group", " (a string)"));
   const toml::node* node = root.get("spawn");
   if (node == nullptr) return Status::Ok();
   const toml::table* spawn = node->as_table();
@@ -82,6 +84,9 @@ Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root) {
   }
   for (const std::string& glob : config.spawn_allow) {
     TOCL_RETURN_IF_ERROR(spawn::ValidateAllowGlob(glob));
+  }
+  if (!config.admin_group.empty()) {
+    TOCL_RETURN_IF_ERROR(spawn::ResolveGroup(config.admin_group, "admin_group").status());
   }
   std::optional<gid_t> socket_gid;
   if (!config.socket_group.empty()) {
@@ -119,6 +124,7 @@ Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root) {
 
 void PrintSpawnSettings(const DaemonConfig& config, toml::table& out) {
   out.insert("socket_group", config.socket_group);
+  out.insert("admin_group", config.admin_group);
   toml::array allow;
   for (const std::string& glob : config.spawn_allow) allow.push_back(glob);
   toml::table spawn{{"allow", std::move(allow)},

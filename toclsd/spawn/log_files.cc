@@ -47,10 +47,24 @@ Result<Fd> CreateLog(const std::string& path) {
 
 }  // namespace
 
-Result<std::pair<Fd, Fd>> LogFiles::Create(Gid process) const {
+Result<std::pair<Fd, Fd>> LogFiles::Create(Gid process, uid_t spawned_for) const {
   TOCL_ASSIGN_OR_RETURN(Fd out, CreateLog(PathOf(process, pb::LOG_STREAM_STDOUT)));
   TOCL_ASSIGN_OR_RETURN(Fd err, CreateLog(PathOf(process, pb::LOG_STREAM_STDERR)));
+  if (::geteuid() == 0 && spawned_for != 0) {
+    for (const Fd* file : {&out, &err}) {
+      if (::fchown(file->get(), spawned_for, static_cast<gid_t>(-1)) != 0) {
+        return ErrnoStatus(
+            fmt::format("give the logs of {} to uid {}", process.ToString(), spawned_for), errno);
+      }
+    }
+  }
   return std::make_pair(std::move(out), std::move(err));
+}
+
+std::optional<uid_t> LogFiles::OwnerOf(Gid process) const {
+  struct stat info {};
+  if (::stat(PathOf(process, pb::LOG_STREAM_STDOUT).c_str(), &info) != 0) return std::nullopt;
+  return info.st_uid;
 }
 
 Result<LogFiles::Chunk> LogFiles::Read(Gid process, pb::LogStream stream, uint64_t offset,

@@ -10,10 +10,18 @@
 // (FALLOC_FL_PUNCH_HOLE), so offsets stay what they were (a reader that
 // follows the file goes on where it was) while the blocks are freed.
 //
+// The files belong to the uid the process was spawned for (a root daemon
+// chowns them; any other daemon cannot give files away, so they stay its
+// own): that record outlives the daemon, and says who may read the logs
+// and signal the process after a restart (directory/src/service/caller.h).
+//
 // Thread-safe (no state besides the directory's path).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,8 +44,11 @@ class LogFiles {
   std::string PathOf(Gid process, pb::LogStream stream) const;
 
   // Creates (0640, truncated, append-only) both files of `process`: stdout
-  // and stderr, close-on-exec (the spawner dup2s them into the child).
-  Result<std::pair<Fd, Fd>> Create(Gid process) const;
+  // and stderr, close-on-exec (the spawner dup2s them into the child),
+  // owned by `spawned_for` when this daemon is root.
+  Result<std::pair<Fd, Fd>> Create(Gid process, uid_t spawned_for) const;
+  // The owner of `process`'s stdout file; nullopt when it has none.
+  std::optional<uid_t> OwnerOf(Gid process) const;
 
   // Up to `max_bytes` of the file from `offset` (nothing past the end), and
   // the file's size. Data dropped by Cap is skipped: the chunk starts at

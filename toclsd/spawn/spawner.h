@@ -51,10 +51,14 @@ class Spawner final : public directory::ProcessControl {
   void BeginShutdown();
 
   Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
-                                         std::string_view caller,
+                                         const directory::Caller& caller,
                                          std::chrono::milliseconds enroll_timeout) override;
-  Status Kill(Gid process, int signal) override;
-  Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request) override;
+  std::optional<Status> KillChild(Gid process, int signal,
+                                  const directory::Caller& caller) override;
+  std::optional<uid_t> SpawnedFor(Gid process) override;
+  Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request,
+                                      const directory::Caller& caller) override;
+  Status CheckEnrollingPid(Gid process, std::optional<pid_t> pid) override;
   bool OnEnrolled(Gid process) override;
   bool OnStreamEnded(Gid process, uint64_t epoch, std::string_view reason) override;
 
@@ -67,8 +71,10 @@ class Spawner final : public directory::ProcessControl {
   struct Child {
     Gid gid;
     std::string program;
-    pid_t pid = 0;            // 0 until posix_spawn returned
-    Fd pidfd;                 // for signals: names this process, never a reused pid
+    uid_t spawned_for = 0;  // the caller's uid: it may signal the child and read its logs
+    pid_t pid = 0;          // 0 until posix_spawn returned
+    // For signals, set with pid: names this process, never a reused pid.
+    std::optional<directory::ProcessHandle> process;
     bool enrolled = false;    // it enrolled (OnEnrolled)
     bool recorded = false;    // reaped, and its exit written to the store
     std::string exit_text;    // "exited with status 3", once reaped

@@ -297,6 +297,12 @@ Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& reques
       return PermissionDenied(fmt::format("thread {} does not belong to process {}", gid.ToString(),
                                           process.ToString()));
     }
+    if (gid.thread_index() >= kFirstReservedThread) {
+      return InvalidArgument(fmt::format(
+          "thread {} is reserved: thread indexes {} to {} belong to the tocl runtime of each "
+          "process and are never registered",
+          gid.ToString(), kFirstReservedThread, Gid::kMaxThread));
+    }
     if (!seen.insert(thread.gid()).second) {
       return InvalidArgument(fmt::format("thread {} appears twice in the batch", gid.ToString()));
     }

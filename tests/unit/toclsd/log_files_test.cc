@@ -56,7 +56,7 @@ TEST_CASE("a capped log keeps its newest bytes, frees the rest and keeps its off
           "[spawn][logs]") {
   TempDir dir("log-files-");
   LogFiles logs = OpenLogs(dir);
-  auto files = logs.Create(kProcess);
+  auto files = logs.Create(kProcess, ::getuid());
   REQUIRE(files.ok());
   constexpr uint64_t kWritten = 600 << 10, kCap = 64 << 10;
   WriteOutput(files->first, 0, kWritten);
@@ -94,7 +94,7 @@ TEST_CASE("a capped log keeps its newest bytes, frees the rest and keeps its off
 TEST_CASE("a log under its cap is left whole", "[spawn][logs]") {
   TempDir dir("log-files-");
   LogFiles logs = OpenLogs(dir);
-  auto files = logs.Create(kProcess);
+  auto files = logs.Create(kProcess, ::getuid());
   REQUIRE(files.ok());
   WriteOutput(files->second, 0, 10'000);
   REQUIRE(logs.Cap(kProcess, 64 << 10).message() == "");
@@ -114,8 +114,8 @@ TEST_CASE("removed logs are gone, and removing them again or capping them is fin
           "[spawn][logs]") {
   TempDir dir("log-files-");
   LogFiles logs = OpenLogs(dir);
-  REQUIRE(logs.Create(kProcess).ok());
-  REQUIRE(logs.Create(Gid::Process(1, 6)).ok());
+  REQUIRE(logs.Create(kProcess, ::getuid()).ok());
+  REQUIRE(logs.Create(Gid::Process(1, 6), ::getuid()).ok());
   REQUIRE(logs.Remove(kProcess).message() == "");
   CHECK_FALSE(std::filesystem::exists(logs.PathOf(kProcess, pb::LOG_STREAM_STDOUT)));
   CHECK_FALSE(std::filesystem::exists(logs.PathOf(kProcess, pb::LOG_STREAM_STDERR)));
@@ -129,9 +129,9 @@ TEST_CASE("removed logs are gone, and removing them again or capping them is fin
 TEST_CASE("the logs listed are this host's processes', other files ignored", "[spawn][logs]") {
   TempDir dir("log-files-");
   LogFiles logs = OpenLogs(dir);
-  REQUIRE(logs.Create(Gid::Process(1, 5)).ok());
-  REQUIRE(logs.Create(Gid::Process(1, 12)).ok());
-  REQUIRE(logs.Create(Gid::Process(2, 7)).ok());
+  REQUIRE(logs.Create(Gid::Process(1, 5), ::getuid()).ok());
+  REQUIRE(logs.Create(Gid::Process(1, 12), ::getuid()).ok());
+  REQUIRE(logs.Create(Gid::Process(2, 7), ::getuid()).ok());
   std::ofstream(logs.dir() + "/notes.txt") << "x";
   std::ofstream(logs.dir() + "/h1.out") << "x";
   std::ofstream(logs.dir() + "/garbage.err") << "x";
