@@ -47,3 +47,16 @@ function(tocl_add_test name)
   catch_discover_tests(${name} TEST_PREFIX "${name}: " PROPERTIES LABELS "${ARG_LABELS}"
                        DISCOVERY_MODE PRE_TEST)
 endfunction()
+
+# tocl_set_test_labels(name label...): gives every test of the
+# tocl_add_test binary `name` these labels. tocl_add_test passes one label
+# only (catch_discover_tests splits a list); this sets them in a file ctest
+# reads after the discovered tests are defined.
+function(tocl_set_test_labels name)
+  set(file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  file(WRITE ${file}
+    "if(${name}_TESTS)\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${ARGN}\")\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${file})
+endfunction()

@@ -20,6 +20,9 @@
 namespace tocl::daemon {
 namespace {
 
+// Ten years: anything longer is "for ever", which is 0.
+constexpr double kMaxRetainSeconds = 10 * 365 * 86400.0;
+
 // A list of addresses: an array of strings, or one string.
 Status ReadAddresses(const toml::table& table, std::string_view key, std::string_view source,
                      std::vector<std::string>& out) {
@@ -132,6 +135,9 @@ std::string DaemonConfig::listen_address_path() const {
 std::chrono::milliseconds DaemonConfig::grace_period() const {
   return std::chrono::milliseconds(static_cast<int64_t>(grace_period_seconds * 1000));
 }
+std::chrono::microseconds DaemonConfig::retain_exited() const {
+  return std::chrono::microseconds(static_cast<int64_t>(retain_exited_seconds * 1e6));
+}
 
 Status LoadConfigText(std::string_view text, std::string_view source, DaemonConfig& config) {
   // Debian's toml++ is built with exceptions: parse errors are caught here
@@ -150,8 +156,10 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
       // Cluster.
       "seed", "join", "advertise", "heartbeat_interval_seconds", "down_after_seconds",
       "join_timeout_seconds", "change_log_keep",
+      // Retention.
+      "retain_exited_seconds",
       // Spawn.
-      "attributes", "spawn", "socket_group"};
+      "attributes", "spawn", "socket_group", "admin_group"};
   for (const auto& [key, node] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), key.str()) == kKnown.end()) {
       return InvalidArgument(fmt::format("{}: unknown setting '{}' (known: {})",
@@ -184,6 +192,7 @@ Status LoadConfigText(std::string_view text, std::string_view source, DaemonConf
   TOCL_RETURN_IF_ERROR(Read(table, "down_after_seconds", source, loaded.down_after_seconds));
   TOCL_RETURN_IF_ERROR(Read(table, "join_timeout_seconds", source, loaded.join_timeout_seconds));
   TOCL_RETURN_IF_ERROR(Read(table, "change_log_keep", source, loaded.change_log_keep));
+  TOCL_RETURN_IF_ERROR(Read(table, "retain_exited_seconds", source, loaded.retain_exited_seconds));
   config = std::move(loaded);
   return Status::Ok();
 }
@@ -265,6 +274,11 @@ Status FinishConfig(DaemonConfig& config) {
     return InvalidArgument(
         fmt::format("grace_period_seconds {} is outside 0..86400", config.grace_period_seconds));
   }
+  if (!(config.retain_exited_seconds >= 0 && config.retain_exited_seconds <= kMaxRetainSeconds)) {
+    return InvalidArgument(
+        fmt::format("retain_exited_seconds {} is outside 0..{} (0: keep exited entities for ever)",
+                    config.retain_exited_seconds, kMaxRetainSeconds));
+  }
   if (config.cache_kib < 256 || config.cache_kib > (int64_t{1} << 22)) {
     return InvalidArgument(fmt::format("cache_kib {} is outside 256..4194304", config.cache_kib));
   }
@@ -308,6 +322,7 @@ std::string ConfigToToml(const DaemonConfig& config) {
   table.insert("down_after_seconds", config.down_after_seconds);
   table.insert("join_timeout_seconds", config.join_timeout_seconds);
   table.insert("change_log_keep", config.change_log_keep);
+  table.insert("retain_exited_seconds", config.retain_exited_seconds);
   // Basic strings only ("..." with escapes). toml++ 3.3 writes a value with
   // a newline as a literal string with the raw newline, which TOML forbids,
   // or as a multi-line string, where a newline right after the opening

@@ -43,9 +43,17 @@ struct DaemonConfig {
   // as, and their group (empty: the user's primary group).
   std::string spawn_run_as;
   std::string spawn_run_as_group;
+  // Past this many bytes a spawned program's stdout or stderr log keeps only
+  // its newest bytes (the head of the file becomes a hole); 0: no cap.
+  int64_t spawn_log_max_bytes = int64_t{16} << 20;
   // The group that may use the unix socket besides the daemon's user
   // (socket 0660, state directory 0710); empty: the daemon's user only.
   std::string socket_group;
+  // The group whose members may signal every process of this host and read
+  // every spawn log, like root (others: their own uid's processes and those
+  // spawned for them); empty: root only. Not socket_group: its members are
+  // the users who may use the socket at all.
+  std::string admin_group;
 
   // --- Security (security_config.h) ---
   // A credentials directory made by `tocl keygen` (ca.pem, cert.pem,
@@ -69,6 +77,12 @@ struct DaemonConfig {
   // further behind gets a snapshot).
   int64_t change_log_keep = 1'000'000;
 
+  // --- Retention (retention_sweeper.h) ---
+  // How long exited processes and threads (their rows, attributes,
+  // endpoints, and spawned processes' logs) are kept after they exit; 0:
+  // for ever.
+  double retain_exited_seconds = 3600.0;
+
   bool in_cluster() const { return seed || !join.empty(); }
   std::string node_key_path() const;
   std::string listen_address_path() const;
@@ -77,6 +91,7 @@ struct DaemonConfig {
   std::string database_path() const;
   std::string lock_path() const;
   std::chrono::milliseconds grace_period() const;
+  std::chrono::microseconds retain_exited() const;
 };
 
 // Reads a TOML file into `config` (keys not in the file keep their value).

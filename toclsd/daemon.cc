@@ -56,6 +56,7 @@ Result<spawn::SpawnerOptions> SpawnPolicy(const DaemonConfig& config) {
   options.state_dir = config.state_dir;
   options.socket_path = config.socket_path();
   options.allow = spawn::AllowList(config.spawn_allow);
+  options.log_max_bytes = static_cast<uint64_t>(config.spawn_log_max_bytes);
   const bool root = ::geteuid() == 0;
   if (config.spawn_allow.empty()) {
     spdlog::info("spawning is disabled: no [spawn] allow list");
@@ -146,6 +147,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   if (!spawner.ok()) return spawner.status();
   daemon->spawner_ = std::move(*spawner);
   directory::DirectoryServiceOptions service_options{.channels = channels};
+  if (!config.admin_group.empty()) {
+    TOCL_ASSIGN_OR_RETURN(service_options.admin_group,
+                          spawn::ResolveGroup(config.admin_group, "admin_group"));
+  }
   if (credentials) {
     const std::span<const std::byte> secret = credentials->secret.bytes();
     service_options.data_plane_secret.assign(reinterpret_cast<const char*>(secret.data()),
@@ -160,6 +165,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   }
   daemon->trimmer_ = std::make_unique<cluster::ChangeLogTrimmer>(
       *daemon->store_, static_cast<uint64_t>(config.change_log_keep));
+  if (config.retain_exited().count() > 0) {
+    spawn::Spawner* spawner_raw = daemon->spawner_.get();
+    daemon->sweeper_ = std::make_unique<retention::RetentionSweeper>(
+        *daemon->store_, config.retain_exited(),
+        [spawner_raw](std::span<const Gid> processes) { spawner_raw->RemoveLogs(processes); });
+  }
 
   // Before serving: a process that enrolls once the server is up must not
   // be taken for one that was running before this start.
@@ -181,9 +192,23 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   std::error_code ignored;
   std::filesystem::remove(socket_path, ignored);
 
+  {
+    // Bound 0600 from the start (0777 less the umask), the group's bits
+    // only once it is chown'ed below.
+    ScopedUmask private_socket(0177);
+    Result<std::unique_ptr<UnixListener>> unix_listener = UnixListener::Listen(socket_path);
+    if (!unix_listener.ok()) {
+      return Unavailable(fmt::format("cannot listen on unix:{}: {}", socket_path,
+                                     unix_listener.status().message()));
+    }
+    daemon->unix_listener_ = std::move(*unix_listener);
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  // The unix socket is not one of gRPC's ports: toclsd accepts its
+  // connections and hands them over (unix_listener.h), so that every call
+  // is known by its connection's kernel credentials.
   int tcp_port = 0;
   if (config.listen != "none") {
     // The unix socket stays plaintext: its file permissions say who may
@@ -204,20 +229,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   // Written before the server answers: whoever sees the daemon up can read it.
   TOCL_RETURN_IF_ERROR(
       cluster::WriteListenAddressFile(config.listen_address_path(), listen.address()));
-  {
-    // gRPC binds the socket 0777 less the umask: 0600 from the start, the
-    // group's bits only once it is chown'ed below.
-    ScopedUmask private_socket(0177);
-    daemon->server_ = builder.BuildAndStart();
-  }
+  daemon->server_ = builder.BuildAndStart();
   listen.Release();  // gRPC holds the port now (or failed to)
   if (!daemon->server_) {
     (void)cluster::WriteListenAddressFile(config.listen_address_path(), "");
-    return Unavailable(fmt::format("cannot listen on unix:{}{} (address in use or not permitted)",
-                                   socket_path,
-                                   config.listen == "none" ? "" : " and " + listen.address()));
+    return Unavailable(
+        fmt::format("cannot listen on {} (address in use or not permitted)", listen.address()));
   }
   TOCL_RETURN_IF_ERROR(RestrictSocketFile(socket_path, socket_group));
+  daemon->unix_listener_->Serve(*daemon->server_);
   if (config.listen != "none") {
     if (tcp_port == 0) {
       return Unavailable(fmt::format("cannot listen on {}", config.listen));
@@ -271,10 +291,12 @@ void Daemon::Shutdown() {
   // streams end, so the server below has only local calls to finish.
   if (cluster_) cluster_->Stop();
   trimmer_->Stop();
+  if (sweeper_) sweeper_->Stop();  // before the spawner its callback uses
   {
     spawner_->BeginShutdown();
     service_->BeginShutdown();
     server_->GetHealthCheckService()->SetServingStatus(false);
+    unix_listener_->Stop();  // no connection is handed to a server shutting down
     server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     server_->Wait();
   }

@@ -14,9 +14,11 @@
 #include "cluster/cluster.h"
 #include "cluster/listen_address.h"
 #include "config.h"
+#include "retention/retention_sweeper.h"
 #include "service/directory_service.h"
 #include "state_lock.h"
 #include "store/store.h"
+#include "unix_listener.h"
 
 namespace tocl::daemon {
 
@@ -53,8 +55,10 @@ class Daemon {
   std::unique_ptr<spawn::Spawner> spawner_;    // the service's ProcessControl
   std::unique_ptr<cluster::Cluster> cluster_;  // null for a standalone daemon
   std::unique_ptr<cluster::ChangeLogTrimmer> trimmer_;
+  std::unique_ptr<retention::RetentionSweeper> sweeper_;  // null: exited entities are kept
   std::unique_ptr<directory::DirectoryService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<UnixListener> unix_listener_;  // hands its connections to server_
 
   std::mutex mu_;
   std::condition_variable stopping_cv_;

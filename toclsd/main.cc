@@ -79,13 +79,18 @@ int main(int argc, char** argv) {
                  "seconds a new daemon waits for the seed before giving up (default 30)");
   app.add_option("--change-log-keep", change_log_keep,
                  "changes the log keeps; replicas further behind get a snapshot (default 1000000)");
+  // Retention (retention_sweeper.h).
+  std::optional<double> retain_exited;
+  app.add_option("--retain-exited", retain_exited,
+                 "seconds exited processes and threads (and spawned processes' logs) are kept "
+                 "after they exit; 0: for ever (default 3600)");
   // Spawn (toclsd/spawn/).
   std::vector<std::string> attribute_flags;
   app.add_option("--attribute", attribute_flags,
                  "KEY=VALUE: an attribute of this host's entity, for spawn placement "
                  "(e.g. gpu=1; repeatable; added to the config file's [attributes])");
   std::vector<std::string> spawn_allow;
-  std::optional<std::string> spawn_run_as, spawn_run_as_group, socket_group;
+  std::optional<std::string> spawn_run_as, spawn_run_as_group, socket_group, admin_group;
   app.add_option("--spawn-allow", spawn_allow,
                  "GLOB: a program spawns may start, matched against its real path with "
                  "fnmatch (a '*' stays within one directory; repeatable; replaces the config "
@@ -94,8 +99,16 @@ int main(int argc, char** argv) {
                  "the user spawned programs run as when toclsd runs as root");
   app.add_option("--spawn-run-as-group", spawn_run_as_group,
                  "their group (default: the user's primary group)");
+  std::optional<int64_t> spawn_log_max_bytes;
+  app.add_option("--spawn-log-max-bytes", spawn_log_max_bytes,
+                 "bytes a spawned program's stdout or stderr log keeps: past it the oldest "
+                 "output is dropped; 0: no cap (default 16777216)");
   app.add_option("--socket-group", socket_group,
                  "a group that may use the unix socket too (socket 0660, state directory 0710)");
+  app.add_option("--admin-group", admin_group,
+                 "a group whose members may signal every process of this host and read every "
+                 "spawn log, like root (others: their own uid's processes and those spawned for "
+                 "them)");
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -128,10 +141,13 @@ int main(int argc, char** argv) {
   if (down_after) config.down_after_seconds = *down_after;
   if (join_timeout) config.join_timeout_seconds = *join_timeout;
   if (change_log_keep) config.change_log_keep = *change_log_keep;
+  if (retain_exited) config.retain_exited_seconds = *retain_exited;
   if (!spawn_allow.empty()) config.spawn_allow = spawn_allow;
   if (spawn_run_as) config.spawn_run_as = *spawn_run_as;
   if (spawn_run_as_group) config.spawn_run_as_group = *spawn_run_as_group;
+  if (spawn_log_max_bytes) config.spawn_log_max_bytes = *spawn_log_max_bytes;
   if (socket_group) config.socket_group = *socket_group;
+  if (admin_group) config.admin_group = *admin_group;
   for (const std::string& flag : attribute_flags) {
     tocl::Status parsed = tocl::daemon::ParseAttributeFlag(flag, config.attributes);
     if (!parsed.ok()) {

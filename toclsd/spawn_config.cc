@@ -13,7 +13,10 @@
 namespace tocl::daemon {
 namespace {
 
-constexpr std::string_view kSpawnKeys[] = {"allow", "run_as", "run_as_group"};
+constexpr std::string_view kSpawnKeys[] = {"allow", "run_as", "run_as_group", "log_max_bytes"};
+// A cap below this would keep too little of a log to read, and the cap is
+// kept in whole file-system blocks.
+constexpr int64_t kMinLogMaxBytes = int64_t{64} << 10;
 
 Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<std::string>& out) {
   const toml::node* node = spawn.get("allow");
@@ -46,6 +49,8 @@ Status ReadAllow(const toml::table& spawn, std::string_view source, std::vector<
 Status ReadSpawnSettings(const toml::table& root, std::string_view source, DaemonConfig& config) {
   TOCL_RETURN_IF_ERROR(
       Read(root, "socket_group", source, config.socket_group, "socket_group", " (a string)"));
+  TOCL_RETURN_IF_ERROR(
+      Read(root, "admin_group", source, config.admin_group, "admin_group", " (a string)"));
   const toml::node* node = root.get("spawn");
   if (node == nullptr) return Status::Ok();
   const toml::table* spawn = node->as_table();
@@ -67,12 +72,21 @@ Status ReadSpawnSettings(const toml::table& root, std::string_view source, Daemo
       Read(*spawn, "run_as", source, config.spawn_run_as, "spawn.run_as", " (a string)"));
   TOCL_RETURN_IF_ERROR(Read(*spawn, "run_as_group", source, config.spawn_run_as_group,
                             "spawn.run_as_group", " (a string)"));
+  TOCL_RETURN_IF_ERROR(Read(*spawn, "log_max_bytes", source, config.spawn_log_max_bytes,
+                            "spawn.log_max_bytes", " (an integer, bytes)"));
   return Status::Ok();
 }
 
 Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root) {
+  if (config.spawn_log_max_bytes != 0 && config.spawn_log_max_bytes < kMinLogMaxBytes) {
+    return InvalidArgument(fmt::format("spawn log_max_bytes {} is below {} (64 KiB; 0: no cap)",
+                                       config.spawn_log_max_bytes, kMinLogMaxBytes));
+  }
   for (const std::string& glob : config.spawn_allow) {
     TOCL_RETURN_IF_ERROR(spawn::ValidateAllowGlob(glob));
+  }
+  if (!config.admin_group.empty()) {
+    TOCL_RETURN_IF_ERROR(spawn::ResolveGroup(config.admin_group, "admin_group").status());
   }
   std::optional<gid_t> socket_gid;
   if (!config.socket_group.empty()) {
@@ -110,11 +124,13 @@ Status FinishSpawnConfig(const DaemonConfig& config, bool daemon_is_root) {
 
 void PrintSpawnSettings(const DaemonConfig& config, toml::table& out) {
   out.insert("socket_group", config.socket_group);
+  out.insert("admin_group", config.admin_group);
   toml::array allow;
   for (const std::string& glob : config.spawn_allow) allow.push_back(glob);
   toml::table spawn{{"allow", std::move(allow)},
                     {"run_as", config.spawn_run_as},
-                    {"run_as_group", config.spawn_run_as_group}};
+                    {"run_as_group", config.spawn_run_as_group},
+                    {"log_max_bytes", config.spawn_log_max_bytes}};
   out.insert("spawn", std::move(spawn));
 }
 

@@ -12,7 +12,7 @@
 
 namespace tocl::daemon {
 
-// Reads `[spawn]` (allow, run_as, run_as_group) and `socket_group` from
+// Reads `[spawn]` (allow, run_as, run_as_group, log_max_bytes) and `socket_group` from
 // `root` into `config`. Unknown keys in [spawn] and wrong types are errors
 // naming the key and line.
 Status ReadSpawnSettings(const toml::table& root, std::string_view source, DaemonConfig& config);

@@ -480,38 +480,6 @@ TEST_CASE("read log: offsets, sizes, and processes without logs", "[integration]
                       grpc::StatusCode::INVALID_ARGUMENT, "h1.p2.t3 is a thread");
 }
 
-TEST_CASE("spawn and kill are refused to TCP callers that are not cluster daemons",
-          "[integration][spawn]") {
-  DaemonOptions options;
-  options.listen = "127.0.0.1:0";
-  Daemon daemon(options);
-  REQUIRE_OK(daemon.Start());
-  const std::string tcp = REQUIRE_VALUE(daemon.tcp_address());
-  auto remote = NewRawStub(tcp);
-
-  // Lookups are open to everyone; spawning is not.
-  REQUIRE(RawLookup(*remote, Gid::Host(1).raw()).ok());
-  CHECK_CODE_AND_TEXT(Spawn(*remote, SpawnRequest(kChild)).status,
-                      grpc::StatusCode::PERMISSION_DENIED,
-                      "spawn requests are accepted only from this host's unix socket and from "
-                      "the cluster's daemons");
-  CHECK_CODE_AND_TEXT(RawKill(*remote, Gid::Process(1, 1), SIGTERM),
-                      grpc::StatusCode::PERMISSION_DENIED, "kill requests are accepted only");
-  pb::ReadLogResponse log;
-  CHECK_CODE_AND_TEXT(ReadLog(*remote, Gid::Process(1, 1), pb::LOG_STREAM_STDOUT, &log),
-                      grpc::StatusCode::PERMISSION_DENIED, "log requests are accepted only");
-}
-
-// The value of `name` in /proc/<pid>/environ ("" when absent).
-std::string EnvironmentOf(pid_t pid, const std::string& name) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/environ");
-  std::string entry;
-  while (std::getline(file, entry, '\0')) {
-    if (entry.starts_with(name + "=")) return entry.substr(name.size() + 1);
-  }
-  return "";
-}
-
 TEST_CASE("a program started by a spawned one does not take its identity", "[integration][spawn]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
@@ -654,8 +622,9 @@ TEST_CASE("a spawned program outlives a daemon restart and re-enrolls with its g
   REQUIRE(WaitUntil([&] { return daemon.LogTail(20000).find(reenrolled) != std::string::npos; },
                     seconds(20)));
 
-  // No longer this daemon's child: signalled by its recorded os pid; how it
-  // ended is unknown to the new daemon.
+  // No longer this daemon's child: signalled through the pidfd of its
+  // re-enrollment, whose pid the new daemon verified; how it ended is
+  // unknown to it.
   auto stub = NewRawStub(daemon.address());
   REQUIRE(RawKill(*stub, gid, SIGTERM).ok());
   pb::Entity entity = ExitedEntity(*stub, gid);

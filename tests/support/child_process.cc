@@ -339,6 +339,15 @@ Result<int> ProcessFdCount(pid_t pid) {
   return count;
 }
 
+std::string EnvironmentOf(pid_t pid, const std::string& name) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/environ");
+  std::string entry;
+  while (std::getline(file, entry, '\0')) {
+    if (entry.starts_with(name + "=")) return entry.substr(name.size() + 1);
+  }
+  return "";
+}
+
 std::string FileTail(const std::string& path, size_t max_bytes) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return {};

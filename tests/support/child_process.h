@@ -116,6 +116,10 @@ Result<int64_t> ProcessRssKib(pid_t pid);
 Result<int> ProcessFdCount(pid_t pid);
 Result<int> ProcessThreadCount(pid_t pid);
 
+// The value of `name` in the environment of process `pid` (its
+// /proc/<pid>/environ), "" when it is absent.
+std::string EnvironmentOf(pid_t pid, const std::string& name);
+
 // The last `max_bytes` of a file ("" when it cannot be read).
 std::string FileTail(const std::string& path, size_t max_bytes);
 

@@ -45,6 +45,18 @@ Status CheckMember(const pb::Member& member, std::string_view what) {
 ClusterService::ClusterService(directory::Store& store, Membership& membership, bool seed)
     : store_(store), membership_(membership), seed_(seed) {}
 
+grpc::Status ClusterService::CheckDaemonCaller(const grpc::ServerContext& context,
+                                               std::string_view call) const {
+  Result<directory::Caller> caller = callers_.Identify(context);
+  if (caller.ok() && caller->channel == directory::Caller::Channel::kUnixSocket) {
+    caller = PermissionDenied(fmt::format(
+        "{} is not a daemon: the Cluster service is for daemons over TCP", caller->Describe()));
+  }
+  if (caller.ok()) return grpc::Status::OK;
+  spdlog::warn("cluster {} from {} refused: {}", call, context.peer(), caller.status().message());
+  return ToGrpcStatus(caller.status());
+}
+
 void ClusterService::BeginShutdown() {
   shutting_down_.store(true, std::memory_order_release);
   store_.WakeWatchers();
@@ -52,6 +64,7 @@ void ClusterService::BeginShutdown() {
 
 grpc::Status ClusterService::Join(grpc::ServerContext* context, const pb::JoinRequest* request,
                                   pb::JoinResponse* response) {
+  if (grpc::Status allowed = CheckDaemonCaller(*context, "join"); !allowed.ok()) return allowed;
   if (!seed_) {
     return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
                   fmt::format("{} is not the seed of its cluster; join through the daemon "
@@ -97,8 +110,12 @@ grpc::Status ClusterService::Join(grpc::ServerContext* context, const pb::JoinRe
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterService::Heartbeat(grpc::ServerContext*, const pb::HeartbeatRequest* request,
+grpc::Status ClusterService::Heartbeat(grpc::ServerContext* context,
+                                       const pb::HeartbeatRequest* request,
                                        pb::HeartbeatResponse* response) {
+  if (grpc::Status allowed = CheckDaemonCaller(*context, "heartbeat"); !allowed.ok()) {
+    return allowed;
+  }
   if (shutting_down()) {
     return Refuse(grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down");
   }
@@ -156,6 +173,9 @@ Result<uint64_t> ClusterService::SendSnapshot(grpc::ServerContext* context,
 grpc::Status ClusterService::Replicate(grpc::ServerContext* context,
                                        const pb::ReplicateRequest* request,
                                        grpc::ServerWriter<pb::ReplicationBatch>* writer) {
+  if (grpc::Status allowed = CheckDaemonCaller(*context, "replicate"); !allowed.ok()) {
+    return allowed;
+  }
   const Gid replica = Gid::FromRaw(request->from_host());
   uint64_t since = request->since_seq();
   Result<uint64_t> trimmed = store_.TrimmedThrough();

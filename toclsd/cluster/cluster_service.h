@@ -3,13 +3,19 @@
 // cluster. Synchronous gRPC, like the directory service: a Replicate
 // stream holds one server thread per replica for its life.
 //
-// Until the security issue (#7), any TCP peer may call it.
+// Only daemons call it: over mutual TLS with the cluster's credentials, or,
+// without credentials (loopback only), from toclsd's own user or root as
+// the kernel's socket table says (directory/src/service/caller.h). Callers
+// on the unix socket, and other users over loopback TCP, are refused: they
+// could otherwise announce members or take host ids.
 #pragma once
 
 #include <atomic>
 #include <string>
+#include <string_view>
 
 #include "cluster/membership.h"
+#include "service/caller.h"
 #include "store/store.h"
 #include "tocl/directory/v1/cluster.grpc.pb.h"
 
@@ -34,6 +40,8 @@ class ClusterService final : public pb::Cluster::Service {
 
  private:
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
+  // PERMISSION_DENIED (logged) unless the caller is a daemon (above).
+  grpc::Status CheckDaemonCaller(const grpc::ServerContext& context, std::string_view call) const;
   // Sends every own entity as a snapshot; returns the head it is valid at.
   Result<uint64_t> SendSnapshot(grpc::ServerContext* context,
                                 grpc::ServerWriter<pb::ReplicationBatch>* writer);
@@ -41,6 +49,7 @@ class ClusterService final : public pb::Cluster::Service {
   directory::Store& store_;
   Membership& membership_;
   const bool seed_;
+  const directory::CallerCheck callers_{std::nullopt};
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers
 };
 

@@ -39,6 +39,9 @@ constexpr auto kReapWait = std::chrono::seconds(2);
 // How long a spawn that timed out waits for the killed child to be reaped.
 constexpr auto kKillWait = std::chrono::seconds(2);
 constexpr size_t kDefaultLogChunk = size_t{1} << 20;
+// How often the running children's logs are held to log_max_bytes: a
+// program writes at most this long's output past the cap.
+constexpr auto kLogCapPeriod = std::chrono::seconds(1);
 // 4 MiB less room for the reply's envelope: a reply must fit the 4 MiB a
 // gRPC client accepts by default.
 constexpr size_t kMaxLogChunk = (size_t{4} << 20) - (size_t{64} << 10);
@@ -121,8 +124,12 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 Result<std::unique_ptr<Spawner>> Spawner::Start(directory::Store& store, SpawnerOptions options) {
   TOCL_ASSIGN_OR_RETURN(LogFiles logs, LogFiles::Open(options.state_dir + "/logs"));
   std::unique_ptr<Spawner> spawner(new Spawner(store, std::move(options), std::move(logs)));
+  spawner->RemoveOrphanLogs();
   Spawner* raw = spawner.get();
   spawner->stream_end_thread_ = std::thread([raw] { raw->StreamEndLoop(); });
+  if (spawner->options_.log_max_bytes > 0) {
+    spawner->log_cap_thread_ = std::thread([raw] { raw->LogCapLoop(); });
+  }
   TOCL_ASSIGN_OR_RETURN(spawner->supervisor_, Supervisor::Start([raw](pid_t pid, int wait_status) {
                           raw->OnReaped(pid, wait_status);
                         }));
@@ -135,6 +142,7 @@ Spawner::Spawner(directory::Store& store, SpawnerOptions options, LogFiles logs)
 Spawner::~Spawner() {
   BeginShutdown();
   if (stream_end_thread_.joinable()) stream_end_thread_.join();
+  if (log_cap_thread_.joinable()) log_cap_thread_.join();
   supervisor_.reset();  // before the maps its callback uses
 }
 
@@ -147,8 +155,9 @@ void Spawner::BeginShutdown() {
 }
 
 Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& request,
-                                                std::string_view caller,
+                                                const directory::Caller& spawn_caller,
                                                 std::chrono::milliseconds enroll_timeout) {
+  const std::string caller = spawn_caller.Describe();
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Unavailable("the daemon is stopping");
@@ -182,12 +191,13 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   auto child = std::make_shared<Child>();
   child->gid = gid;
   child->program = path;
+  child->spawned_for = spawn_caller.uid;
   {
     // Before the child exists: it may enroll before posix_spawn returns.
     std::lock_guard lock(mu_);
     by_gid_[gid] = child;
   }
-  Result<std::pair<Fd, Fd>> files = logs_.Create(gid);
+  Result<std::pair<Fd, Fd>> files = logs_.Create(gid, spawn_caller.uid);
   if (!files.ok()) return Abandon(child, files.status());
   // The daemon's copies of the log files close when `files` goes.
   Result<pid_t> started = StartChild(request, gid, path, real_path, working_directory,
@@ -198,19 +208,20 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   Fd signal_fd(pidfd.valid() ? ::fcntl(pidfd.get(), F_DUPFD_CLOEXEC, 0) : -1);
   if (!pidfd.valid() || !signal_fd.valid()) {
     const int error = errno;
-    ::kill(pid, SIGKILL);
+    ::kill(pid, SIGKILL);  // our unreaped child: its pid is not reused before the waitpid
     ::waitpid(pid, nullptr, 0);
     return Abandon(child, ErrnoStatus(fmt::format("pidfd_open({})", pid), error));
   }
   {
     std::lock_guard lock(mu_);
     child->pid = pid;
-    child->pidfd = std::move(signal_fd);
+    child->process.emplace(pid, std::move(signal_fd));
     by_pid_[pid] = child;
   }
+  changed_.notify_all();  // an enrollment may be waiting for the pid (CheckEnrollingPid)
   supervisor_->Watch(pid, std::move(pidfd));
-  spdlog::info("spawned {} '{}' as pid {}{}", gid.ToString(), path, pid,
-               options_.run_as ? " as user " + options_.run_as->user : "");
+  spdlog::info("spawned {} '{}' as pid {}{} for {}", gid.ToString(), path, pid,
+               options_.run_as ? " as user " + options_.run_as->user : "", caller);
   // While the child loads (milliseconds): its enrollment then has nothing
   // to write.
   if (Status recorded = store_.RecordSpawnedPid(gid, pid); !recorded.ok()) {
@@ -239,8 +250,9 @@ Result<pb::SpawnProcessResponse> Spawner::Spawn(const pb::SpawnProcessRequest& r
   }
   child->kill_reason = fmt::format("did not enroll within {} ms", enroll_timeout.count());
   // Through the pidfd: the pid cannot have been reused by then.
-  if (::pidfd_send_signal(child->pidfd.get(), SIGKILL, nullptr, 0) != 0 && errno != ESRCH) {
-    spdlog::error("kill {} (pid {}): {}", gid.ToString(), pid, std::strerror(errno));
+  if (Status killed = child->process->Signal(SIGKILL);
+      !killed.ok() && killed.code() != StatusCode::kFailedPrecondition) {
+    spdlog::error("kill {} (pid {}): {}", gid.ToString(), pid, killed.ToString());
   }
   changed_.wait_for(lock, kKillWait, [&] { return child->recorded; });
   return DeadlineExceeded(fmt::format(
@@ -351,69 +363,98 @@ Status Spawner::Abandon(const std::shared_ptr<Child>& child, const Status& why) 
   return why;
 }
 
-Status Spawner::Kill(Gid process, int signal) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_gid_.find(process);
-    if (it != by_gid_.end()) {
-      const Child& child = *it->second;
-      if (!child.pidfd.valid()) {
-        return Unavailable(fmt::format("{} is being started; try again", process.ToString()));
-      }
-      // The pidfd names this very process, even if it exited and its pid was
-      // reused meanwhile.
-      if (::pidfd_send_signal(child.pidfd.get(), signal, nullptr, 0) != 0) {
-        if (errno == ESRCH) {
-          return FailedPrecondition(fmt::format("{} has exited", process.ToString()));
-        }
-        return ErrnoStatus(fmt::format("signal {} to {}", signal, process.ToString()), errno);
-      }
-      spdlog::info("sent signal {} to {} (pid {})", signal, process.ToString(), child.pid);
-      return Status::Ok();
+std::optional<Status> Spawner::KillChild(Gid process, int signal, const directory::Caller& caller) {
+  std::lock_guard lock(mu_);
+  auto it = by_gid_.find(process);
+  if (it == by_gid_.end()) return std::nullopt;
+  const Child& child = *it->second;
+  if (!child.process) {
+    return Unavailable(fmt::format("{} is being started; try again", process.ToString()));
+  }
+  // Its uids now: with run_as the child is not the caller's uid, but it was
+  // spawned for it.
+  Result<directory::ProcessUids> uids = child.process->Uids();
+  if (!uids.ok()) {
+    if (uids.status().code() == StatusCode::kFailedPrecondition) {
+      return FailedPrecondition(fmt::format("{} has exited", process.ToString()));
     }
+    return uids.status();
   }
-  // Not a child of this daemon run: its os pid is what it said when it
-  // enrolled (callers are trusted as spawners are, see the README).
-  Result<pb::Entity> entity = store_.Lookup(process);
-  if (entity.status().code() == StatusCode::kNotFound) {
-    return NotFound(fmt::format("no process {}", process.ToString()));
-  }
-  TOCL_RETURN_IF_ERROR(entity.status());
-  if (entity->state() != pb::RUNNING) {
-    return FailedPrecondition(
-        fmt::format("{} has exited ({})", process.ToString(), entity->exit_reason()));
-  }
-  const int64_t pid = entity->os_pid();
-  if (pid <= 1 || pid == ::getpid()) {
-    return FailedPrecondition(
-        fmt::format("{} has no os pid this daemon can signal ({})", process.ToString(), pid));
-  }
-  if (::kill(static_cast<pid_t>(pid), signal) != 0) {
-    if (errno == ESRCH) {
-      return FailedPrecondition(
-          fmt::format("os process {} of {} is gone", pid, process.ToString()));
+  TOCL_RETURN_IF_ERROR(directory::MaySignal(caller, process, {*uids, child.spawned_for}));
+  // The pidfd names this very process, even if it exited and its pid was
+  // reused meanwhile.
+  if (Status sent = child.process->Signal(signal); !sent.ok()) {
+    if (sent.code() == StatusCode::kFailedPrecondition) {
+      return FailedPrecondition(fmt::format("{} has exited", process.ToString()));
     }
-    return ErrnoStatus(fmt::format("signal {} to {} (pid {})", signal, process.ToString(), pid),
-                       errno);
+    return sent.WithContext(process.ToString());
   }
-  spdlog::info("sent signal {} to {} (pid {})", signal, process.ToString(), pid);
+  spdlog::info("sent signal {} to {} (pid {}) for {}", signal, process.ToString(), child.pid,
+               caller.Describe());
   return Status::Ok();
 }
 
-Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request) {
+std::optional<uid_t> Spawner::SpawnedFor(Gid process) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_gid_.find(process);
+    if (it != by_gid_.end()) return it->second->spawned_for;
+  }
+  return logs_.OwnerOf(process);
+}
+
+Status Spawner::CheckEnrollingPid(Gid process, std::optional<pid_t> pid) {
+  // Bounded: the pid is set microseconds after posix_spawn returns.
+  constexpr auto kPidWait = std::chrono::seconds(5);
+  std::unique_lock lock(mu_);
+  auto it = by_gid_.find(process);
+  if (it == by_gid_.end()) return Status::Ok();
+  const std::shared_ptr<Child> child = it->second;
+  if (!pid) {
+    return PermissionDenied(fmt::format(
+        "{} was spawned by this daemon and enrolls on its unix socket, where its pid is "
+        "verified; not over TCP",
+        process.ToString()));
+  }
+  changed_.wait_for(lock, kPidWait,
+                    [&] { return child->pid != 0 || child->recorded || stopping_; });
+  if (child->pid == *pid) return Status::Ok();
+  spdlog::warn("pid {} tried to enroll as {}, which this daemon started as pid {}", *pid,
+               process.ToString(), child->pid);
+  return PermissionDenied(fmt::format(
+      "{} is the process this daemon started as pid {}; pid {} may not take its identity",
+      process.ToString(), child->pid, *pid));
+}
+
+Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request,
+                                             const directory::Caller& caller) {
   const Gid process = Gid::FromRaw(request.process());
   // Whether the process is done is decided before the file is read: then
   // the read has everything it wrote.
   bool running_child = false;
+  std::optional<uid_t> spawned_for;
   {
     std::lock_guard lock(mu_);
-    running_child = by_gid_.contains(process);
+    auto it = by_gid_.find(process);
+    running_child = it != by_gid_.end();
+    if (running_child) spawned_for = it->second->spawned_for;
   }
   Result<pb::Entity> entity = store_.Lookup(process);
   if (entity.status().code() == StatusCode::kNotFound) {
     return NotFound(fmt::format("no process {}", process.ToString()));
   }
   TOCL_RETURN_IF_ERROR(entity.status());
+  if (entity->removed()) {
+    return NotFound(fmt::format("{} exited and was removed from the directory with its logs",
+                                process.ToString()));
+  }
+  if (!spawned_for) spawned_for = logs_.OwnerOf(process);
+  if (spawned_for) {
+    if (Status allowed = directory::MayReadLog(caller, process, *spawned_for); !allowed.ok()) {
+      spdlog::warn("log of {} refused: {}", process.ToString(), allowed.message());
+      return allowed;
+    }
+  }  // no log file: Read says so
   const size_t max_bytes = request.max_bytes() == 0
                                ? kDefaultLogChunk
                                : std::min<size_t>(request.max_bytes(), kMaxLogChunk);
@@ -422,6 +463,7 @@ Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request) 
   pb::ReadLogResponse response;
   response.set_data(std::move(chunk.data));
   response.set_size(chunk.size);
+  response.set_offset(chunk.offset);
   response.set_process_exited(!running_child && entity->state() == pb::EXITED);
   return response;
 }
@@ -531,6 +573,8 @@ void Spawner::OnReaped(pid_t pid, int wait_status) {
     spdlog::error("could not record the exit of {}: {}", gid.ToString(), marked.ToString());
   }
   spdlog::info("process {} (pid {}) {}", gid.ToString(), pid, text);
+  // Its last output, written since the last check, is capped too.
+  if (options_.log_max_bytes > 0) CapLogs(gid);
   {
     std::lock_guard lock(mu_);
     child->recorded = true;
@@ -539,6 +583,59 @@ void Spawner::OnReaped(pid_t pid, int wait_status) {
     if (it != by_gid_.end() && it->second == child) by_gid_.erase(it);
   }
   changed_.notify_all();
+}
+
+void Spawner::RemoveLogs(std::span<const Gid> processes) {
+  for (Gid process : processes) {
+    if (Status removed = logs_.Remove(process); !removed.ok()) {
+      spdlog::warn("removing the logs of {}: {}", process.ToString(), removed.ToString());
+    }
+  }
+}
+
+void Spawner::RemoveOrphanLogs() {
+  Result<std::vector<Gid>> listed = logs_.List(store_.host());
+  if (!listed.ok()) {
+    spdlog::warn("listing the spawn logs: {}", listed.status().ToString());
+    return;
+  }
+  std::vector<Gid> orphans;
+  for (Gid process : *listed) {
+    Result<pb::Entity> entity = store_.Lookup(process);
+    const bool gone =
+        entity.ok() ? entity->removed() : entity.status().code() == StatusCode::kNotFound;
+    if (gone) orphans.push_back(process);
+  }
+  if (orphans.empty()) return;
+  RemoveLogs(orphans);
+  spdlog::info("removed the logs of {} processes that are no longer in the directory",
+               orphans.size());
+}
+
+void Spawner::CapLogs(Gid process) {
+  Status capped = logs_.Cap(process, options_.log_max_bytes);
+  if (capped.ok()) return;
+  std::lock_guard lock(mu_);
+  // Once: a file system that cannot punch holes fails the same way every
+  // second for every child.
+  if (cap_failed_) return;
+  cap_failed_ = true;
+  spdlog::warn("spawn logs are not kept under log_max_bytes ({}): {}", options_.log_max_bytes,
+               capped.ToString());
+}
+
+void Spawner::LogCapLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    const auto next = std::chrono::steady_clock::now() + kLogCapPeriod;
+    if (changed_.wait_until(lock, next, [&] { return stopping_; })) return;
+    std::vector<Gid> running;
+    running.reserve(by_gid_.size());
+    for (const auto& [gid, child] : by_gid_) running.push_back(gid);
+    lock.unlock();
+    for (Gid gid : running) CapLogs(gid);
+    lock.lock();
+  }
 }
 
 }  // namespace tocl::daemon::spawn

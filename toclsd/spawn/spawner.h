@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -35,6 +36,9 @@ struct SpawnerOptions {
   // Set (with the path of toclsd-exec) when children run as another user.
   std::optional<RunAs> run_as;
   std::string exec_helper;
+  // A running child's log files keep about their last this many bytes
+  // (LogFiles::Cap, checked every second and when it exits); 0: no cap.
+  uint64_t log_max_bytes = 0;
 };
 
 class Spawner final : public directory::ProcessControl {
@@ -47,12 +51,19 @@ class Spawner final : public directory::ProcessControl {
   void BeginShutdown();
 
   Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
-                                         std::string_view caller,
+                                         const directory::Caller& caller,
                                          std::chrono::milliseconds enroll_timeout) override;
-  Status Kill(Gid process, int signal) override;
-  Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request) override;
+  std::optional<Status> KillChild(Gid process, int signal,
+                                  const directory::Caller& caller) override;
+  std::optional<uid_t> SpawnedFor(Gid process) override;
+  Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request,
+                                      const directory::Caller& caller) override;
+  Status CheckEnrollingPid(Gid process, std::optional<pid_t> pid) override;
   bool OnEnrolled(Gid process) override;
   bool OnStreamEnded(Gid process, uint64_t epoch, std::string_view reason) override;
+
+  // Deletes the log files of processes whose rows were removed (retention).
+  void RemoveLogs(std::span<const Gid> processes);
 
  private:
   // A child of this daemon, from just before it starts until it is reaped
@@ -60,8 +71,10 @@ class Spawner final : public directory::ProcessControl {
   struct Child {
     Gid gid;
     std::string program;
-    pid_t pid = 0;            // 0 until posix_spawn returned
-    Fd pidfd;                 // for signals: names this process, never a reused pid
+    uid_t spawned_for = 0;  // the caller's uid: it may signal the child and read its logs
+    pid_t pid = 0;          // 0 until posix_spawn returned
+    // For signals, set with pid: names this process, never a reused pid.
+    std::optional<directory::ProcessHandle> process;
     bool enrolled = false;    // it enrolled (OnEnrolled)
     bool recorded = false;    // reaped, and its exit written to the store
     std::string exit_text;    // "exited with status 3", once reaped
@@ -95,6 +108,12 @@ class Spawner final : public directory::ProcessControl {
                            const std::string& token, const Fd& stdout_file, const Fd& stderr_file);
   // Forgets a child that never started and marks its row exited.
   Status Abandon(const std::shared_ptr<Child>& child, const Status& why);
+  // Deletes log files whose process is no longer in the directory (left
+  // by a daemon that stopped between removing the rows and the files).
+  void RemoveOrphanLogs();
+  // Every second: the running children's logs are capped (log_max_bytes).
+  void LogCapLoop();
+  void CapLogs(Gid process);
 
   directory::Store& store_;
   const SpawnerOptions options_;
@@ -108,8 +127,10 @@ class Spawner final : public directory::ProcessControl {
   std::map<Gid, std::shared_ptr<Child>> by_gid_;    // guarded by mu_
   std::map<pid_t, std::shared_ptr<Child>> by_pid_;  // guarded by mu_
   bool stopping_ = false;                           // guarded by mu_
+  bool cap_failed_ = false;                         // a cap failed and was logged; guarded by mu_
 
   std::thread stream_end_thread_;           // runs StreamEndLoop
+  std::thread log_cap_thread_;              // runs LogCapLoop (with log_max_bytes)
   std::unique_ptr<Supervisor> supervisor_;  // last: its thread calls OnReaped
 };
 

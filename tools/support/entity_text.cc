@@ -99,6 +99,12 @@ Table EntityDetailTable(const Entity& entity) {
   Table table({"FIELD", "VALUE"});
   table.AddRow({"gid", entity.gid.ToString()});
   table.AddRow({"kind", std::string(EntityKindName(entity.kind))});
+  if (entity.removed) {
+    // A tombstone: nothing else of it is kept.
+    table.AddRow({"state", "exited, removed from the directory"});
+    table.AddRow({"exit reason", entity.exit_reason});
+    return table;
+  }
   table.AddRow({"name", entity.name});
   table.AddRow({"state", std::string(EntityStateName(entity.state))});
   if (entity.kind == EntityKind::kProcess) table.AddRow({"pid", PidText(entity)});

@@ -38,6 +38,8 @@ nlohmann::json EntityToJson(const Entity& entity) {
                                             : nlohmann::json(entity.parent.ToString());
   }
   if (entity.kind == EntityKind::kHost) out["address"] = entity.address;
+  // A tombstone: the entity exited and was removed from the directory.
+  if (entity.removed) out["removed"] = true;
   return out;
 }
 

@@ -249,7 +249,9 @@ int RunLogs(const CommonOptions& options, const std::string& gid_text, bool stde
     auto chunk = (*client)->ReadLog(*target, stream, offset);
     if (!chunk.ok()) return Fail(chunk.status());
     std::fwrite(chunk->data.data(), 1, chunk->data.size(), stdout);
-    offset += chunk->data.size();
+    // Past the daemon's log_max_bytes the oldest output is gone: the data
+    // starts later than asked.
+    offset = chunk->offset + chunk->data.size();
     if (!chunk->data.empty() && offset < chunk->size) continue;  // more is there already
     std::fflush(stdout);
     if (!follow || chunk->process_exited || interrupted != 0) return kExitOk;

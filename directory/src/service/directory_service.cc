@@ -11,7 +11,6 @@
 
 #include "grpc_tls/tls_credentials.h"
 #include "service/grpc_status.h"
-#include "service/peer_check.h"
 #include "service/placement.h"
 #include "store/limits.h"
 #include "tocl/network_stats.h"
@@ -175,6 +174,40 @@ void DirectoryService::BeginShutdown() {
   sessions_.CancelAll();
 }
 
+Result<DirectoryService::VerifiedEnrollment> DirectoryService::VerifyEnrollingCaller(
+    const grpc::ServerContext& context, const pb::EnrollRegister& reg) {
+  if (reg.os_pid() <= 0) {
+    return InvalidArgument(fmt::format(
+        "os_pid {} is not a process id: a process enrolls with its own pid", reg.os_pid()));
+  }
+  const Gid resume = Gid::FromRaw(reg.resume_gid());
+  const std::optional<int> fd = UnixConnectionFd(context);
+  if (!fd) {
+    // Over TCP: nothing tells the process's pid; it is recorded as claimed
+    // and never signalled. A spawned child is given the unix socket.
+    if (control_ != nullptr && !resume.is_null()) {
+      TOCL_RETURN_IF_ERROR(control_->CheckEnrollingPid(resume, std::nullopt));
+    }
+    return VerifiedEnrollment{};
+  }
+  TOCL_ASSIGN_OR_RETURN(UnixPeer peer, UnixPeerOf(*fd));
+  if (reg.os_pid() != peer.pid) {
+    return PermissionDenied(fmt::format(
+        "os_pid {} is not the enrolling process: the kernel says this connection is pid {} "
+        "(uid {}); a process enrolls itself, with its own pid",
+        reg.os_pid(), peer.pid, peer.uid));
+  }
+  if (control_ != nullptr && !resume.is_null()) {
+    TOCL_RETURN_IF_ERROR(control_->CheckEnrollingPid(resume, peer.pid));
+  }
+  Result<ProcessHandle> process = PeerProcess(*fd, peer);
+  if (!process.ok()) {
+    return Unavailable(
+        fmt::format("the enrolling process {} is gone: {}", peer.pid, process.status().message()));
+  }
+  return VerifiedEnrollment{std::move(*process)};
+}
+
 grpc::Status DirectoryService::EnrollProcess(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<pb::EnrollResponse, pb::EnrollRequest>* stream) {
@@ -187,22 +220,26 @@ grpc::Status DirectoryService::EnrollProcess(
                         "the first message of an enroll stream must be 'register'");
   }
   const pb::EnrollRegister& reg = request.register_();
-  Result<Enrollment> enrollment = reg.resume_gid() != 0
+  Result<VerifiedEnrollment> verified = VerifyEnrollingCaller(*context, reg);
+  Result<Enrollment> enrollment = !verified.ok() ? Result<Enrollment>(verified.status())
+                                  : reg.resume_gid() != 0
                                       ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()),
                                                              reg.resume_token(), reg.os_pid(), &reg)
                                       : store_.EnrollProcess(reg);
   if (!enrollment.ok()) {
-    spdlog::info("enroll of '{}' (pid {}) refused: {}", reg.name(), reg.os_pid(),
-                 enrollment.status().ToString());
+    spdlog::info("enroll of '{}' (pid {}) from {} refused: {}", reg.name(), reg.os_pid(),
+                 context->peer(), enrollment.status().ToString());
     return ToGrpcStatus(enrollment.status());
   }
   const Gid gid = enrollment->gid;
-  const uint64_t generation = sessions_.Attach(gid, context);
+  const bool pid_verified = verified->process.has_value();
+  const uint64_t generation = sessions_.Attach(gid, context, std::move(verified->process));
   // A spawned child's first enrollment is a resume of its reserved row, not
   // a re-enrollment.
   const bool spawned = control_ != nullptr && control_->OnEnrolled(gid);
   const bool resumed = enrollment->resumed() && !spawned;
-  spdlog::info("process {} '{}' (pid {}) {}", gid.ToString(), reg.name(), reg.os_pid(),
+  spdlog::info("process {} '{}' (pid {}{}) {}", gid.ToString(), reg.name(), reg.os_pid(),
+               pid_verified ? "" : ", not verified: enrolled over TCP",
                spawned   ? "enrolled (spawned by this daemon)"
                : resumed ? "re-enrolled"
                          : "enrolled");
@@ -243,20 +280,24 @@ grpc::Status DirectoryService::EnrollProcess(
   }
   if (reason.empty()) reason = "enroll stream broken (the process died or lost its daemon)";
 
-  sessions_.Detach(gid, generation);
   if (shutting_down() && !said_goodbye) {
+    sessions_.Detach(gid, generation);
     // Keep the process running in the directory: it re-enrolls after restart.
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down");
   }
   // A child this daemon spawned is marked exited by its supervisor, with
-  // its exit status.
+  // its exit status (and signalled through the spawner's pidfd meanwhile).
   if (control_ != nullptr && control_->OnStreamEnded(gid, enrollment->epoch, reason)) {
+    sessions_.Detach(gid, generation);
     spdlog::info("process {} stream ended: {}", gid.ToString(), reason);
     return grpc::Status::OK;
   }
   // Unless the process re-enrolled on a newer stream meanwhile (decided by
   // the store, in order with the resume).
   Status marked = store_.MarkStreamEnded(gid, enrollment->epoch, reason);
+  // Detached once the row says exited: a Kill in between reaches the
+  // session's pidfd and hears that the process has exited.
+  sessions_.Detach(gid, generation);
   if (!marked.ok()) {
     spdlog::error("could not mark process {} exited: {}", gid.ToString(), marked.ToString());
   } else {
@@ -314,7 +355,7 @@ grpc::Status DirectoryService::Watch(grpc::ServerContext* context, const pb::Wat
   uint64_t seq = request->since_seq();
   uint32_t op_mask = 0;
   for (int op : request->ops()) {
-    if (op < pb::CHANGE_OP_ADDED || op > pb::CHANGE_OP_REACHABLE) {
+    if (op < pb::CHANGE_OP_ADDED || op > pb::CHANGE_OP_REMOVED) {
       return ToGrpcStatus(InvalidArgument(fmt::format("unknown change operation {}", op)));
     }
     op_mask |= 1u << op;
@@ -425,21 +466,21 @@ Status DirectoryService::NoStats(Gid process, std::string_view what) const {
       fmt::format("process {} has not reported {} statistics yet", process.ToString(), what));
 }
 
-Status DirectoryService::CheckTrustedCaller(const grpc::ServerContext& context,
-                                            std::string_view what) {
-  const std::string peer = context.peer();
-  const bool authenticated = grpc_tls::PeerAuthenticated(context);
-  if (peer.starts_with("unix:") || authenticated) return Status::Ok();
-  Result<std::vector<MemberRow>> members = store_.Members();
-  if (!members.ok()) return members.status();
-  Status allowed = CheckTrustedPeer(peer, authenticated, *members, what);
-  if (!allowed.ok()) spdlog::warn("{}", allowed.message());
-  return allowed;
+Result<Caller> DirectoryService::IdentifyCaller(const grpc::ServerContext& context,
+                                                std::string_view what) const {
+  Result<Caller> caller = callers_.Identify(context);
+  if (!caller.ok()) {
+    spdlog::warn("{} request from {} refused: {}", what, DescribeCaller(context),
+                 caller.status().message());
+    return PermissionDenied(fmt::format("{} request refused: {}", what, caller.status().message()));
+  }
+  return caller;
 }
 
 template <typename Call>
-grpc::Status DirectoryService::Forward(const grpc::ServerContext& context, Gid host,
-                                       std::chrono::milliseconds timeout, const Call& call) {
+grpc::Status DirectoryService::Forward(const grpc::ServerContext& context, const Caller& caller,
+                                       Gid host, std::chrono::milliseconds timeout,
+                                       const Call& call) {
   if (DaemonStubs::Forwarded(context)) {
     // The forwarding daemon thinks `host` is this one: its view is stale.
     return ToGrpcStatus(FailedPrecondition(fmt::format(
@@ -449,6 +490,7 @@ grpc::Status DirectoryService::Forward(const grpc::ServerContext& context, Gid h
   Result<std::string> address = DaemonAddress(store_, host);
   if (!address.ok()) return ToGrpcStatus(address.status());
   auto client = DaemonStubs::ForwardContext(context, store_.host(), timeout);
+  CallerCheck::AddForwardedCaller(caller, *client);
   return FromDaemon(host, call(daemons_.For(*address), client.get()));
 }
 
@@ -489,9 +531,10 @@ void DirectoryService::AwaitReplica(Gid gid,
 grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
                                             const pb::SpawnProcessRequest* request,
                                             pb::SpawnProcessResponse* response) {
-  if (Status allowed = CheckTrustedCaller(*context, "spawn"); !allowed.ok()) {
-    return ToGrpcStatus(allowed);
-  }
+  // Any caller the daemon can identify may spawn what [spawn] allow lists;
+  // the process is spawned for the caller's uid.
+  Result<Caller> caller = IdentifyCaller(*context, "spawn");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (request->enroll_timeout_ms() > kMaxEnrollTimeoutMs) {
     return ToGrpcStatus(
         InvalidArgument(fmt::format("enroll_timeout_ms {} is over {} (10 minutes)",
@@ -514,7 +557,7 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
     forwarded.set_host(host->raw());
     forwarded.clear_where();
     grpc::Status forwarded_status =
-        Forward(*context, *host, enroll_timeout + kForwardTimeout,
+        Forward(*context, *caller, *host, enroll_timeout + kForwardTimeout,
                 [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
                   return stub.SpawnProcess(client, forwarded, response);
                 });
@@ -530,8 +573,7 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
         deadline - std::chrono::system_clock::now());
     enroll_timeout = std::max(std::chrono::milliseconds(1), std::min(enroll_timeout, left));
   }
-  Result<pb::SpawnProcessResponse> spawned =
-      control_->Spawn(*request, DescribeCaller(*context), enroll_timeout);
+  Result<pb::SpawnProcessResponse> spawned = control_->Spawn(*request, *caller, enroll_timeout);
   if (spawned.status().code() == StatusCode::kFailedPrecondition) {
     return grpc::Status(grpc::StatusCode::ABORTED, spawned.status().message());
   }
@@ -542,9 +584,8 @@ grpc::Status DirectoryService::SpawnProcess(grpc::ServerContext* context,
 
 grpc::Status DirectoryService::Kill(grpc::ServerContext* context, const pb::KillRequest* request,
                                     pb::KillResponse* response) {
-  if (Status allowed = CheckTrustedCaller(*context, "kill"); !allowed.ok()) {
-    return ToGrpcStatus(allowed);
-  }
+  Result<Caller> caller = IdentifyCaller(*context, "kill");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   Result<Gid> process = TargetProcess(request->gid(), "threads cannot be killed, kill its process");
   if (!process.ok()) return ToGrpcStatus(process.status());
   const int signal = request->signal() == 0 ? SIGTERM : request->signal();
@@ -554,22 +595,58 @@ grpc::Status DirectoryService::Kill(grpc::ServerContext* context, const pb::Kill
   }
   const Gid host = process->host();
   if (host != store_.host()) {
-    return Forward(*context, host, kForwardTimeout,
+    return Forward(*context, *caller, host, kForwardTimeout,
                    [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
                      return stub.Kill(client, *request, response);
                    });
   }
   if (control_ == nullptr) return Unimplemented(store_.host());
-  return ToGrpcStatus(control_->Kill(*process, signal));
+  Status killed = SignalLocal(*process, signal, *caller);
+  if (killed.code() == StatusCode::kPermissionDenied) {
+    spdlog::warn("kill of {} refused: {}", process->ToString(), killed.message());
+  }
+  return ToGrpcStatus(killed);
+}
+
+Status DirectoryService::SignalLocal(Gid process, int signal, const Caller& caller) {
+  // The daemon's own child first: its pidfd outlives the child's session
+  // (a child that closed its session and runs on is still signalled).
+  if (std::optional<Status> child = control_->KillChild(process, signal, caller)) return *child;
+  const std::optional<uid_t> spawned_for = control_->SpawnedFor(process);
+  std::optional<Status> verified =
+      sessions_.WithVerifiedProcess(process, [&](const ProcessHandle& target) -> Status {
+        TOCL_ASSIGN_OR_RETURN(ProcessUids uids, target.Uids());
+        TOCL_RETURN_IF_ERROR(MaySignal(caller, process, {uids, spawned_for}));
+        TOCL_RETURN_IF_ERROR(target.Signal(signal).WithContext(process.ToString()));
+        spdlog::info("sent signal {} to {} (pid {}) for {}", signal, process.ToString(),
+                     target.pid(), caller.Describe());
+        return Status::Ok();
+      });
+  if (verified) return *verified;
+  // No open session: say why from its row.
+  Result<pb::Entity> entity = store_.Lookup(process);
+  if (entity.status().code() == StatusCode::kNotFound) {
+    return NotFound(fmt::format("no process {}", process.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(entity.status());
+  if (entity->state() == pb::EXITED) {
+    return FailedPrecondition(
+        fmt::format("{} has exited ({})", process.ToString(), entity->exit_reason()));
+  }
+  return FailedPrecondition(fmt::format(
+      "{} has no enroll stream on this daemon (it has not re-enrolled since the daemon "
+      "started, or its stream just ended): its pid is not verified, and this daemon signals only "
+      "processes whose pid it verified or that it started",
+      process.ToString()));
 }
 
 grpc::Status DirectoryService::ReadLog(grpc::ServerContext* context,
                                        const pb::ReadLogRequest* request,
                                        pb::ReadLogResponse* response) {
-  // Logs can hold anything a program prints: the same callers as spawn.
-  if (Status allowed = CheckTrustedCaller(*context, "log"); !allowed.ok()) {
-    return ToGrpcStatus(allowed);
-  }
+  // Logs can hold anything a program prints: read by whoever had the
+  // process spawned (MayReadLog).
+  Result<Caller> caller = IdentifyCaller(*context, "log");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   Result<Gid> process =
       TargetProcess(request->process(), "logs belong to processes, read the log of its process");
   if (!process.ok()) return ToGrpcStatus(process.status());
@@ -578,13 +655,13 @@ grpc::Status DirectoryService::ReadLog(grpc::ServerContext* context,
   }
   const Gid host = process->host();
   if (host != store_.host()) {
-    return Forward(*context, host, kForwardTimeout,
+    return Forward(*context, *caller, host, kForwardTimeout,
                    [&](pb::Directory::Stub& stub, grpc::ClientContext* client) {
                      return stub.ReadLog(client, *request, response);
                    });
   }
   if (control_ == nullptr) return Unimplemented(store_.host());
-  Result<pb::ReadLogResponse> read = control_->ReadLog(*request);
+  Result<pb::ReadLogResponse> read = control_->ReadLog(*request, *caller);
   if (!read.ok()) return ToGrpcStatus(read.status());
   *response = std::move(*read);
   return grpc::Status::OK;

@@ -5,10 +5,14 @@
 // of processes a host runs; the callback API is the upgrade path).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "service/caller.h"
 #include "service/daemon_stubs.h"
 #include "service/process_control.h"
 #include "service/session_registry.h"
@@ -24,6 +28,9 @@ struct DirectoryServiceOptions {
   std::string data_plane_secret = {};
   // How forwarded calls reach other daemons (plaintext or mutual TLS).
   DaemonChannels channels = {};
+  // The group whose members may signal every process of this host (and
+  // read every log), like root (caller.h).
+  std::optional<gid_t> admin_group = std::nullopt;
 };
 
 class DirectoryService final : public pb::Directory::Service {
@@ -36,6 +43,7 @@ class DirectoryService final : public pb::Directory::Service {
       : store_(store),
         control_(control),
         data_plane_secret_(std::move(options.data_plane_secret)),
+        callers_(options.admin_group),
         daemons_(std::move(options.channels)) {}
 
   // From now on streams that end do not mark their processes exited: the
@@ -76,14 +84,28 @@ class DirectoryService final : public pb::Directory::Service {
                        pb::ReadLogResponse* response) override;
 
  private:
-  // Ok when the caller may spawn/kill/read logs here (see peer_check.h).
-  Status CheckTrustedCaller(const grpc::ServerContext& context, std::string_view what);
+  // The verified caller of a spawn, kill or log call (caller.h), or
+  // PermissionDenied (logged) naming `what` and why.
+  Result<Caller> IdentifyCaller(const grpc::ServerContext& context, std::string_view what) const;
+  // An enrolling process as the kernel names it: its os_pid must be the
+  // caller's (unix socket), and a spawned child's the pid it was started
+  // as; the process comes back held by a pidfd. Over TCP nothing is
+  // verified (no process).
+  struct VerifiedEnrollment {
+    std::optional<ProcessHandle> process;
+  };
+  Result<VerifiedEnrollment> VerifyEnrollingCaller(const grpc::ServerContext& context,
+                                                   const pb::EnrollRegister& reg);
+  // Kill on this host: through the pidfd of the daemon's child or of the
+  // process's verified enrollment, if `caller` may (MaySignal); refused
+  // for a process whose pid was never verified.
+  Status SignalLocal(Gid process, int signal, const Caller& caller);
   // Makes `call(stub, client_context)` on `host`'s daemon with `timeout`
-  // (within the caller's deadline); the remote status comes back as
-  // "on hN: ...". FailedPrecondition when `context`'s call was itself
-  // forwarded (one hop only).
+  // (within the caller's deadline), for `caller` (its uid goes along); the
+  // remote status comes back as "on hN: ...". FailedPrecondition when
+  // `context`'s call was itself forwarded (one hop only).
   template <typename Call>
-  grpc::Status Forward(const grpc::ServerContext& context, Gid host,
+  grpc::Status Forward(const grpc::ServerContext& context, const Caller& caller, Gid host,
                        std::chrono::milliseconds timeout, const Call& call);
   // The process of a Kill or ReadLog, checked: a process id, or
   // InvalidArgument (for a thread: "h1.p2.t3 is a thread: <advice> h1.p2").
@@ -103,6 +125,7 @@ class DirectoryService final : public pb::Directory::Service {
   Store& store_;
   ProcessControl* const control_;  // not owned; may be null
   const std::string data_plane_secret_;
+  const CallerCheck callers_;
   SessionRegistry sessions_;
   DaemonStubs daemons_;
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers

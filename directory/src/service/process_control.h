@@ -9,10 +9,14 @@
 // for its stream to end before it exits).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
+#include "service/caller.h"
 #include "tocl/directory/v1/directory.pb.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -34,19 +38,34 @@ class ProcessControl {
   // code for it, as the proto says), DeadlineExceeded when it does not
   // enroll in time (it is killed), Unavailable when the daemon is stopping,
   // PermissionDenied for a program this host does not allow. `caller`
-  // describes who asked (the gRPC peer, and the forwarding daemon), for the
-  // log of refusals.
+  // (verified) is who asked: the process is spawned for its uid (it may
+  // signal it and read its logs), and it is named in the log of refusals.
   virtual Result<pb::SpawnProcessResponse> Spawn(const pb::SpawnProcessRequest& request,
-                                                 std::string_view caller,
+                                                 const Caller& caller,
                                                  std::chrono::milliseconds enroll_timeout) = 0;
 
-  // Sends `signal` (1..64) to a running process of this host.
-  // FailedPrecondition when it is not running, NotFound when unknown.
-  virtual Status Kill(Gid process, int signal) = 0;
+  // Sends `signal` (1..64) to `process` if it is a child this control
+  // started and has not reaped, through its pidfd, if `caller` may
+  // (MaySignal). nullopt when it is not such a child (the service then
+  // signals it through its verified enrollment, if any).
+  virtual std::optional<Status> KillChild(Gid process, int signal, const Caller& caller) = 0;
+
+  // The uid a process of this host was spawned for; nullopt for one this
+  // host's daemon did not spawn (or whose record is gone).
+  virtual std::optional<uid_t> SpawnedFor(Gid process) = 0;
 
   // Reads a log of a process this host's daemon spawned (NotFound for
-  // others). The request's process is of this host.
-  virtual Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request) = 0;
+  // others), if `caller` may (MayReadLog). The request's process is of
+  // this host.
+  virtual Result<pb::ReadLogResponse> ReadLog(const pb::ReadLogRequest& request,
+                                              const Caller& caller) = 0;
+
+  // Before a process enrolls as `process` from the kernel-verified `pid`
+  // (nullopt: it enrolls over TCP, its pid unknown): Ok unless `process` is
+  // a child this control started as another pid (or is enrolling over TCP):
+  // PermissionDenied. Waits (briefly) for a child being started to have
+  // its pid.
+  virtual Status CheckEnrollingPid(Gid process, std::optional<pid_t> pid) = 0;
 
   // Hooks: a process enrolled (or re-enrolled) on this daemon. True when it
   // is a child this daemon spawned, enrolling for the first time.

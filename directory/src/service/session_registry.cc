@@ -1,20 +1,37 @@
 #include "service/session_registry.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace tocl::directory {
 
-uint64_t SessionRegistry::Attach(Gid process, grpc::ServerContext* context) {
+uint64_t SessionRegistry::Attach(Gid process, grpc::ServerContext* context,
+                                 std::optional<ProcessHandle> verified) {
   std::lock_guard lock(mu_);
   uint64_t generation = next_generation_++;
-  auto [it, inserted] =
-      sessions_.try_emplace(process, Session{generation, context, std::nullopt, std::nullopt});
-  if (!inserted) {
+  Session session{generation, context, std::move(verified), std::nullopt, std::nullopt};
+  auto it = sessions_.find(process);
+  if (it == sessions_.end()) {
+    sessions_.emplace(process, std::move(session));
+  } else {
     spdlog::info("process {} re-enrolled on a new stream; closing the old one", process.ToString());
     it->second.context->TryCancel();  // safe: its handler detaches under mu_ before returning
-    it->second = Session{generation, context, std::nullopt, std::nullopt};
+    it->second = std::move(session);
   }
   return generation;
+}
+
+std::optional<Status> SessionRegistry::WithVerifiedProcess(
+    Gid process, const std::function<Status(const ProcessHandle&)>& action) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(process);
+  if (it == sessions_.end()) return std::nullopt;
+  if (!it->second.verified) {
+    return FailedPrecondition(fmt::format(
+        "{} enrolled over TCP: its os pid was never verified, so this daemon does not signal it",
+        process.ToString()));
+  }
+  return action(*it->second.verified);
 }
 
 bool SessionRegistry::Detach(Gid process, uint64_t generation) {

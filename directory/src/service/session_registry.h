@@ -1,6 +1,11 @@
 // The enroll streams that are open now, one per process, and the latest
 // pool and network statistics each process reported on its stream.
 //
+// Each session also holds the process it verified at enrollment (a pidfd:
+// process_handle.h), when it enrolled on the unix socket; signals to a
+// process that is not the daemon's own child go through it and nothing
+// else, and end with the session.
+//
 // Statistics live here, not in the store: they are a snapshot a few
 // seconds old, replaced by every report, worthless after the stream ends
 // (Detach drops them) and not worth a durable write each.
@@ -14,11 +19,13 @@
 #include <grpcpp/server_context.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "service/process_handle.h"
 #include "tocl/directory/v1/directory.pb.h"
 #include "tocl/gid.h"
 
@@ -27,11 +34,20 @@ namespace tocl::directory {
 class SessionRegistry {
  public:
   // Makes `context` the current session of `process`, cancelling an older
-  // one. Returns the session's generation, to pass to Detach.
-  uint64_t Attach(Gid process, grpc::ServerContext* context);
+  // one. `verified`: the process the kernel named as the enrolling caller
+  // (none for a process that enrolled over TCP). Returns the session's
+  // generation, to pass to Detach.
+  uint64_t Attach(Gid process, grpc::ServerContext* context, std::optional<ProcessHandle> verified);
   // Forgets the session and its statistics; true when it was still the
   // process's current one.
   bool Detach(Gid process, uint64_t generation);
+
+  // Runs `action` on the verified process of `process`'s open session,
+  // under the registry's lock (keep it to a syscall or two). nullopt when
+  // the process has no open session; FailedPrecondition when its session
+  // has no verified process (it enrolled over TCP).
+  std::optional<Status> WithVerifiedProcess(
+      Gid process, const std::function<Status(const ProcessHandle&)>& action) const;
 
   // Keeps `stats` as the process's latest report, unless `generation` is no
   // longer its current session (a stream that was taken over).
@@ -56,6 +72,7 @@ class SessionRegistry {
   struct Session {
     uint64_t generation;
     grpc::ServerContext* context;  // not owned; valid until Detach
+    std::optional<ProcessHandle> verified;
     std::optional<tocl::directory::v1::ProcessPoolStats> pool_stats;
     std::optional<tocl::directory::v1::ProcessNetworkStats> network_stats;
   };

@@ -5,10 +5,17 @@
 
 #include "tocl/directory/v1/directory.pb.h"
 #include "tocl/entity.h"
+#include "tocl/gid.h"
+#include "tocl/runtime.h"  // kInternalThreads
 
 namespace tocl::directory {
 
 inline constexpr size_t kMaxThreadsPerBatch = 10'000;
+// Thread indexes from here to Gid::kMaxThread belong to each process's
+// runtime (its spawn service and private mailboxes) and are never
+// registered: RegisterThreads refuses them, so no process can put its own
+// thread where every runtime expects its peers' spawn services.
+inline constexpr uint32_t kFirstReservedThread = Gid::kMaxThread + 1 - kInternalThreads;
 inline constexpr size_t kMaxSubsystemNameBytes = 32;
 inline constexpr size_t kMaxEndpointAddressBytes = 1024;
 inline constexpr size_t kMaxQueryResults = 10'000;

@@ -118,6 +118,16 @@ Status MarkExitedLocked(Database& db, Gid process, std::string_view reason, Exit
   return InsertChange(db, process, kOpExited, now);
 }
 
+pb::Entity Tombstone(Gid gid, std::string reason) {
+  pb::Entity entity;
+  entity.set_gid(gid.raw());
+  entity.set_kind(gid.is_host() ? pb::HOST : gid.is_process() ? pb::PROCESS : pb::THREAD);
+  entity.set_state(pb::EXITED);
+  entity.set_exit_reason(std::move(reason));
+  entity.set_removed(true);
+  return entity;
+}
+
 Result<pb::Entity> LoadEntity(Database& db, Gid gid) {
   if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
   pb::Entity entity;
@@ -190,6 +200,31 @@ Result<pb::Entity> LoadEntity(Database& db, Gid gid) {
   return entity;
 }
 
+Status DeleteEntityRows(Database& db, Gid gid, bool with_threads) {
+  const int64_t stored = StoredGid(gid);
+  const char* table = gid.is_host() ? "hosts" : gid.is_process() ? "processes" : "threads";
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement row,
+                        db.Cached(fmt::format("DELETE FROM {} WHERE gid = ?1", table)));
+  TOCL_RETURN_IF_ERROR(row->Bind(1, stored).Run());
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement attributes,
+                        db.Cached("DELETE FROM attributes WHERE entity = ?1"));
+  TOCL_RETURN_IF_ERROR(attributes->Bind(1, stored).Run());
+  if (!gid.is_process()) return Status::Ok();
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement endpoints,
+                        db.Cached("DELETE FROM endpoints WHERE process = ?1"));
+  TOCL_RETURN_IF_ERROR(endpoints->Bind(1, stored).Run());
+  if (!with_threads) return Status::Ok();
+  // Threads are the ids after the process's own in its range (primary-key
+  // range deletes, attributes by their (entity, key) key).
+  auto [low, high] = StoredRange(gid);
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement threads,
+                        db.Cached("DELETE FROM threads WHERE gid BETWEEN ?1 AND ?2"));
+  TOCL_RETURN_IF_ERROR(threads->Bind(1, low + 1).Bind(2, high).Run());
+  TOCL_ASSIGN_OR_RETURN(ScopedStatement thread_attributes,
+                        db.Cached("DELETE FROM attributes WHERE entity BETWEEN ?1 AND ?2"));
+  return thread_attributes->Bind(1, low + 1).Bind(2, high).Run();
+}
+
 Result<bool> HostReachable(Database& db, Gid host) {
   TOCL_ASSIGN_OR_RETURN(ScopedStatement stmt,
                         db.Cached("SELECT reachable FROM hosts WHERE gid = ?1"));
@@ -228,14 +263,9 @@ Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, s
     const Gid gid = Gid::FromRaw(event.gid());
     Result<pb::Entity> entity = LoadEntity(db, gid);
     if (entity.status().code() == StatusCode::kNotFound) {
-      // An entity a snapshot removed (its origin lost its database) keeps
-      // its old change rows: it reads as exited. (Never one of this host's
-      // own: only replicated rows are removed.)
-      pb::Entity& gone = *event.mutable_entity();
-      gone.set_gid(gid.raw());
-      gone.set_kind(gid.is_host() ? pb::HOST : gid.is_process() ? pb::PROCESS : pb::THREAD);
-      gone.set_state(pb::EXITED);
-      gone.set_exit_reason("no longer exists: its host's database was replaced");
+      // Removed since (retention, or a snapshot of a host whose database
+      // was replaced): its older change rows stay until the log is trimmed.
+      *event.mutable_entity() = Tombstone(gid, kRemovedReason);
       continue;
     }
     TOCL_RETURN_IF_ERROR(entity.status());

@@ -47,18 +47,28 @@ struct ExitStatus {
 // entries); nothing when it is not running.
 Status MarkExitedLocked(Database& db, Gid process, std::string_view reason, ExitStatus status = {});
 
+// Deletes the row of `gid` with its attributes (and endpoints, for a
+// process); `with_threads`: a process's threads and their attributes too.
+// Ok when there is nothing to delete.
+Status DeleteEntityRows(Database& db, Gid gid, bool with_threads);
+
 // Whether `host` is reachable as this daemon sees it (true for unknown hosts:
 // they are not down, they are absent).
 Result<bool> HostReachable(Database& db, Gid host);
+
+// What the directory says of an entity it no longer holds: exited, with
+// `removed` set and `reason`; nothing else is known.
+pb::Entity Tombstone(Gid gid, std::string reason);
+inline constexpr const char* kRemovedReason = "exited and was removed from the directory";
 
 // The entity with its attributes (and endpoints, for processes). State is
 // UNREACHABLE for a running entity whose host is down.
 Result<pb::Entity> LoadEntity(Database& db, Gid gid);
 
 // Up to `max` changes with seq > since, oldest first, each with its entity
-// as it is now, read in one transaction of `db`. `own_only`: this host's own
-// changes (what replicas pull), not the replicated ones.
-// `op_mask`: bit (1 << op) set for each operation wanted; 0 = every one.
+// as it is now (a Tombstone when it was removed), read in one transaction of `db`. `own_only`: this
+// host's own changes (what replicas pull), not the replicated ones. `op_mask`: bit (1 << op) set
+// for each operation wanted; 0 = every one.
 Result<std::vector<pb::ChangeEvent>> ReadChanges(Database& db, uint64_t since, size_t max,
                                                  bool own_only, uint32_t op_mask = 0);
 

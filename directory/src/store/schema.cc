@@ -80,6 +80,16 @@ CREATE TABLE replicas(
   host INTEGER PRIMARY KEY,
   applied_seq INTEGER NOT NULL);
 )sql"},
+    // Retention (issue #16): exited entities are found by host and exit time
+    // (partial indexes: running rows, the bulk, are not in them, so
+    // registrations write no extra entry), and a replica remembers the
+    // highest process index of each host it has seen, to tell a removed
+    // process from one that never existed.
+    {3, R"sql(
+CREATE INDEX processes_exited ON processes((gid >> 48), exited_at_us) WHERE state = 2;
+CREATE INDEX threads_exited ON threads((gid >> 48), exited_at_us) WHERE state = 2;
+ALTER TABLE replicas ADD COLUMN max_process INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 Result<int> CurrentVersion(Database& db) {

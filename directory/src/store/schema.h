@@ -40,6 +40,7 @@ inline constexpr int64_t kOpUpdated = 2;
 inline constexpr int64_t kOpExited = 3;
 inline constexpr int64_t kOpUnreachable = 4;
 inline constexpr int64_t kOpReachable = 5;
+inline constexpr int64_t kOpRemoved = 6;
 
 // changes.origin: 0 for this host's own changes (what replicas pull), else
 // the host index whose replicated change this is (local watchers see both).

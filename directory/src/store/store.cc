@@ -304,6 +304,12 @@ Result<uint64_t> Store::RegisterThreads(const pb::RegisterThreadsRequest& reques
       return PermissionDenied(fmt::format("thread {} does not belong to process {}", gid.ToString(),
                                           process.ToString()));
     }
+    if (gid.thread_index() >= kFirstReservedThread) {
+      return InvalidArgument(fmt::format(
+          "thread {} is reserved: thread indexes {} to {} belong to the tocl runtime of each "
+          "process and are never registered",
+          gid.ToString(), kFirstReservedThread, Gid::kMaxThread));
+    }
     if (!seen.insert(thread.gid()).second) {
       return InvalidArgument(fmt::format("thread {} appears twice in the batch", gid.ToString()));
     }
@@ -444,6 +450,10 @@ Result<pb::Entity> Store::Lookup(Gid gid) {
   if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
   Result<pb::Entity> entity = LoadEntity(lease.db(), gid);
+  if (entity.status().code() == StatusCode::kNotFound && !gid.is_host()) {
+    Result<pb::Entity> removed = LookupMissing(lease.db(), gid);
+    if (removed.status().code() != StatusCode::kNotFound) return removed;
+  }
   if (entity.status().code() == StatusCode::kNotFound && gid.host() != host_) {
     Result<pb::Entity> host = LoadEntity(lease.db(), gid.host());
     if (host.status().code() == StatusCode::kNotFound) {

@@ -62,6 +62,13 @@ struct Enrollment {
   bool resumed() const { return epoch > 0; }
 };
 
+// What one Store::RemoveExited call removed.
+struct Removal {
+  std::vector<Gid> processes;  // removed with their threads
+  uint64_t threads = 0;        // threads removed, with their process or on their own
+  bool more = false;           // it stopped at its bound: call again
+};
+
 class ReaderPool;
 
 class Store {
@@ -103,6 +110,11 @@ class Store {
 
   // --- Reads ---------------------------------------------------------------
 
+  // The entity; for a process that was removed (RemoveExited, or its
+  // owner's REMOVED change), and for the threads of one, a tombstone
+  // (Entity.removed, state EXITED). NotFound for ids that never existed (and
+  // threads removed while their process runs: thread ids are the process's
+  // own choice, so their absence proves nothing).
   Result<pb::Entity> Lookup(Gid gid);
   Result<pb::QueryResponse> Query(std::string_view expression, uint32_t limit,
                                   std::string_view page_token);
@@ -162,6 +174,22 @@ class Store {
   Result<uint64_t> TrimChangeLog(uint64_t keep);
   Result<uint64_t> TrimmedThrough();
 
+  // --- Retention (store_retention.cc) ---------------------------------------
+
+  // Removes this host's entities that exited before `cutoff_us` (Unix time,
+  // microseconds), oldest exit first: processes with their threads,
+  // attributes and endpoints, then threads that exited on their own (their
+  // process runs, or exited later). One writer operation touching at most
+  // about `max_entities` entities, so a backlog never holds the writer long;
+  // `more` says to call again. Each removed process, and each thread removed
+  // on its own, gets a REMOVED change (a process's covers its threads).
+  // Process ids are not reused: the counter is kept, not the rows. Rows of
+  // other hosts are never touched: they follow their owner's REMOVED changes.
+  Result<Removal> RemoveExited(int64_t cutoff_us, size_t max_entities);
+  // Whether RemoveExited(cutoff_us, ...) would remove anything now: an index
+  // probe on a read connection (an idle daemon costs no writer operation).
+  Result<bool> HasExitedBefore(int64_t cutoff_us);
+
   // --- Spawn (store_spawn.cc) -------------------------------------------------
 
   // The row of a process this daemon is about to spawn: a new id and a
@@ -192,6 +220,9 @@ class Store {
  private:
   Store(Gid host, std::string host_name, std::unique_ptr<ReaderPool> readers);
   void OnCommit(Database& db);
+  // Lookup's answer for an id `db` has no row for: a tombstone when the
+  // process (or a thread's process) existed and was removed, else NotFound.
+  Result<pb::Entity> LookupMissing(Database& db, Gid gid);
 
   const Gid host_;
   const std::string host_name_;

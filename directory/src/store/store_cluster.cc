@@ -213,9 +213,7 @@ Status UpsertReplicatedEntity(Database& db, const pb::Entity& entity) {
 }
 
 // Deletes the replicated entities of one host with ids in [low, high]
-// (raw gids) that `keep` does not name, and the change-log entries that
-// named them (a change must always name an entity that exists: Watch
-// loads it). Returns how many entities went.
+// (raw gids) that `keep` does not name. Returns how many entities went.
 Result<size_t> DeleteUnnamed(Database& db, uint64_t low, uint64_t high,
                              const std::set<uint64_t>& keep) {
   const int64_t stored_low = StoredGid(Gid::FromRaw(low));
@@ -237,24 +235,12 @@ Result<size_t> DeleteUnnamed(Database& db, uint64_t low, uint64_t high,
   }
   if (doomed.empty()) return size_t{0};
   for (int64_t stored : doomed) {
-    const Gid gid = GidFromStored(stored);
-    const char* table = gid.is_host() ? "hosts" : gid.is_process() ? "processes" : "threads";
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement row,
-                          db.Cached(fmt::format("DELETE FROM {} WHERE gid = ?1", table)));
-    TOCL_RETURN_IF_ERROR(row->Bind(1, stored).Run());
-    TOCL_ASSIGN_OR_RETURN(ScopedStatement attributes,
-                          db.Cached("DELETE FROM attributes WHERE entity = ?1"));
-    TOCL_RETURN_IF_ERROR(attributes->Bind(1, stored).Run());
-    if (gid.is_process()) {
-      TOCL_ASSIGN_OR_RETURN(ScopedStatement endpoints,
-                            db.Cached("DELETE FROM endpoints WHERE process = ?1"));
-      TOCL_RETURN_IF_ERROR(endpoints->Bind(1, stored).Run());
-    }
+    TOCL_RETURN_IF_ERROR(DeleteEntityRows(db, GidFromStored(stored), /*with_threads=*/false));
   }
   // Their change-log rows stay: deleting the newest rows of the log would
   // let SQLite hand their sequence numbers out again (seq is a rowid, not
   // AUTOINCREMENT), and watchers past them would miss the new changes.
-  // Readers skip changes whose entity is gone (ReadChanges).
+  // Readers give changes whose entity is gone a tombstone (ReadChanges).
   return doomed.size();
 }
 
@@ -266,6 +252,22 @@ Status SetProgress(Database& db, Gid origin, uint64_t applied_seq) {
   return progress->Bind(1, StoredGid(origin))
       .Bind(2, static_cast<int64_t>(std::min<uint64_t>(applied_seq, INT64_MAX)))
       .Run();
+}
+
+// Records the highest process index of `origin` that `events` name (a
+// Lookup of a lower index that has no row here was removed: store_retention.cc).
+Status NoteHighestProcess(Database& db, Gid origin, std::span<const pb::ChangeEvent> events) {
+  int64_t highest = 0;
+  for (const pb::ChangeEvent& event : events) {
+    highest = std::max<int64_t>(highest, Gid::FromRaw(event.gid()).process_index());
+  }
+  if (highest == 0) return Status::Ok();
+  TOCL_ASSIGN_OR_RETURN(
+      ScopedStatement note,
+      db.Cached("INSERT INTO replicas(host, applied_seq, max_process) VALUES (?1, 0, ?2) "
+                "ON CONFLICT(host) DO UPDATE SET max_process = "
+                "max(max_process, excluded.max_process)"));
+  return note->Bind(1, StoredGid(origin)).Bind(2, highest).Run();
 }
 
 uint64_t HostRangeHigh(Gid host) {
@@ -466,19 +468,31 @@ Status Store::ApplyReplicated(Gid origin, std::span<const pb::ChangeEvent> event
       if (event.op() == pb::CHANGE_OP_UNREACHABLE || event.op() == pb::CHANGE_OP_REACHABLE) {
         continue;
       }
-      TOCL_RETURN_IF_ERROR(UpsertReplicatedEntity(db, event.entity()));
-      TOCL_RETURN_IF_ERROR(
-          InsertChange(db, Gid::FromRaw(event.gid()), event.op(), event.at_us(), OriginOf(origin)));
+      const Gid gid = Gid::FromRaw(event.gid());
+      if (event.op() == pb::CHANGE_OP_REMOVED || event.entity().removed()) {
+        // Removed at the origin (its retention), so removed here: a
+        // replica never removes rows on its own.
+        TOCL_RETURN_IF_ERROR(DeleteEntityRows(db, gid, /*with_threads=*/true));
+      } else {
+        TOCL_RETURN_IF_ERROR(UpsertReplicatedEntity(db, event.entity()));
+      }
+      TOCL_RETURN_IF_ERROR(InsertChange(db, gid, event.op(), event.at_us(), OriginOf(origin)));
     }
+    TOCL_RETURN_IF_ERROR(NoteHighestProcess(db, origin, events));
     return SetProgress(db, origin, applied_seq);
   });
 }
 
 Status Store::BeginSnapshot(Gid origin) {
   TOCL_RETURN_IF_ERROR(CheckOrigin(host_, origin));
-  return writer_->Run([&](Database&) -> Status {
+  return writer_->Run([&](Database& db) -> Status {
     snapshot_cursor_[origin] = Gid();
-    return Status::Ok();
+    // The snapshot's pages say again which indexes the origin handed out: it
+    // may be a new database that numbers from 1 again, whose processes must
+    // not read as removed ones of the old.
+    TOCL_ASSIGN_OR_RETURN(ScopedStatement forget,
+                          db.Cached("UPDATE replicas SET max_process = 0 WHERE host = ?1"));
+    return forget->Bind(1, StoredGid(origin)).Run();
   });
 }
 
@@ -517,6 +531,7 @@ Status Store::ApplySnapshot(Gid origin, std::span<const pb::ChangeEvent> events)
       TOCL_RETURN_IF_ERROR(
           InsertChange(db, Gid::FromRaw(event.gid()), kOpAdded, event.at_us(), OriginOf(origin)));
     }
+    TOCL_RETURN_IF_ERROR(NoteHighestProcess(db, origin, events));
     cursor->second = Gid::FromRaw(previous);
     return Status::Ok();
   });

@@ -46,7 +46,9 @@ struct QueryPage {
 struct EnrollOptions {
   std::string name;
   Attributes attributes;
-  int64_t os_pid = 0;  // 0 = getpid()
+  // 0 = getpid(). The daemon refuses any pid but the enrolling process's
+  // own on its unix socket (it asks the kernel); kept for TCP daemons.
+  int64_t os_pid = 0;
 };
 
 struct ConnectOptions {

@@ -57,6 +57,11 @@ struct Entity {
   std::optional<int> exit_signal;
   Gid parent;           // processes: the thread that spawned it; null for none
   std::string address;  // hosts: the daemon's cluster (gRPC TCP) address
+  // It exited and was removed from the directory (the daemon's
+  // retain_exited_seconds after its exit): a tombstone, of which only gid,
+  // kind, state (kExited) and exit_reason are known. Lookup answers one for
+  // a removed process and the threads of one.
+  bool removed = false;
 };
 
 // One thread to register with the directory.
@@ -69,8 +74,11 @@ struct ThreadInfo {
 // kUnreachable / kReachable: a host (the event's gid) stopped answering
 // heartbeats / answers again; its processes and threads read as
 // kUnreachable meanwhile (one event per host, none per entity).
-enum class ChangeOp { kAdded, kUpdated, kExited, kUnreachable, kReachable };
-// "added", "updated", "exited", "unreachable", "reachable"
+// kRemoved: an exited entity was removed from the directory (its owner's
+// retention time passed); a process's event covers its threads, which get
+// none of their own. The event's entity is a tombstone (Entity::removed).
+enum class ChangeOp { kAdded, kUpdated, kExited, kUnreachable, kReachable, kRemoved };
+// "added", "updated", "exited", "unreachable", "reachable", "removed"
 std::string_view ChangeOpName(ChangeOp op);
 
 struct ChangeEvent {

@@ -335,7 +335,9 @@ class Runtime {
   // unreachable: a thread when it leaves, its process exits or its host goes
   // down; a process when it exits or its host goes down; a host when it goes
   // down. The payload is an ExitNotice (ParseExitNotice). A target that has
-  // already exited or is unreachable is reported at once. Returns the id to
+  // already exited or is unreachable is reported at once (also one the
+  // directory removed after the daemon's retain_exited_seconds: the reason
+  // says it was removed). Returns the id to
   // cancel it with. NotFound for an unknown process or host (a thread the
   // directory does not know yet is accepted while its process runs: threads
   // are registered in the background); InvalidArgument for bad ids or

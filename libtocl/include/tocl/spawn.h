@@ -65,9 +65,13 @@ enum class LogStream { kStdout, kStderr };
 std::string_view LogStreamName(LogStream stream);  // "stdout", "stderr"
 
 struct LogChunk {
-  std::string data;             // the bytes from the offset asked for
-  uint64_t size = 0;            // the file's size now
+  std::string data;             // the bytes from `offset`
+  uint64_t size = 0;            // the file's size now: every byte ever written
   bool process_exited = false;  // nothing more will be written
+  // Where `data` starts: the offset asked for, or later when the output
+  // before it was dropped (a running program's log keeps its newest
+  // `log_max_bytes`, toclsd's [spawn] setting). Read on from offset + data.size().
+  uint64_t offset = 0;
 };
 
 }  // namespace tocl

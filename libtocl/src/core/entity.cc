@@ -83,6 +83,8 @@ std::string_view ChangeOpName(ChangeOp op) {
       return "unreachable";
     case ChangeOp::kReachable:
       return "reachable";
+    case ChangeOp::kRemoved:
+      return "removed";
   }
   return "unknown";
 }

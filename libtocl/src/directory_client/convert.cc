@@ -54,6 +54,7 @@ Entity FromProto(const pb::Entity& in) {
   if (in.has_exit_signal()) out.exit_signal = in.exit_signal();
   out.parent = Gid::FromRaw(in.parent());
   out.address = in.address();
+  out.removed = in.removed();
   return out;
 }
 
@@ -72,6 +73,9 @@ ChangeEvent FromProto(const pb::ChangeEvent& in) {
       break;
     case pb::CHANGE_OP_REACHABLE:
       out.op = ChangeOp::kReachable;
+      break;
+    case pb::CHANGE_OP_REMOVED:
+      out.op = ChangeOp::kRemoved;
       break;
     default:
       out.op = ChangeOp::kAdded;
@@ -221,6 +225,8 @@ tocl::directory::v1::ChangeOp ToProto(ChangeOp op) {
       return pb::CHANGE_OP_UNREACHABLE;
     case ChangeOp::kReachable:
       return pb::CHANGE_OP_REACHABLE;
+    case ChangeOp::kRemoved:
+      return pb::CHANGE_OP_REMOVED;
   }
   return pb::CHANGE_OP_UNSPECIFIED;
 }

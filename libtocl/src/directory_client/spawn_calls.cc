@@ -2,6 +2,8 @@
 // reads the files; these only check and carry the requests).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "directory_client/channel.h"
 #include "directory_client/convert.h"
 #include "directory_client/grpc_status.h"
@@ -130,9 +132,11 @@ Result<LogChunk> DirectoryClient::ReadLog(Gid process, LogStream stream, uint64_
     return client::FromGrpcStatus(
         status, fmt::format("read the {} of {}", LogStreamName(stream), process.ToString()));
   }
+  // A daemon older than the field answers 0: its data starts where asked.
   return LogChunk{.data = std::move(*response.mutable_data()),
                   .size = response.size(),
-                  .process_exited = response.process_exited()};
+                  .process_exited = response.process_exited(),
+                  .offset = std::max(offset, response.offset())};
 }
 
 }  // namespace tocl

@@ -9,62 +9,13 @@
 #include <vector>
 
 #include "store/store.h"
+#include "store_fixtures.h"
 #include "temp_dir.h"
 
 namespace tocl::directory {
 namespace {
 
 using tocl::testing::TempDir;
-
-std::unique_ptr<Store> OpenHost(const TempDir& dir, uint32_t host_id) {
-  StoreOptions options;
-  options.path = dir.path() + "/h" + std::to_string(host_id) + ".db";
-  options.host_name = "node-" + std::to_string(host_id);
-  options.host_id = host_id;
-  Result<std::unique_ptr<Store>> store = Store::Open(options);
-  REQUIRE(store.status().message() == "");
-  return std::move(store).value();
-}
-
-Enrollment Enroll(Store& store, const std::string& name) {
-  pb::EnrollRegister request;
-  request.set_name(name);
-  request.set_os_pid(4242);
-  pb::Attribute* attribute = request.add_attributes();
-  attribute->set_key("role");
-  attribute->set_value("worker");
-  Result<Enrollment> enrollment = store.EnrollProcess(request);
-  REQUIRE(enrollment.status().message() == "");
-  return *enrollment;
-}
-
-void RegisterThreads(Store& store, const Enrollment& process, uint32_t first, uint32_t count) {
-  pb::RegisterThreadsRequest request;
-  request.set_process(process.gid.raw());
-  request.set_session_token(process.session_token);
-  for (uint32_t i = first; i < first + count; ++i) {
-    pb::ThreadRegistration* thread = request.add_threads();
-    thread->set_gid(Gid::Thread(process.gid, i).raw());
-    thread->set_name("t" + std::to_string(i));
-    pb::Attribute* attribute = thread->add_attributes();
-    attribute->set_key("shard");
-    attribute->set_value(std::to_string(i % 3));
-  }
-  REQUIRE(store.RegisterThreads(request).status().message() == "");
-}
-
-// Pulls everything `origin` has after the replica's progress into `replica`,
-// as a Replicate stream would; returns the seq applied to.
-uint64_t Replicate(Store& origin, Store& replica) {
-  uint64_t since = replica.ReplicaProgress(origin.host()).value_or(0);
-  for (;;) {
-    Result<std::vector<pb::ChangeEvent>> events = origin.OwnChangesSince(since, 100);
-    REQUIRE(events.status().message() == "");
-    if (events->empty()) return since;
-    since = events->back().seq();
-    REQUIRE(replica.ApplyReplicated(origin.host(), *events, since).message() == "");
-  }
-}
 
 std::vector<std::string> QueryAll(Store& store, const std::string& expression) {
   std::vector<std::string> found;

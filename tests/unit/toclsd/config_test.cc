@@ -575,6 +575,31 @@ TEST_CASE("FinishConfig bounds the heartbeat, down and join times and the log si
              Catch::StartsWith("advertise '10.0.0.2' is not HOST:PORT"));
 }
 
+TEST_CASE("the retention time is read, defaults to an hour, and 0 keeps exited entities",
+          "[config][retention]") {
+  CHECK(MustLoad("").retain_exited_seconds == 3600.0);
+  CHECK(MustLoad("retain_exited_seconds = 0").retain_exited_seconds == 0.0);
+  CHECK(MustLoad("retain_exited_seconds = 2.5").retain_exited() == 2500ms);
+  CHECK_THAT(LoadError("retain_exited_seconds = \"1h\"\n"),
+             Catch::Contains("test.toml:1: 'retain_exited_seconds' has the wrong type"));
+  auto finish = [](double seconds) {
+    DaemonConfig config = Finishable();
+    config.retain_exited_seconds = seconds;
+    return FinishConfig(config).message();
+  };
+  CHECK(finish(0) == "");
+  CHECK(finish(86400 * 30) == "");
+  CHECK_THAT(finish(-1), Catch::StartsWith("retain_exited_seconds -1 is outside 0..315360000"));
+  CHECK_THAT(finish(std::nan("")), Catch::StartsWith("retain_exited_seconds nan is outside"));
+  CHECK_THAT(finish(1e12), Catch::Contains("is outside 0..315360000"));
+  DaemonConfig config = Finishable();
+  config.retain_exited_seconds = 90.5;
+  config.spawn_log_max_bytes = 1 << 20;
+  DaemonConfig loaded = MustLoad(ConfigToToml(config));
+  CHECK(loaded.retain_exited_seconds == 90.5);
+  CHECK(loaded.spawn_log_max_bytes == 1 << 20);
+}
+
 TEST_CASE("cluster settings survive printing and loading", "[config][cluster]") {
   DaemonConfig config = Finishable();
   config.join = {"10.0.0.1:7390", "[fd00::1]:7390"};

@@ -46,7 +46,7 @@ TEST_CASE("bad [spawn] values are errors naming the key and line", "[config][spa
              Catch::Contains("test.toml:2: 'spawn.run_as' has the wrong type"));
   CHECK_THAT(LoadError("[spawn]\n\nalow = []\n"),
              Catch::Contains("test.toml:3: unknown setting 'spawn.alow' (known in [spawn]: "
-                             "allow, run_as, run_as_group)"));
+                             "allow, run_as, run_as_group, log_max_bytes)"));
   CHECK_THAT(LoadError("spawn = 1\n"), Catch::Contains("test.toml:1: 'spawn' must be a table"));
   CHECK_THAT(LoadError("socket_group = 65534\n"),
              Catch::Contains("test.toml:1: 'socket_group' has the wrong type"));
@@ -55,6 +55,24 @@ TEST_CASE("bad [spawn] values are errors naming the key and line", "[config][spa
              Catch::Contains("test.toml:4: spawn allow 'bin/*' is not an absolute path"));
   CHECK_THAT(LoadError("[spawn]\nallow = [\"\"]\n"),
              Catch::Contains("test.toml:2: spawn allow: an empty entry"));
+}
+
+TEST_CASE("the spawn log cap is read from [spawn], 0 turns it off, and tiny caps are refused",
+          "[config][spawn]") {
+  CHECK(MustLoad("").spawn_log_max_bytes == 16 << 20);
+  CHECK(MustLoad("[spawn]\nlog_max_bytes = 1048576\n").spawn_log_max_bytes == 1 << 20);
+  CHECK_THAT(LoadError("[spawn]\nlog_max_bytes = \"1M\"\n"),
+             Catch::Contains("test.toml:2: 'spawn.log_max_bytes' has the wrong type (an integer"));
+  DaemonConfig config;
+  config.spawn_log_max_bytes = 0;
+  CHECK(FinishSpawnConfig(config, false).message() == "");
+  config.spawn_log_max_bytes = 65536;
+  CHECK(FinishSpawnConfig(config, false).message() == "");
+  config.spawn_log_max_bytes = 4096;
+  CHECK_THAT(FinishError(config, false),
+             Catch::StartsWith("spawn log_max_bytes 4096 is below 65536"));
+  config.spawn_log_max_bytes = -1;
+  CHECK_THAT(FinishError(config, false), Catch::StartsWith("spawn log_max_bytes -1 is below"));
 }
 
 TEST_CASE("allow globs must be absolute, normal paths naming files", "[config][spawn]") {

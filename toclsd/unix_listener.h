@@ -1,0 +1,49 @@
+// The daemon's unix socket, served through gRPC on connections toclsd
+// accepts itself: each one is handed to the gRPC server
+// (grpc::AddInsecureChannelFromFd), whose calls on it then have the peer
+// "fd:N", N the connection's descriptor, from which the directory service
+// reads the caller's kernel credentials (SO_PEERCRED). gRPC's own unix
+// listener names every caller "unix:" and gives no way to its credentials;
+// directory/src/service/caller.h has the whole argument.
+//
+// Threading: Serve starts one thread that only accepts; Stop and the
+// destructor may be called from any thread but a gRPC handler.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/posix.h"
+#include "tocl/status.h"
+
+namespace tocl::daemon {
+
+class UnixListener {
+ public:
+  // Binds `path` and listens. The socket file gets the mode 0777 less the
+  // umask (socket_access.h's RestrictSocketFile sets its final mode).
+  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path);
+  ~UnixListener();  // Stop()
+  UnixListener(const UnixListener&) = delete;
+  UnixListener& operator=(const UnixListener&) = delete;
+
+  // From now on hands every connection to `server`, which must be started
+  // and outlive Stop().
+  void Serve(grpc::Server& server);
+  // Stops accepting; connections already handed over stay with gRPC (its
+  // Shutdown ends them). Idempotent.
+  void Stop();
+
+ private:
+  UnixListener(Fd socket, Fd wake) : socket_(std::move(socket)), wake_(std::move(wake)) {}
+  void AcceptLoop(grpc::Server& server);
+
+  Fd socket_;
+  Fd wake_;  // an eventfd: written by Stop, ends AcceptLoop's poll
+  std::thread thread_;
+};
+
+}  // namespace tocl::daemon
