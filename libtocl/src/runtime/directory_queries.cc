@@ -118,9 +118,13 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
               ? ""
               : fmt::format(" (the daemon was unreachable: {})", unreachable.message())));
     }
-    // The daemon went away (a restart): ask again shortly, until the
-    // deadline. Anything else (a query the daemon refuses) is final.
-    if (failure.code() != StatusCode::kUnavailable) return failure;
+    // The daemon went away (a restart: calls end Unavailable, or Cancelled
+    // by a daemon that stops with them in flight; ours is not, checked
+    // above): ask again shortly, until the deadline. Anything else (a query
+    // the daemon refuses) is final.
+    if (failure.code() != StatusCode::kUnavailable && failure.code() != StatusCode::kCancelled) {
+      return failure;
+    }
     unreachable = failure;
     const auto pause = std::min<SystemClock::duration>(retry, deadline - SystemClock::now());
     std::mutex mu;
