@@ -38,8 +38,9 @@ std::string DescribeExit(int wait_status) {
 
 }  // namespace
 
-Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& toclsd_path,
-                                                            std::chrono::milliseconds deadline) {
+Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+    const std::string& toclsd_path, std::chrono::milliseconds deadline,
+    const std::vector<std::string>& extra_args) {
   auto until = std::chrono::steady_clock::now() + deadline;
   // The socket lives in the state directory and unix socket paths are short
   // (108 bytes): a short temporary directory keeps it well inside the limit.
@@ -49,6 +50,7 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& t
   }
   std::vector<std::string> args = {toclsd_path, "--state-dir", pattern, "--listen",
                                    "none",      "--log-level", "warn"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "netns_cluster.h"
+#include "sightings.h"
 #include "stats.h"
 #include "tocl/directory_client.h"
 
@@ -34,26 +35,7 @@ double MicrosBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
 }
 
-// When each watched gid was first seen ADDED on one replica.
-class Sightings {
- public:
-  void Seen(Gid gid, Clock::time_point at) {
-    std::lock_guard lock(mu_);
-    seen_.emplace(gid, at);
-    cv_.notify_all();
-  }
-  std::optional<Clock::time_point> WaitFor(Gid gid, Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return seen_.contains(gid); })) return std::nullopt;
-    return seen_.at(gid);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Gid, Clock::time_point> seen_;
-};
-
+// A Watch stream on one replica: when it first carried each gid ADDED.
 struct Watcher {
   Sightings sightings;
   std::atomic<bool> stop{false};
