@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/bench_cluster.h"
 #include "netns_cluster.h"
 #include "sightings.h"
 #include "stats.h"
@@ -25,8 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
 using testing::NetnsCluster;
-using testing::NetnsClusterOptions;
-using testing::NetnsLinkSpec;
 
 constexpr int kHosts = 3;
 constexpr int kRoles = 16;
@@ -94,17 +93,9 @@ struct Comparison {
 }  // namespace
 
 Status RunClusterDirectoryBench(const ClusterDirectoryBenchOptions& options, Report& report) {
-  if (auto why = NetnsCluster::Unsupported()) {
-    fmt::print(stderr, "tocl-bench directory --cluster: skipped: {}\n", *why);
-    return Status::Ok();
-  }
-  NetnsClusterOptions cluster_options;
-  cluster_options.hosts = kHosts;
-  cluster_options.networks = std::vector<NetnsLinkSpec>(1);
-  cluster_options.toclsd_path = options.toclsd_path;
-  cluster_options.daemon_log_level = "warn";
-  TOCL_ASSIGN_OR_RETURN(auto cluster, NetnsCluster::Create(std::move(cluster_options)));
-  fmt::print(stderr, "directory --cluster: {} hosts up\n", kHosts);
+  TOCL_ASSIGN_OR_RETURN(auto cluster,
+                        StartBenchCluster("directory --cluster", kHosts, options.toclsd_path));
+  if (cluster == nullptr) return Status::Ok();
 
   std::vector<std::unique_ptr<DirectoryClient>> clients;
   for (int h = 1; h <= kHosts; ++h) {

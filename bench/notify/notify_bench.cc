@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "cluster/bench_cluster.h"
 #include "daemon_process.h"
 #include "load_average.h"
 #include "netns_cluster.h"
@@ -36,8 +37,6 @@ using std::chrono::seconds;
 using testing::ChildProcess;
 using testing::LongWorker;
 using testing::NetnsCluster;
-using testing::NetnsClusterOptions;
-using testing::NetnsLinkSpec;
 
 // `tocl-cluster-worker serve` is the target: a process with a runtime and
 // one enrolled thread, idle in Recv until it is killed.
@@ -326,17 +325,9 @@ Status RunOneHost(const NotifyBenchOptions& options, Report& report) {
 }
 
 Status RunCluster(const NotifyBenchOptions& options, Report& report) {
-  if (auto why = NetnsCluster::Unsupported()) {
-    fmt::print(stderr, "tocl-bench notify --cluster: skipped: {}\n", *why);
-    return Status::Ok();
-  }
-  NetnsClusterOptions cluster_options;
-  cluster_options.hosts = 2;
-  cluster_options.networks = std::vector<NetnsLinkSpec>(1);
-  cluster_options.toclsd_path = options.toclsd_path;
-  cluster_options.daemon_log_level = "warn";
-  TOCL_ASSIGN_OR_RETURN(auto cluster, NetnsCluster::Create(std::move(cluster_options)));
-  fmt::print(stderr, "notify: cluster up\n{}", cluster->Describe());
+  TOCL_ASSIGN_OR_RETURN(auto cluster,
+                        StartBenchCluster("notify --cluster", 2, options.toclsd_path));
+  if (cluster == nullptr) return Status::Ok();
   // Every observer runs here, in the root namespace, and reaches the
   // daemons through their unix sockets; the watcher needs no network to
   // the target (notices come from its daemon, and the message is local).
