@@ -54,8 +54,14 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // The daemon logs to stdout, which carries the figures (--json): its
+  // lines go to stderr with our progress lines.
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = -1;
-  int spawned = ::posix_spawn(&pid, toclsd_path.c_str(), nullptr, nullptr, argv.data(), environ);
+  int spawned = ::posix_spawn(&pid, toclsd_path.c_str(), &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
     std::error_code ignored;
     std::filesystem::remove_all(pattern, ignored);
