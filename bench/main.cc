@@ -6,6 +6,7 @@
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
 //   tocl-bench spawn [--json] [--quick] [--repeats R]
+//   tocl-bench notify [--json] [--quick] [--repeats R] [--kills N] [--cluster]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
 // figure on stdout instead, and the table on stderr. Exit code 0 when the
@@ -25,6 +26,7 @@
 #include "directory_bench.h"
 #include "msg/msg_bench.h"
 #include "multinet/multinet_bench.h"
+#include "notify/notify_bench.h"
 #include "report.h"
 
 #ifndef TOCL_TOCLSD_PATH
@@ -167,6 +169,20 @@ int main(int argc, char** argv) {
   AddCommonOptions(*spawn_command, common);
   spawn_command->add_flag("--quick", spawn.quick, "fewer samples: a smoke run");
 
+  tocl::bench::NotifyBenchOptions notify;
+  CLI::App* notify_command = app.add_subcommand(
+      "notify",
+      "exit notices (Runtime::Notify) after kill -9: callback and message, against a pidfd and "
+      "the daemons' Watch streams");
+  AddCommonOptions(*notify_command, common);
+  notify_command->add_flag("--quick", notify.quick, "6 kills per round: a smoke run");
+  notify_command->add_option("--kills", notify.kills, "processes killed per round")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 10'000));
+  notify_command->add_flag(
+      "--cluster", notify.cluster,
+      "two hosts in network namespaces (root): the target on h2, the watcher on h1");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -189,6 +205,17 @@ int main(int argc, char** argv) {
     spawn.toclsd_path = common.toclsd_path;
     tocl::bench::Report report("spawn");
     tocl::Status status = tocl::bench::RunSpawnBench(spawn, report);
+    return Finish(status, report, common.json);
+  }
+  if (notify_command->parsed()) {
+    if (!common.daemon_address.empty()) {
+      fmt::print(stderr, "tocl-bench: notify starts its own daemons; --daemon is not used\n");
+      return 2;
+    }
+    notify.repeats = common.repeats;
+    notify.toclsd_path = common.toclsd_path;
+    tocl::bench::Report report("notify");
+    tocl::Status status = tocl::bench::RunNotifyBench(notify, report);
     return Finish(status, report, common.json);
   }
   if (directory_command->parsed()) {

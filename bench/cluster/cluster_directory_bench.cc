@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/bench_cluster.h"
 #include "netns_cluster.h"
+#include "sightings.h"
 #include "stats.h"
 #include "tocl/directory_client.h"
 
@@ -24,8 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
 using testing::NetnsCluster;
-using testing::NetnsClusterOptions;
-using testing::NetnsLinkSpec;
 
 constexpr int kHosts = 3;
 constexpr int kRoles = 16;
@@ -34,26 +34,7 @@ double MicrosBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
 }
 
-// When each watched gid was first seen ADDED on one replica.
-class Sightings {
- public:
-  void Seen(Gid gid, Clock::time_point at) {
-    std::lock_guard lock(mu_);
-    seen_.emplace(gid, at);
-    cv_.notify_all();
-  }
-  std::optional<Clock::time_point> WaitFor(Gid gid, Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return seen_.contains(gid); })) return std::nullopt;
-    return seen_.at(gid);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Gid, Clock::time_point> seen_;
-};
-
+// A Watch stream on one replica: when it first carried each gid ADDED.
 struct Watcher {
   Sightings sightings;
   std::atomic<bool> stop{false};
@@ -112,17 +93,9 @@ struct Comparison {
 }  // namespace
 
 Status RunClusterDirectoryBench(const ClusterDirectoryBenchOptions& options, Report& report) {
-  if (auto why = NetnsCluster::Unsupported()) {
-    fmt::print(stderr, "tocl-bench directory --cluster: skipped: {}\n", *why);
-    return Status::Ok();
-  }
-  NetnsClusterOptions cluster_options;
-  cluster_options.hosts = kHosts;
-  cluster_options.networks = std::vector<NetnsLinkSpec>(1);
-  cluster_options.toclsd_path = options.toclsd_path;
-  cluster_options.daemon_log_level = "warn";
-  TOCL_ASSIGN_OR_RETURN(auto cluster, NetnsCluster::Create(std::move(cluster_options)));
-  fmt::print(stderr, "directory --cluster: {} hosts up\n", kHosts);
+  TOCL_ASSIGN_OR_RETURN(auto cluster,
+                        StartBenchCluster("directory --cluster", kHosts, options.toclsd_path));
+  if (cluster == nullptr) return Status::Ok();
 
   std::vector<std::unique_ptr<DirectoryClient>> clients;
   for (int h = 1; h <= kHosts; ++h) {

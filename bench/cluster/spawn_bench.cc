@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/bench_cluster.h"
 #include "netns_cluster.h"
 #include "stats.h"
 #include "worker_lines.h"
@@ -22,8 +23,6 @@ namespace {
 using std::chrono::seconds;
 using testing::LongWorker;
 using testing::NetnsCluster;
-using testing::NetnsClusterOptions;
-using testing::NetnsLinkSpec;
 using testing::ParseWorkerEvents;
 
 const std::string kWorker = TOCL_CLUSTER_WORKER_PATH;
@@ -77,17 +76,8 @@ std::string RoundsNote(const Pair& pair, size_t samples, const std::string& base
 }  // namespace
 
 Status RunSpawnBench(const SpawnBenchOptions& options, Report& report) {
-  if (auto why = NetnsCluster::Unsupported()) {
-    fmt::print(stderr, "tocl-bench spawn: skipped: {}\n", *why);
-    return Status::Ok();
-  }
-  NetnsClusterOptions cluster_options;
-  cluster_options.hosts = 2;
-  cluster_options.networks = std::vector<NetnsLinkSpec>(1);
-  cluster_options.toclsd_path = options.toclsd_path;
-  cluster_options.daemon_log_level = "warn";
-  TOCL_ASSIGN_OR_RETURN(auto cluster, NetnsCluster::Create(std::move(cluster_options)));
-  fmt::print(stderr, "spawn: cluster up\n{}", cluster->Describe());
+  TOCL_ASSIGN_OR_RETURN(auto cluster, StartBenchCluster("spawn", 2, options.toclsd_path));
+  if (cluster == nullptr) return Status::Ok();
 
   TOCL_ASSIGN_OR_RETURN(LongWorker target,
                         LongWorker::StartProgram(*cluster, kTarget, kWorker, {"serve"}, "ready"));
