@@ -15,6 +15,7 @@
 #include "keygen_command.h"
 #include "process_commands.h"
 #include "tocl/directory_client.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
       "Looks at the tocl directory (hosts, processes, threads, their changes, pool and network "
       "statistics) and spawns, signals and waits for processes and threads of the cluster.",
       "tocl"};
+  app.set_version_flag("--version", "tocl " TOCL_VERSION_STRING);
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 success, 1 not found / no match, 2 usage or connection error, "
