@@ -21,16 +21,18 @@ using std::chrono::seconds;
 // Configures and builds examples/ against `prefix` in `build_dir`.
 void BuildExamples(const std::string& prefix, const std::string& build_dir,
                    std::vector<std::string> extra_args = {}) {
-  std::vector<std::string> configure = {Build().cmake,
-                                        "-S",
-                                        Build().source_dir + "/examples",
-                                        "-B",
-                                        build_dir,
-                                        "-G",
-                                        Build().generator,
-                                        "-DCMAKE_PREFIX_PATH=" + prefix,
-                                        "-DCMAKE_CXX_COMPILER=" + Build().cxx,
-                                        "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Wpedantic -Werror"};
+  std::vector<std::string> configure = {
+      Build().cmake,
+      "-S",
+      Build().source_dir + "/examples",
+      "-B",
+      build_dir,
+      "-G",
+      Build().generator,
+      "-DCMAKE_PREFIX_PATH=" + prefix,
+      "-DCMAKE_CXX_COMPILER=" + Build().cxx,
+      "-DCMAKE_CXX_FLAGS=" + Build().cxx_flags + " -Wall -Wextra -Wpedantic -Werror",
+      "-DCMAKE_EXE_LINKER_FLAGS=" + Build().exe_linker_flags};
   configure.insert(configure.end(), extra_args.begin(), extra_args.end());
   RunOk(configure);
   RunOk({Build().cmake, "--build", build_dir}, std::chrono::minutes(5));
@@ -112,7 +114,8 @@ TEST_CASE(
   // pkg-config and a plain compiler command, as the README shows it.
   const std::string pkg_config = RequireProgram("pkg-config");
   const std::string plain = dir.File("pingpong-pkg-config");
-  ShellOk(Build().cxx + " -std=c++20 -Wall -Wextra -Werror -o " + plain + " " + Build().source_dir +
+  ShellOk(Build().cxx + " " + Build().cxx_flags + " " + Build().exe_linker_flags +
+              " -std=c++20 -Wall -Wextra -Werror -o " + plain + " " + Build().source_dir +
               "/examples/pingpong.cc $(" + pkg_config + " --cflags --libs tocl) -Wl,-rpath,$(" +
               pkg_config + " --variable=libdir tocl)",
           std::chrono::minutes(3), {"PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig"});

@@ -17,6 +17,8 @@ const BuildUnderTest& Build() {
       .ctest = TOCL_CTEST_COMMAND,
       .generator = TOCL_CMAKE_GENERATOR,
       .cxx = TOCL_CXX_COMPILER,
+      .cxx_flags = TOCL_CXX_FLAGS,
+      .exe_linker_flags = TOCL_EXE_LINKER_FLAGS,
       .nm = TOCL_NM,
       .readelf = TOCL_READELF,
       .version = TOCL_VERSION,

@@ -21,6 +21,8 @@ struct BuildUnderTest {
   std::string ctest;
   std::string generator;  // "Ninja"
   std::string cxx;        // the C++ compiler
+  std::string cxx_flags;  // the build's CMAKE_CXX_FLAGS (sanitizers)
+  std::string exe_linker_flags;
   std::string nm;
   std::string readelf;
   std::string version;         // the project's VERSION
