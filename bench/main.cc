@@ -28,6 +28,7 @@
 #include "multinet/multinet_bench.h"
 #include "notify/notify_bench.h"
 #include "report.h"
+#include "tocl/version.h"
 
 #ifndef TOCL_TOCLSD_PATH
 #define TOCL_TOCLSD_PATH "toclsd"
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
   spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
 
   CLI::App app{"tocl-bench: benchmarks of tocl against a real toclsd"};
+  app.set_version_flag("--version", "tocl-bench " TOCL_VERSION_STRING);
   app.require_subcommand(1);
 
   CommonOptions common;

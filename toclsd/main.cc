@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ toclsd[%P] %v");
 
   CLI::App app{"toclsd: the tocl per-node daemon (directory of hosts, processes and threads)"};
+  app.set_version_flag("--version", "toclsd " TOCL_VERSION_STRING);
   std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name, networks;
   std::optional<double> grace_period;
   std::optional<int64_t> host_id;

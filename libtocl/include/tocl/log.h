@@ -4,12 +4,13 @@
 
 #include <string_view>
 
+#include "tocl/export.h"
 #include "tocl/status.h"
 
 namespace tocl {
 
 // Sets the level of tocl's log lines: "trace", "debug", "info", "warn",
 // "error", "critical" or "off". Anything else is InvalidArgument.
-Status SetLogLevel(std::string_view level);
+TOCL_EXPORT Status SetLogLevel(std::string_view level);
 
 }  // namespace tocl
