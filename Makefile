@@ -1,12 +1,13 @@
 # The two commands that do all set-up on a fresh Debian 12 machine:
 #   make demo   install dependencies, build (release), run the demo against a local toclsd
 #   make test   install dependencies, build (dev: debug, warnings as errors), run every test
+#   make package  the Debian packages (release build, CPack): build/release/packages/*.deb
 # Other targets: build, release, asan, tsan, bench, format, clean.
 
 JOBS ?= $(shell nproc)
 CTEST_JOBS ?= 2
 
-.PHONY: deps demo test build release asan tsan bench format clean
+.PHONY: deps demo test build release package asan tsan bench format clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -18,6 +19,10 @@ build: deps
 release: deps
 	cmake --preset release >/dev/null
 	cmake --build build/release -j $(JOBS)
+
+# libtocl0, libtocl-dev and toclsd (cmake/TOCLPackage.cmake).
+package: release
+	cd build/release && cpack -G DEB
 
 demo: release
 	bash deploy/demo.sh build/release

@@ -38,8 +38,9 @@ std::string DescribeExit(int wait_status) {
 
 }  // namespace
 
-Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& toclsd_path,
-                                                            std::chrono::milliseconds deadline) {
+Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+    const std::string& toclsd_path, std::chrono::milliseconds deadline,
+    const std::vector<std::string>& extra_args) {
   auto until = std::chrono::steady_clock::now() + deadline;
   // The socket lives in the state directory and unix socket paths are short
   // (108 bytes): a short temporary directory keeps it well inside the limit.
@@ -49,17 +50,18 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& t
   }
   std::vector<std::string> args = {toclsd_path, "--state-dir", pattern, "--listen",
                                    "none",      "--log-level", "warn"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
-  // The daemon logs to its stdout; ours carries the figures (only JSON
-  // lines with --json), so its lines go to our stderr with the progress.
+  // The daemon logs to stdout, which carries the figures (--json): its
+  // lines go to stderr with our progress lines.
   posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = -1;
   int spawned = ::posix_spawn(&pid, toclsd_path.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
     std::error_code ignored;
     std::filesystem::remove_all(pattern, ignored);

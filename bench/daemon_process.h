@@ -1,8 +1,9 @@
 // A private toclsd for one benchmark run.
 //
 // Start() makes a fresh state directory (mkdtemp), runs
-// `toclsd --state-dir DIR --listen none --log-level warn` and returns once the
-// daemon answers Ping on its unix socket. The destructor stops it (SIGTERM,
+// `toclsd --state-dir DIR --listen none --log-level warn` (plus any extra
+// arguments, e.g. `--spawn-allow GLOB`), its stdout and stderr on our
+// stderr, and returns once the daemon answers Ping on its unix socket. The destructor stops it (SIGTERM,
 // then SIGKILL after a deadline) and removes the directory.
 //
 // Errors: Unavailable when the daemon does not answer before the deadline
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tocl/status.h"
 
@@ -24,8 +26,8 @@ namespace tocl::bench {
 class DaemonProcess {
  public:
   static Result<std::unique_ptr<DaemonProcess>> Start(
-      const std::string& toclsd_path,
-      std::chrono::milliseconds deadline = std::chrono::seconds(15));
+      const std::string& toclsd_path, std::chrono::milliseconds deadline = std::chrono::seconds(15),
+      const std::vector<std::string>& extra_args = {});
 
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;

@@ -6,6 +6,7 @@
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
 //   tocl-bench spawn [--json] [--quick] [--repeats R]
+//   tocl-bench notify [--json] [--quick] [--repeats R] [--kills N] [--cluster]
 //   tocl-bench visibility [--json] [--cluster] [--samples N] [--repeats R]
 //
 // Prints an aligned table of figures; with --json, one JSON object per
@@ -26,7 +27,9 @@
 #include "directory_bench.h"
 #include "msg/msg_bench.h"
 #include "multinet/multinet_bench.h"
+#include "notify/notify_bench.h"
 #include "report.h"
+#include "tocl/version.h"
 #include "visibility_bench.h"
 
 #ifndef TOCL_TOCLSD_PATH
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
   spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
 
   CLI::App app{"tocl-bench: benchmarks of tocl against a real toclsd"};
+  app.set_version_flag("--version", "tocl-bench " TOCL_VERSION_STRING);
   app.require_subcommand(1);
 
   CommonOptions common;
@@ -170,6 +174,19 @@ int main(int argc, char** argv) {
   AddCommonOptions(*spawn_command, common);
   spawn_command->add_flag("--quick", spawn.quick, "fewer samples: a smoke run");
 
+  tocl::bench::NotifyBenchOptions notify;
+  CLI::App* notify_command = app.add_subcommand(
+      "notify",
+      "exit notices (Runtime::Notify) after kill -9: callback and message, against a pidfd and "
+      "the daemons' Watch streams");
+  AddCommonOptions(*notify_command, common);
+  notify_command->add_flag("--quick", notify.quick, "6 kills per round: a smoke run");
+  notify_command->add_option("--kills", notify.kills, "processes killed per round")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 10'000));
+  notify_command->add_flag(
+      "--cluster", notify.cluster,
+      "two hosts in network namespaces (root): the target on h2, the watcher on h1");
   tocl::bench::VisibilityBenchOptions visibility;
   CLI::App* visibility_command = app.add_subcommand(
       "visibility",
@@ -216,6 +233,17 @@ int main(int argc, char** argv) {
     spawn.toclsd_path = common.toclsd_path;
     tocl::bench::Report report("spawn");
     tocl::Status status = tocl::bench::RunSpawnBench(spawn, report);
+    return Finish(status, report, common.json);
+  }
+  if (notify_command->parsed()) {
+    if (!common.daemon_address.empty()) {
+      fmt::print(stderr, "tocl-bench: notify starts its own daemons; --daemon is not used\n");
+      return 2;
+    }
+    notify.repeats = common.repeats;
+    notify.toclsd_path = common.toclsd_path;
+    tocl::bench::Report report("notify");
+    tocl::Status status = tocl::bench::RunNotifyBench(notify, report);
     return Finish(status, report, common.json);
   }
   if (directory_command->parsed()) {

@@ -191,7 +191,6 @@ Status RunVisibilityBench(const VisibilityBenchOptions& options, Report& report)
   TOCL_ASSIGN_OR_RETURN(auto cluster,
                         StartBenchCluster("visibility --cluster", 2, options.toclsd_path));
   if (cluster == nullptr) return Status::Ok();
-  fmt::print(stderr, "visibility --cluster: 2 hosts up\n");
   setup.observer_names = {"the same host", "another host"};
   TOCL_RETURN_IF_ERROR(Prepare(setup, cluster->DaemonSocket(1),
                                {cluster->DaemonSocket(1), cluster->DaemonSocket(2)}));

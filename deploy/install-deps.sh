@@ -18,6 +18,8 @@ packages=(
   libssl-dev
   # RDMA (the ibverbs provider always builds)
   libibverbs-dev librdmacm-dev
+  # man pages, Debian packages (CPack: dpkg-shlibdeps, file) and their checks
+  help2man dpkg-dev file lintian
   # tests
   catch2 iproute2 procps sqlite3 psmisc
   # a soak that stops moving records its workers' stacks

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "core/logger.h"
 #include "daemon.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   tocl::ReplaceLog(spdlog::default_logger());
 
   CLI::App app{"toclsd: the tocl per-node daemon (directory of hosts, processes and threads)"};
+  app.set_version_flag("--version", "toclsd " TOCL_VERSION_STRING);
   std::optional<std::string> config_file, state_dir, socket, listen, log_level, host_name, networks;
   std::optional<double> grace_period;
   std::optional<int64_t> host_id;

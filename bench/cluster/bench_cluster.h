@@ -1,5 +1,12 @@
-// The netns cluster the cluster benchmarks run on: `hosts` hosts on one
-// unshaped veth network (tests/netns), every daemon at log level warn.
+// The network-namespace cluster a benchmark suite runs on (tests/netns):
+// `hosts` hosts on one unshaped veth network, their daemons logging
+// warnings only.
+//
+//   TOCL_ASSIGN_OR_RETURN(auto cluster, StartBenchCluster("spawn", 2, options.toclsd_path));
+//   if (cluster == nullptr) return Status::Ok();  // skipped: not root, no `ip netns`, ...
+//
+// Progress goes to stderr: "tocl-bench SUITE: skipped: WHY" when namespaces
+// cannot be used, else "SUITE: cluster up" and the hosts.
 #pragma once
 
 #include <memory>
@@ -11,10 +18,7 @@
 
 namespace tocl::bench {
 
-// The cluster, up; or null when network namespaces cannot be used here
-// (not root, ...): then "tocl-bench WHAT: skipped: WHY" is printed on
-// stderr, and the benchmark is to return ok (a skipped run exits 0).
-Result<std::unique_ptr<testing::NetnsCluster>> StartBenchCluster(std::string_view what, int hosts,
+Result<std::unique_ptr<testing::NetnsCluster>> StartBenchCluster(std::string_view suite, int hosts,
                                                                  const std::string& toclsd_path);
 
 }  // namespace tocl::bench

@@ -16,6 +16,7 @@
 
 #include "cluster/bench_cluster.h"
 #include "netns_cluster.h"
+#include "sightings.h"
 #include "stats.h"
 #include "tocl/directory_client.h"
 
@@ -24,6 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
+using testing::NetnsCluster;
 
 constexpr int kHosts = 3;
 constexpr int kRoles = 16;
@@ -32,26 +34,7 @@ double MicrosBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
 }
 
-// When each watched gid was first seen ADDED on one replica.
-class Sightings {
- public:
-  void Seen(Gid gid, Clock::time_point at) {
-    std::lock_guard lock(mu_);
-    seen_.emplace(gid, at);
-    cv_.notify_all();
-  }
-  std::optional<Clock::time_point> WaitFor(Gid gid, Clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return seen_.contains(gid); })) return std::nullopt;
-    return seen_.at(gid);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Gid, Clock::time_point> seen_;
-};
-
+// A Watch stream on one replica: when it first carried each gid ADDED.
 struct Watcher {
   Sightings sightings;
   std::atomic<bool> stop{false};
@@ -113,7 +96,6 @@ Status RunClusterDirectoryBench(const ClusterDirectoryBenchOptions& options, Rep
   TOCL_ASSIGN_OR_RETURN(auto cluster,
                         StartBenchCluster("directory --cluster", kHosts, options.toclsd_path));
   if (cluster == nullptr) return Status::Ok();
-  fmt::print(stderr, "directory --cluster: {} hosts up\n", kHosts);
 
   std::vector<std::unique_ptr<DirectoryClient>> clients;
   for (int h = 1; h <= kHosts; ++h) {

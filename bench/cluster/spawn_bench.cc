@@ -78,7 +78,6 @@ std::string RoundsNote(const Pair& pair, size_t samples, const std::string& base
 Status RunSpawnBench(const SpawnBenchOptions& options, Report& report) {
   TOCL_ASSIGN_OR_RETURN(auto cluster, StartBenchCluster("spawn", 2, options.toclsd_path));
   if (cluster == nullptr) return Status::Ok();
-  fmt::print(stderr, "spawn: cluster up\n{}", cluster->Describe());
 
   TOCL_ASSIGN_OR_RETURN(LongWorker target,
                         LongWorker::StartProgram(*cluster, kTarget, kWorker, {"serve"}, "ready"));

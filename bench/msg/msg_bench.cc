@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "load_average.h"
 #include "mpi_pingpong.h"
 #include "peer_pair.h"
 #include "protocol.h"
@@ -698,11 +699,7 @@ void AddMpiRows(const Run& run, Report& report) {
 // The peers spin on two cores: anything else running halves what they get,
 // and the figures mean little. Said on stderr, before and after.
 void WarnIfLoaded(std::string_view when) {
-  double load = 0;
-  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(file, "%lf", &load) != 1) load = 0;
-    std::fclose(file);
-  }
+  const double load = LoadAverage();
   unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   if (load > 0.75 * cpus) {
     Progress(

@@ -20,6 +20,7 @@
 #include "daemon_harness.h"
 #include "status_assertions.h"
 #include "tocl/directory_client.h"
+#include "tocl/version.h"
 
 namespace tocl::testing {
 namespace {
@@ -237,7 +238,11 @@ TEST_CASE("tocl prints hosts, processes, threads and query matches as aligned ta
 
   // Once the process has left, ps shows it only with --all.
   REQUIRE_OK(directory.session->Close("done"));
-  REQUIRE(RunCli(directory.With({"ps"})).exit_code == 1);
+  // An empty listing is an answer, not an error: exit 0, a note on stderr.
+  CliRun running = RunCli(directory.With({"ps"}));
+  REQUIRE(running.exit_code == 0);
+  REQUIRE(running.out.empty());
+  CHECK(running.err == "tocl: no running processes (see --all)\n");
   CliRun all = RunCli(directory.With({"ps", "--all"}));
   REQUIRE(all.exit_code == 0);
   REQUIRE(RowOf(Lines(all.out), process).find("exited") != std::string::npos);
@@ -304,7 +309,8 @@ TEST_CASE("tocl --json prints one object per line with the documented fields",
   CHECK(gone["exit_reason"] == "done");
 }
 
-TEST_CASE("tocl exits 1 when an id is unknown or nothing matches", "[cli][integration]") {
+TEST_CASE("tocl exits 1 when an id is unknown or a query matches nothing, 0 for an empty listing",
+          "[cli][integration]") {
   Directory directory;
   const Gid unknown =
       Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
@@ -320,7 +326,7 @@ TEST_CASE("tocl exits 1 when an id is unknown or nothing matches", "[cli][integr
   RequireOneErrorLine(query);
 
   CliRun threads = RunCli(directory.With({"threads", "--json", "--process", unknown.ToString()}));
-  REQUIRE(threads.exit_code == 1);
+  REQUIRE(threads.exit_code == 0);
   REQUIRE(threads.out.empty());
   RequireOneErrorLine(threads);
 }
@@ -446,7 +452,7 @@ TEST_CASE("tocl pools exits 1 for an unknown or silent process and 2 for a bad i
       Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
 
   CliRun none = RunCli(directory.With({"pools"}));
-  REQUIRE(none.exit_code == 1);
+  REQUIRE(none.exit_code == 0);  // an empty listing
   REQUIRE(none.out.empty());
   RequireOneErrorLine(none);
   CHECK(none.err == "tocl: no process has reported pool statistics\n");
@@ -751,7 +757,7 @@ TEST_CASE("tocl networks exits 1 for a silent or unknown process, 2 for a bad id
       Gid::Process(directory.process.host_index(), directory.process.process_index() + 1000);
 
   CliRun none = RunCli(directory.With({"networks"}));
-  REQUIRE(none.exit_code == 1);
+  REQUIRE(none.exit_code == 0);  // an empty listing
   REQUIRE(none.out.empty());
   RequireOneErrorLine(none);
   CHECK(none.err == "tocl: no process has reported network statistics\n");
@@ -806,6 +812,26 @@ TEST_CASE("tocl networks exits 1 for a silent or unknown process, 2 for a bad id
   REQUIRE(stopped.exit_code == 2);
   RequireOneErrorLine(stopped);
   CHECK(stopped.err.starts_with("tocl: cannot reach the daemon at "));
+}
+
+TEST_CASE("tocl suggests the command nearest to a mistyped one and prints the project's version",
+          "[cli][integration]") {
+  CliRun typo = RunCli({"hots"});
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.out.empty());
+  CHECK(typo.err == "tocl: unknown command 'hots'; did you mean 'hosts'?\n");
+  // After common options, a swap of two letters, a command cut short.
+  CHECK(RunCli({"--daemon", "unix:/nowhere", "--json", "qeury", "x"}).err ==
+        "tocl: unknown command 'qeury'; did you mean 'query'?\n");
+  CHECK(RunCli({"spawn-t", "h1.p1", "echo"}).err ==
+        "tocl: unknown command 'spawn-t'; did you mean 'spawn-thread'?\n");
+  CliRun far = RunCli({"frobnicate"});
+  CHECK(far.exit_code == 2);
+  CHECK(far.err == "tocl: unknown command 'frobnicate' (see 'tocl --help')\n");
+
+  CliRun version = RunCli({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.out == "tocl " TOCL_VERSION_STRING "\n");
 }
 
 TEST_CASE("tocl exits 2 with one line when the daemon cannot be reached", "[cli][integration]") {

@@ -1,6 +1,7 @@
 // Runtime::Notify: one notice, by message or by callback, when a watched
 // thread leaves, a watched process is killed with SIGKILL (the daemon marks
-// it exited when its enroll stream breaks), or was gone before the watch;
+// it exited when its enroll stream breaks; also while the watchers' threads
+// are already blocked in RecvFor), or was gone before the watch;
 // CancelNotify; the errors of bad watches; ParseExitNotice on bad bytes.
 //
 // "Exactly one": after the notice under test, a later event in the same
@@ -13,7 +14,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_harness.h"
@@ -153,6 +156,52 @@ TEST_CASE("a process killed with SIGKILL is reported to watchers of it and of it
     CHECK(runtime->TryRecv(me, Gid(), tag).status().code() == StatusCode::kTryAgain);
   }
   CHECK(collected.size() == 1);
+}
+
+TEST_CASE("threads blocked in RecvFor before a kill -9 wake with its notice",
+          "[integration][notify]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "doomed"));
+  // Before the runtime: its callbacks may run until it is gone.
+  Collected collected;
+  auto runtime = StartTestRuntime(daemon, "watcher");
+  // Two receivers: one of them polls for the process and sleeps in its
+  // reactor, the other sleeps on its own mailbox; a notice must reach both.
+  const Gid first = REQUIRE_VALUE(runtime->EnrollThread("first"));
+  const Gid second = REQUIRE_VALUE(runtime->EnrollThread("second"));
+  REQUIRE_OK(runtime->Notify(first, worker.process(), 55));
+  REQUIRE_OK(runtime->Notify(second, worker.process(), 56));
+  REQUIRE_OK(runtime->Notify(worker.process(), collected.Callback()));
+
+  std::atomic<int> receiving{0};
+  std::optional<Result<Buffer>> got_first, got_second;
+  auto receive = [&](Gid self, Tag tag, std::optional<Result<Buffer>>& got) {
+    return std::thread([&, self, tag] {
+      receiving.fetch_add(1);
+      got = runtime->RecvFor(self, seconds(30), worker.process(), tag);
+    });
+  };
+  std::thread first_receiver = receive(first, 55, got_first);
+  std::thread second_receiver = receive(second, 56, got_second);
+  REQUIRE(WaitUntil([&] { return receiving.load() == 2; }, seconds(15)));
+  // Nothing for them yet: the target runs.
+  CHECK(runtime->TryRecv(first, worker.process(), 55).status().code() == StatusCode::kTryAgain);
+
+  REQUIRE_OK(worker.child().Kill());
+  first_receiver.join();
+  second_receiver.join();
+  for (std::optional<Result<Buffer>>* got : {&got_first, &got_second}) {
+    REQUIRE(got->has_value());
+    Buffer message = REQUIRE_VALUE(std::move(**got));
+    CHECK(message.source() == worker.process());
+    const ExitNotice notice = REQUIRE_VALUE(ParseExitNotice(message));
+    CHECK(notice.gid == worker.process());
+    CHECK(notice.what == ExitWhat::kExited);
+  }
+  REQUIRE(WaitUntil([&] { return collected.size() == 1; }, seconds(15)));
+  CHECK(collected.at(0).gid == worker.process());
+  CHECK(collected.at(0).what == ExitWhat::kExited);
 }
 
 TEST_CASE("watching what has already exited reports it at once", "[integration][notify]") {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "spawn/exec_report.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -66,6 +67,11 @@ bool ParseGroups(const char* text, std::vector<gid_t>* groups) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The one argument it takes from a person (the daemon always passes 7 or more).
+  if (argc == 2 && ::strcmp(argv[1], "--version") == 0) {
+    static constexpr char kVersion[] = "toclsd-exec " TOCL_VERSION_STRING "\n";
+    return ::write(STDOUT_FILENO, kVersion, sizeof(kVersion) - 1) < 0 ? 1 : 0;
+  }
   // The report pipe must not reach the program: it closes on exec, which
   // is how the daemon learns that the exec succeeded.
   if (::fcntl(kExecReportFd, F_SETFD, FD_CLOEXEC) != 0) {

@@ -23,6 +23,7 @@
 #include "support/daemon_connection.h"
 #include "support/entity_text.h"
 #include "tocl/directory_client.h"
+#include "tocl/version.h"
 
 namespace tocl::demo {
 namespace {
@@ -154,6 +155,7 @@ Status RunDemo(const std::string& daemon) {
 int main(int argc, char** argv) {
   CLI::App app{"Registers demo processes and threads with a tocl daemon and queries them.",
                "tocl-demo"};
+  app.set_version_flag("--version", "tocl-demo " TOCL_VERSION_STRING);
   std::string daemon = tocl::DirectoryClient::DefaultAddress();
   app.add_option("--daemon", daemon, "The daemon: unix:/path, a socket path or host:port")
       ->capture_default_str();

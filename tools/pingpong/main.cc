@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tocl/runtime.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -188,6 +189,7 @@ int Ping(const Options& options, const char* self_path) {
 int main(int argc, char** argv) {
   Options options;
   CLI::App app("two processes whose threads exchange messages, with their latency");
+  app.set_version_flag("--version", "tocl-pingpong " TOCL_VERSION_STRING);
   app.add_option("--daemon", options.daemon, "the daemon (default: $TOCL_DAEMON)");
   app.add_option("--subsystems", options.subsystems, "networks to use: shm, tcp or shm,tcp");
   app.add_option("--threads", options.threads, "pairs of threads")->check(CLI::Range(1, 64));

@@ -73,15 +73,26 @@ int PrintEntities(const CommonOptions& options, std::span<const Entity> entities
   return kExitOk;
 }
 
-// Runs `expression` and prints the matches; `nothing` is the error line when
-// there are none.
+// What no rows mean. A listing (hosts, ps, threads, pools, networks) that
+// is empty is an answer: exit 0, with a note on stderr. A search (query,
+// lookup, the statistics of one process) that finds nothing is "no match":
+// exit 1.
+enum class WhenEmpty { kNote, kNoMatch };
+
+int ReportEmpty(WhenEmpty when_empty, std::string_view nothing) {
+  if (when_empty == WhenEmpty::kNoMatch) return Fail(kExitNoMatch, nothing);
+  fmt::print(stderr, "tocl: {}\n", nothing);
+  return kExitOk;
+}
+
+// Runs `expression` and prints the matches; `nothing` is the line for none.
 int ListMatches(const CommonOptions& options, std::string_view expression, size_t limit,
-                TableMaker make_table, std::string_view nothing) {
+                TableMaker make_table, std::string_view nothing, WhenEmpty when_empty) {
   auto client = ConnectToDaemon(options.daemon);
   if (!client.ok()) return Fail(client.status());
   auto matches = FetchMatches(**client, expression, limit);
   if (!matches.ok()) return Fail(matches.status());
-  if (matches->entities.empty()) return Fail(kExitNoMatch, nothing);
+  if (matches->entities.empty()) return ReportEmpty(when_empty, nothing);
   PrintEntities(options, matches->entities, make_table);
   if (matches->truncated) {
     std::fflush(stdout);
@@ -136,13 +147,13 @@ int ParseProcess(std::string_view command, const std::string& text, Gid* gid) {
 }  // namespace
 
 int RunHosts(const CommonOptions& options) {
-  return ListMatches(options, "kind=host", kListingLimit, HostTable, "no hosts");
+  return ListMatches(options, "kind=host", kListingLimit, HostTable, "no hosts", WhenEmpty::kNote);
 }
 
 int RunPs(const CommonOptions& options, bool all) {
   const std::string_view expression = all ? "kind=process" : "kind=process and state=running";
   return ListMatches(options, expression, kListingLimit, ProcessTable,
-                     all ? "no processes" : "no running processes (see --all)");
+                     all ? "no processes" : "no running processes (see --all)", WhenEmpty::kNote);
 }
 
 int RunThreads(const CommonOptions& options, const std::string& process, bool all) {
@@ -159,7 +170,7 @@ int RunThreads(const CommonOptions& options, const std::string& process, bool al
   if (!all) expression += " and state=running";
   std::string nothing = process.empty() ? "no threads" : fmt::format("no threads in {}", process);
   if (!all) nothing = fmt::format("{} running (see --all)", nothing);
-  return ListMatches(options, expression, kListingLimit, ThreadTable, nothing);
+  return ListMatches(options, expression, kListingLimit, ThreadTable, nothing, WhenEmpty::kNote);
 }
 
 int RunLookup(const CommonOptions& options, const std::string& gid_text) {
@@ -179,7 +190,7 @@ int RunLookup(const CommonOptions& options, const std::string& gid_text) {
 
 int RunQuery(const CommonOptions& options, const std::string& expression, size_t limit) {
   return ListMatches(options, expression, limit, EntityTable,
-                     fmt::format("no entity matches '{}'", expression));
+                     fmt::format("no entity matches '{}'", expression), WhenEmpty::kNoMatch);
 }
 
 int RunWatch(const CommonOptions& options, std::optional<uint64_t> since, uint64_t count) {
@@ -222,7 +233,9 @@ int RunPools(const CommonOptions& options, const std::string& process) {
   if (!client.ok()) return Fail(client.status());
   auto reports = (*client)->PoolStats(gid);
   if (!reports.ok()) return Fail(InDaemonContext(reports.status(), **client));
-  if (reports->empty()) return Fail(kExitNoMatch, "no process has reported pool statistics");
+  // One process that has not reported is NotFound from the daemon (above).
+  if (reports->empty())
+    return ReportEmpty(WhenEmpty::kNote, "no process has reported pool statistics");
   if (options.json) {
     for (const ProcessPoolStats& report : *reports) PrintJsonLine(PoolStatsToJson(report));
   } else {
@@ -238,7 +251,9 @@ int RunNetworks(const CommonOptions& options, const std::string& process) {
   if (!client.ok()) return Fail(client.status());
   auto reports = (*client)->NetworkStats(gid);
   if (!reports.ok()) return Fail(InDaemonContext(reports.status(), **client));
-  if (reports->empty()) return Fail(kExitNoMatch, "no process has reported network statistics");
+  if (reports->empty()) {
+    return ReportEmpty(WhenEmpty::kNote, "no process has reported network statistics");
+  }
   if (options.json) {
     for (const ProcessNetworkStats& report : *reports) PrintJsonLine(NetworkStatsToJson(report));
     return kExitOk;

@@ -1,7 +1,8 @@
 // What `tocl` exits with, and its one-line error messages on stderr.
 //
-//   0  success
-//   1  not found / no match: an unknown id, a query or listing with no rows
+//   0  success, an empty listing (hosts, ps, threads, pools, networks) too
+//   1  not found / no match: an unknown id, a query with no match, the
+//      statistics of a process that has not reported
 //   2  usage errors (flags, id text, query syntax) and connection errors
 //   3  any other failure the daemon reports (internal error, ...)
 #pragma once

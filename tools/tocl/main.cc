@@ -4,17 +4,23 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "command_suggestion.h"
 #include "commands.h"
 #include "exit_code.h"
 #include "keygen_command.h"
 #include "process_commands.h"
 #include "tocl/directory_client.h"
+#include "tocl/version.h"
 
 namespace {
 
@@ -50,6 +56,26 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
                          fmt::format("{} (see 'tocl --help')", error.what()));
 }
 
+// A first word that names no subcommand: CLI11 would say "The following
+// arguments were not expected"; say which command was meant, if one is near.
+std::optional<int> RejectUnknownCommand(CLI::App& app, int argc, char** argv) {
+  static constexpr std::string_view kOptionsWithValues[] = {"--daemon", "--credentials"};
+  const char* const* args = argv + 1;
+  const std::optional<std::string_view> word =
+      tocl::cli::CommandWord(std::span(args, static_cast<size_t>(argc - 1)), kOptionsWithValues);
+  if (!word) return std::nullopt;
+  std::vector<std::string> commands;
+  for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    commands.push_back(command->get_name());
+  }
+  if (std::find(commands.begin(), commands.end(), *word) != commands.end()) return std::nullopt;
+  const std::optional<std::string> nearest = tocl::cli::NearestCommand(*word, commands);
+  return tocl::cli::Fail(
+      tocl::cli::kExitUsage,
+      nearest ? fmt::format("unknown command '{}'; did you mean '{}'?", *word, *nearest)
+              : fmt::format("unknown command '{}' (see 'tocl --help')", *word));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,10 +83,11 @@ int main(int argc, char** argv) {
       "Looks at the tocl directory (hosts, processes, threads, their changes, pool and network "
       "statistics) and spawns, signals and waits for processes and threads of the cluster.",
       "tocl"};
+  app.set_version_flag("--version", "tocl " TOCL_VERSION_STRING);
   app.require_subcommand(1);
   app.footer(
-      "Exit codes: 0 success, 1 not found / no match, 2 usage or connection error, "
-      "3 other daemon error.");
+      "Exit codes: 0 success (an empty listing too), 1 not found / no match (lookup, query, "
+      "pools or networks of one process), 2 usage or connection error, 3 other daemon error.");
 
   CommonOptions options;
   options.daemon = tocl::DirectoryClient::DefaultAddress();
@@ -192,6 +219,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 36500));
 
+  if (std::optional<int> unknown = RejectUnknownCommand(app, argc, argv)) return *unknown;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

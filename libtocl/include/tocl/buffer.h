@@ -30,6 +30,7 @@
 #include <span>
 #include <string_view>
 
+#include "tocl/export.h"
 #include "tocl/gid.h"
 
 namespace tocl {
@@ -45,7 +46,7 @@ struct BufferSlot;
 // network is sent over it when that network reaches the destination;
 // otherwise over the network the destination is reached by.
 enum class Network : uint8_t { kFastest, kShm, kTcp, kVia };
-std::string_view NetworkName(Network network);  // "fastest", "shm", "tcp", "via"
+TOCL_EXPORT std::string_view NetworkName(Network network);  // "fastest", "shm", "tcp", "via"
 
 // bfstat: where a buffer is. A new or received buffer is kIdle.
 enum class BufferState : uint8_t {
@@ -55,7 +56,7 @@ enum class BufferState : uint8_t {
   kSent,      // the network is done with it; the handle may be reused
   kFailed,    // could not be sent (peer gone, connection lost); see Runtime logs
 };
-std::string_view BufferStateName(BufferState state);
+TOCL_EXPORT std::string_view BufferStateName(BufferState state);
 
 // What GetBuffer does when the pools are at their memory cap.
 enum class AtCap { kWait, kFail };
@@ -64,7 +65,7 @@ using Tag = uint32_t;
 // Matches any tag in Recv/Probe; not a valid tag to send.
 inline constexpr Tag kAnyTag = 0xFFFF'FFFFu;
 
-class Buffer {
+class TOCL_EXPORT Buffer {
  public:
   Buffer() = default;  // empty: valid() is false
   ~Buffer() { Release(); }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tocl/entity.h"
+#include "tocl/export.h"
 #include "tocl/gid.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
@@ -44,8 +45,8 @@ struct QueryPage {
 };
 
 struct EnrollOptions {
-  std::string name;
-  Attributes attributes;
+  std::string name = {};
+  Attributes attributes = {};
   // 0 = getpid(). The daemon refuses any pid but the enrolling process's
   // own on its unix socket (it asks the kernel); kept for TCP daemons.
   int64_t os_pid = 0;
@@ -62,7 +63,7 @@ struct ConnectOptions {
   std::string credentials_dir = {};
 };
 
-class DirectoryClient {
+class TOCL_EXPORT DirectoryClient {
  public:
   // The address tools and processes use when none is given: $TOCL_DAEMON if
   // set, else "unix:/var/lib/tocl/toclsd.sock" (toclsd's default socket).
@@ -152,7 +153,7 @@ class DirectoryClient {
   // breaks; if the daemon restarts, the session re-enrolls with the same Gid.
   Result<std::unique_ptr<ProcessSession>> Enroll(const EnrollOptions& options);
 
-  struct Impl;
+  struct TOCL_NO_EXPORT Impl;  // the library's insides: not exported
 
  private:
   explicit DirectoryClient(std::unique_ptr<Impl> impl);
@@ -162,7 +163,7 @@ class DirectoryClient {
 // The enrollment of one process. Destroying it leaves cleanly (Close()).
 // Threading: every method but the destructor may be called from many threads
 // at once.
-class ProcessSession {
+class TOCL_EXPORT ProcessSession {
  public:
   ~ProcessSession();
   ProcessSession(const ProcessSession&) = delete;
@@ -212,7 +213,7 @@ class ProcessSession {
   // with `reason`. Idempotent.
   Status Close(std::string_view reason = "exited normally");
 
-  struct Impl;
+  struct TOCL_NO_EXPORT Impl;  // the library's insides: not exported
   explicit ProcessSession(std::unique_ptr<Impl> impl);
 
  private:

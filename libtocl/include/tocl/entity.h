@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tocl/export.h"
 #include "tocl/gid.h"
 
 namespace tocl {
@@ -19,8 +20,9 @@ enum class EntityKind { kHost, kProcess, kThread };
 // (no heartbeat reached the local daemon for the configured time).
 enum class EntityState { kRunning, kExited, kUnreachable };
 
-std::string_view EntityKindName(EntityKind kind);     // "host", "process", "thread"
-std::string_view EntityStateName(EntityState state);  // "running", "exited", "unreachable"
+TOCL_EXPORT std::string_view EntityKindName(EntityKind kind);  // "host", "process", "thread"
+TOCL_EXPORT std::string_view EntityStateName(
+    EntityState state);  // "running", "exited", "unreachable"
 
 // Attribute keys are [A-Za-z_][A-Za-z0-9_.-]* (so they can appear in
 // queries), at most kMaxAttributeKeyBytes; values are any UTF-8 text up to
@@ -79,7 +81,7 @@ struct ThreadInfo {
 // none of their own. The event's entity is a tombstone (Entity::removed).
 enum class ChangeOp { kAdded, kUpdated, kExited, kUnreachable, kReachable, kRemoved };
 // "added", "updated", "exited", "unreachable", "reachable", "removed"
-std::string_view ChangeOpName(ChangeOp op);
+TOCL_EXPORT std::string_view ChangeOpName(ChangeOp op);
 
 struct ChangeEvent {
   uint64_t seq = 0;
@@ -96,10 +98,10 @@ namespace tocl {
 // The checks the daemon applies (clients may apply them early to fail fast).
 // InvalidArgument naming the offending part (sizes and counts included:
 // they are limits on one request, not a resource running out).
-Status ValidateName(std::string_view what, std::string_view name);
-Status ValidateAttribute(std::string_view key, std::string_view value);
+TOCL_EXPORT Status ValidateName(std::string_view what, std::string_view name);
+TOCL_EXPORT Status ValidateAttribute(std::string_view key, std::string_view value);
 // Each attribute, and at most kMaxAttributesPerEntity of them.
-Status ValidateAttributes(const Attributes& attributes);
-bool IsReservedAttributeKey(std::string_view key);
+TOCL_EXPORT Status ValidateAttributes(const Attributes& attributes);
+TOCL_EXPORT bool IsReservedAttributeKey(std::string_view key);
 
 }  // namespace tocl

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tocl/export.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
 
@@ -44,11 +45,11 @@ using Entry = std::function<void(ThreadContext&)>;
 // Entry names are 1..kMaxEntryNameBytes of [A-Za-z0-9_.:-], starting with a
 // letter or '_'.
 inline constexpr size_t kMaxEntryNameBytes = 128;
-Status ValidateEntryName(std::string_view name);
+TOCL_EXPORT Status ValidateEntryName(std::string_view name);
 
 // Registers `fn` under `name` for every runtime of this process.
 // AlreadyExists when the name is taken; InvalidArgument for a bad name or an
 // empty function.
-Status register_entry(std::string name, Entry fn);  // NOLINT: the paper's spelling
+TOCL_EXPORT Status register_entry(std::string name, Entry fn);  // NOLINT: the paper's spelling
 
 }  // namespace tocl

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tocl/buffer.h"
+#include "tocl/export.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
 
@@ -27,7 +28,7 @@ enum class ExitWhat {
   kExited,       // it (or the process it belongs to) has exited
   kUnreachable,  // its host is down: no heartbeat for the configured time
 };
-std::string_view ExitWhatName(ExitWhat what);  // "exited", "unreachable"
+TOCL_EXPORT std::string_view ExitWhatName(ExitWhat what);  // "exited", "unreachable"
 
 struct ExitNotice {
   Gid gid;  // the watched thread, process or host
@@ -46,9 +47,9 @@ inline constexpr size_t kMaxExitReasonBytes = 1024;
 
 // Reads a notification message. InvalidArgument when the bytes are not one
 // (a message some thread sent with the same tag, say).
-Result<ExitNotice> ParseExitNotice(const Buffer& message);
-Result<ExitNotice> ParseExitNotice(std::span<const std::byte> bytes);
+TOCL_EXPORT Result<ExitNotice> ParseExitNotice(const Buffer& message);
+TOCL_EXPORT Result<ExitNotice> ParseExitNotice(std::span<const std::byte> bytes);
 // The bytes ParseExitNotice reads.
-std::vector<std::byte> EncodeExitNotice(const ExitNotice& notice);
+TOCL_EXPORT std::vector<std::byte> EncodeExitNotice(const ExitNotice& notice);
 
 }  // namespace tocl

@@ -18,11 +18,12 @@
 #include <string>
 #include <string_view>
 
+#include "tocl/export.h"
 #include "tocl/status.h"
 
 namespace tocl {
 
-class Gid {
+class TOCL_EXPORT Gid {
  public:
   static constexpr int kHostBits = 16;
   static constexpr int kProcessBits = 24;

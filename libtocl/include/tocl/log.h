@@ -9,6 +9,7 @@
 
 #include <string_view>
 
+#include "tocl/export.h"
 #include "tocl/status.h"
 
 namespace tocl {
@@ -16,6 +17,6 @@ namespace tocl {
 // Sets the level of tocl's log lines: "trace", "debug", "info", "warn",
 // "error", "critical" or "off". Anything else is InvalidArgument (and the
 // level stays). Overrides $TOCL_LOG_LEVEL. Thread-safe.
-Status SetLogLevel(std::string_view level);
+TOCL_EXPORT Status SetLogLevel(std::string_view level);
 
 }  // namespace tocl

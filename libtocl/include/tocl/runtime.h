@@ -64,6 +64,7 @@
 #include "tocl/entity.h"
 #include "tocl/entry.h"
 #include "tocl/exit_notice.h"
+#include "tocl/export.h"
 #include "tocl/gid.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
@@ -72,12 +73,14 @@
 
 namespace tocl {
 
+// Every member has a default, so that designated initializers
+// (`Runtime::Start({.name = "worker"})`) compile warning-free with -Wextra.
 struct RuntimeOptions {
   // The daemon to enroll with; empty means DirectoryClient::DefaultAddress()
   // ($TOCL_DAEMON, else toclsd's default socket).
-  std::string daemon_address;
-  std::string name;  // the process's name in the directory; empty: the program's name
-  Attributes attributes;
+  std::string daemon_address = {};
+  std::string name = {};  // the process's name in the directory; empty: the program's name
+  Attributes attributes = {};
 
   // The networks to open, comma-separated: "shm", "tcp:IFACE" (the
   // interface's IPv4 address and subnet), "tcp:ADDR[/PREFIX]" (an address,
@@ -87,14 +90,14 @@ struct RuntimeOptions {
   // be given (two NICs). Empty: $TOCL_NETWORKS, else `subsystems`/`tcp_bind`
   // below when set, else the host's `networks` (toclsd config, published as
   // the host's attribute), else "auto".
-  std::string networks;
+  std::string networks = {};
   // Older spelling, kept: "shm,tcp" ($TOCL_SUBSYSTEMS) and the tcp address
   // ($TOCL_TCP_BIND); used only when `networks` and $TOCL_NETWORKS are empty.
-  std::string subsystems;
-  std::string tcp_bind;
+  std::string subsystems = {};
+  std::string tcp_bind = {};
   // Until the cluster issue lands, the daemons of other hosts to look their
   // processes up at: "HOSTID=ADDRESS,..." (empty: $TOCL_PEER_DAEMONS).
-  std::string peer_daemons;
+  std::string peer_daemons = {};
 
   // Largest message payload plus header (a power of two, 256 B .. 1 MiB).
   size_t short_max = 64 * 1024;
@@ -133,7 +136,7 @@ struct RuntimeOptions {
   // class). The provider: "sockets" (VIA over TCP), "ibverbs" (RDMA; fails
   // without a device) or "auto" (ibverbs when a device is present); empty:
   // $TOCL_VIA_PROVIDER, else "auto".
-  std::string via_provider;
+  std::string via_provider = {};
   // The most VIs a via network keeps open; past it the least recently used
   // are closed (nothing is lost; a later send reconnects). 0:
   // $TOCL_VIA_MAX_VIS, else 1024.
@@ -158,7 +161,7 @@ struct MessageInfo {
   size_t size = 0;
 };
 
-class Runtime {
+class TOCL_EXPORT Runtime {
  public:
   // Enrolls the process and opens its networks. Unavailable when no daemon
   // answers at the address; InvalidArgument for bad options.
@@ -353,7 +356,7 @@ class Runtime {
   // NotFound when it was delivered (or is being delivered) or never existed.
   Status CancelNotify(uint64_t id);
 
-  struct Impl;
+  struct TOCL_NO_EXPORT Impl;  // the library's insides: not exported
 
  private:
   explicit Runtime(std::unique_ptr<Impl> impl);

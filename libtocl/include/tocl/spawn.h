@@ -19,16 +19,18 @@
 #include <vector>
 
 #include "tocl/entity.h"
+#include "tocl/export.h"
 #include "tocl/gid.h"
 
 namespace tocl {
 
+// Every member has a default (designated initializers stay warning-free).
 struct SpawnOptions {
   // A path, or a file name looked up in the target daemon's PATH.
-  std::string executable;
-  std::vector<std::string> args;  // argv[1..]
+  std::string executable = {};
+  std::vector<std::string> args = {};  // argv[1..]
   // "KEY=VALUE" entries added to (or replacing in) the daemon's environment.
-  std::vector<std::string> env;
+  std::vector<std::string> env = {};
   // The process's name (empty: the name the program gives Runtime::Start,
   // else the executable's file name) and attributes. The program's own
   // RuntimeOptions name and attributes are kept too: its attributes are
@@ -36,20 +38,20 @@ struct SpawnOptions {
   // wins (the spawner decides what this instance is; the program's are its
   // defaults). Too many together (over kMaxAttributesPerEntity) fail the
   // program's Start with InvalidArgument.
-  Attributes attributes;
-  std::string name;
+  Attributes attributes = {};
+  std::string name = {};
   // Placement, at most one of the two: a host, or a query over hosts
   // ("gpu=1", "host=h2 or host=h3") of whose reachable matches the one with
   // the fewest running processes is chosen. Neither: the daemon asked.
-  Gid host;
-  std::string where;
+  Gid host = {};
+  std::string where = {};
   // How long the process has to enroll before it is killed and the spawn
   // fails with DeadlineExceeded. 0: the daemon's default (10 s).
   std::chrono::milliseconds enroll_timeout{0};
   // The spawning thread (the child reads it as Runtime::parent()); null for
   // none. Runtime::SpawnProcess sets it.
-  Gid parent;
-  std::string working_directory;  // empty: the daemon's state directory
+  Gid parent = {};
+  std::string working_directory = {};  // empty: the daemon's state directory
 };
 
 struct SpawnedProcess {
@@ -62,7 +64,7 @@ struct SpawnedProcess {
 };
 
 enum class LogStream { kStdout, kStderr };
-std::string_view LogStreamName(LogStream stream);  // "stdout", "stderr"
+TOCL_EXPORT std::string_view LogStreamName(LogStream stream);  // "stdout", "stderr"
 
 struct LogChunk {
   std::string data;             // the bytes from `offset`

@@ -15,6 +15,8 @@
 #include <utility>
 #include <variant>
 
+#include "tocl/export.h"
+
 namespace tocl {
 
 enum class StatusCode : int {
@@ -37,8 +39,11 @@ enum class StatusCode : int {
 };
 
 // The canonical lower-case name of a code ("invalid argument").
-std::string_view StatusCodeName(StatusCode code);
+TOCL_EXPORT std::string_view StatusCodeName(StatusCode code);
 
+// TOCL_EXPORT on a declaration of its own: GCC takes no __attribute__ next to
+// [[nodiscard]], and a class keeps the visibility of its first declaration.
+class TOCL_EXPORT Status;
 class [[nodiscard]] Status {
  public:
   Status() = default;  // ok
@@ -66,16 +71,16 @@ class [[nodiscard]] Status {
 };
 
 // Shorthands: return tocl::NotFound("no entity {}", ...) reads as a sentence.
-Status InvalidArgument(std::string message);
-Status NotFound(std::string message);
-Status AlreadyExists(std::string message);
-Status PermissionDenied(std::string message);
-Status FailedPrecondition(std::string message);
-Status ResourceExhausted(std::string message);
-Status Unavailable(std::string message);
-Status DeadlineExceeded(std::string message);
-Status Internal(std::string message);
-Status DataLoss(std::string message);
+TOCL_EXPORT Status InvalidArgument(std::string message);
+TOCL_EXPORT Status NotFound(std::string message);
+TOCL_EXPORT Status AlreadyExists(std::string message);
+TOCL_EXPORT Status PermissionDenied(std::string message);
+TOCL_EXPORT Status FailedPrecondition(std::string message);
+TOCL_EXPORT Status ResourceExhausted(std::string message);
+TOCL_EXPORT Status Unavailable(std::string message);
+TOCL_EXPORT Status DeadlineExceeded(std::string message);
+TOCL_EXPORT Status Internal(std::string message);
+TOCL_EXPORT Status DataLoss(std::string message);
 
 // A value or the reason there is none. Accessing the value of a failed
 // Result is a programming error (asserted in debug builds).

@@ -8,6 +8,13 @@
 #include "core/posix.h"
 
 namespace tocl::runtime {
+namespace {
+
+// Set between SetPollerAsleep(reactor) and SetPollerAsleep(nullptr) on the
+// receiving thread.
+thread_local bool this_thread_sleeps_as_poller = false;
+
+}  // namespace
 
 Mailbox::~Mailbox() {
   Leave();
@@ -64,12 +71,25 @@ bool Mailbox::Deliver(detail::BufferSlot* slot) {
 
 void Mailbox::Wake() {
   signal_.fetch_add(1, std::memory_order_seq_cst);
+  // A receiver asleep as the poller waits for a network or a timeout, not
+  // for this futex: wake it there, once per sleep. The poller itself,
+  // delivering from a network handler while it sleeps (tcp), is awake.
+  if (poller_asleep_.load(std::memory_order_seq_cst) != nullptr && !this_thread_sleeps_as_poller) {
+    if (subsystem::Reactor* reactor = poller_asleep_.exchange(nullptr, std::memory_order_seq_cst)) {
+      reactor->Wake();
+    }
+  }
   // One futex wake per sleep: deliveries that follow while the receiver is
   // still waking up need no system call.
   if (sleepers_.load(std::memory_order_seq_cst) != 0 &&
       armed_.exchange(false, std::memory_order_seq_cst)) {
     FutexWakeAll(signal_, FutexScope::kPrivate);
   }
+}
+
+void Mailbox::SetPollerAsleep(subsystem::Reactor* reactor) {
+  this_thread_sleeps_as_poller = reactor != nullptr;
+  poller_asleep_.store(reactor, std::memory_order_seq_cst);
 }
 
 void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) {

@@ -20,6 +20,7 @@
 #include <span>
 
 #include "buffers/buffer_slot.h"
+#include "subsystem/reactor.h"
 #include "tocl/buffer.h"
 #include "tocl/gid.h"
 #include "tocl/runtime.h"
@@ -90,7 +91,16 @@ class Mailbox {
   // Sleeps until a delivery or Wake() after `seen` was read, or `deadline`.
   uint32_t signal() const { return signal_.load(std::memory_order_acquire); }
   void Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline);
+  // Bumps the signal; wakes the receiver wherever it sleeps: on this
+  // mailbox (Wait), or in `reactor` while it polls for the process (below).
   void Wake();
+  // The receiver holds the poll token and is about to sleep in `reactor`
+  // (ProgressEngine::Sleep), where a delivery from another thread of the
+  // process (a local Send, an exit notice, a failed SpawnThread call) does
+  // not reach it: Wake() must wake the reactor too. Set before the last
+  // look at signal(), cleared (nullptr) after the sleep.
+  // Called by the receiving thread itself.
+  void SetPollerAsleep(subsystem::Reactor* reactor);
 
   // The thread leaves: waiting messages are dropped (how many is returned;
   // their SlotBytes are added to `dropped_bytes` when given); later
@@ -110,6 +120,9 @@ class Mailbox {
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> armed_{false};  // a sleeper has not been woken yet
+  // seq_cst with signal_: Wake bumps signal_ then reads this; the sleeper
+  // sets this then reads signal_. One of them sees the other.
+  std::atomic<subsystem::Reactor*> poller_asleep_{nullptr};
   std::atomic<bool> left_{false};
 };
 

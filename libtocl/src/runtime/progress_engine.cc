@@ -95,11 +95,14 @@ void ProgressEngine::HousekeepingIfDue() {
   queued_hint_.store(true, std::memory_order_relaxed);
 }
 
-void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
+void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline, Mailbox* receiver,
+                           uint32_t seen) {
   holder_sleeping_.store(true, std::memory_order_seq_cst);
-  // A waiter that registered before the flag was set did not wake us: do
-  // not sleep past it.
-  if (waiter_count_.load(std::memory_order_seq_cst) == 0) {
+  if (receiver != nullptr) receiver->SetPollerAsleep(&reactor_);
+  // A waiter that registered (or a message that came) before the flags were
+  // set did not wake us: do not sleep past it.
+  if (waiter_count_.load(std::memory_order_seq_cst) == 0 &&
+      (receiver == nullptr || receiver->signal() == seen)) {
     // Housekeeping runs at least once a second; sends still queued are
     // retried at least every 10 ms.
     const auto now = std::chrono::steady_clock::now();
@@ -109,6 +112,7 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline) {
     if (queued) until = std::min(until, now + std::chrono::milliseconds(10));
     SleepUntil(until, queued);
   }
+  if (receiver != nullptr) receiver->SetPollerAsleep(nullptr);
   holder_sleeping_.store(false, std::memory_order_relaxed);
   HousekeepingIfDue();
 }

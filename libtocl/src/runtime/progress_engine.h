@@ -46,8 +46,11 @@ class ProgressEngine {
   // Returns the number of events.
   int PollOnce();
   // Sleeps in the reactor until woken or `deadline` (unless something is
-  // already there).
-  void Sleep(std::chrono::steady_clock::time_point deadline);
+  // already there). A receiver that polls for its own message passes its
+  // mailbox and the signal it last saw: a delivery to it since, or during
+  // the sleep, ends the sleep at once (Mailbox::SetPollerAsleep).
+  void Sleep(std::chrono::steady_clock::time_point deadline, Mailbox* receiver = nullptr,
+             uint32_t seen = 0);
 
   // A receiver without the token waits for its mailbox; it registers here so
   // that the token holder hands the token over when it leaves.

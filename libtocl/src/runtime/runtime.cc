@@ -520,7 +520,7 @@ void Runtime::Impl::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point d
     const auto now = Clock::now();
     if (now >= deadline) return;
     if (now >= spin_until) {
-      progress->Sleep(deadline);
+      progress->Sleep(deadline, &mailbox, seen);
       progress->PollOnce();
       return;
     }

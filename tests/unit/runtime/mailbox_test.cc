@@ -1,5 +1,5 @@
 // The receive side of one thread: selector matching, non-overtaking takes,
-// Peek, Leave, and the futex wait.
+// Peek, Leave, the futex wait, and waking a receiver asleep as the poller.
 #include "runtime/mailbox.h"
 
 #include <atomic>
@@ -10,6 +10,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
+#include "runtime/epoll_reactor.h"
 
 namespace tocl::runtime {
 namespace {
@@ -276,6 +277,68 @@ TEST_CASE("Wake and Leave wake a waiting receiver from another thread", "[mailbo
     CHECK(Clock::now() < deadline);
   }
   CHECK(mailbox.left());
+}
+
+// A receiver that holds the poll token sleeps in the reactor, not on its
+// mailbox (ProgressEngine::Sleep): the real epoll reactor here.
+TEST_CASE("a delivery from another thread wakes a receiver asleep in the reactor as the poller",
+          "[mailbox]") {
+  Messages m;
+  Mailbox mailbox(kReceiver);
+  auto reactor = EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  detail::BufferSlot* message = m.Make(kT, 9);
+
+  mailbox.SetPollerAsleep(reactor->get());
+  const uint32_t seen = mailbox.signal();
+  std::atomic<bool> looked{false};
+  std::atomic<bool> delivered{false};
+  // Delivers after the poller's last look at its mailbox, before or while
+  // it sleeps in epoll.
+  std::thread sender([&] {
+    while (!looked.load()) std::this_thread::yield();
+    delivered.store(mailbox.Deliver(message));
+  });
+  REQUIRE(mailbox.signal() == seen);
+  looked.store(true);
+  // Woken through the reactor's eventfd: 1 ready fd (0: it slept to the
+  // timeout).
+  const int ready = (*reactor)->Wait(30'000);
+  sender.join();
+  mailbox.SetPollerAsleep(nullptr);
+  CHECK(delivered.load());
+  CHECK(ready == 1);
+  CHECK(mailbox.Take(Selector{}) == message);
+  m.pool.Unref(message);
+}
+
+TEST_CASE("the poller's own deliveries and deliveries after its sleep leave the reactor alone",
+          "[mailbox]") {
+  Messages m;
+  Mailbox mailbox(kReceiver);
+  auto reactor = EpollReactor::Create();
+  REQUIRE(reactor.ok());
+
+  // A network handler run by the sleeping poller delivers to its own
+  // mailbox: it is awake, no wake-up is written.
+  mailbox.SetPollerAsleep(reactor->get());
+  REQUIRE(mailbox.Deliver(m.Make(kT, 1)));
+  CHECK((*reactor)->Wait(0) == 0);
+  mailbox.SetPollerAsleep(nullptr);
+
+  // Not asleep as the poller: another thread's delivery wakes only the
+  // mailbox.
+  detail::BufferSlot* second = m.Make(kT, 2);
+  std::atomic<bool> delivered{false};
+  std::thread sender([&] { delivered.store(mailbox.Deliver(second)); });
+  sender.join();
+  CHECK(delivered.load());
+  CHECK((*reactor)->Wait(0) == 0);
+  for (Tag tag : {1u, 2u}) {
+    detail::BufferSlot* slot = mailbox.Take(Selector{kT, tag});
+    REQUIRE(slot != nullptr);
+    m.pool.Unref(slot);
+  }
 }
 
 TEST_CASE("a receiver thread waiting for many deliveries gets them all in order", "[mailbox]") {

@@ -506,6 +506,21 @@ TEST_CASE("the bell wakes a receiver sleeping on its reactor when a sender posts
   }
 }
 
+TEST_CASE("a wake from inside the process before SleepAlone ends that one sleep", "[shm]") {
+  ShmDir dir;
+  Node node(kReceiver, dir.path());
+  // The poller looked at what it waits for, then a thread woke it before it
+  // announced its futex: the wake is kept, and the sleep does not start.
+  node.shm->WakeSleeper();
+  const auto deadline = Clock::now() + 30s;
+  REQUIRE(node.shm->SleepAlone(deadline));
+  CHECK(Clock::now() < deadline);
+  // Used up: the next sleep lasts until its deadline.
+  const auto short_deadline = Clock::now() + 50ms;
+  while (Clock::now() < short_deadline) REQUIRE(node.shm->SleepAlone(short_deadline));
+  CHECK(Clock::now() >= short_deadline);
+}
+
 TEST_CASE("after the receiver closes, the sender's posts fail with Unavailable", "[shm]") {
   Trio t;
   uint64_t seq = 0;

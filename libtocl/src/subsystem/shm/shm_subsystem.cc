@@ -447,13 +447,20 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
 
   bool SleepAlone(std::chrono::steady_clock::time_point deadline) override {
     if (!topup_.empty()) return false;  // retried by polling, not by a peer
-    if (AnnounceSleep(kOnFutex))
+    // A wake from inside the process may come after the poller's last look
+    // at what it waits for and before it announced the futex: it is kept
+    // (wake_pending_) and ends this sleep before it starts.
+    if (AnnounceSleep(kOnFutex) && !wake_pending_.load(std::memory_order_seq_cst))
       FutexWait(mapping_.header().sleeping, kOnFutex, deadline, FutexScope::kShared);
     FinishSleep();
+    wake_pending_.store(false, std::memory_order_relaxed);
     return true;
   }
 
   void WakeSleeper() override {
+    // seq_cst store, then the CAS's load of `sleeping`; SleepAlone stores
+    // `sleeping`, then loads this: one of them sees the other.
+    wake_pending_.store(true, std::memory_order_seq_cst);
     uint32_t expected = kOnFutex;
     auto& sleeping = mapping_.header().sleeping;
     if (sleeping.compare_exchange_strong(expected, kAwake))
@@ -715,6 +722,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   buffers::BufferPool pool_;
   const wire::Limits limits_;
   const uint64_t self_start_;
+
+  // WakeSleeper (any thread) came since the last SleepAlone ended.
+  std::atomic<bool> wake_pending_{false};
 
   // Poller-only state.
   uint32_t seen_attach_seq_ = 0;
