@@ -9,7 +9,6 @@
 // thread of the next stage. Start them in any order: a stage waits (up to
 // 10 s) for the next one to appear. Several pipelines share a cluster by
 // name: ./pipeline sink --name other.
-#include <tocl/directory_client.h>
 #include <tocl/runtime.h>
 #include <tocl/version.h>
 
@@ -22,7 +21,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -36,23 +34,16 @@ int Fail(std::string_view stage, const tocl::Status& status) {
   return 1;
 }
 
-// The thread of `stage` in pipeline `name`, found by its attributes. Threads
-// reach the directory in the background (EnrollThread returns at once), so
-// this asks again until one is there or `timeout` has passed.
-tocl::Result<tocl::Gid> FindStage(tocl::DirectoryClient& directory, const std::string& name,
+// The thread of `stage` in pipeline `name`, found by its attributes.
+// Threads reach the directory in the background (EnrollThread returns at
+// once): WaitForQuery sleeps on the directory's changes until one is there,
+// or `timeout` has passed (DeadlineExceeded).
+tocl::Result<tocl::Gid> FindStage(tocl::Runtime& runtime, const std::string& name,
                                   const std::string& stage, std::chrono::milliseconds timeout) {
   const std::string query =
       "kind=thread and state=running and pipeline=" + name + " and stage=" + stage;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    tocl::Result<std::vector<tocl::Entity>> found = directory.QueryAll(query);
-    if (!found.ok()) return found.status();
-    if (!found->empty()) return found->front().gid;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return tocl::NotFound("no thread matches '" + query + "'");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  TOCL_ASSIGN_OR_RETURN(std::vector<tocl::Entity> found, runtime.WaitForQuery(query, 1, timeout));
+  return found.front().gid;
 }
 
 tocl::Status SendNumber(tocl::Runtime& runtime, tocl::Gid from, tocl::Gid to, int64_t value) {
@@ -129,10 +120,8 @@ int main(int argc, char** argv) {
   // The stages that send look up the next one.
   tocl::Gid next;
   if (stage != "sink") {
-    auto directory = tocl::DirectoryClient::Connect();  // the runtime's daemon
-    if (!directory.ok()) return Fail(stage, directory.status());
-    auto found = FindStage(**directory, name, stage == "source" ? "square" : "sink",
-                           std::chrono::seconds(10));
+    auto found =
+        FindStage(rt, name, stage == "source" ? "square" : "sink", std::chrono::seconds(10));
     if (!found.ok()) return Fail(stage, found.status());
     next = *found;
   }
