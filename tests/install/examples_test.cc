@@ -118,7 +118,8 @@ TEST_CASE(
               " -std=c++20 -Wall -Wextra -Werror -o " + plain + " " + Build().source_dir +
               "/examples/pingpong.cc $(" + pkg_config + " --cflags --libs tocl) -Wl,-rpath,$(" +
               pkg_config + " --variable=libdir tocl)",
-          std::chrono::minutes(3), {"PKG_CONFIG_PATH=" + prefix + "/lib/pkgconfig"});
+          std::chrono::minutes(3),
+          {"PKG_CONFIG_PATH=" + prefix + "/" + Build().libdir + "/pkgconfig"});
   CHECK(RunOk({plain, "--version"}) == "pingpong (tocl " + Build().version + ")\n");
 
   // Two daemons of the installed toclsd on loopback: h1 (seed) and h2. Only

@@ -22,6 +22,7 @@ const BuildUnderTest& Build() {
       .nm = TOCL_NM,
       .readelf = TOCL_READELF,
       .version = TOCL_VERSION,
+      .libdir = TOCL_INSTALL_LIBDIR,
       .shared_library = TOCL_SHARED_LIBRARY,
   };
   return build;

@@ -26,6 +26,7 @@ struct BuildUnderTest {
   std::string nm;
   std::string readelf;
   std::string version;         // the project's VERSION
+  std::string libdir;          // CMAKE_INSTALL_LIBDIR: lib/x86_64-linux-gnu on Debian
   std::string shared_library;  // the build's libtocl.so.MAJOR.MINOR.PATCH
 };
 const BuildUnderTest& Build();

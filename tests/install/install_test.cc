@@ -24,15 +24,15 @@ TEST_CASE(
                                 "include/tocl/directory_client.h",
                                 "include/tocl/export.h",
                                 "include/tocl/version.h",
-                                "lib/libtocl.so." + version,
-                                "lib/libtocl.so." + major,
-                                "lib/libtocl.so",
-                                "lib/libtocl.a",
-                                "lib/cmake/tocl/tocl-config.cmake",
-                                "lib/cmake/tocl/tocl-config-version.cmake",
-                                "lib/cmake/tocl/tocl-targets.cmake",
-                                "lib/cmake/tocl/tocl-static-targets.cmake",
-                                "lib/pkgconfig/tocl.pc",
+                                Build().libdir + "/libtocl.so." + version,
+                                Build().libdir + "/libtocl.so." + major,
+                                Build().libdir + "/libtocl.so",
+                                Build().libdir + "/libtocl.a",
+                                Build().libdir + "/cmake/tocl/tocl-config.cmake",
+                                Build().libdir + "/cmake/tocl/tocl-config-version.cmake",
+                                Build().libdir + "/cmake/tocl/tocl-targets.cmake",
+                                Build().libdir + "/cmake/tocl/tocl-static-targets.cmake",
+                                Build().libdir + "/pkgconfig/tocl.pc",
                                 "sbin/toclsd",
                                 "sbin/toclsd-exec",
                                 "bin/tocl",
@@ -45,13 +45,14 @@ TEST_CASE(
     CHECK(Exists(prefix + "/" + file));
   }
   // One library: none of the layers, no private headers, no Debian files.
-  for (const char* file :
-       {"lib/libtocl_core.a", "lib/libtocl_runtime.a", "include/tocl/version.h.in",
-        "include/core/posix.h", "share/doc/libtocl0/copyright"}) {
-    CHECK_FALSE(Exists(prefix + "/" + std::string(file)));
+  for (const std::string& file : std::vector<std::string>{
+           Build().libdir + "/libtocl_core.a", Build().libdir + "/libtocl_runtime.a",
+           "include/tocl/version.h.in", "include/core/posix.h", "share/doc/libtocl0/copyright"}) {
+    CHECK_FALSE(Exists(prefix + "/" + file));
   }
 
-  const std::string dynamic = RunOk({Build().readelf, "-d", prefix + "/lib/libtocl.so"});
+  const std::string dynamic =
+      RunOk({Build().readelf, "-d", prefix + "/" + Build().libdir + "/libtocl.so"});
   CHECK_THAT(dynamic, Catch::Contains("Library soname: [libtocl.so." + major + "]"));
 
   // The unit names the toclsd and the config of this prefix.

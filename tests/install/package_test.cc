@@ -39,24 +39,26 @@ TEST_CASE(
   const std::string& version = Build().version;
 
   const std::string library = RunOk({dpkg_deb, "-c", debs["libtocl0"]});
-  CHECK_THAT(library, Catch::Contains("./usr/lib/libtocl.so." + version) &&
-                          Catch::Contains("./usr/lib/libtocl.so.0 -> libtocl.so." + version) &&
+  CHECK_THAT(library, Catch::Contains("./usr/" + Build().libdir + "/libtocl.so." + version) &&
+                          Catch::Contains("./usr/" + Build().libdir +
+                                          "/libtocl.so.0 -> libtocl.so." + version) &&
                           Catch::Contains("./usr/share/doc/libtocl0/copyright") &&
                           Catch::Contains("./usr/share/doc/libtocl0/changelog.gz"));
   CHECK_THAT(library, !Catch::Contains("./usr/include") && !Catch::Contains("libtocl.a") &&
-                          !Catch::Contains("./usr/lib/libtocl.so ->"));
+                          !Catch::Contains("./usr/" + Build().libdir + "/libtocl.so ->"));
   CHECK_THAT(library,
              Catch::Contains("-rw-r--r-- root/root") && !Catch::Contains("-rwxr-xr-x root/root"));
 
   const std::string dev = RunOk({dpkg_deb, "-c", debs["libtocl-dev"]});
-  CHECK_THAT(dev, Catch::Contains("./usr/include/tocl/runtime.h") &&
-                      Catch::Contains("./usr/include/tocl/export.h") &&
-                      Catch::Contains("./usr/include/tocl/version.h") &&
-                      Catch::Contains("./usr/lib/libtocl.a") &&
-                      Catch::Contains("./usr/lib/libtocl.so -> libtocl.so.0") &&
-                      Catch::Contains("./usr/lib/cmake/tocl/tocl-config.cmake") &&
-                      Catch::Contains("./usr/lib/cmake/tocl/tocl-targets.cmake") &&
-                      Catch::Contains("./usr/lib/pkgconfig/tocl.pc"));
+  CHECK_THAT(dev,
+             Catch::Contains("./usr/include/tocl/runtime.h") &&
+                 Catch::Contains("./usr/include/tocl/export.h") &&
+                 Catch::Contains("./usr/include/tocl/version.h") &&
+                 Catch::Contains("./usr/" + Build().libdir + "/libtocl.a") &&
+                 Catch::Contains("./usr/" + Build().libdir + "/libtocl.so -> libtocl.so.0") &&
+                 Catch::Contains("./usr/" + Build().libdir + "/cmake/tocl/tocl-config.cmake") &&
+                 Catch::Contains("./usr/" + Build().libdir + "/cmake/tocl/tocl-targets.cmake") &&
+                 Catch::Contains("./usr/" + Build().libdir + "/pkgconfig/tocl.pc"));
   CHECK_THAT(RunOk({dpkg_deb, "-f", debs["libtocl-dev"], "Depends"}),
              Catch::Contains("libtocl0 (= " + version + ")"));
 
