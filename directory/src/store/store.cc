@@ -449,6 +449,11 @@ Result<size_t> Store::ExpireUnresumed(const std::vector<Gid>& orphans, std::stri
 Result<pb::Entity> Store::Lookup(Gid gid) {
   if (!gid.valid()) return InvalidArgument(fmt::format("invalid id {}", gid.ToString()));
   TOCL_ASSIGN_OR_RETURN(ReaderPool::Lease lease, readers_->Acquire());
+  // One snapshot for every read below: a replica commits a new process's
+  // row with its host's highest process index, and read apart, a row that
+  // arrived between the two reads would look removed (a tombstone for a
+  // running process). Read-only: the destructor's rollback ends it.
+  TOCL_ASSIGN_OR_RETURN(Transaction snapshot, Transaction::Begin(lease.db()));
   Result<pb::Entity> entity = LoadEntity(lease.db(), gid);
   if (entity.status().code() == StatusCode::kNotFound && !gid.is_host()) {
     Result<pb::Entity> removed = LookupMissing(lease.db(), gid);

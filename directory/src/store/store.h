@@ -233,15 +233,15 @@ class Store {
   uint64_t head_seq_ = 0;         // guarded by head_mu_
   uint64_t wake_generation_ = 0;  // guarded by head_mu_
 
-  // Re-enrolls per process since this start; used only inside writer
-  // operations (serialised).
+  // Re-enrolls per process since this start, until the process is removed
+  // (RemoveExited); used only inside writer operations (serialised).
   std::map<Gid, uint64_t> resumes_;
   // Snapshots being applied: per origin host, the last gid a page named
   // (null before the first page); used only inside writer operations.
   std::map<Gid, Gid> snapshot_cursor_;
   // Spawned processes whose name is a default (the spawn gave none), until
-  // they enroll; used only inside writer operations. Lost with a restart:
-  // a child that enrolls after one keeps the default.
+  // they enroll or are removed; used only inside writer operations. Lost
+  // with a restart: a child that enrolls after one keeps the default.
   std::set<Gid> default_named_;
 
   // What a resuming process says of itself, added to its row: the rule of

@@ -105,6 +105,10 @@ Result<Removal> Store::RemoveExited(int64_t cutoff_us, size_t max_entities) {
       }
       TOCL_RETURN_IF_ERROR(DeleteEntityRows(db, process, /*with_threads=*/false));
       TOCL_RETURN_IF_ERROR(InsertChange(db, process, kOpRemoved, now));
+      // What the store kept in memory of it goes with its rows (a removed
+      // process never enrolls again).
+      resumes_.erase(process);
+      default_named_.erase(process);
       removal.processes.push_back(process);
       --budget;
     }

@@ -257,7 +257,11 @@ class TOCL_EXPORT Runtime {
   // lvalue the caller keeps it (see Buffer). Returns once the message is
   // queued: ok does not mean delivered. Errors: InvalidArgument (bad ids,
   // tag, buffer), NotFound (no such thread or process), FailedPrecondition
-  // (the destination has exited), Unavailable (cannot reach it).
+  // (the destination has exited), Unavailable (cannot reach it). A thread
+  // the directory does not know while its process runs may not be
+  // registered yet: Send waits for it up to connect_timeout, then NotFound;
+  // so does a thread that left long enough ago for its daemon to remove it
+  // (retain_exited_seconds) while its process goes on.
   Status Send(Gid from, Gid to, Tag tag, Buffer&& buffer);
   Status Send(Gid from, Gid to, Tag tag, Buffer& buffer);
   // Sends `payload` from user memory, any size up to kMaxMessageBytes. Up to

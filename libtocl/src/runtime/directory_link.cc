@@ -29,14 +29,14 @@ void DirectoryLink::QueueRegister(ThreadInfo thread) {
   std::lock_guard lock(mu_);
   to_register_.push_back(std::move(thread));
   ++queued_;
-  cv_.notify_one();
+  work_.notify_one();
 }
 
 void DirectoryLink::QueueUnregister(Gid thread) {
   std::lock_guard lock(mu_);
   to_unregister_.push_back(thread);
   ++queued_;
-  cv_.notify_one();
+  work_.notify_one();
 }
 
 Status DirectoryLink::Flush(std::chrono::milliseconds timeout) {
@@ -58,9 +58,9 @@ void DirectoryLink::RegistrarLoop() {
   while (!stop_) {
     if (to_register_.empty() && to_unregister_.empty()) {
       if (stats_interval_.count() > 0) {
-        cv_.wait_until(lock, next_stats);
+        work_.wait_until(lock, next_stats);
       } else {
-        cv_.wait(lock);
+        work_.wait(lock);
       }
     }
     if (stop_) break;
@@ -97,7 +97,7 @@ void DirectoryLink::RegistrarLoop() {
       }
       if (!registered.ok()) to_register_.insert(to_register_.begin(), batch.begin(), batch.end());
       to_unregister_.insert(to_unregister_.begin(), leaving.begin(), leaving.end());
-      cv_.wait_for(lock, retry_delay, [&] { return stop_; });
+      work_.wait_for(lock, retry_delay, [&] { return stop_; });
       retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(1000));
       continue;
     }
@@ -194,6 +194,7 @@ Status DirectoryLink::Close() {
     std::lock_guard lock(mu_);
     if (stop_) return Status::Ok();
     stop_ = true;
+    work_.notify_all();
     cv_.notify_all();
   }
   stopping_.store(true);

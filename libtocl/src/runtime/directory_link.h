@@ -79,6 +79,11 @@ class DirectoryLink {
   std::chrono::milliseconds stats_interval_{0};
 
   std::mutex mu_;
+  // The registrar's own: new work and Close. One shared with the waiters
+  // below would let notify_one wake one of them instead (a registration
+  // left until the next statistics tick).
+  std::condition_variable work_;
+  // Flush (done_ moved) and the watcher's retry pause (Close).
   std::condition_variable cv_;
   std::vector<ThreadInfo> to_register_;  // guarded by mu_
   std::vector<Gid> to_unregister_;       // guarded by mu_

@@ -89,7 +89,10 @@ class Mailbox {
   bool Remove(detail::BufferSlot* slot);
 
   // Sleeps until a delivery or Wake() after `seen` was read, or `deadline`.
-  uint32_t signal() const { return signal_.load(std::memory_order_acquire); }
+  // seq_cst: the poller's handshake in ProgressEngine::Sleep stores its
+  // flags then reads this, Wake bumps this then reads them; with acquire
+  // the read could move before the store (free on x86: a plain load).
+  uint32_t signal() const { return signal_.load(std::memory_order_seq_cst); }
   void Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline);
   // Bumps the signal; wakes the receiver wherever it sleeps: on this
   // mailbox (Wait), or in `reactor` while it polls for the process (below).
