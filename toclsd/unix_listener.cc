@@ -21,7 +21,8 @@ constexpr int kOutOfDescriptorsPauseMs = 100;
 
 }  // namespace
 
-Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path) {
+Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path,
+                                                           directory::AcceptTimes& accept_times) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return InvalidArgument(
@@ -40,7 +41,8 @@ Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& pa
   }
   Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return ErrnoStatus("eventfd", errno);
-  return std::unique_ptr<UnixListener>(new UnixListener(std::move(socket), std::move(wake)));
+  return std::unique_ptr<UnixListener>(
+      new UnixListener(std::move(socket), std::move(wake), accept_times));
 }
 
 UnixListener::~UnixListener() {
@@ -79,6 +81,8 @@ void UnixListener::AcceptLoop(grpc::Server& server) {
       }
       continue;  // EAGAIN, ECONNABORTED, EINTR: the next poll tells
     }
+    // Before gRPC has it: no call on it can be made before its time is.
+    accept_times_.Accepted(connection);
     grpc::AddInsecureChannelFromFd(&server, connection);
   }
 }

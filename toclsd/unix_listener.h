@@ -6,6 +6,10 @@
 // listener names every caller "unix:" and gives no way to its credentials;
 // directory/src/service/caller.h has the whole argument.
 //
+// Each connection's accept time is recorded (AcceptTimes) before gRPC has
+// it: on a kernel without SO_PEERPIDFD it is how the process that
+// connected is told from one that got its pid later (caller.h).
+//
 // Threading: Serve starts one thread that only accepts; Stop and the
 // destructor may be called from any thread but a gRPC handler.
 #pragma once
@@ -17,6 +21,7 @@
 #include <thread>
 
 #include "core/posix.h"
+#include "service/accept_times.h"
 #include "tocl/status.h"
 
 namespace tocl::daemon {
@@ -25,7 +30,10 @@ class UnixListener {
  public:
   // Binds `path` and listens. The socket file gets the mode 0777 less the
   // umask (socket_access.h's RestrictSocketFile sets its final mode).
-  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path);
+  // `accept_times` (not owned) records every accepted connection; it must
+  // outlive the listener and the server's calls.
+  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path,
+                                                      directory::AcceptTimes& accept_times);
   ~UnixListener();  // Stop()
   UnixListener(const UnixListener&) = delete;
   UnixListener& operator=(const UnixListener&) = delete;
@@ -38,11 +46,13 @@ class UnixListener {
   void Stop();
 
  private:
-  UnixListener(Fd socket, Fd wake) : socket_(std::move(socket)), wake_(std::move(wake)) {}
+  UnixListener(Fd socket, Fd wake, directory::AcceptTimes& accept_times)
+      : socket_(std::move(socket)), wake_(std::move(wake)), accept_times_(accept_times) {}
   void AcceptLoop(grpc::Server& server);
 
   Fd socket_;
   Fd wake_;  // an eventfd: written by Stop, ends AcceptLoop's poll
+  directory::AcceptTimes& accept_times_;
   std::thread thread_;
 };
 

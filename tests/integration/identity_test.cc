@@ -124,6 +124,80 @@ TEST_CASE("an enrollment whose os_pid is not the caller's pid is refused, and so
   CHECK(RawEnroll(*stub, MakeRegister("honest")).status.ok());
 }
 
+// The last field of the `key` line of /proc/<pid>/status ("" without it).
+std::string LastStatusField(pid_t pid, const std::string& key) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!line.starts_with(key + ":")) continue;
+    const size_t last = line.find_last_of(" \t");
+    return last == std::string::npos ? "" : line.substr(last + 1);
+  }
+  return "";
+}
+
+const std::string kUnshare = "/usr/bin/unshare";
+
+TEST_CASE(
+    "a process in another pid namespace enrolls with its pid there; the directory has the "
+    "kernel's",
+    "[integration][security][identity]") {
+  if (!CanSwitchUsers() || ::access(kUnshare.c_str(), X_OK) != 0) {
+    WARN("skipped: a new pid namespace needs root and " << kUnshare);
+    return;
+  }
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The probe is pid 1 of a new pid namespace (unshare forks it), and
+  // claims getpid(): 1.
+  SpawnOptions options;
+  options.pipe_stdin = true;
+  auto unshare = REQUIRE_VALUE(ChildProcess::Spawn(
+      {kUnshare, "--pid", "--kill-child", kProbe, "--daemon", daemon.address(), "enroll", "--hold"},
+      options));
+  Gid gid;
+  const bool enrolled = WaitUntil(
+      [&] {
+        auto parsed = WorkerGid(unshare.Output());
+        if (parsed.ok()) gid = *parsed;
+        return parsed.ok() || unshare.Exited();
+      },
+      seconds(20));
+  INFO(unshare.Output());
+  REQUIRE(enrolled);
+  REQUIRE(gid.valid());
+
+  // Recorded as the daemon's namespace knows it: the probe, unshare's child,
+  // which is pid 1 in its own.
+  auto stub = NewRawStub(daemon.address());
+  pb::Entity entity;
+  REQUIRE(RawLookup(*stub, gid.raw(), &entity).ok());
+  const pid_t pid = static_cast<pid_t>(entity.os_pid());
+  CHECK(pid != 1);
+  CHECK(LastStatusField(pid, "PPid") == std::to_string(unshare.pid()));
+  CHECK(LastStatusField(pid, "NSpid") == "1");
+  CHECK(Logged(daemon, fmt::format("(pid {}, 1 in its pid namespace) enrolled", pid)));
+
+  // Another pid claimed from in there is still refused, and told why.
+  ProgramResult wrong =
+      REQUIRE_VALUE(RunProgram({kUnshare, "--pid", "--kill-child", kProbe, "--daemon",
+                                daemon.address(), "enroll", "--os-pid", "2"},
+                               seconds(30)));
+  INFO(wrong.output);
+  CHECK(wrong.exit_code == 1);
+  CHECK_THAT(wrong.output, Catch::Contains(kPermissionDenied + "os_pid 2 is not the enrolling "
+                                                               "process") &&
+                               Catch::Contains(", pid 1 in its own pid namespace"));
+
+  // Signalled through the pidfd of the verified process (SIGKILL: the init
+  // of a pid namespace ignores what it does not handle).
+  CHECK(RawKill(*stub, gid, SIGKILL).ok());
+  CHECK(WaitUntil(
+      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
+      seconds(10)));
+  CHECK(EndOf(unshare) != -1);
+}
+
 TEST_CASE(
     "a socket_group member cannot have the root daemon signal a root process, by its pid "
     "or by its Gid",
