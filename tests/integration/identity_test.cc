@@ -36,6 +36,7 @@ const std::string kOther = fmt::format("{}:{}", kOtherUid, kNogroupGid);
 // grpc::StatusCode values as the probe prints them.
 const std::string kPermissionDenied = "refused 7: ";
 const std::string kFailedPrecondition = "refused 9: ";
+const std::string kNotFound = "refused 5: ";
 
 // The probe's command line: `as` "" runs it as the test's own user.
 std::vector<std::string> ProbeCommand(const std::string& address, const std::string& as,
@@ -416,6 +417,60 @@ TEST_CASE("logs are read and spawned processes signalled by whoever had them spa
       [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
       seconds(10)));
   CHECK(entity.exit_signal() == SIGTERM);
+}
+
+TEST_CASE("a log whose owner is unknown is read by an administrator only",
+          "[integration][security][identity]") {
+  if (!CanSwitchUsers()) {
+    WARN("skipped: switching users needs root");
+    return;
+  }
+  Daemon daemon(WithGroups({"--socket-group", "nogroup"}));
+  REQUIRE_OK(daemon.Start());
+  ProgramResult spawned = RunProbe(daemon.address(), kNobody, {"spawn", kChild});
+  INFO(spawned.output);
+  REQUIRE(spawned.exit_code == 0);
+  const Gid gid = REQUIRE_VALUE(WorkerGid(spawned.output));
+  auto stub = NewRawStub(daemon.address());
+  REQUIRE(RawKill(*stub, gid, SIGTERM).ok());  // it waits for a signal
+  pb::Entity entity;
+  REQUIRE(WaitUntil(
+      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
+      seconds(10)));
+
+  // The stdout log, whose owner is the one the daemon knows once the child
+  // is reaped, is gone; its stderr log is left.
+  const std::string logs = daemon.state_dir() + "/logs/" + gid.ToString();
+  REQUIRE(::unlink((logs + ".out").c_str()) == 0);
+  REQUIRE(::access((logs + ".err").c_str(), F_OK) == 0);
+
+  // Until the daemon has let go of its child it knows the owner from it.
+  ProgramResult other;
+  REQUIRE(WaitUntil(
+      [&] {
+        other = RunProbe(daemon.address(), kOther, {"log", gid.ToString(), "--stderr"});
+        return other.output.find(kPermissionDenied) == std::string::npos;
+      },
+      seconds(10)));
+  INFO(other.output);
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.output, Catch::Contains(kNotFound + gid.ToString() + " has no logs that uid " +
+                                           std::to_string(kOtherUid)));
+  // Nor the uid it was spawned for: without the owner nobody is known.
+  ProgramResult own = RunProbe(daemon.address(), kNobody, {"log", gid.ToString(), "--stderr"});
+  INFO(own.output);
+  CHECK(own.exit_code == 1);
+  CHECK_THAT(own.output, Catch::Contains(kNotFound));
+  // Root is an administrator: read.
+  pb::ReadLogRequest request;
+  request.set_process(gid.raw());
+  request.set_stream(pb::LOG_STREAM_STDERR);
+  pb::ReadLogResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+  const grpc::Status read = stub->ReadLog(&context, request, &response);
+  INFO(Describe(read));
+  CHECK(read.ok());
 }
 
 TEST_CASE("reserved thread ids are refused by RegisterThreads",
