@@ -114,8 +114,12 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   // the store opens, since a joining daemon gives it to the seed in exchange
   // for its host id.
   cluster::ListenAddress listen;
+  // Who a plaintext TCP peer is, told by its connection to this listener
+  // (loopback_peer.h); without one no TCP peer is known.
+  directory::LoopbackPeers loopback;
   if (config.listen != "none") {
     TOCL_ASSIGN_OR_RETURN(listen, cluster::ListenAddress::Reserve(config.listen));
+    TOCL_ASSIGN_OR_RETURN(loopback, directory::LoopbackPeers::ForListenAddress(listen.address()));
   }
   std::optional<cluster::ClusterPlan> plan;
   if (config.in_cluster()) {
@@ -146,7 +150,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
   auto spawner = spawn::Spawner::Start(*daemon->store_, std::move(spawn_policy));
   if (!spawner.ok()) return spawner.status();
   daemon->spawner_ = std::move(*spawner);
-  directory::DirectoryServiceOptions service_options{.channels = channels};
+  directory::DirectoryServiceOptions service_options{
+      .channels = channels, .loopback = loopback, .accept_times = &daemon->accept_times_};
   if (!config.admin_group.empty()) {
     TOCL_ASSIGN_OR_RETURN(service_options.admin_group,
                           spawn::ResolveGroup(config.admin_group, "admin_group"));
@@ -160,8 +165,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
       *daemon->store_, daemon->spawner_.get(), std::move(service_options));
 
   if (plan) {
-    TOCL_ASSIGN_OR_RETURN(daemon->cluster_, cluster::Cluster::Start(config, std::move(*plan),
-                                                                    *daemon->store_, channels));
+    TOCL_ASSIGN_OR_RETURN(daemon->cluster_,
+                          cluster::Cluster::Start(config, std::move(*plan), *daemon->store_,
+                                                  channels, std::move(loopback)));
   }
   daemon->trimmer_ = std::make_unique<cluster::ChangeLogTrimmer>(
       *daemon->store_, static_cast<uint64_t>(config.change_log_keep));
@@ -196,7 +202,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonConfig& config) {
     // Bound 0600 from the start (0777 less the umask), the group's bits
     // only once it is chown'ed below.
     ScopedUmask private_socket(0177);
-    Result<std::unique_ptr<UnixListener>> unix_listener = UnixListener::Listen(socket_path);
+    Result<std::unique_ptr<UnixListener>> unix_listener =
+        UnixListener::Listen(socket_path, daemon->accept_times_);
     if (!unix_listener.ok()) {
       return Unavailable(fmt::format("cannot listen on unix:{}: {}", socket_path,
                                      unix_listener.status().message()));

@@ -15,6 +15,7 @@
 #include "cluster/listen_address.h"
 #include "config.h"
 #include "retention/retention_sweeper.h"
+#include "service/accept_times.h"
 #include "service/directory_service.h"
 #include "state_lock.h"
 #include "store/store.h"
@@ -51,6 +52,8 @@ class Daemon {
 
   // Declared in setup order; destroyed in reverse.
   StateLock lock_;
+  // Written by unix_listener_, read by service_'s calls: outlives both.
+  directory::AcceptTimes accept_times_;
   std::unique_ptr<directory::Store> store_;
   std::unique_ptr<spawn::Spawner> spawner_;    // the service's ProcessControl
   std::unique_ptr<cluster::Cluster> cluster_;  // null for a standalone daemon

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "core/logger.h"
 #include "daemon.h"
+#include "descriptor_limit.h"
 #include "tocl/version.h"
 
 namespace {
@@ -165,6 +166,15 @@ int main(int argc, char** argv) {
   if (print_config) {
     std::fputs(tocl::daemon::ConfigToToml(config).c_str(), stdout);
     return 0;
+  }
+
+  // After FinishConfig, which set the log level.
+  tocl::Result<rlimit> descriptors = tocl::daemon::RaiseDescriptorLimit();
+  if (descriptors.ok()) {
+    spdlog::debug("file descriptors: soft limit {}, hard limit {}", descriptors->rlim_cur,
+                  descriptors->rlim_max);
+  } else {
+    spdlog::warn("the file descriptor limit stays as it was: {}", descriptors.status().ToString());
   }
 
   auto daemon = tocl::daemon::Daemon::Start(config);

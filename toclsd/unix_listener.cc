@@ -16,12 +16,15 @@ namespace tocl::daemon {
 namespace {
 
 // How long accepting pauses when the daemon is out of descriptors (the
-// pending connection waits in the backlog meanwhile).
+// pending connection waits in the backlog meanwhile). The listening socket
+// stays readable all that time, so it is not polled then: the pause is a
+// wait for Stop only.
 constexpr int kOutOfDescriptorsPauseMs = 100;
 
 }  // namespace
 
-Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path) {
+Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path,
+                                                           directory::AcceptTimes& accept_times) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return InvalidArgument(
@@ -40,7 +43,8 @@ Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& pa
   }
   Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return ErrnoStatus("eventfd", errno);
-  return std::unique_ptr<UnixListener>(new UnixListener(std::move(socket), std::move(wake)));
+  return std::unique_ptr<UnixListener>(
+      new UnixListener(std::move(socket), std::move(wake), accept_times));
 }
 
 UnixListener::~UnixListener() {
@@ -73,14 +77,36 @@ void UnixListener::AcceptLoop(grpc::Server& server) {
     // gone (caller.h relies on that).
     const int connection = ::accept4(socket_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (connection < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        spdlog::warn("the unix socket cannot accept: {}; retrying", std::strerror(errno));
-        ::poll(nullptr, 0, kOutOfDescriptorsPauseMs);
-      }
-      continue;  // EAGAIN, ECONNABORTED, EINTR: the next poll tells
+      if (!AfterAcceptError(errno)) return;
+      continue;
     }
+    if (failed_accepts_ > 0) {
+      spdlog::info("the unix socket accepts again, after {} failed attempts", failed_accepts_);
+      failed_accepts_ = 0;
+    }
+    // Before gRPC has it: no call on it can be made before its time is.
+    accept_times_.Accepted(connection);
     grpc::AddInsecureChannelFromFd(&server, connection);
   }
+}
+
+bool UnixListener::AfterAcceptError(int error) {
+  if (error != EMFILE && error != ENFILE && error != ENOBUFS && error != ENOMEM) {
+    return true;  // EAGAIN, ECONNABORTED, EINTR: the next poll tells
+  }
+  if (failed_accepts_++ == 0) {
+    spdlog::warn(
+        "the unix socket cannot accept: {}; connections wait until descriptors are free "
+        "(raise LimitNOFILE= in toclsd's unit); retrying every {} ms",
+        std::strerror(error), kOutOfDescriptorsPauseMs);
+  }
+  return !StopRequested(kOutOfDescriptorsPauseMs);
+}
+
+bool UnixListener::StopRequested(int timeout_ms) const {
+  pollfd wake = {wake_.get(), POLLIN, 0};
+  // An error (EINTR) only cuts the pause short: the accept loop goes on.
+  return ::poll(&wake, 1, timeout_ms) > 0;
 }
 
 }  // namespace tocl::daemon

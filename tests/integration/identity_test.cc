@@ -36,6 +36,7 @@ const std::string kOther = fmt::format("{}:{}", kOtherUid, kNogroupGid);
 // grpc::StatusCode values as the probe prints them.
 const std::string kPermissionDenied = "refused 7: ";
 const std::string kFailedPrecondition = "refused 9: ";
+const std::string kNotFound = "refused 5: ";
 
 // The probe's command line: `as` "" runs it as the test's own user.
 std::vector<std::string> ProbeCommand(const std::string& address, const std::string& as,
@@ -122,6 +123,80 @@ TEST_CASE("an enrollment whose os_pid is not the caller's pid is refused, and so
   CHECK(victim.running());
   // Its own pid enrolls.
   CHECK(RawEnroll(*stub, MakeRegister("honest")).status.ok());
+}
+
+// The last field of the `key` line of /proc/<pid>/status ("" without it).
+std::string LastStatusField(pid_t pid, const std::string& key) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!line.starts_with(key + ":")) continue;
+    const size_t last = line.find_last_of(" \t");
+    return last == std::string::npos ? "" : line.substr(last + 1);
+  }
+  return "";
+}
+
+const std::string kUnshare = "/usr/bin/unshare";
+
+TEST_CASE(
+    "a process in another pid namespace enrolls with its pid there; the directory has the "
+    "kernel's",
+    "[integration][security][identity]") {
+  if (!CanSwitchUsers() || ::access(kUnshare.c_str(), X_OK) != 0) {
+    WARN("skipped: a new pid namespace needs root and " << kUnshare);
+    return;
+  }
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The probe is pid 1 of a new pid namespace (unshare forks it), and
+  // claims getpid(): 1.
+  SpawnOptions options;
+  options.pipe_stdin = true;
+  auto unshare = REQUIRE_VALUE(ChildProcess::Spawn(
+      {kUnshare, "--pid", "--kill-child", kProbe, "--daemon", daemon.address(), "enroll", "--hold"},
+      options));
+  Gid gid;
+  const bool enrolled = WaitUntil(
+      [&] {
+        auto parsed = WorkerGid(unshare.Output());
+        if (parsed.ok()) gid = *parsed;
+        return parsed.ok() || unshare.Exited();
+      },
+      seconds(20));
+  INFO(unshare.Output());
+  REQUIRE(enrolled);
+  REQUIRE(gid.valid());
+
+  // Recorded as the daemon's namespace knows it: the probe, unshare's child,
+  // which is pid 1 in its own.
+  auto stub = NewRawStub(daemon.address());
+  pb::Entity entity;
+  REQUIRE(RawLookup(*stub, gid.raw(), &entity).ok());
+  const pid_t pid = static_cast<pid_t>(entity.os_pid());
+  CHECK(pid != 1);
+  CHECK(LastStatusField(pid, "PPid") == std::to_string(unshare.pid()));
+  CHECK(LastStatusField(pid, "NSpid") == "1");
+  CHECK(Logged(daemon, fmt::format("(pid {}, 1 in its pid namespace) enrolled", pid)));
+
+  // Another pid claimed from in there is still refused, and told why.
+  ProgramResult wrong =
+      REQUIRE_VALUE(RunProgram({kUnshare, "--pid", "--kill-child", kProbe, "--daemon",
+                                daemon.address(), "enroll", "--os-pid", "2"},
+                               seconds(30)));
+  INFO(wrong.output);
+  CHECK(wrong.exit_code == 1);
+  CHECK_THAT(wrong.output, Catch::Contains(kPermissionDenied + "os_pid 2 is not the enrolling "
+                                                               "process") &&
+                               Catch::Contains(", pid 1 in its own pid namespace"));
+
+  // Signalled through the pidfd of the verified process (SIGKILL: the init
+  // of a pid namespace ignores what it does not handle).
+  CHECK(RawKill(*stub, gid, SIGKILL).ok());
+  CHECK(WaitUntil(
+      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
+      seconds(10)));
+  CHECK(EndOf(unshare) != -1);
 }
 
 TEST_CASE(
@@ -342,6 +417,60 @@ TEST_CASE("logs are read and spawned processes signalled by whoever had them spa
       [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
       seconds(10)));
   CHECK(entity.exit_signal() == SIGTERM);
+}
+
+TEST_CASE("a log whose owner is unknown is read by an administrator only",
+          "[integration][security][identity]") {
+  if (!CanSwitchUsers()) {
+    WARN("skipped: switching users needs root");
+    return;
+  }
+  Daemon daemon(WithGroups({"--socket-group", "nogroup"}));
+  REQUIRE_OK(daemon.Start());
+  ProgramResult spawned = RunProbe(daemon.address(), kNobody, {"spawn", kChild});
+  INFO(spawned.output);
+  REQUIRE(spawned.exit_code == 0);
+  const Gid gid = REQUIRE_VALUE(WorkerGid(spawned.output));
+  auto stub = NewRawStub(daemon.address());
+  REQUIRE(RawKill(*stub, gid, SIGTERM).ok());  // it waits for a signal
+  pb::Entity entity;
+  REQUIRE(WaitUntil(
+      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
+      seconds(10)));
+
+  // The stdout log, whose owner is the one the daemon knows once the child
+  // is reaped, is gone; its stderr log is left.
+  const std::string logs = daemon.state_dir() + "/logs/" + gid.ToString();
+  REQUIRE(::unlink((logs + ".out").c_str()) == 0);
+  REQUIRE(::access((logs + ".err").c_str(), F_OK) == 0);
+
+  // Until the daemon has let go of its child it knows the owner from it.
+  ProgramResult other;
+  REQUIRE(WaitUntil(
+      [&] {
+        other = RunProbe(daemon.address(), kOther, {"log", gid.ToString(), "--stderr"});
+        return other.output.find(kPermissionDenied) == std::string::npos;
+      },
+      seconds(10)));
+  INFO(other.output);
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.output, Catch::Contains(kNotFound + gid.ToString() + " has no logs that uid " +
+                                           std::to_string(kOtherUid)));
+  // Nor the uid it was spawned for: without the owner nobody is known.
+  ProgramResult own = RunProbe(daemon.address(), kNobody, {"log", gid.ToString(), "--stderr"});
+  INFO(own.output);
+  CHECK(own.exit_code == 1);
+  CHECK_THAT(own.output, Catch::Contains(kNotFound));
+  // Root is an administrator: read.
+  pb::ReadLogRequest request;
+  request.set_process(gid.raw());
+  request.set_stream(pb::LOG_STREAM_STDERR);
+  pb::ReadLogResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+  const grpc::Status read = stub->ReadLog(&context, request, &response);
+  INFO(Describe(read));
+  CHECK(read.ok());
 }
 
 TEST_CASE("reserved thread ids are refused by RegisterThreads",

@@ -4,6 +4,9 @@
 // call is over, even when the client has died and the call is cancelled.
 // If a gRPC upgrade closed N earlier, a new connection could get N while an
 // old call's handler reads SO_PEERCRED of it: this test would fail first.
+// The listener records when it accepted N before gRPC has it, so a handler
+// finds that time (AcceptTimes), by which the caller is pinned on kernels
+// without SO_PEERPIDFD.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "daemon_harness.h"
+#include "service/accept_times.h"
 #include "service/caller.h"
 #include "status_assertions.h"
 #include "tocl/directory/v1/directory.grpc.pb.h"
@@ -43,16 +47,27 @@ std::optional<ino_t> InodeOf(int fd) {
 // records what its connection's descriptor was at the start and then.
 class BlockingPing final : public pb::Directory::Service {
  public:
+  explicit BlockingPing(const directory::AcceptTimes& accept_times) : accept_times_(accept_times) {}
+
   grpc::Status Ping(grpc::ServerContext* context, const pb::PingRequest*,
                     pb::PingResponse*) override {
+    const int64_t called_ns = directory::BootTimeNs();
     const std::optional<int> fd = directory::UnixConnectionFd(*context);
     Result<directory::UnixPeer> peer =
         fd ? directory::UnixPeerOf(*fd) : Result<directory::UnixPeer>(NotFound("no fd: peer"));
+    const std::optional<int64_t> accepted =
+        fd ? accept_times_.AcceptedAt(*fd) : std::optional<int64_t>();
     {
       std::lock_guard lock(mu_);
       fd_ = fd;
       caller_pid_ = peer.ok() ? peer->pid : 0;
       inode_at_start_ = fd ? InodeOf(*fd) : std::nullopt;
+      accepted_before_call_ = accepted && *accepted <= called_ns;
+      // The fallback of kernels before 6.5, on this kernel too: the probe
+      // started before its connection was accepted.
+      pinned_ = accepted && peer.ok() &&
+                directory::PinProcessStartedBy(peer->pid, *accepted).ok() &&
+                directory::PeerProcess(*fd, *peer, accepted).ok();
     }
     started_.store(true);
     const bool cancelled = WaitUntil([&] { return context->IsCancelled(); }, seconds(20));
@@ -63,6 +78,7 @@ class BlockingPing final : public pb::Directory::Service {
     return grpc::Status::OK;
   }
 
+  const directory::AcceptTimes& accept_times_;
   std::atomic<bool> started_{false};
   std::atomic<bool> finished_{false};
   std::mutex mu_;
@@ -71,14 +87,17 @@ class BlockingPing final : public pb::Directory::Service {
   std::optional<ino_t> inode_at_start_;
   std::optional<ino_t> inode_when_cancelled_;
   bool cancelled_ = false;
+  bool accepted_before_call_ = false;
+  bool pinned_ = false;
 };
 
 TEST_CASE("gRPC keeps a unix connection's descriptor until its last call ends, client dead or not",
           "[integration][security][identity]") {
   TempDir dir("tocl-unix-peer-");
   const std::string path = dir.File("s.sock");
-  auto listener = REQUIRE_VALUE(daemon::UnixListener::Listen(path));
-  BlockingPing service;
+  directory::AcceptTimes accept_times;
+  auto listener = REQUIRE_VALUE(daemon::UnixListener::Listen(path, accept_times));
+  BlockingPing service(accept_times);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -92,6 +111,8 @@ TEST_CASE("gRPC keeps a unix connection's descriptor until its last call ends, c
     REQUIRE(service.fd_.has_value());
     CHECK(service.caller_pid_ == client.pid());  // SO_PEERCRED names the probe
     REQUIRE(service.inode_at_start_.has_value());
+    CHECK(service.accepted_before_call_);
+    CHECK(service.pinned_);
   }
   REQUIRE_VALUE(client.Kill());  // the client dies mid-call
   REQUIRE(WaitUntil([&] { return service.finished_.load(); }, seconds(30)));

@@ -133,7 +133,8 @@ Cluster::Cluster(const DaemonConfig& config, ClusterPlan plan, directory::Store&
 
 Result<std::unique_ptr<Cluster>> Cluster::Start(const DaemonConfig& config, ClusterPlan plan,
                                                 directory::Store& store,
-                                                directory::DaemonChannels channels) {
+                                                directory::DaemonChannels channels,
+                                                directory::LoopbackPeers loopback) {
   std::unique_ptr<Cluster> cluster(
       new Cluster(config, std::move(plan), store, std::move(channels)));
   const ClusterPlan& planned = cluster->plan_;
@@ -161,7 +162,8 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const DaemonConfig& config, Clus
   cluster->membership_ = std::make_unique<Membership>(
       store, directory::MemberRow{store.host(), config.host_name, planned.advertise}, timing,
       cluster->channels_);
-  cluster->service_ = std::make_unique<ClusterService>(store, *cluster->membership_, config.seed);
+  cluster->service_ = std::make_unique<ClusterService>(store, *cluster->membership_, config.seed,
+                                                       std::move(loopback));
   cluster->membership_->Start(members);
   if (!config.seed && !planned.joined) {
     Cluster* raw = cluster.get();

@@ -4,7 +4,7 @@
 //
 //   ClusterPlan plan = *PlanCluster(config, listen.address(), channels);  // before the store opens
 //   options.host_id = plan.host_id;  ... open the store ...
-//   auto cluster = *Cluster::Start(config, std::move(plan), store, channels);
+//   auto cluster = *Cluster::Start(config, std::move(plan), store, channels, loopback);
 //   builder.RegisterService(cluster->service());
 //   ...
 //   cluster->Stop();                                            // before the server stops
@@ -24,6 +24,7 @@
 #include "cluster/membership.h"
 #include "config.h"
 #include "service/daemon_channels.h"
+#include "service/loopback_peer.h"
 #include "store/store.h"
 #include "tocl/directory/v1/cluster.pb.h"
 
@@ -54,10 +55,12 @@ class Cluster {
  public:
   // Records the members (the seed: records itself), publishes the address,
   // links to every member. The service must be registered before the server
-  // starts.
+  // starts. `loopback`: the daemon's TCP listener, by which its service
+  // knows plaintext TCP callers (caller.h).
   static Result<std::unique_ptr<Cluster>> Start(const DaemonConfig& config, ClusterPlan plan,
                                                 directory::Store& store,
-                                                directory::DaemonChannels channels);
+                                                directory::DaemonChannels channels,
+                                                directory::LoopbackPeers loopback);
   ~Cluster();  // Stop()
 
   grpc::Service* service() { return service_.get(); }

@@ -42,8 +42,12 @@ Status CheckMember(const pb::Member& member, std::string_view what) {
 
 }  // namespace
 
-ClusterService::ClusterService(directory::Store& store, Membership& membership, bool seed)
-    : store_(store), membership_(membership), seed_(seed) {}
+ClusterService::ClusterService(directory::Store& store, Membership& membership, bool seed,
+                               directory::LoopbackPeers loopback)
+    : store_(store),
+      membership_(membership),
+      seed_(seed),
+      callers_(std::nullopt, std::move(loopback)) {}
 
 grpc::Status ClusterService::CheckDaemonCaller(const grpc::ServerContext& context,
                                                std::string_view call) const {

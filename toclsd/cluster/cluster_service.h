@@ -25,8 +25,10 @@ namespace pb = ::tocl::directory::v1;
 
 class ClusterService final : public pb::Cluster::Service {
  public:
-  // `seed`: this daemon hands out host ids.
-  ClusterService(directory::Store& store, Membership& membership, bool seed);
+  // `seed`: this daemon hands out host ids. `loopback`: the daemon's TCP
+  // listener (plaintext TCP callers, caller.h).
+  ClusterService(directory::Store& store, Membership& membership, bool seed,
+                 directory::LoopbackPeers loopback);
 
   // Ends Replicate streams (within their wait slice) and refuses new calls.
   void BeginShutdown();
@@ -49,7 +51,8 @@ class ClusterService final : public pb::Cluster::Service {
   directory::Store& store_;
   Membership& membership_;
   const bool seed_;
-  const directory::CallerCheck callers_{std::nullopt};
+  // No admin group: only whether the caller is a daemon matters here.
+  const directory::CallerCheck callers_;
   std::atomic<bool> shutting_down_{false};  // release/acquire: set once, read by handlers
 };
 

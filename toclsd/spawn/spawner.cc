@@ -449,12 +449,18 @@ Result<pb::ReadLogResponse> Spawner::ReadLog(const pb::ReadLogRequest& request,
                                 process.ToString()));
   }
   if (!spawned_for) spawned_for = logs_.OwnerOf(process);
+  if (!spawned_for && !caller.admin) {
+    // No stdout log, so no owner to check against: whatever else is there
+    // (a stderr log left alone) is only an administrator's to read.
+    return NotFound(
+        fmt::format("{} has no logs that {} may read", process.ToString(), caller.Describe()));
+  }
   if (spawned_for) {
     if (Status allowed = directory::MayReadLog(caller, process, *spawned_for); !allowed.ok()) {
       spdlog::warn("log of {} refused: {}", process.ToString(), allowed.message());
       return allowed;
     }
-  }  // no log file: Read says so
+  }  // an administrator, no log file: Read says so
   const size_t max_bytes = request.max_bytes() == 0
                                ? kDefaultLogChunk
                                : std::min<size_t>(request.max_bytes(), kMaxLogChunk);

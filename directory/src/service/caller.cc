@@ -8,12 +8,12 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "grpc_tls/tls_credentials.h"
 #include "service/daemon_stubs.h"
-#include "service/loopback_peer.h"
 
 // Linux 6.5; glibc 2.36 does not name it yet.
 #ifndef SO_PEERPIDFD
@@ -30,6 +30,21 @@ std::optional<std::string_view> Metadata(const grpc::ServerContext& context, con
   auto it = metadata.find(key);
   if (it == metadata.end()) return std::nullopt;
   return std::string_view(it->second.data(), it->second.size());
+}
+
+// A pidfd the daemon could not have for want of descriptors, said so.
+Status OutOfDescriptors(pid_t pid, const Status& why) {
+  return ResourceExhausted(
+      fmt::format("the daemon has no file descriptors left to hold process {} ({}); raise its "
+                  "RLIMIT_NOFILE (LimitNOFILE= in its systemd unit)",
+                  pid, why.message()));
+}
+
+// Clock ticks since boot of a CLOCK_BOOTTIME time, rounded down as the
+// kernel rounds a process's start time in /proc/<pid>/stat.
+uint64_t BootTicks(int64_t boot_ns) {
+  static const int64_t kNsPerTick = 1'000'000'000 / ::sysconf(_SC_CLK_TCK);
+  return static_cast<uint64_t>(boot_ns / kNsPerTick);
 }
 
 }  // namespace
@@ -72,18 +87,50 @@ Result<UnixPeer> UnixPeerOf(int fd) {
   return UnixPeer{credentials.pid, credentials.uid, credentials.gid};
 }
 
-Result<ProcessHandle> PeerProcess(int fd, const UnixPeer& peer) {
-  int pidfd = -1;
-  socklen_t size = sizeof(pidfd);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &size) == 0 && pidfd >= 0) {
-    return ProcessHandle(peer.pid, Fd(pidfd));
+Result<ProcessHandle> PinProcessStartedBy(pid_t pid, int64_t accepted_ns) {
+  Result<ProcessHandle> process = ProcessHandle::Open(pid);
+  if (process.status().code() == StatusCode::kResourceExhausted) {
+    return OutOfDescriptors(pid, process.status());
   }
-  // ENOPROTOOPT before Linux 6.5.
-  return ProcessHandle::Open(peer.pid);
+  TOCL_RETURN_IF_ERROR(process.status());
+  TOCL_ASSIGN_OR_RETURN(uint64_t started, process->StartTicks());
+  const uint64_t accepted = BootTicks(accepted_ns);
+  if (started > accepted) {
+    return PermissionDenied(fmt::format(
+        "pid {} started (tick {}) after its connection was accepted (tick {}): the process "
+        "that connected has exited and its pid belongs to another",
+        pid, started, accepted));
+  }
+  return std::move(*process);
 }
 
-CallerCheck::CallerCheck(std::optional<gid_t> admin_group)
-    : admin_group_(admin_group), daemon_uid_(::geteuid()) {}
+Result<ProcessHandle> PeerProcess(int fd, const UnixPeer& peer,
+                                  std::optional<int64_t> accepted_ns) {
+  int pidfd = -1;
+  socklen_t size = sizeof(pidfd);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &size) == 0) {
+    if (pidfd >= 0) return ProcessHandle(peer.pid, Fd(pidfd));
+    return Internal(fmt::format("SO_PEERPIDFD gave no descriptor for pid {}", peer.pid));
+  }
+  const int error = errno;
+  if (error == EMFILE || error == ENFILE) {
+    return OutOfDescriptors(peer.pid, ErrnoStatus("SO_PEERPIDFD", error));
+  }
+  // Only a kernel without the option (before Linux 6.5) takes the pid's
+  // word; one with it answers EINVAL or ESRCH for a process that is gone.
+  if (error != ENOPROTOOPT) {
+    return NotFound(fmt::format("the process that connected (pid {}) is gone: SO_PEERPIDFD: {}",
+                                peer.pid, std::strerror(error)));
+  }
+  if (!accepted_ns) {
+    return Internal(fmt::format(
+        "no accept time for the connection of pid {}: its pid cannot be checked", peer.pid));
+  }
+  return PinProcessStartedBy(peer.pid, *accepted_ns);
+}
+
+CallerCheck::CallerCheck(std::optional<gid_t> admin_group, LoopbackPeers loopback)
+    : admin_group_(admin_group), loopback_(std::move(loopback)), daemon_uid_(::geteuid()) {}
 
 bool CallerCheck::IsAdmin(uid_t uid, gid_t gid) const {
   if (uid == 0) return true;
@@ -123,7 +170,7 @@ Result<Caller> CallerCheck::Identify(const grpc::ServerContext& context) const {
         context, Caller{.channel = Caller::Channel::kCertificate, .admin = true, .peer = peer});
   }
   if (peer.starts_with("ipv4:") || peer.starts_with("ipv6:")) {
-    TOCL_ASSIGN_OR_RETURN(uid_t uid, LoopbackPeerUid(peer));
+    TOCL_ASSIGN_OR_RETURN(uid_t uid, loopback_.OwnerOf(peer));
     if (uid != 0 && uid != daemon_uid_) {
       return PermissionDenied(fmt::format(
           "over TCP without credentials only toclsd's own user (uid {}) and root are served; "

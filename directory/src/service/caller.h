@@ -21,10 +21,13 @@
 //    its own verified caller (kCallerUidKey) and whether that caller is an
 //    administrator there; the certificate is why it is believed.
 //  - TCP without credentials (loopback only): the kernel's socket table
-//    names the peer socket's owner (loopback_peer.h). Only toclsd's own
-//    user and root are served there (any local user can open a loopback
-//    TCP connection, passing the unix socket's permissions by); their
-//    forwarded uids are believed as over mutual TLS.
+//    names the owner of the peer's end of the connection (loopback_peer.h).
+//    Only toclsd's own user and root are served there (any local user can
+//    open a loopback TCP connection, passing the unix socket's permissions
+//    by); their forwarded uids are believed as over mutual TLS. Every
+//    process of toclsd's user is trusted so, as it could equally read the
+//    daemon's state directory: on a daemon that is not root this includes
+//    every program it spawns (README "Security").
 //
 // A cluster is taken to share one uid space (uid 1000 is the same person on
 // every host), as clusters with shared accounts (LDAP, NFS) do.
@@ -34,9 +37,11 @@
 #include <grpcpp/server_context.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "service/loopback_peer.h"
 #include "service/process_handle.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -81,19 +86,33 @@ struct UnixPeer {
 std::optional<int> UnixConnectionFd(const grpc::ServerContext& context);
 // SO_PEERCRED of connection `fd`.
 Result<UnixPeer> UnixPeerOf(int fd);
-// The process that connected to `fd`, held by a pidfd: SO_PEERPIDFD where
-// the kernel has it (Linux 6.5: the very process, no window), else
-// pidfd_open(peer.pid). In the window that leaves (the process exits and
-// its pid is reused before pidfd_open) another process could be pinned;
-// every signal is checked against the target's uids at the time (see
-// MaySignal), so such a mistake hands a caller nothing it could not do
-// with kill(2) itself.
-Result<ProcessHandle> PeerProcess(int fd, const UnixPeer& peer);
+// The process that connected to `fd`, held by a pidfd.
+//  - SO_PEERPIDFD where the kernel has it (Linux 6.5): the very process
+//    the kernel recorded at connect(2), no window. Any error but "no such
+//    option" refuses: the process has exited (EINVAL, ESRCH), or the daemon
+//    has no descriptor left (ResourceExhausted).
+//  - Else (ENOPROTOOPT: Debian 12's 6.1) pidfd_open(peer.pid), checked by
+//    PinProcessStartedBy against `accepted_ns`, when toclsd accepted the
+//    connection (AcceptTimes); refused without it.
+// PermissionDenied when the pid has gone to a process that started after
+// the connection was accepted; NotFound/FailedPrecondition when the
+// process is gone.
+Result<ProcessHandle> PeerProcess(int fd, const UnixPeer& peer, std::optional<int64_t> accepted_ns);
+// pidfd_open(pid), kept only if that process started no later than
+// `accepted_ns` (BootTimeNs, accept_times.h): one that started after the
+// connection was accepted got the pid after the process that connected
+// exited. Its start time is read after pidfd_open and the pidfd then
+// checked alive, so it is the pinned process's. Left open: a pid that
+// went to another process before the accept, or within the clock tick
+// (10 ms) of the accept: the connecting process must exit and its pid be
+// reused in that time. Linux 6.5's SO_PEERPIDFD closes it.
+Result<ProcessHandle> PinProcessStartedBy(pid_t pid, int64_t accepted_ns);
 
 class CallerCheck {
  public:
-  // `admin_group`: its members may act on every process of this host.
-  explicit CallerCheck(std::optional<gid_t> admin_group);
+  // `admin_group`: its members may act on every process of this host;
+  // `loopback`: where this daemon's TCP listener is (plaintext TCP peers).
+  CallerCheck(std::optional<gid_t> admin_group, LoopbackPeers loopback);
 
   // Who made the call of `context` (above). PermissionDenied, saying why,
   // when the caller cannot be identified: a plaintext TCP peer of another
@@ -113,12 +132,16 @@ class CallerCheck {
   static Result<Caller> ForwardedOr(const grpc::ServerContext& context, Caller peer_itself);
 
   const std::optional<gid_t> admin_group_;
+  const LoopbackPeers loopback_;
   const uid_t daemon_uid_;
 };
 
 // Who may act on a process of this host (signal it): an administrator
 // (above), a caller whose uid is the process's real or saved uid now (as
-// kill(2) would allow that uid), or the uid that had the daemon spawn it.
+// kill(2) would allow that uid), or the uid that had the daemon spawn it
+// (which kill(2) may not allow: with run_as the process is another user's).
+// The process is one the daemon holds by a pidfd, verified as the one that
+// connected or the one it started (PeerProcess), so the uids are its own.
 // PermissionDenied naming both sides otherwise.
 struct ProcessOwners {
   ProcessUids uids;

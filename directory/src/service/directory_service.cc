@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <optional>
+#include <vector>
 
 #include "grpc_tls/tls_credentials.h"
 #include "service/grpc_status.h"
@@ -188,24 +189,61 @@ Result<DirectoryService::VerifiedEnrollment> DirectoryService::VerifyEnrollingCa
     if (control_ != nullptr && !resume.is_null()) {
       TOCL_RETURN_IF_ERROR(control_->CheckEnrollingPid(resume, std::nullopt));
     }
-    return VerifiedEnrollment{};
+    return VerifiedEnrollment{.os_pid = reg.os_pid()};
   }
   TOCL_ASSIGN_OR_RETURN(UnixPeer peer, UnixPeerOf(*fd));
+  const std::optional<int64_t> accepted =
+      accept_times_ != nullptr ? accept_times_->AcceptedAt(*fd) : std::nullopt;
+  Result<ProcessHandle> process = PeerProcess(*fd, peer, accepted);
+  if (!process.ok()) {
+    const StatusCode code = process.status().code();
+    // Out of descriptors, or the pid taken by a newer process, say so;
+    // anything else means the process has gone.
+    if (code == StatusCode::kResourceExhausted || code == StatusCode::kPermissionDenied) {
+      return process.status().WithContext(fmt::format("the enrolling process {}", peer.pid));
+    }
+    return Unavailable(
+        fmt::format("the enrolling process {} is gone: {}", peer.pid, process.status().message()));
+  }
   if (reg.os_pid() != peer.pid) {
-    return PermissionDenied(fmt::format(
-        "os_pid {} is not the enrolling process: the kernel says this connection is pid {} "
-        "(uid {}); a process enrolls itself, with its own pid",
-        reg.os_pid(), peer.pid, peer.uid));
+    // A process in a container's pid namespace knows itself by its pid
+    // there, the last of its NSpid line. The process is pinned, so the
+    // line is its own.
+    Result<std::vector<pid_t>> namespace_pids = process->NamespacePids();
+    if (!namespace_pids.ok() || namespace_pids->back() != reg.os_pid()) {
+      return PermissionDenied(fmt::format(
+          "os_pid {} is not the enrolling process: the kernel says this connection is pid {} "
+          "(uid {}){}; a process enrolls itself, with its own pid",
+          reg.os_pid(), peer.pid, peer.uid,
+          namespace_pids.ok() && namespace_pids->size() > 1
+              ? fmt::format(", pid {} in its own pid namespace", namespace_pids->back())
+              : ""));
+    }
   }
   if (control_ != nullptr && !resume.is_null()) {
     TOCL_RETURN_IF_ERROR(control_->CheckEnrollingPid(resume, peer.pid));
   }
-  Result<ProcessHandle> process = PeerProcess(*fd, peer);
-  if (!process.ok()) {
-    return Unavailable(
-        fmt::format("the enrolling process {} is gone: {}", peer.pid, process.status().message()));
+  return VerifiedEnrollment{.process = std::move(*process), .os_pid = peer.pid};
+}
+
+Result<Enrollment> DirectoryService::StoreEnrollment(const pb::EnrollRegister& reg,
+                                                     const VerifiedEnrollment& verified) {
+  const pb::EnrollRegister* recorded = &reg;
+  // A process of another pid namespace claimed its pid there; its row has
+  // its pid in the daemon's namespace, as every row does: the one a resume
+  // is checked against, and the one the daemon's own checks use
+  // (SortOrphans at start).
+  std::optional<pb::EnrollRegister> renumbered;
+  if (verified.os_pid != reg.os_pid()) {
+    renumbered = reg;
+    renumbered->set_os_pid(verified.os_pid);
+    recorded = &*renumbered;
   }
-  return VerifiedEnrollment{std::move(*process)};
+  if (reg.resume_gid() != 0) {
+    return store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()), reg.resume_token(), verified.os_pid,
+                                recorded);
+  }
+  return store_.EnrollProcess(*recorded);
 }
 
 grpc::Status DirectoryService::EnrollProcess(
@@ -221,11 +259,8 @@ grpc::Status DirectoryService::EnrollProcess(
   }
   const pb::EnrollRegister& reg = request.register_();
   Result<VerifiedEnrollment> verified = VerifyEnrollingCaller(*context, reg);
-  Result<Enrollment> enrollment = !verified.ok() ? Result<Enrollment>(verified.status())
-                                  : reg.resume_gid() != 0
-                                      ? store_.ResumeProcess(Gid::FromRaw(reg.resume_gid()),
-                                                             reg.resume_token(), reg.os_pid(), &reg)
-                                      : store_.EnrollProcess(reg);
+  Result<Enrollment> enrollment =
+      verified.ok() ? StoreEnrollment(reg, *verified) : Result<Enrollment>(verified.status());
   if (!enrollment.ok()) {
     spdlog::info("enroll of '{}' (pid {}) from {} refused: {}", reg.name(), reg.os_pid(),
                  context->peer(), enrollment.status().ToString());
@@ -238,7 +273,10 @@ grpc::Status DirectoryService::EnrollProcess(
   // a re-enrollment.
   const bool spawned = control_ != nullptr && control_->OnEnrolled(gid);
   const bool resumed = enrollment->resumed() && !spawned;
-  spdlog::info("process {} '{}' (pid {}{}) {}", gid.ToString(), reg.name(), reg.os_pid(),
+  spdlog::info("process {} '{}' (pid {}{}{}) {}", gid.ToString(), reg.name(), verified->os_pid,
+               verified->os_pid != reg.os_pid()
+                   ? fmt::format(", {} in its pid namespace", reg.os_pid())
+                   : "",
                pid_verified ? "" : ", not verified: enrolled over TCP",
                spawned   ? "enrolled (spawned by this daemon)"
                : resumed ? "re-enrolled"

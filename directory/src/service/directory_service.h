@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "service/accept_times.h"
 #include "service/caller.h"
 #include "service/daemon_stubs.h"
 #include "service/process_control.h"
@@ -31,6 +32,14 @@ struct DirectoryServiceOptions {
   // The group whose members may signal every process of this host (and
   // read every log), like root (caller.h).
   std::optional<gid_t> admin_group = std::nullopt;
+  // Where the daemon's TCP listener is, for telling plaintext TCP peers
+  // (caller.h); the default: no TCP listener.
+  LoopbackPeers loopback = {};
+  // When toclsd accepted each unix connection (not owned; outlives the
+  // service): how an enrolling process is pinned on a kernel without
+  // SO_PEERPIDFD (PeerProcess). Null: no accept times, such enrollments
+  // are refused there.
+  const AcceptTimes* accept_times = nullptr;
 };
 
 class DirectoryService final : public pb::Directory::Service {
@@ -43,7 +52,8 @@ class DirectoryService final : public pb::Directory::Service {
       : store_(store),
         control_(control),
         data_plane_secret_(std::move(options.data_plane_secret)),
-        callers_(options.admin_group),
+        accept_times_(options.accept_times),
+        callers_(options.admin_group, std::move(options.loopback)),
         daemons_(std::move(options.channels)) {}
 
   // From now on streams that end do not mark their processes exited: the
@@ -87,15 +97,22 @@ class DirectoryService final : public pb::Directory::Service {
   // The verified caller of a spawn, kill or log call (caller.h), or
   // PermissionDenied (logged) naming `what` and why.
   Result<Caller> IdentifyCaller(const grpc::ServerContext& context, std::string_view what) const;
-  // An enrolling process as the kernel names it: its os_pid must be the
-  // caller's (unix socket), and a spawned child's the pid it was started
-  // as; the process comes back held by a pidfd. Over TCP nothing is
-  // verified (no process).
+  // An enrolling process as the kernel names it: on the unix socket its
+  // os_pid must be the caller's, as the kernel gives it (SO_PEERCRED) or
+  // as the caller sees it in its own pid namespace (the last NSpid), and a
+  // spawned child's the pid it was started as; the process comes back held
+  // by a pidfd, with its pid in the daemon's namespace. Over TCP nothing is
+  // verified (no process, the pid as claimed).
   struct VerifiedEnrollment {
-    std::optional<ProcessHandle> process;
+    std::optional<ProcessHandle> process = std::nullopt;
+    int64_t os_pid = 0;  // what the directory records
   };
   Result<VerifiedEnrollment> VerifyEnrollingCaller(const grpc::ServerContext& context,
                                                    const pb::EnrollRegister& reg);
+  // The enrollment (or resume) of `reg` in the store, with the os_pid
+  // `verified` settled on.
+  Result<Enrollment> StoreEnrollment(const pb::EnrollRegister& reg,
+                                     const VerifiedEnrollment& verified);
   // Kill on this host: through the pidfd of the daemon's child or of the
   // process's verified enrollment, if `caller` may (MaySignal); refused
   // for a process whose pid was never verified.
@@ -125,6 +142,7 @@ class DirectoryService final : public pb::Directory::Service {
   Store& store_;
   ProcessControl* const control_;  // not owned; may be null
   const std::string data_plane_secret_;
+  const AcceptTimes* const accept_times_;  // not owned; may be null
   const CallerCheck callers_;
   SessionRegistry sessions_;
   DaemonStubs daemons_;

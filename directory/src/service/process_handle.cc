@@ -4,9 +4,7 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 // glibc 2.36's <sys/pidfd.h> lacks __BEGIN_DECLS (fixed in 2.37).
@@ -32,23 +30,43 @@ Status ProcessHandle::Signal(int signal) const {
   return ErrnoStatus(fmt::format("signal {} to pid {}", signal, pid_), errno);
 }
 
-Result<ProcessUids> ProcessHandle::Uids() const {
-  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
-  std::string line;
-  std::optional<ProcessUids> uids;
-  while (std::getline(status, line)) {
-    if (!line.starts_with("Uid:")) continue;
-    std::istringstream fields(line.substr(4));
-    ProcessUids read;
-    if (fields >> read.real >> read.effective >> read.saved) uids = read;
-    break;
+Status ProcessHandle::CheckAlive() const {
+  // EPERM comes after the kernel found the process: alive, of a user a
+  // daemon that is not root may not signal.
+  if (::pidfd_send_signal(pidfd_.get(), 0, nullptr, 0) == 0 || errno == EPERM) {
+    return Status::Ok();
   }
-  // Signal 0 through the pidfd: the process was alive after the read, so
-  // /proc/<pid> was still its own (a pid is not reused before its process
-  // is reaped).
-  TOCL_RETURN_IF_ERROR(Signal(0));
+  if (errno == ESRCH) return FailedPrecondition(fmt::format("os process {} has exited", pid_));
+  return ErrnoStatus(fmt::format("signal 0 to pid {}", pid_), errno);
+}
+
+Result<std::string> ProcessHandle::ReadOwnProcFile(const char* name) const {
+  std::optional<std::string> text = ReadProcFile(pid_, name);
+  // Alive after the read: /proc/<pid> was still its own.
+  TOCL_RETURN_IF_ERROR(CheckAlive());
+  if (!text) return Internal(fmt::format("cannot read /proc/{}/{}", pid_, name));
+  return std::move(*text);
+}
+
+Result<ProcessUids> ProcessHandle::Uids() const {
+  TOCL_ASSIGN_OR_RETURN(std::string status, ReadOwnProcFile("status"));
+  std::optional<ProcessUids> uids = ParseUids(status);
   if (!uids) return Internal(fmt::format("no Uid line in /proc/{}/status", pid_));
   return *uids;
+}
+
+Result<std::vector<pid_t>> ProcessHandle::NamespacePids() const {
+  TOCL_ASSIGN_OR_RETURN(std::string status, ReadOwnProcFile("status"));
+  std::optional<std::vector<pid_t>> pids = ParseNamespacePids(status);
+  if (!pids) return NotFound(fmt::format("/proc/{}/status has no NSpid line", pid_));
+  return std::move(*pids);
+}
+
+Result<uint64_t> ProcessHandle::StartTicks() const {
+  TOCL_ASSIGN_OR_RETURN(std::string stat, ReadOwnProcFile("stat"));
+  std::optional<uint64_t> ticks = ParseStartTicks(stat);
+  if (!ticks) return Internal(fmt::format("no start time in /proc/{}/stat", pid_));
+  return *ticks;
 }
 
 }  // namespace tocl::directory

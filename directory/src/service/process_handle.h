@@ -3,29 +3,31 @@
 // a signal reaches that very process or nothing, never another process that
 // was given its pid after it exited.
 //
+// What it reads of /proc/<pid> (uids, namespace pids, start time) is that
+// process's: each read is followed by a check through the pidfd that the
+// process was still alive, so the pid was still its own (a pid is not
+// reused before its process is reaped).
+//
 // Thread-safe: const methods only, over a descriptor that does not change.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "core/posix.h"
+#include "service/proc_files.h"
 #include "tocl/status.h"
 
 namespace tocl::directory {
 
-// The user ids of a process, as /proc/<pid>/status has them.
-struct ProcessUids {
-  uid_t real = 0;
-  uid_t effective = 0;
-  uid_t saved = 0;
-};
-
 class ProcessHandle {
  public:
-  // pidfd_open(pid). Only for a pid the kernel has just vouched for: the
-  // process may have exited in between and its pid gone to another (see
-  // caller.h for why that window does no harm). NotFound when there is no
-  // such process.
+  // pidfd_open(pid). The process may have exited before and its pid gone
+  // to another: only for a pid just vouched for, and checked after
+  // (PinProcessStartedBy, caller.h). NotFound when there is no such
+  // process; ResourceExhausted when the daemon has no descriptor left.
   static Result<ProcessHandle> Open(pid_t pid);
   // A pidfd already held for `pid` (a child the daemon started, or
   // SO_PEERPIDFD of a connection).
@@ -36,13 +38,25 @@ class ProcessHandle {
 
   // pidfd_send_signal. FailedPrecondition when the process has exited.
   Status Signal(int signal) const;
-  // The process's user ids now. Read from /proc/<pid>, then checked through
-  // the pidfd that the process was still alive after the read (so the pid
-  // was still its own and the ids are its). FailedPrecondition when it has
+  // Whether the process is alive now (signal 0 through the pidfd; a process
+  // the daemon may not signal is alive too). FailedPrecondition when it has
   // exited.
+  Status CheckAlive() const;
+
+  // The process's user ids now. FailedPrecondition when it has exited.
   Result<ProcessUids> Uids() const;
+  // Its pid in each pid namespace from the daemon's /proc down to its own
+  // (the last: what getpid() returns in it). FailedPrecondition when it
+  // has exited; NotFound when the kernel does not say (before Linux 4.1).
+  Result<std::vector<pid_t>> NamespacePids() const;
+  // When it started, in clock ticks since boot (/proc/<pid>/stat).
+  // FailedPrecondition when it has exited.
+  Result<uint64_t> StartTicks() const;
 
  private:
+  // /proc/<pid>/<name> of this process: read, then CheckAlive.
+  Result<std::string> ReadOwnProcFile(const char* name) const;
+
   pid_t pid_;
   Fd pidfd_;
 };

@@ -4,7 +4,7 @@
 //
 //   tocl-identity-probe [--as UID:GID] --daemon ADDR enroll [--os-pid N] [--hold]
 //   tocl-identity-probe [--as UID:GID] --daemon ADDR kill GID [--signal N]
-//   tocl-identity-probe [--as UID:GID] --daemon ADDR log GID
+//   tocl-identity-probe [--as UID:GID] --daemon ADDR log GID [--stderr]
 //   tocl-identity-probe [--as UID:GID] --daemon ADDR spawn PROGRAM
 //   tocl-identity-probe [--as UID:GID] --daemon ADDR ping
 //
@@ -92,8 +92,10 @@ int main(int argc, char** argv) {
   CLI::App* kill = app.add_subcommand("kill", "Kill GID");
   kill->add_option("gid", target)->required();
   kill->add_option("--signal", signal, "the signal (0: SIGTERM)");
+  bool stderr_log = false;
   CLI::App* log = app.add_subcommand("log", "ReadLog GID (stdout)");
   log->add_option("gid", target)->required();
+  log->add_flag("--stderr", stderr_log, "read its stderr log instead");
   std::string program;
   CLI::App* spawn = app.add_subcommand("spawn", "SpawnProcess PROGRAM");
   spawn->add_option("program", program)->required();
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
   if (*log) {
     pb::ReadLogRequest request;
     request.set_process(gid.raw());
+    request.set_stream(stderr_log ? pb::LOG_STREAM_STDERR : pb::LOG_STREAM_STDOUT);
     pb::ReadLogResponse response;
     return Report(stub->ReadLog(&context, request, &response));
   }

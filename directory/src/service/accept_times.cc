@@ -1,0 +1,26 @@
+#include "service/accept_times.h"
+
+#include <time.h>
+
+namespace tocl::directory {
+
+int64_t BootTimeNs() {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
+void AcceptTimes::Accepted(int fd) {
+  const int64_t now = BootTimeNs();
+  std::lock_guard lock(mu_);
+  accepted_ns_[fd] = now;
+}
+
+std::optional<int64_t> AcceptTimes::AcceptedAt(int fd) const {
+  std::lock_guard lock(mu_);
+  auto it = accepted_ns_.find(fd);
+  if (it == accepted_ns_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tocl::directory

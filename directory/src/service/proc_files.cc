@@ -1,0 +1,100 @@
+#include "service/proc_files.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace tocl::directory {
+namespace {
+
+// The text after "<key>:" on its line of `status`; nullopt without it.
+std::optional<std::string_view> StatusLine(std::string_view status, std::string_view key) {
+  size_t start = 0;
+  while (start < status.size()) {
+    size_t end = status.find('\n', start);
+    if (end == std::string_view::npos) end = status.size();
+    const std::string_view line = status.substr(start, end - start);
+    if (line.size() > key.size() && line.starts_with(key) && line[key.size()] == ':') {
+      return line.substr(key.size() + 1);
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+// The whitespace-separated numbers of `text`; nullopt if any is not one.
+template <typename Number>
+std::optional<std::vector<Number>> Numbers(std::string_view text) {
+  std::vector<Number> numbers;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ' ' || text[i] == '\t') {
+      ++i;
+      continue;
+    }
+    Number value{};
+    const auto [end, error] = std::from_chars(text.data() + i, text.data() + text.size(), value);
+    if (error != std::errc()) return std::nullopt;
+    const size_t next = static_cast<size_t>(end - text.data());
+    if (next < text.size() && text[next] != ' ' && text[next] != '\t') return std::nullopt;
+    numbers.push_back(value);
+    i = next;
+  }
+  return numbers;
+}
+
+}  // namespace
+
+std::optional<ProcessUids> ParseUids(std::string_view status) {
+  const std::optional<std::string_view> line = StatusLine(status, "Uid");
+  if (!line) return std::nullopt;
+  const std::optional<std::vector<uid_t>> ids = Numbers<uid_t>(*line);
+  if (!ids || ids->size() < 3) return std::nullopt;
+  return ProcessUids{.real = (*ids)[0], .effective = (*ids)[1], .saved = (*ids)[2]};
+}
+
+std::optional<std::vector<pid_t>> ParseNamespacePids(std::string_view status) {
+  const std::optional<std::string_view> line = StatusLine(status, "NSpid");
+  if (!line) return std::nullopt;
+  std::optional<std::vector<pid_t>> pids = Numbers<pid_t>(*line);
+  if (!pids || pids->empty()) return std::nullopt;
+  for (pid_t pid : *pids) {
+    if (pid <= 0) return std::nullopt;
+  }
+  return pids;
+}
+
+std::optional<uint64_t> ParseStartTicks(std::string_view stat) {
+  // "pid (comm) state ppid ...": field 3 is the first after the name.
+  const size_t name_end = stat.rfind(')');
+  if (name_end == std::string_view::npos) return std::nullopt;
+  constexpr int kStartTimeField = 22;
+  int field = 3;
+  size_t i = name_end + 1;
+  while (i < stat.size()) {
+    while (i < stat.size() && stat[i] == ' ') ++i;
+    size_t end = stat.find(' ', i);
+    if (end == std::string_view::npos) end = stat.size();
+    if (i < end && field == kStartTimeField) {
+      uint64_t ticks = 0;
+      const std::string_view text = stat.substr(i, end - i);
+      const auto [last, error] = std::from_chars(text.data(), text.data() + text.size(), ticks);
+      if (error != std::errc() || last != text.data() + text.size()) return std::nullopt;
+      return ticks;
+    }
+    if (i < end) ++field;
+    i = end;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadProcFile(pid_t pid, const char* name) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/" + name);
+  if (!file) return std::nullopt;
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return std::nullopt;
+  return text.str();
+}
+
+}  // namespace tocl::directory
