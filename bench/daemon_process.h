@@ -3,8 +3,8 @@
 // Start() makes a fresh state directory (mkdtemp), runs
 // `toclsd --state-dir DIR --listen none --log-level warn` (plus any extra
 // arguments, e.g. `--spawn-allow GLOB`), its stdout and stderr on our
-// stderr, and returns once the daemon answers Ping on its unix socket. The destructor stops it (SIGTERM,
-// then SIGKILL after a deadline) and removes the directory.
+// stderr, and returns once the daemon answers Ping on its unix socket. The destructor stops it
+// (SIGTERM, then SIGKILL after a deadline) and removes the directory.
 //
 // Errors: Unavailable when the daemon does not answer before the deadline
 // or exits early (its stderr goes to ours, so its own message is visible).

@@ -46,7 +46,7 @@ TEST_CASE("toclsd publishes its networks setting as the host's attribute", "[int
   }
 }
 
-TEST_CASE("a host id given by flag numbers a new database's host; another id on it is refused",
+TEST_CASE("a host id given by flag numbers a new database's host, and another id on it is refused",
           "[integration][host]") {
   DaemonOptions options;
   options.host_id = 5;

@@ -89,6 +89,20 @@ bool Logged(const Daemon& daemon, const std::string& text) {
                    seconds(10));
 }
 
+// Has the daemon spawn the probe's child for `as` (uid:gid); the child's Gid.
+Result<Gid> SpawnChildFor(const Daemon& daemon, const std::string& as) {
+  ProgramResult spawned = RunProbe(daemon.address(), as, {"spawn", kChild});
+  if (spawned.exit_code != 0) return Internal("spawn for " + as + " failed: " + spawned.output);
+  return WorkerGid(spawned.output);
+}
+
+// Waits until the directory shows `gid` exited (its row in `entity`).
+bool WaitExited(pb::Directory::Stub& stub, Gid gid, pb::Entity* entity) {
+  return WaitUntil(
+      [&] { return RawLookup(stub, gid.raw(), entity).ok() && entity->state() == pb::EXITED; },
+      seconds(10));
+}
+
 DaemonOptions WithGroups(std::vector<std::string> extra_args) {
   DaemonOptions options;
   options.extra_args = std::move(extra_args);
@@ -140,7 +154,7 @@ std::string LastStatusField(pid_t pid, const std::string& key) {
 const std::string kUnshare = "/usr/bin/unshare";
 
 TEST_CASE(
-    "a process in another pid namespace enrolls with its pid there; the directory has the "
+    "a process in another pid namespace enrolls with its pid there, and the directory has the "
     "kernel's",
     "[integration][security][identity]") {
   if (!CanSwitchUsers() || ::access(kUnshare.c_str(), X_OK) != 0) {
@@ -193,9 +207,7 @@ TEST_CASE(
   // Signalled through the pidfd of the verified process (SIGKILL: the init
   // of a pid namespace ignores what it does not handle).
   CHECK(RawKill(*stub, gid, SIGKILL).ok());
-  CHECK(WaitUntil(
-      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
-      seconds(10)));
+  CHECK(WaitExited(*stub, gid, &entity));
   CHECK(EndOf(unshare) != -1);
 }
 
@@ -389,10 +401,7 @@ TEST_CASE("logs are read and spawned processes signalled by whoever had them spa
   Daemon daemon(WithGroups({"--socket-group", "nogroup"}));
   REQUIRE_OK(daemon.Start());
   // Without run_as the program runs as root, spawned for nobody.
-  ProgramResult spawned = RunProbe(daemon.address(), kNobody, {"spawn", kChild});
-  INFO(spawned.output);
-  REQUIRE(spawned.exit_code == 0);
-  const Gid gid = REQUIRE_VALUE(WorkerGid(spawned.output));
+  const Gid gid = REQUIRE_VALUE(SpawnChildFor(daemon, kNobody));
 
   ProgramResult read = RunProbe(daemon.address(), kNobody, {"log", gid.ToString()});
   INFO(read.output);
@@ -413,9 +422,7 @@ TEST_CASE("logs are read and spawned processes signalled by whoever had them spa
   CHECK(own_kill.exit_code == 0);
   auto stub = NewRawStub(daemon.address());
   pb::Entity entity;
-  CHECK(WaitUntil(
-      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
-      seconds(10)));
+  CHECK(WaitExited(*stub, gid, &entity));
   CHECK(entity.exit_signal() == SIGTERM);
 }
 
@@ -427,16 +434,11 @@ TEST_CASE("a log whose owner is unknown is read by an administrator only",
   }
   Daemon daemon(WithGroups({"--socket-group", "nogroup"}));
   REQUIRE_OK(daemon.Start());
-  ProgramResult spawned = RunProbe(daemon.address(), kNobody, {"spawn", kChild});
-  INFO(spawned.output);
-  REQUIRE(spawned.exit_code == 0);
-  const Gid gid = REQUIRE_VALUE(WorkerGid(spawned.output));
+  const Gid gid = REQUIRE_VALUE(SpawnChildFor(daemon, kNobody));
   auto stub = NewRawStub(daemon.address());
   REQUIRE(RawKill(*stub, gid, SIGTERM).ok());  // it waits for a signal
   pb::Entity entity;
-  REQUIRE(WaitUntil(
-      [&] { return RawLookup(*stub, gid.raw(), &entity).ok() && entity.state() == pb::EXITED; },
-      seconds(10)));
+  REQUIRE(WaitExited(*stub, gid, &entity));
 
   // The stdout log, whose owner is the one the daemon knows once the child
   // is reaped, is gone; its stderr log is left.

@@ -191,7 +191,7 @@ TEST_CASE("Send to a process that exited fails", "[integration][msg]") {
   CHECK(IsDestinationError(refused.code()));
 }
 
-TEST_CASE("a buffer over the short maximum is InvalidArgument; a span is a long message",
+TEST_CASE("a buffer over the short maximum is InvalidArgument, and a span is a long message",
           "[integration][msg]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

@@ -109,7 +109,7 @@ TEST_CASE("64 threads per process use at most one VI per peer and size class",
   for (MsgWorker& sender : senders) CHECK(sender.Finish(seconds(30)).value_or(-1) == 0);
 }
 
-TEST_CASE("a via peer killed mid-stream costs its VIs only; others go on",
+TEST_CASE("a via peer killed mid-stream costs its VIs only, and others go on",
           "[integration][msg][via]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

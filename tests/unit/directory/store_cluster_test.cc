@@ -66,7 +66,7 @@ TEST_CASE("the seed gives a node key its id back, a free wanted id, else the low
   CHECK(QueryAll(*seed, "kind=host").size() == 4);
 }
 
-TEST_CASE("members learned by gossip get host rows with their address; this host is skipped",
+TEST_CASE("members learned by gossip get host rows with their address, and this host is skipped",
           "[store][cluster]") {
   TempDir dir("store-cluster-");
   auto store = OpenHost(dir, 3);
