@@ -2,6 +2,7 @@
 //
 //   tocl-bench directory [--json] [--threads N] [--repeats R]
 //   tocl-bench msg [--json] [--cases latency,bandwidth,...] [--network shm,tcp,via] [--quick]
+//                  [--peers]
 //                  [--repeats R]
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
@@ -127,9 +128,11 @@ int main(int argc, char** argv) {
       "msg", "message latency, bandwidth and rate between two processes, against raw baselines");
   AddCommonOptions(*msg_command, common);
   msg_command
-      ->add_option("--cases", msg.cases,
-                   "case groups to run, comma-separated: latency (shm and tcp), blocking, "
-                   "bandwidth, rate, threads (64 enrolled threads), idle (idle CPU)")
+      ->add_option(
+          "--cases", msg.cases,
+          "case groups to run, comma-separated: latency (shm and tcp), blocking, "
+          "bandwidth, long, rate, rate64 (64 pairs of threads at once), threads (64 enrolled "
+          "threads), idle (idle CPU)")
       ->delimiter(',')
       ->check(CLI::IsMember(tocl::bench::MsgCaseNames()))
       ->capture_default_str();
@@ -140,6 +143,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember(tocl::bench::MsgNetworkNames()))
       ->capture_default_str();
+  msg_command->add_flag("--peers", msg.peers,
+                        "also measure UCX (ucx_perftest) and Open MPI in the same rounds and print "
+                        "tocl/peer ratios (deploy/install-bench-peers.sh installs them)");
   msg_command->add_flag("--quick", msg.quick,
                         "a smoke run: 30 ms runs, 1 s idle windows (figures are rough)");
   msg_command->add_flag("--baselines-only", msg.baselines_only,

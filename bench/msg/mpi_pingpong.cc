@@ -1,14 +1,40 @@
 #include "mpi_pingpong.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "child_process.h"
+
 namespace tocl::bench::msg {
 
+std::string MpiName(MpiBtl btl) {
+  return btl == MpiBtl::kVader ? "Open MPI vader" : "Open MPI tcp";
+}
+
 #if defined(TOCL_BENCH_MPIEXEC) && defined(TOCL_BENCH_MPI_PINGPONG)
+
+namespace {
+
+// mpiexec starts its daemons and both ranks before the run: slack for that.
+constexpr auto kSlack = std::chrono::seconds(60);
+
+int64_t Millis(std::chrono::nanoseconds time) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(time).count();
+}
+
+// Open MPI refuses to run as root unless told both ways; MPICH ignores the
+// variables.
+const std::vector<std::string>& RootEnv() {
+  static const std::vector<std::string> kEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1",
+                                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
+  return kEnv;
+}
+
+}  // namespace
 
 bool MpiPingPongBuilt() {
   return true;
@@ -18,12 +44,10 @@ Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vecto
                                                                 std::chrono::nanoseconds measure) {
   std::string size_list;
   for (uint32_t size : sizes) size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", size);
-  // Open MPI refuses to run as root unless told; MPICH ignores these.
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  std::string command = fmt::format(
-      "'{}' -n 2 '{}' --sizes {} --ms {} 2>&1", TOCL_BENCH_MPIEXEC, TOCL_BENCH_MPI_PINGPONG,
-      size_list, std::chrono::duration_cast<std::chrono::milliseconds>(measure).count());
+  std::string command = fmt::format("'{}' -n 2 '{}' --sizes {} --ms {} 2>&1", TOCL_BENCH_MPIEXEC,
+                                    TOCL_BENCH_MPI_PINGPONG, size_list, Millis(measure));
   std::FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return Unavailable(fmt::format("cannot run {}", command));
   std::vector<std::pair<uint32_t, double>> results;
@@ -44,6 +68,64 @@ Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vecto
   return results;
 }
 
+Status MpiPeerAvailable() {
+  if (ProgramInPath(TOCL_BENCH_MPIEXEC)) return Status::Ok();
+  return Unavailable(fmt::format(
+      "{} (found when tocl-bench was configured) is gone: run deploy/install-bench-peers.sh",
+      TOCL_BENCH_MPIEXEC));
+}
+
+Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::nanoseconds warmup,
+                          std::chrono::nanoseconds measure) {
+  TOCL_RETURN_IF_ERROR(MpiPeerAvailable());
+  std::vector<std::string> args = {TOCL_BENCH_MPIEXEC, "-n", "2"};
+  if (::geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  for (const char* arg : {"--mca", "pml", "ob1", "--mca", "btl"}) args.emplace_back(arg);
+  if (btl == MpiBtl::kVader) {
+    args.emplace_back("vader,self");
+  } else {
+    for (const char* arg : {"tcp,self", "--mca", "btl_tcp_if_include", "lo"}) {
+      args.emplace_back(arg);
+    }
+  }
+  for (const std::string& arg :
+       {std::string(TOCL_BENCH_MPI_PINGPONG), std::string("--mode"),
+        std::string(what == MpiCase::kPingPong ? "pingpong" : "stream"), std::string("--sizes"),
+        std::to_string(size), std::string("--ms"), std::to_string(Millis(measure)),
+        std::string("--warmup-ms"), std::to_string(Millis(warmup))}) {
+    args.push_back(arg);
+  }
+  TOCL_ASSIGN_OR_RETURN(ChildProcess mpiexec, ChildProcess::Spawn(args, RootEnv()));
+  TOCL_ASSIGN_OR_RETURN(
+      ChildProcess::Output out,
+      mpiexec.Finish(std::chrono::duration_cast<std::chrono::milliseconds>(warmup + measure) +
+                     kSlack));
+  MpiFigures figures;
+  bool found = false;
+  size_t begin = 0;
+  while (!found && begin < out.text.size()) {
+    size_t end = out.text.find('\n', begin);
+    if (end == std::string::npos) end = out.text.size();
+    std::string line = out.text.substr(begin, end - begin);
+    begin = end + 1;
+    unsigned got_size = 0;
+    unsigned long messages = 0;
+    if (what == MpiCase::kPingPong) {
+      found = std::sscanf(line.c_str(), "mpi-pingpong size=%u one_way_ns=%lf", &got_size,
+                          &figures.one_way_ns) == 2;
+    } else {
+      found = std::sscanf(line.c_str(), "mpi-stream size=%u messages=%lu seconds=%lf", &got_size,
+                          &messages, &figures.seconds) == 3;
+      figures.messages = messages;
+    }
+  }
+  if (out.exit_code != 0 || !found) {
+    return Unavailable(fmt::format("{} over {} failed (exit {}): {}", TOCL_BENCH_MPI_PINGPONG,
+                                   MpiName(btl), out.exit_code, out.text));
+  }
+  return figures;
+}
+
 #else
 
 bool MpiPingPongBuilt() {
@@ -53,6 +135,17 @@ bool MpiPingPongBuilt() {
 Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vector<uint32_t>&,
                                                                 std::chrono::nanoseconds) {
   return Unavailable("this tocl-bench was built without MPI");
+}
+
+Status MpiPeerAvailable() {
+  return Unavailable(
+      "this tocl-bench was built without MPI: run deploy/install-bench-peers.sh, then configure "
+      "the build again (cmake --preset release)");
+}
+
+Result<MpiFigures> RunMpi(MpiCase, MpiBtl, uint32_t, std::chrono::nanoseconds,
+                          std::chrono::nanoseconds) {
+  return MpiPeerAvailable();
 }
 
 #endif

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "library_peer.h"
 #include "load_average.h"
 #include "mpi_pingpong.h"
 #include "peer_pair.h"
@@ -27,6 +28,7 @@ namespace {
 
 using msg::Command;
 using msg::Contender;
+using msg::LibraryPeer;
 using msg::Op;
 using msg::PeerPair;
 using msg::Reply;
@@ -42,6 +44,10 @@ constexpr auto kCallSlack = std::chrono::seconds(60);
 constexpr uint32_t kLatencySizes[] = {8, 64, 4096, 65536};
 constexpr uint32_t kBandwidthSizes[] = {65536, 16384};
 constexpr uint32_t kLongSizes[] = {16u << 20, 1u << 20};
+// The pairs of threads the `rate` and `rate64` cases stream between at once.
+constexpr uint32_t kRatePairs = 8;
+constexpr uint32_t kRate64Pairs = 64;
+static_assert(kRate64Pairs <= msg::kMaxPairs);
 // A round during which other processes used more than this many CPUs (on
 // average) is marked loaded.
 constexpr double kLoadedCpus = 0.05;
@@ -91,7 +97,9 @@ struct Entry {
   Contender contender = Contender::kRawShmPingPong;
   uint32_t size = 8;
   uint32_t pairs = 1;
-  uint32_t idle_threads = 0;      // started in both peers around each run
+  uint32_t idle_threads = 0;  // started in both peers around each run
+  // Another library's run (--peers) instead of one between the pair.
+  std::unique_ptr<LibraryPeer> library;
   std::vector<double> values;     // one per round
   std::vector<double> per_batch;  // round trips per timed batch, per run (ping-pongs)
 };
@@ -139,6 +147,16 @@ class GroupBuilder {
     return group_.entries.size() - 1;
   }
 
+  // Another library's matching run, or nullopt when tocl is not measured
+  // (the peers are there to be compared with it) or --peers was not given.
+  std::optional<size_t> AddLibrary(std::string label, std::unique_ptr<LibraryPeer> library,
+                                   uint32_t size) {
+    if (!tocl_ || !library) return std::nullopt;
+    auto index = Add(std::move(label), Contender::kRawShmPingPong, size);
+    group_.entries[*index].library = std::move(library);
+    return index;
+  }
+
   // The same, between the peers of another pair.
   std::optional<size_t> AddOn(std::string pair, std::string label, Contender contender,
                               uint32_t size) {
@@ -171,6 +189,13 @@ bool Contains(const std::vector<std::string>& list, std::string_view name) {
   return std::find(list.begin(), list.end(), name) != list.end();
 }
 
+// The one-pair entries of a rate group, for the rows that compare with them.
+struct RateEntries {
+  std::optional<size_t> raw_one;
+  std::optional<size_t> raw_many;
+  std::optional<size_t> one;
+};
+
 // How an entry and its rows name tocl over a via pair: "tocl via (sockets)".
 std::string ViaLabel(const std::string& pair) {
   return fmt::format("tocl via ({})", ConfigOf(pair).via_provider);
@@ -197,6 +222,39 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
     }
   };
   const char* tcp_suffix = via ? "tcp, via" : "tcp";
+  // --peers: UCX and Open MPI run in the same rounds as tocl's entry they
+  // are compared with, right after it (so back to back, the order
+  // alternating with the rounds). Rows are "<case>: tocl / <peer>".
+  using msg::MpiBtl;
+  using msg::MpiCase;
+  using msg::UcxTest;
+  using msg::UcxTransport;
+  struct PeerSpec {
+    std::unique_ptr<LibraryPeer> library;
+    std::string name;
+    std::optional<Target> target;
+  };
+  auto add_peers = [&](GroupBuilder& g, std::optional<size_t> ours, uint32_t size,
+                       const std::string& case_name, std::vector<PeerSpec> specs) {
+    if (!options.peers || !ours) return;
+    for (PeerSpec& spec : specs) {
+      auto theirs = g.AddLibrary(spec.name, std::move(spec.library), size);
+      g.AddRow(ours, theirs, fmt::format("{}: tocl / {}", case_name, spec.name), spec.target);
+    }
+  };
+  auto ucx = [](UcxTest test, UcxTransport transport, uint32_t size) {
+    return msg::UcxPeer(test, transport, size);
+  };
+  auto mpi = [](MpiCase what, MpiBtl btl, uint32_t size) { return msg::MpiPeer(what, btl, size); };
+  auto peer = [](std::unique_ptr<LibraryPeer> library, std::string name,
+                 std::optional<Target> target = std::nullopt) {
+    return PeerSpec{std::move(library), std::move(name), target};
+  };
+  auto peers = [](auto... specs) {
+    std::vector<PeerSpec> list;
+    (list.push_back(std::move(specs)), ...);
+    return list;
+  };
   std::vector<Group> groups;
 
   if (shm && wanted("latency")) {
@@ -208,6 +266,11 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       g.AddRow(raw, std::nullopt, prefix + "raw shm ping-pong");
       g.AddRow(ours, raw, prefix + "tocl shm",
                size == 8 ? std::optional(RatioAtMost(4)) : std::nullopt);
+      if (size != 8) continue;
+      add_peers(g, ours, size, "shm 8 B latency",
+                peers(peer(ucx(UcxTest::kTagLat, UcxTransport::kPosix, size), "UCX posix",
+                           RatioAtMost(1.0)),
+                      peer(mpi(MpiCase::kPingPong, MpiBtl::kVader, size), "Open MPI vader")));
     }
     groups.push_back(g.Build());
   }
@@ -237,6 +300,11 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       g.AddRow(raw, copy, prefix + "raw shm copy stream");
       g.AddRow(ours, raw, prefix + "tocl shm",
                size == 65536 ? std::optional(RatioAtLeast(0.35)) : std::nullopt);
+      if (size != 65536) continue;
+      add_peers(g, ours, size, "shm 64 KiB bandwidth",
+                peers(peer(mpi(MpiCase::kStream, MpiBtl::kVader, size), "Open MPI vader",
+                           RatioAtLeast(1.0)),
+                      peer(ucx(UcxTest::kTagBw, UcxTransport::kPosix, size), "UCX posix")));
     }
     groups.push_back(g.Build());
   }
@@ -254,17 +322,34 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
     }
     groups.push_back(g.Build());
   }
+  // 8 B streams over shm, one pair of threads and `pairs` pairs at once,
+  // raw rings and tocl, each many-pair sum against its one pair.
+  auto rate_group = [&](std::string name, uint32_t pairs, Target many_target) {
+    GroupBuilder g(std::move(name), "shm", Quantity::kRate, tocl);
+    RateEntries rate;
+    rate.raw_one = g.Add("raw shm ring, 1 pair", Contender::kRawShmStream, 8, 1);
+    rate.raw_many =
+        g.Add(fmt::format("raw shm rings, {} pairs", pairs), Contender::kRawShmStream, 8, pairs);
+    rate.one = g.Add("tocl shm, 1 pair", Contender::kToclStream, 8, 1);
+    auto many = g.Add(fmt::format("tocl shm, {} pairs", pairs), Contender::kToclStream, 8, pairs);
+    g.AddRow(rate.raw_one, std::nullopt, "rate 8 B: raw shm ring, 1 pair");
+    g.AddRow(rate.raw_many, rate.raw_one, fmt::format("rate 8 B: raw shm rings, {} pairs", pairs));
+    g.AddRow(rate.one, rate.raw_one, "rate 8 B: tocl shm, 1 pair",
+             Target{Target::Bound::kAtLeast, 8});
+    g.AddRow(many, rate.one, fmt::format("rate 8 B: tocl shm, {} pairs", pairs), many_target);
+    return std::pair(std::move(g), rate);
+  };
   if (shm && wanted("rate")) {
-    GroupBuilder g("rate", "shm", Quantity::kRate, tocl);
-    auto raw_one = g.Add("raw shm ring, 1 pair", Contender::kRawShmStream, 8, 1);
-    auto raw_many = g.Add("raw shm rings, 8 pairs", Contender::kRawShmStream, 8, 8);
-    auto one = g.Add("tocl shm, 1 pair", Contender::kToclStream, 8, 1);
-    auto many = g.Add("tocl shm, 8 pairs", Contender::kToclStream, 8, 8);
-    g.AddRow(raw_one, std::nullopt, "rate 8 B: raw shm ring, 1 pair");
-    g.AddRow(raw_many, raw_one, "rate 8 B: raw shm rings, 8 pairs");
-    g.AddRow(one, raw_one, "rate 8 B: tocl shm, 1 pair", Target{Target::Bound::kAtLeast, 8});
-    g.AddRow(many, one, "rate 8 B: tocl shm, 8 pairs", RatioAtLeast(1));
+    auto [g, rate] = rate_group("rate", kRatePairs, RatioAtLeast(1));
+    add_peers(
+        g, rate.one, 8, "shm 8 B rate 1 pair",
+        peers(peer(mpi(MpiCase::kStream, MpiBtl::kVader, 8), "Open MPI vader", RatioAtLeast(1.0)),
+              peer(ucx(UcxTest::kTagBw, UcxTransport::kPosix, 8), "UCX posix", RatioAtLeast(1.3))));
     groups.push_back(g.Build());
+  }
+  if (shm && wanted("rate64") && tocl) {
+    // Every one of 64 threads per process streams at once (issue #17).
+    groups.push_back(rate_group("rate64", kRate64Pairs, RatioAtLeast(0.8)).first.Build());
   }
   if ((tcp || via) && wanted("latency")) {
     GroupBuilder g(fmt::format("latency {}", tcp_suffix), "tcp", Quantity::kLatency, tocl);
@@ -279,6 +364,12 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       g.AddRow(blocking, polling, prefix + "raw tcp blocking ping-pong");
       g.AddRow(ours, polling, prefix + "tocl tcp",
                size == 8 ? std::optional(RatioAtMost(1.3)) : std::nullopt);
+      if (size == 8 && tcp) {
+        add_peers(g, ours, size, "tcp 8 B latency",
+                  peers(peer(ucx(UcxTest::kTagLat, UcxTransport::kTcp, size), "UCX tcp",
+                             RatioAtMost(1.1)),
+                        peer(mpi(MpiCase::kPingPong, MpiBtl::kTcp, size), "Open MPI tcp")));
+      }
       add_via(g, Contender::kToclPingPong, size, prefix, polling, ours);
     }
     groups.push_back(g.Build());
@@ -292,6 +383,11 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       g.AddRow(raw, std::nullopt, prefix + "raw tcp stream");
       g.AddRow(ours, raw, prefix + "tocl tcp",
                size == 65536 ? std::optional(RatioAtLeast(0.8)) : std::nullopt);
+      if (size == 65536 && tcp) {
+        add_peers(g, ours, size, "tcp 64 KiB bandwidth",
+                  peers(peer(ucx(UcxTest::kTagBw, UcxTransport::kTcp, size), "UCX tcp"),
+                        peer(mpi(MpiCase::kStream, MpiBtl::kTcp, size), "Open MPI tcp")));
+      }
       add_via(g, Contender::kToclStream, size, prefix, raw, ours);
     }
     groups.push_back(g.Build());
@@ -460,7 +556,10 @@ struct CpuProbe {
   Clock::time_point at;
 };
 
-int64_t ProcessTicks(pid_t pid) {
+// With `children`, also the CPU time of its children that it has waited
+// for: the peer libraries' processes (ucx_perftest, mpiexec and its ranks)
+// count as ours once reaped.
+int64_t ProcessTicks(pid_t pid, bool children = false) {
   std::ifstream stat(fmt::format("/proc/{}/stat", pid));
   std::string text;
   std::getline(stat, text);
@@ -471,7 +570,9 @@ int64_t ProcessTicks(pid_t pid) {
   std::istringstream fields(text.substr(name_end + 2));
   std::string field;
   int64_t ticks = 0;
-  for (int i = 0; i < 13 && fields >> field; ++i) {
+  // cutime and cstime follow them.
+  const int last = children ? 15 : 13;
+  for (int i = 0; i < last && fields >> field; ++i) {
     if (i >= 11) ticks += std::strtoll(field.c_str(), nullptr, 10);
   }
   return ticks;
@@ -484,7 +585,8 @@ CpuProbe ProbeCpu(const Run& run) {
   std::string cpu;
   int64_t user = 0, nice = 0, system = 0;
   if (stat >> cpu >> user >> nice >> system) probe.machine = user + nice + system;
-  std::vector<pid_t> ours = {::getpid()};
+  probe.ours = ProcessTicks(::getpid(), true);
+  std::vector<pid_t> ours;
   if (run.daemon_pid > 0) ours.push_back(run.daemon_pid);
   for (const auto& [name, pair] : run.pairs) {
     ours.push_back(pair->initiator_pid());
@@ -512,6 +614,16 @@ bool Skipped(const Run& run, const Entry& entry) {
 // One run of `entry` between its pair; its value in the group's unit.
 Result<double> RunEntry(Run& run, const Group& group, Entry& entry,
                         std::chrono::nanoseconds measure) {
+  if (entry.library) {
+    TOCL_ASSIGN_OR_RETURN(msg::LibraryFigures figures, entry.library->Run(run.warmup, measure));
+    Reply reply;
+    reply.p50_ns = figures.one_way_ns;
+    reply.messages = figures.messages;
+    reply.seconds = figures.seconds;
+    double value = ValueOf(group.quantity, entry, reply);
+    if (!(value > 0)) return Internal(fmt::format("{}: the run measured nothing", entry.label));
+    return value;
+  }
   PeerPair& pair = *run.pairs.at(entry.pair);
   if (entry.idle_threads > 0) TOCL_RETURN_IF_ERROR(SetIdleThreads(pair, entry.idle_threads, true));
   Command command;
@@ -552,7 +664,7 @@ void AddRows(const Run& run, const Group& group, Report& report) {
       continue;
     }
     std::string note = how;
-    if (group.quantity == Quantity::kLatency) {
+    if (group.quantity == Quantity::kLatency && !entry.library) {
       // Few round trips per batch means slow hops: a loaded machine, or sleeping.
       note += fmt::format(", samples of {:.0f} round trips", Median(entry.per_batch));
     }
@@ -713,7 +825,7 @@ void WarnIfLoaded(std::string_view when) {
 
 const std::vector<std::string>& MsgCaseNames() {
   static const std::vector<std::string> kNames = {"latency", "blocking", "bandwidth", "long",
-                                                  "rate",    "threads",  "idle"};
+                                                  "rate",    "rate64",   "threads",   "idle"};
   return kNames;
 }
 
@@ -732,6 +844,13 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
     return InvalidArgument("--run-ms must be positive and --warmup-ms not negative");
   }
 
+  if (options.peers) {
+    TOCL_RETURN_IF_ERROR(msg::LibraryPeersAvailable().WithContext("--peers"));
+    if (options.baselines_only || !msg::ToclRuntimeBuilt()) {
+      return InvalidArgument(
+          "--peers compares the peers with tocl, which this run does not measure");
+    }
+  }
   run.tocl = !options.baselines_only && msg::ToclRuntimeBuilt();
   if (!options.baselines_only && !msg::ToclRuntimeBuilt()) {
     Progress("this tocl-bench was built without the tocl runtime: baselines only");
@@ -750,14 +869,14 @@ Status RunMsgBench(const MsgBenchOptions& options, Report& report) {
   }
   std::vector<Group> groups = MakeGroups(options, run.tocl, via_pairs);
   if (!Contains(options.networks, "shm")) {
-    for (std::string_view name : {"blocking", "long", "threads", "idle"}) {
+    for (std::string_view name : {"blocking", "long", "rate64", "threads", "idle"}) {
       if (Contains(options.cases, name)) {
         Progress(fmt::format("'{}' has shm cases only and shm is not in --network: skipped", name));
       }
     }
   }
   if (!run.tocl) {
-    for (std::string_view name : {"threads", "idle"}) {
+    for (std::string_view name : {"threads", "idle", "rate64"}) {
       if (std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end()) {
         Progress(fmt::format("'{}' measures tocl only: skipped", name));
       }

@@ -13,7 +13,8 @@
 namespace tocl::bench {
 
 struct MsgBenchOptions {
-  // Case groups to run: latency, blocking, bandwidth, rate, threads, idle.
+  // Case groups to run: latency, blocking, bandwidth, long, rate, rate64,
+  // threads, idle (long and rate64 only when asked for).
   std::vector<std::string> cases = {"latency", "blocking", "bandwidth", "rate", "threads", "idle"};
   // The tocl networks whose cases run: shm, tcp, via. via runs tocl over via
   // next to tocl over tcp and raw tcp (latency, bandwidth, rate).
@@ -24,8 +25,11 @@ struct MsgBenchOptions {
   std::chrono::milliseconds idle{10'000};  // the idle-CPU windows
   bool quick = false;                      // short runs and idle windows: a smoke test
   bool baselines_only = false;             // measure the baselines, never start tocl
-  std::string toclsd_path;                 // the daemon to start...
-  std::string daemon_address;              // ...unless this names a running one
+  // UCX and Open MPI in the same rounds as tocl's latency, rate and
+  // bandwidth cases (bench/README.md); an error when they are not installed.
+  bool peers = false;
+  std::string toclsd_path;     // the daemon to start...
+  std::string daemon_address;  // ...unless this names a running one
 };
 
 // The case group names --cases accepts.

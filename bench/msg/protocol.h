@@ -15,7 +15,7 @@
 
 namespace tocl::bench::msg {
 
-inline constexpr uint32_t kMaxPairs = 8;                 // sender/receiver thread pairs per run
+inline constexpr uint32_t kMaxPairs = 64;                // sender/receiver thread pairs per run
 inline constexpr size_t kMaxPayload = size_t{64} << 10;  // the largest message the raw rings carry
 inline constexpr size_t kMaxLongPayload = size_t{64} << 20;  // long messages (memcpy, tocl)
 

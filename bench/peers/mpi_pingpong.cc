@@ -1,12 +1,21 @@
-// tocl-bench-mpi-pingpong: the MPI figure `tocl-bench msg` prints beside its
-// own latencies when the build found MPI. Run as
+// tocl-bench-mpi-pingpong: the Open MPI peer of `tocl-bench msg`, built when
+// CMake finds MPI. Two ranks, rank 0 measures:
 //
 //   mpiexec -n 2 tocl-bench-mpi-pingpong --sizes 8,64,4096,65536 --ms 150
+//   mpiexec -n 2 tocl-bench-mpi-pingpong --mode stream --sizes 8 --ms 150 --warmup-ms 30
 //
-// Rank 0 pings rank 1 with MPI_Send / MPI_Recv (blocking, as an application
-// would), timed like tocl-bench's own ping-pongs: warm-up, then batches of
-// round trips about 20 us long, and the median batch's time / (2 x round
-// trips). Prints one line per size: "mpi-pingpong size=8 one_way_ns=812.5".
+// --mode pingpong (the default): rank 0 pings rank 1 with MPI_Send /
+// MPI_Recv (blocking, as an application would), timed like tocl-bench's own
+// ping-pongs: warm-up, then batches of round trips about 20 us long, and the
+// median batch's time / (2 x round trips). One line per size:
+// "mpi-pingpong size=8 one_way_ns=812.5".
+//
+// --mode stream: message rate and bandwidth as osu_mbw_mr / osu_bw measure
+// them for one pair: rank 0 posts a window of 64 MPI_Isend, rank 1 a
+// window of 64 MPI_Irecv, both MPI_Waitall, then rank 1 acknowledges the
+// window with a 4-byte message; windows for about --ms after about
+// --warmup-ms of them. One line per size:
+// "mpi-stream size=8 messages=1234567 seconds=0.150".
 #include <mpi.h>
 
 #include <algorithm>
@@ -21,6 +30,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kWindow = 64;  // osu_mbw_mr's default window
+constexpr int kTagData = 1;
+constexpr int kTagAck = 2;
+
 double Nanos(Clock::duration d) {
   return std::chrono::duration<double, std::nano>(d).count();
 }
@@ -29,16 +42,16 @@ double Nanos(Clock::duration d) {
 void RoundTrips(int rank, std::vector<char>& buffer, int size, long count) {
   for (long i = 0; i < count; ++i) {
     if (rank == 0) {
-      MPI_Send(buffer.data(), size, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-      MPI_Recv(buffer.data(), size, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), size, MPI_BYTE, 1, kTagData, MPI_COMM_WORLD);
+      MPI_Recv(buffer.data(), size, MPI_BYTE, 1, kTagData, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     } else {
-      MPI_Recv(buffer.data(), size, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(buffer.data(), size, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+      MPI_Recv(buffer.data(), size, MPI_BYTE, 0, kTagData, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), size, MPI_BYTE, 0, kTagData, MPI_COMM_WORLD);
     }
   }
 }
 
-double Measure(int rank, int size, double measure_ns) {
+double MeasurePingPong(int rank, int size, double measure_ns) {
   std::vector<char> buffer(static_cast<size_t>(size), 'x');
   // Warm-up and calibration: rank 0 decides the batch length and count.
   auto start = Clock::now();
@@ -58,6 +71,46 @@ double Measure(int rank, int size, double measure_ns) {
   return samples[samples.size() / 2];
 }
 
+// Both ranks run `count` windows of `size`-byte messages, 0 to 1.
+void Windows(int rank, std::vector<char>& buffer, int size, long count) {
+  MPI_Request requests[kWindow];
+  char ack[4] = {};
+  for (long w = 0; w < count; ++w) {
+    for (int i = 0; i < kWindow; ++i) {
+      // osu_mbw_mr sends every message of a window from one buffer and
+      // receives them into one buffer.
+      if (rank == 0) {
+        MPI_Isend(buffer.data(), size, MPI_BYTE, 1, kTagData, MPI_COMM_WORLD, &requests[i]);
+      } else {
+        MPI_Irecv(buffer.data(), size, MPI_BYTE, 0, kTagData, MPI_COMM_WORLD, &requests[i]);
+      }
+    }
+    MPI_Waitall(kWindow, requests, MPI_STATUSES_IGNORE);
+    if (rank == 0) {
+      MPI_Recv(ack, 4, MPI_BYTE, 1, kTagAck, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Send(ack, 4, MPI_BYTE, 0, kTagAck, MPI_COMM_WORLD);
+    }
+  }
+}
+
+// Messages per second, as messages sent and the seconds they took.
+void MeasureStream(int rank, int size, double warmup_ns, double measure_ns, long* messages,
+                   double* seconds) {
+  std::vector<char> buffer(static_cast<size_t>(size), 'x');
+  auto start = Clock::now();
+  Windows(rank, buffer, size, 10);
+  double window = Nanos(Clock::now() - start) / 10;
+  long plan[2] = {std::max(1L, static_cast<long>(warmup_ns / window)),
+                  std::max(10L, static_cast<long>(measure_ns / window))};
+  MPI_Bcast(plan, 2, MPI_LONG, 0, MPI_COMM_WORLD);
+  Windows(rank, buffer, size, plan[0]);
+  start = Clock::now();
+  Windows(rank, buffer, size, plan[1]);
+  *seconds = Nanos(Clock::now() - start) * 1e-9;
+  *messages = plan[1] * kWindow;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,13 +120,21 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   std::string sizes = "8,64,4096,65536";
+  std::string mode = "pingpong";
   double measure_ms = 150;
+  double warmup_ms = 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--sizes") == 0) sizes = argv[i + 1];
     if (std::strcmp(argv[i], "--ms") == 0) measure_ms = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--warmup-ms") == 0) warmup_ms = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--mode") == 0) mode = argv[i + 1];
   }
-  if (ranks != 2) {
-    if (rank == 0) std::fprintf(stderr, "tocl-bench-mpi-pingpong: needs exactly 2 ranks\n");
+  if (ranks != 2 || (mode != "pingpong" && mode != "stream")) {
+    if (rank == 0) {
+      std::fprintf(stderr,
+                   "tocl-bench-mpi-pingpong: needs exactly 2 ranks and --mode pingpong or "
+                   "stream\n");
+    }
     MPI_Finalize();
     return 2;
   }
@@ -82,8 +143,17 @@ int main(int argc, char** argv) {
     if (end == std::string::npos) end = sizes.size();
     int size = std::atoi(sizes.substr(begin, end - begin).c_str());
     begin = end + 1;
-    double one_way = Measure(rank, size, measure_ms * 1e6);
-    if (rank == 0) std::printf("mpi-pingpong size=%d one_way_ns=%.1f\n", size, one_way);
+    if (mode == "pingpong") {
+      double one_way = MeasurePingPong(rank, size, measure_ms * 1e6);
+      if (rank == 0) std::printf("mpi-pingpong size=%d one_way_ns=%.1f\n", size, one_way);
+    } else {
+      long messages = 0;
+      double seconds = 0;
+      MeasureStream(rank, size, warmup_ms * 1e6, measure_ms * 1e6, &messages, &seconds);
+      if (rank == 0) {
+        std::printf("mpi-stream size=%d messages=%ld seconds=%.6f\n", size, messages, seconds);
+      }
+    }
   }
   std::fflush(stdout);
   MPI_Finalize();
