@@ -2,12 +2,12 @@
 #   make demo   install dependencies, build (release), run the demo against a local toclsd
 #   make test   install dependencies, build (dev: debug, warnings as errors), run every test
 #   make package  the Debian packages (release build, CPack): build/release/packages/*.deb
-# Other targets: build, release, asan, tsan, bench, format, clean.
+# Other targets: build, release, asan, tsan, bench, bench-peers, format, clean.
 
 JOBS ?= $(shell nproc)
 CTEST_JOBS ?= 2
 
-.PHONY: deps demo test build release package asan tsan bench format clean
+.PHONY: deps demo test build release package asan tsan bench bench-peers format clean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -48,6 +48,15 @@ tsan: deps
 
 bench: release
 	build/release/bench/tocl-bench directory
+
+# tocl against UCX and Open MPI (issue #17): installs the peers
+# (deploy/install-bench-peers.sh; nothing else needs them), configures the
+# release build again so that it finds MPI, and runs the comparison.
+bench-peers: deps
+	@bash deploy/install-bench-peers.sh
+	cmake --preset release >/dev/null
+	cmake --build build/release -j $(JOBS)
+	build/release/bench/tocl-bench msg --peers --cases latency,rate,bandwidth
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
