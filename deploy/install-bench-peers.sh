@@ -17,30 +17,5 @@ if [[ $# -ne 0 ]]; then
   exit 2
 fi
 
-packages=(
-  # ucx_perftest and ucx_info (UCX 1.13)
-  ucx-utils
-  # mpiexec, and mpicxx / the headers for find_package(MPI) (Open MPI 4.1)
-  openmpi-bin libopenmpi-dev
-)
-
-missing=()
-for p in "${packages[@]}"; do
-  # dpkg-query is fast; a package counts only when fully installed.
-  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [[ "$status" == "install ok installed" ]] || missing+=("$p")
-done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
-fi
-
-echo "install-bench-peers: installing ${missing[*]}" >&2
-if [[ $(id -u) -eq 0 ]]; then
-  as_root=()
-else
-  as_root=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${as_root[@]}" apt-get update -qq
-"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The same check-then-install as the build's dependencies, with the peers.
+exec "$(dirname "$0")/install-deps.sh" --bench-peers

@@ -5,6 +5,9 @@
 #
 #   deploy/install-deps.sh          what `make test` and `make demo` need
 #   deploy/install-deps.sh --fuzz   and clang with libFuzzer (tests/fuzz/run.sh)
+#   deploy/install-deps.sh --bench-peers
+#                                   and the peers `tocl-bench msg --peers` runs
+#                                   (deploy/install-bench-peers.sh)
 set -euo pipefail
 
 packages=(
@@ -29,8 +32,11 @@ case "${1:-}" in
   "") ;;
   # clang 14 and its runtimes (libFuzzer, ASan, UBSan) for the fuzz targets.
   --fuzz) packages+=(clang libclang-rt-14-dev) ;;
+  # ucx_perftest and ucx_info (UCX 1.13); mpiexec, and mpicxx / the headers
+  # for find_package(MPI) (Open MPI 4.1). Benchmarks only.
+  --bench-peers) packages+=(ucx-utils openmpi-bin libopenmpi-dev) ;;
   *)
-    echo "install-deps: unknown argument '$1' (only --fuzz)" >&2
+    echo "install-deps: unknown argument '$1' (only --fuzz or --bench-peers)" >&2
     exit 2
     ;;
 esac
