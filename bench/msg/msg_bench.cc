@@ -265,7 +265,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       auto ours = g.Add("tocl shm", Contender::kToclPingPong, size);
       g.AddRow(raw, std::nullopt, prefix + "raw shm ping-pong");
       g.AddRow(ours, raw, prefix + "tocl shm",
-               size == 8 ? std::optional(RatioAtMost(4)) : std::nullopt);
+               size == 8 ? std::optional(RatioAtMost(2.5)) : std::nullopt);
       if (size != 8) continue;
       add_peers(g, ours, size, "shm 8 B latency",
                 peers(peer(ucx(UcxTest::kTagLat, UcxTransport::kPosix, size), "UCX posix",
@@ -363,7 +363,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       g.AddRow(polling, std::nullopt, prefix + "raw tcp polling ping-pong");
       g.AddRow(blocking, polling, prefix + "raw tcp blocking ping-pong");
       g.AddRow(ours, polling, prefix + "tocl tcp",
-               size == 8 ? std::optional(RatioAtMost(1.3)) : std::nullopt);
+               size == 8 ? std::optional(RatioAtMost(1.25)) : std::nullopt);
       if (size == 8 && tcp) {
         add_peers(g, ours, size, "tcp 8 B latency",
                   peers(peer(ucx(UcxTest::kTagLat, UcxTransport::kTcp, size), "UCX tcp",
@@ -382,7 +382,7 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       auto ours = g.Add("tocl tcp", Contender::kToclStream, size);
       g.AddRow(raw, std::nullopt, prefix + "raw tcp stream");
       g.AddRow(ours, raw, prefix + "tocl tcp",
-               size == 65536 ? std::optional(RatioAtLeast(0.8)) : std::nullopt);
+               size == 65536 ? std::optional(RatioAtLeast(0.95)) : std::nullopt);
       if (size == 65536 && tcp) {
         add_peers(g, ours, size, "tcp 64 KiB bandwidth",
                   peers(peer(ucx(UcxTest::kTagBw, UcxTransport::kTcp, size), "UCX tcp"),

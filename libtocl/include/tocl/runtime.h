@@ -95,8 +95,9 @@ struct RuntimeOptions {
   // ($TOCL_TCP_BIND); used only when `networks` and $TOCL_NETWORKS are empty.
   std::string subsystems = {};
   std::string tcp_bind = {};
-  // Until the cluster issue lands, the daemons of other hosts to look their
-  // processes up at: "HOSTID=ADDRESS,..." (empty: $TOCL_PEER_DAEMONS).
+  // Daemons that are not in a cluster only: the daemons of other hosts to
+  // look their processes up at, "HOSTID=ADDRESS,..." (empty:
+  // $TOCL_PEER_DAEMONS). In a cluster the local daemon's replica answers.
   std::string peer_daemons = {};
 
   // Largest message payload plus header (a power of two, 256 B .. 1 MiB).

@@ -4,7 +4,7 @@
 // A subsystem owns one endpoint per process shared by all its threads, a
 // buffer pool registered with it, and a Route per remote process it sends
 // to. The runtime above it keeps the send queues, the matching and the
-// ordering (per process pair sequence numbers in the wire header); a
+// ordering (sequence numbers per pair of threads in the wire header); a
 // subsystem only moves whole frames (wire header + payload). A Route keeps
 // the frames of one size class in the order they were posted (shm and tcp
 // keep all of them in order; via has one connection per class), and the

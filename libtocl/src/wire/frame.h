@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (2)
+//        4     1  version (kVersion: 3)
 //        5     1  kind (FrameKind)
 //        6     2  flags (0; reserved for priorities)
 //        8     4  tag
@@ -37,7 +37,8 @@
 //   kHello      connector -> acceptor: the connector's nonce (32 bytes)
 //   kAuth       acceptor -> connector: the acceptor's nonce and MAC (64)
 //   kProof      connector -> acceptor: the connector's MAC (32)
-// Version 2 brought the handshake; version 1 peers are refused.
+// Version 2 brought the handshake, version 3 kProbe (a long send waiting for
+// its grant); peers of another version are refused.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
