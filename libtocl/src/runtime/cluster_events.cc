@@ -102,9 +102,10 @@ Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
   }
   // Bounded: the notification thread must not wait for ever at the pool cap.
   TOCL_ASSIGN_OR_RETURN(
-      detail::BufferSlot * slot,
+      detail::BufferSlot * got,
       subsystem->pool().Get(class_index, AtCap::kWait,
                             std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+  buffers::SlotRef slot(got);
   wire::Header& header = slot->header();
   header = wire::Header();
   header.magic = wire::kMagic;
@@ -116,9 +117,7 @@ Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
   header.source = source.raw();
   header.destination = self.raw();
   if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
-  Status status = DeliverLocal(slot);
-  if (!status.ok()) slot->pool->Unref(slot);
-  return status;
+  return DeliverLocal(slot);  // an error drops `slot`
 }
 
 }  // namespace tocl

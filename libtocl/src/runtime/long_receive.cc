@@ -75,14 +75,12 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   } else if (kind == wire::FrameKind::kProbe) {
     (*slot)->header().tag = to_sender ? runtime::kProbeWaiting : runtime::kProbeAsk;
   }
-  if (Status status = PostControlLocked(peer, peer_rail, *slot); !status.ok()) {
-    (*slot)->pool->Unref(*slot);
-  }
+  (void)PostControlLocked(peer, peer_rail, *slot);  // not taken: dropped with `slot`
 }
 
-Status Runtime::Impl::OnLongStart(Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   const wire::Header header = slot->header();
-  slot->pool->Unref(slot);
+  slot.reset();
   const Gid to = Gid::FromRaw(header.destination);
   Mailbox* mailbox = threads.Find(to.thread_index());
   if (mailbox == nullptr || mailbox->left()) {
@@ -246,7 +244,7 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell
   inbound.erase(message.key);
 }
 
-Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnFragment(int rail, Gid from_process, buffers::SlotRef slot) {
   const wire::Header header = slot->header();
   const LongKey key{header.source, header.destination, header.seq};
   wire::FrameKind answer = wire::FrameKind::kAck;
@@ -260,7 +258,6 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
       if (message.source_process != from_process || !message.granted ||
           header.total != message.total || header.offset % fragment != 0 ||
           header.length != std::min(fragment, message.total - header.offset)) {
-        slot->pool->Unref(slot);
         return InvalidArgument(fmt::format(
             "a fragment ({} bytes at {} of {}) that does not fit long message {} ({} bytes, "
             "fragments of {}{})",
@@ -284,7 +281,7 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, detail::BufferSlot*
     // Unknown: a duplicate of a fragment of a message that completed (its
     // acknowledgement was lost with a network). Acknowledged all the same.
   }
-  slot->pool->Unref(slot);
+  slot.reset();
   if (answer == wire::FrameKind::kAbort) {
     FlushControls();
     SendToPeer(from_process, rail, wire::FrameKind::kAbort, header);
@@ -329,9 +326,9 @@ void Runtime::Impl::FlushAcks() {
   FlushControls();
 }
 
-Status Runtime::Impl::OnLongControl(int rail, Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnLongControl(int rail, Gid from_process, buffers::SlotRef slot) {
   const wire::Header header = slot->header();
-  slot->pool->Unref(slot);
+  slot.reset();
   // About a message we receive: key (their thread, our thread, seq).
   const LongKey inbound_key{header.source, header.destination, header.seq};
   if (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) {

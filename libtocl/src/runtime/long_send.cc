@@ -45,9 +45,8 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     header.source = from.raw();
     header.destination = to.raw();
     std::memcpy((*large)->payload(), payload.data(), payload.size());
-    Status status = DeliverLocal(*large);
-    if (!status.ok()) (*large)->pool->Unref(*large);
-    return status;
+    buffers::SlotRef slot(*large);
+    return DeliverLocal(slot);  // an error drops `slot`
   }
 
   TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
@@ -87,7 +86,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 
   // The start travels in the pair's order, like a short message.
   {
-    TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * start,
+    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef start,
                           ControlFrame(peer.rails[peer.default_rail].rail,
                                        wire::FrameKind::kLongStart, from, to, seq));
     start->header().tag = tag;
@@ -95,7 +94,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     start->header().reserved = send.fragment_bytes;
     Status posted = PostControlLocked(peer, peer.default_rail, start);
     if (!posted.ok()) {
-      start->pool->Unref(start);
+      start.reset();  // before failing the peer, as the queued frames are
       FailPeerLocked(peer, posted);
       return posted;
     }
@@ -270,17 +269,16 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
         // the buffer the receiver provided), else through a pool buffer.
         Status status = rail.route->PostCopy(header, piece);
         if (status.code() == StatusCode::kUnimplemented) {
-          detail::BufferSlot* slot =
-              rails[rail.rail]->subsystem->pool().TryGet(buffers::ClassFor(length));
-          if (slot == nullptr) {
+          buffers::SlotRef slot(
+              rails[rail.rail]->subsystem->pool().TryGet(buffers::ClassFor(length)));
+          if (!slot) {
             full[best] = true;
             continue;
           }
           slot->header() = header;
           std::memcpy(slot->payload(), piece.data(), length);
           slot->set_state(BufferState::kInFlight);
-          status = rail.route->Post(slot);
-          if (!status.ok()) slot->pool->Unref(slot);
+          status = rail.route->PostRef(slot);  // not taken: dropped with `slot`
         }
         if (!status.ok()) {
           full[best] = true;  // TryAgain: later; broken: failed in the next round
@@ -363,9 +361,7 @@ void Runtime::Impl::PostSenderControlLocked(SendPeer& peer, int rail, wire::Fram
                             Gid::FromRaw(key.destination), key.seq);
   if (!frame.ok()) return;
   (*frame)->header().tag = tag;
-  if (Status posted = PostControlLocked(peer, rail, *frame); !posted.ok()) {
-    (*frame)->pool->Unref(*frame);
-  }
+  (void)PostControlLocked(peer, rail, *frame);  // not taken: dropped with `frame`
 }
 
 }  // namespace tocl

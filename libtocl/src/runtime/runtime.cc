@@ -111,9 +111,6 @@ Runtime::Impl::~Impl() {
   // Held buffers go back to their pools before the subsystems (and their
   // pools) go: peers first (queued sends), then mailboxes.
   peers.clear();
-  for (auto& [source, state] : order) {
-    for (auto& [seq, slot] : state.held) slot->pool->Unref(slot);
-  }
   order.clear();
   for (auto& [key, message] : inbound) {
     if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
@@ -321,15 +318,15 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
 
 // --- receive side -------------------------------------------------------------
 
-Status RailSink::OnMessage(Gid from_process, detail::BufferSlot* slot) {
-  return impl_.OnFrame(rail_, from_process, slot);
+Status RailSink::OnMessage(Gid from_process, buffers::SlotRef slot) {
+  return impl_.OnFrame(rail_, from_process, std::move(slot));
 }
 
 bool RailSink::Congested() const {
   return impl_.Congested();
 }
 
-Status Runtime::Impl::OnFrame(int rail, Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
   Rail& network = *rails[rail];
   network.frames_received.store(network.frames_received.load(std::memory_order_relaxed) + 1,
                                 std::memory_order_relaxed);
@@ -339,15 +336,15 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, detail::BufferSlot* sl
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
-      return OnOrdered(from_process, slot);
+      return OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
-      return OnFragment(rail, from_process, slot);
+      return OnFragment(rail, from_process, std::move(slot));
     default:
-      return OnLongControl(rail, from_process, slot);
+      return OnLongControl(rail, from_process, std::move(slot));
   }
 }
 
-Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
+Status Runtime::Impl::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   const std::pair<uint64_t, uint64_t> pair{slot->header().source, slot->header().destination};
   if (last_order == nullptr || last_pair != pair) {
     last_order = &order[pair];
@@ -356,17 +353,15 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
   PairOrder& source = *last_order;
   const uint64_t seq = slot->header().seq;
   if (seq != source.next_seq) {
-    const size_t bytes = Mailbox::SlotBytes(slot);
+    const size_t bytes = Mailbox::SlotBytes(slot.get());
     if (source.skipped.count(seq) != 0 ||
         (seq < source.next_seq && slot->header().kind == wire::FrameKind::kLongStart)) {
       // The start of a long message whose sender gave up (SkipInOrder).
       Log().debug("tocl: dropping the start of long message {} from {}: its sender gave up", seq,
                   Gid::FromRaw(slot->header().source).ToString());
-      slot->pool->Unref(slot);
       return Status::Ok();
     }
     if (seq < source.next_seq || source.held.count(seq) != 0) {
-      slot->pool->Unref(slot);
       return InvalidArgument(fmt::format("a duplicate message (sequence number {}, expected {})",
                                          seq, source.next_seq));
     }
@@ -375,11 +370,11 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
     // sending process) are a broken sender.
     size_t& process_held = held_by_process[from_process.raw()];
     if (process_held + bytes > options.unexpected_cap / 2) {
-      slot->pool->Unref(slot);
+      slot.reset();
       const uint64_t expected = source.next_seq;
+      // Erasing a pair drops the frames it held.
       std::erase_if(order, [&](auto& entry) {
         if (Gid::FromRaw(entry.first.first).process() != from_process) return false;
-        for (auto& [held_seq, held] : entry.second.held) held->pool->Unref(held);
         unexpected_bytes.fetch_sub(entry.second.held_bytes, std::memory_order_relaxed);
         return true;
       });
@@ -389,14 +384,14 @@ Status Runtime::Impl::OnOrdered(Gid from_process, detail::BufferSlot* slot) {
           "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
           seq, expected, options.unexpected_cap / 2));
     }
-    source.held.emplace(seq, slot);
+    source.held.emplace(seq, std::move(slot));
     source.held_bytes += bytes;
     process_held += bytes;
     unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
     return Status::Ok();
   }
   ++source.next_seq;
-  TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
+  TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, std::move(slot)));
   return DeliverHeld(from_process, source);
 }
 
@@ -408,17 +403,17 @@ Status Runtime::Impl::DeliverHeld(Gid from_process, PairOrder& source) {
     }
     auto next = source.held.find(source.next_seq);
     if (next == source.held.end()) return Status::Ok();
-    detail::BufferSlot* slot = TakeHeld(from_process, source, next);
+    buffers::SlotRef slot = TakeHeld(from_process, source, next);
     ++source.next_seq;
-    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, slot));
+    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, std::move(slot)));
   }
 }
 
-detail::BufferSlot* Runtime::Impl::TakeHeld(Gid from_process, PairOrder& source,
-                                            std::map<uint64_t, detail::BufferSlot*>::iterator it) {
-  detail::BufferSlot* slot = it->second;
+buffers::SlotRef Runtime::Impl::TakeHeld(Gid from_process, PairOrder& source,
+                                         std::map<uint64_t, buffers::SlotRef>::iterator it) {
+  buffers::SlotRef slot = std::move(it->second);
   source.held.erase(it);
-  const size_t bytes = Mailbox::SlotBytes(slot);
+  const size_t bytes = Mailbox::SlotBytes(slot.get());
   source.held_bytes -= bytes;
   held_by_process[from_process.raw()] -= bytes;
   unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
@@ -443,34 +438,37 @@ Status Runtime::Impl::SkipInOrder(Gid from_process, const runtime::LongKey& key)
   }
   if (auto held = source.held.find(key.seq); held != source.held.end()) {
     // The start came but waits behind a gap: it is dropped now.
-    detail::BufferSlot* slot = TakeHeld(from_process, source, held);
-    slot->pool->Unref(slot);
+    TakeHeld(from_process, source, held).reset();
   }
   source.skipped.insert(key.seq);
   return DeliverHeld(from_process, source);
 }
 
-Status Runtime::Impl::DeliverInOrder(Gid from_process, detail::BufferSlot* slot) {
-  if (slot->header().kind == wire::FrameKind::kLongStart) return OnLongStart(from_process, slot);
+Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
+  if (slot->header().kind == wire::FrameKind::kLongStart) {
+    return OnLongStart(from_process, std::move(slot));
+  }
   if (Status status = DeliverLocal(slot); !status.ok()) {
-    // The sender was told the message left; the thread it was for is gone.
+    // The sender was told the message left; the thread it was for is gone
+    // (the frame is dropped with `slot`).
     Log().debug("tocl: dropping a message from {}: {}", from_process.ToString(), status.ToString());
-    slot->pool->Unref(slot);
   }
   return Status::Ok();
 }
 
-Status Runtime::Impl::DeliverLocal(detail::BufferSlot* slot) {
+Status Runtime::Impl::DeliverLocal(buffers::SlotRef& slot) {
   const Gid to = Gid::FromRaw(slot->header().destination);
   Mailbox* mailbox = threads.Find(to.thread_index());
   if (mailbox == nullptr) return NotFound(fmt::format("no thread {}", to.ToString()));
-  const size_t bytes = Mailbox::SlotBytes(slot);
+  const size_t bytes = Mailbox::SlotBytes(slot.get());
   slot->set_state(BufferState::kIdle);
   unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (!mailbox->Deliver(slot)) {
+  // Mailbox::Deliver takes the reference only when it returns true.
+  if (!mailbox->Deliver(slot.get())) {
     unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     return FailedPrecondition(fmt::format("thread {} has left", to.ToString()));
   }
+  (void)slot.release();  // the mailbox's now
   return Status::Ok();
 }
 
@@ -956,15 +954,12 @@ void Runtime::Impl::FailPeerLocked(SendPeer& peer, Status why) {
     peer.state = SendPeer::State::kFailed;
     peer.failure = std::move(why);
   }
-  for (auto& pending : peer.queue) {
-    pending.slot->set_state(BufferState::kFailed);
-    pending.slot->pool->Unref(pending.slot);
-  }
+  for (auto& pending : peer.queue) pending.slot->set_state(BufferState::kFailed);
   if (!peer.queue.empty()) {
     Log().warn("tocl: {} queued messages to {} failed: {}", peer.queue.size(),
                peer.process.ToString(), peer.failure.ToString());
   }
-  peer.queue.clear();
+  peer.queue.clear();  // drops their references
   peer.space.notify_all();
 }
 
@@ -973,21 +968,20 @@ bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
     auto& head = peer.queue.front();
     runtime::PeerRail& rail = peer.rails[head.rail];
     const uint64_t bytes = wire::kHeaderBytes + head.slot->header().length;
-    Status status = rail.route->Post(head.slot);
+    // Ok leaves head.slot empty; an error leaves the reference in it.
+    Status status = rail.route->PostRef(head.slot);
     if (status.code() == StatusCode::kTryAgain) return true;
     if (!status.ok() && RerouteLocked(peer, head.rail)) {
       // Another network takes the frames that waited for this one; control
       // frames of long messages are dropped (their senders recover).
       const wire::FrameKind kind = head.slot->header().kind;
       if (kind != wire::FrameKind::kMessage && kind != wire::FrameKind::kLongStart) {
-        head.slot->pool->Unref(head.slot);
         peer.queue.pop_front();
       }
       continue;
     }
     if (!status.ok()) {
       head.slot->set_state(BufferState::kFailed);
-      head.slot->pool->Unref(head.slot);
       peer.queue.pop_front();
       FailPeerLocked(peer, status);
       return false;
@@ -1039,14 +1033,12 @@ Result<SendPeer*> Runtime::Impl::PeerOf(Gid to) {
   return dest->peer;
 }
 
-Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot,
-                               Network network) {
+Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   return PostSlot(from, to, tag, slot, network);
 }
 
-Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot,
-                               Network network) {
+Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
   wire::Header& header = slot->header();
   header.magic = wire::kMagic;
   header.version = wire::kVersion;
@@ -1087,7 +1079,7 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
     slot->set_state(BufferState::kInFlight);
     runtime::PeerRail& peer_rail = peer.rails[rail];
     const uint64_t bytes = wire::kHeaderBytes + header.length;
-    Status status = peer_rail.route->Post(slot);
+    Status status = peer_rail.route->PostRef(slot);
     if (status.ok()) {
       ++peer_rail.frames_sent;
       peer_rail.bytes_sent += bytes;
@@ -1102,7 +1094,7 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* sl
       return status;
     }
   }
-  QueueLocked(peer, slot, rail);
+  QueueLocked(peer, std::move(slot), rail);
   // Back-pressure: wait for room, polling when we can (the receiver's
   // "more buffers" bell may be ours to hear); sleep only after a while.
   for (int round = 0;
@@ -1151,13 +1143,12 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
     }
   }
   subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
-  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * slot,
+  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got,
                         subsystem->pool().Get(class_index, AtCap::kWait, Clock::time_point::max()));
+  buffers::SlotRef slot(got);
   if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   slot->header().length = static_cast<uint32_t>(payload.size());
-  Status status = PostSlot(from, to, tag, slot, Network::kFastest);
-  if (!status.ok()) slot->pool->Unref(slot);
-  return status;
+  return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
 uint64_t& Runtime::Impl::PairSeqLocked(SendPeer& peer, Gid from, Gid to) {
@@ -1203,10 +1194,10 @@ Result<SendPeer*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
   return peer;
 }
 
-Result<detail::BufferSlot*> Runtime::Impl::ControlFrame(int rail, wire::FrameKind kind, Gid from,
-                                                        Gid to, uint64_t seq) {
-  detail::BufferSlot* slot = rails[rail]->subsystem->pool().TryGet(0);
-  if (slot == nullptr) {
+Result<buffers::SlotRef> Runtime::Impl::ControlFrame(int rail, wire::FrameKind kind, Gid from,
+                                                     Gid to, uint64_t seq) {
+  buffers::SlotRef slot(rails[rail]->subsystem->pool().TryGet(0));
+  if (!slot) {
     return ResourceExhausted("no pool buffer for a control frame (the pool cap is reached)");
   }
   wire::Header& header = slot->header();
@@ -1242,9 +1233,9 @@ bool Runtime::Impl::RerouteLocked(SendPeer& peer, int broken) {
   return true;
 }
 
-void Runtime::Impl::QueueLocked(SendPeer& peer, detail::BufferSlot* slot, int rail) {
+void Runtime::Impl::QueueLocked(SendPeer& peer, buffers::SlotRef slot, int rail) {
   slot->set_state(BufferState::kQueued);
-  peer.queue.push_back({slot, rail});
+  peer.queue.push_back({std::move(slot), rail});
   if (!peer.listed_blocked) {
     peer.listed_blocked = true;
     std::lock_guard blocked_lock(blocked_mu);
@@ -1253,7 +1244,7 @@ void Runtime::Impl::QueueLocked(SendPeer& peer, detail::BufferSlot* slot, int ra
   progress->NoteQueued();
 }
 
-Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, detail::BufferSlot* slot) {
+Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, buffers::SlotRef& slot) {
   if (rail < 0 || rail >= static_cast<int>(peer.rails.size())) rail = peer.default_rail;
   runtime::PeerRail& peer_rail = peer.rails[rail];
   const uint64_t bytes = wire::kHeaderBytes + slot->header().length;
@@ -1262,7 +1253,7 @@ Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, detail::Buffer
   if (peer.state == SendPeer::State::kFailed) return peer.failure;
   if (peer.queue.empty()) {
     slot->set_state(BufferState::kInFlight);
-    Status status = peer_rail.route->Post(slot);
+    Status status = peer_rail.route->PostRef(slot);
     if (status.ok()) {
       ++peer_rail.frames_sent;
       peer_rail.bytes_sent += bytes;
@@ -1271,7 +1262,7 @@ Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, detail::Buffer
     if (status.code() != StatusCode::kTryAgain) return status;
   }
   // Behind what waits already; the poller retries it.
-  QueueLocked(peer, slot, rail);
+  QueueLocked(peer, std::move(slot), rail);
   return Status::Ok();
 }
 
@@ -1466,8 +1457,10 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
     if (status.ok()) buffer.Release();
     return status;
   }
-  Status status = impl_->SendSlot(from, to, tag, slot, slot->pool->network());
-  if (status.ok()) buffer.Detach();  // the runtime has its reference now
+  // The buffer's reference goes with the send; a failed send gives it back.
+  buffers::SlotRef ref(buffer.Detach());
+  Status status = impl_->SendSlot(from, to, tag, ref, slot->pool->network());
+  if (!status.ok()) buffer = Buffer(ref.release());
   return status;
 }
 
@@ -1495,10 +1488,10 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
     }
     return status;
   }
-  slot->refs.fetch_add(1, std::memory_order_relaxed);
-  Status status = impl_->SendSlot(from, to, tag, slot, slot->pool->network());
-  if (!status.ok()) slot->pool->Unref(slot);
-  return status;
+  // A reference of the runtime's; the caller's Buffer keeps its own. An
+  // error drops the runtime's.
+  buffers::SlotRef shared = buffers::SlotRef::Share(slot);
+  return impl_->SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "buffers/buffer_pool.h"
+#include "buffers/slot_ref.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
 #include "runtime/internal_threads.h"
@@ -51,7 +52,7 @@ namespace tocl {
 class RailSink final : public subsystem::Sink {
  public:
   RailSink(Runtime::Impl& impl, int rail) : impl_(impl), rail_(rail) {}
-  Status OnMessage(Gid from_process, detail::BufferSlot* slot) override;
+  Status OnMessage(Gid from_process, buffers::SlotRef slot) override;
   bool Congested() const override;
 
  private:
@@ -79,20 +80,21 @@ struct Runtime::Impl final {
   Status Shutdown(std::chrono::milliseconds flush_timeout);
 
   // --- arrivals (the polling thread) ---
-  Status OnFrame(int rail, Gid from_process, detail::BufferSlot* slot);
+  // Each takes the frame's reference and drops it on every path.
+  Status OnFrame(int rail, Gid from_process, buffers::SlotRef slot);
   // A short message or long-message start, in its pair's order.
-  Status OnOrdered(Gid from_process, detail::BufferSlot* slot);
+  Status OnOrdered(Gid from_process, buffers::SlotRef slot);
   struct PairOrder;
   // Delivers what waits in `source` from its next_seq on (held frames,
   // skipped numbers), until a number is missing.
   Status DeliverHeld(Gid from_process, PairOrder& source);
   // Takes a frame out of `source.held`, with its memory accounting.
-  detail::BufferSlot* TakeHeld(Gid from_process, PairOrder& source,
-                               std::map<uint64_t, detail::BufferSlot*>::iterator it);
+  buffers::SlotRef TakeHeld(Gid from_process, PairOrder& source,
+                            std::map<uint64_t, buffers::SlotRef>::iterator it);
   // The sender of long message `key` gave up before its start came: the
   // pair's order no longer waits for it, and a late start is dropped.
   Status SkipInOrder(Gid from_process, const runtime::LongKey& key);
-  Status DeliverInOrder(Gid from_process, detail::BufferSlot* slot);
+  Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
   bool Congested() const {
     return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
   }
@@ -139,14 +141,16 @@ struct Runtime::Impl final {
   // The peer of thread `to` (looked up on first use); FailedPrecondition
   // when the thread has exited.
   Result<runtime::SendPeer*> PeerOf(Gid to);
-  // Sends one reference of `slot` (header length set). On error the
-  // reference is still the caller's. PostSlot skips CheckSend.
-  Status SendSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
-  Status PostSlot(Gid from, Gid to, Tag tag, detail::BufferSlot* slot, Network network);
+  // Sends the reference in `slot` (header length set): Ok takes it (`slot`
+  // is left empty); on error it is still in `slot`, the caller's.
+  // PostSlot skips CheckSend.
+  Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
+  Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
   // Posts a frame outside the pair order (fragments, control) on `rail` of
   // `peer`, or queues it behind the others (rail < 0: the default rail).
-  Status PostControlLocked(runtime::SendPeer& peer, int rail, detail::BufferSlot* slot);
+  // Ok takes the reference in `slot`; on error it is still the caller's.
+  Status PostControlLocked(runtime::SendPeer& peer, int rail, buffers::SlotRef& slot);
   void ProbeLocked(runtime::SendPeer& peer, const runtime::LongKey& key, size_t round,
                    std::chrono::steady_clock::time_point now);
   // A control frame from the sending thread of long message `key` to its
@@ -154,23 +158,23 @@ struct Runtime::Impl final {
   void PostSenderControlLocked(runtime::SendPeer& peer, int rail, wire::FrameKind kind,
                                const runtime::LongKey& key, Tag tag);
   // Puts `slot` at the end of the peer's queue for the poller to post.
-  void QueueLocked(runtime::SendPeer& peer, detail::BufferSlot* slot, int rail);
+  void QueueLocked(runtime::SendPeer& peer, buffers::SlotRef slot, int rail);
   // Next sequence number of the (from, to) pair, under peer.mu.
   uint64_t& PairSeqLocked(runtime::SendPeer& peer, Gid from, Gid to);
   // The peer of process `process` (resolved), for control frames.
   Result<runtime::SendPeer*> PeerOfProcess(Gid process);
   // A header-only frame of `kind` from this process's thread `from` to
   // `to`, in a pool buffer of `rail`.
-  Result<detail::BufferSlot*> ControlFrame(int rail, wire::FrameKind kind, Gid from, Gid to,
-                                           uint64_t seq);
+  Result<buffers::SlotRef> ControlFrame(int rail, wire::FrameKind kind, Gid from, Gid to,
+                                        uint64_t seq);
   int RailOfPool(const buffers::BufferPool* pool) const;
 
   // --- long messages (long_send.cc, long_receive.cc) ---
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  Status OnLongStart(Gid from_process, detail::BufferSlot* slot);  // in pair order
-  Status OnFragment(int rail, Gid from_process, detail::BufferSlot* slot);
+  Status OnLongStart(Gid from_process, buffers::SlotRef slot);  // in pair order
+  Status OnFragment(int rail, Gid from_process, buffers::SlotRef slot);
   Status OnLongControl(int rail, Gid from_process,
-                       detail::BufferSlot* slot);  // grant, ack, abort, probe
+                       buffers::SlotRef slot);  // grant, ack, abort, probe
 
   // Grants waiting starts when memory or a RecvInto appeared; discards
   // partial messages whose sender went silent. True while starts wait.
@@ -200,7 +204,9 @@ struct Runtime::Impl final {
   Result<MessageInfo> ReceiveInto(Gid self, runtime::Selector selector, std::span<std::byte> out,
                                   std::chrono::steady_clock::time_point deadline);
   void UnbindPosted(runtime::PostedReceive& post);
-  Status DeliverLocal(detail::BufferSlot* slot);
+  // Into a local thread's mailbox: Ok takes the reference in `slot`; on
+  // error (no such thread, or it left) it is still the caller's.
+  Status DeliverLocal(buffers::SlotRef& slot);
   // Retries queued sends (the poller). True when some still wait.
   bool FlushQueued();
   bool FlushPeerLocked(runtime::SendPeer& peer);
@@ -282,7 +288,7 @@ struct Runtime::Impl final {
   // polling thread only).
   struct PairOrder {
     uint64_t next_seq = 0;
-    std::map<uint64_t, detail::BufferSlot*> held;  // arrived ahead of next_seq
+    std::map<uint64_t, buffers::SlotRef> held;  // arrived ahead of next_seq
     size_t held_bytes = 0;
     // Numbers not to wait for: long messages whose sender gave up before
     // their start came (lost with a connection, or behind a lost frame).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "buffers/buffer_slot.h"
+#include "buffers/slot_ref.h"
 #include "subsystem/subsystem.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -47,8 +48,8 @@ struct SendPeer {
   enum class State { kUnresolved, kReady, kFailed };
 
   struct Pending {
-    detail::BufferSlot* slot;  // one reference, ours
-    int rail;                  // index into rails
+    buffers::SlotRef slot;  // one reference, ours
+    int rail;               // index into rails
   };
 
   const Gid process;

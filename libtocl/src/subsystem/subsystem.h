@@ -13,7 +13,8 @@
 // Ownership: a slot passed to Route::Post comes with one reference that the
 // subsystem owns until it is done with the bytes; it then sets the slot's
 // state (kSent or kFailed) and drops that reference (pool()->Unref). A slot
-// passed to Sink::OnMessage carries one reference for the runtime.
+// passed to Sink::OnMessage carries one reference for the runtime, as a
+// buffers::SlotRef (the runtime drops it on every path, errors included).
 //
 // Each subsystem is given, when opened, the runtime's Sink (where arrivals
 // go) and Reactor (the fds it wants to be woken for).
@@ -32,6 +33,7 @@
 #include <string_view>
 
 #include "buffers/buffer_pool.h"
+#include "buffers/slot_ref.h"
 #include "tocl/buffer.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -48,8 +50,8 @@ class Sink {
   // arrive in the order they were posted. An error means the sender broke
   // the protocol (duplicate or impossible sequence numbers): the slot was
   // taken anyway, and the subsystem closes that connection or channel with
-  // the error's message.
-  virtual Status OnMessage(Gid from_process, detail::BufferSlot* slot) = 0;
+  // the error's message. Moving the reference in costs no atomic.
+  virtual Status OnMessage(Gid from_process, buffers::SlotRef slot) = 0;
   // Whether the receive side wants no more unexpected messages now
   // (flow control: subsystems stop providing buffers / reading sockets).
   virtual bool Congested() const = 0;
@@ -64,7 +66,18 @@ class Route {
   // no room now (flow control); the slot was not taken and the reference is
   // still the caller's: retry after progress. Unavailable/FailedPrecondition: the
   // route is broken for good (peer gone); the slot was not taken.
+  //
+  // Post stays on raw slots: its "not taken on error" contract is the
+  // caller's to keep, and subsystems keep the slots they hold in their own
+  // rings and queues. PostRef is the same for a caller holding a SlotRef.
   virtual Status Post(detail::BufferSlot* slot) = 0;
+  // Post of an owned reference: Ok hands it over (`slot` is left empty);
+  // on any error it stays in `slot`, the caller's to retry or to drop.
+  Status PostRef(buffers::SlotRef& slot) {
+    Status status = Post(slot.get());
+    if (status.ok()) (void)slot.release();  // the subsystem's now
+    return status;
+  }
   // Like Post, copying `header` and `payload` straight to the network (no
   // pool buffer on the sending side). Unimplemented if the subsystem has no
   // such path (the runtime then copies into a pool buffer and Posts).

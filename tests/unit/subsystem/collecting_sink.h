@@ -32,14 +32,10 @@ struct Arrival {
 
 class CollectingSink final : public Sink {
  public:
-  Status OnMessage(Gid from, detail::BufferSlot* slot) override {
+  Status OnMessage(Gid from, buffers::SlotRef slot) override {
     Arrival arrival{from, slot->header(), false, nullptr};
     arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
-    if (keep.load()) {
-      arrival.slot = slot;
-    } else {
-      slot->pool->Unref(slot);
-    }
+    if (keep.load()) arrival.slot = slot.release();  // dropped by ReleaseKept
     std::lock_guard lock(mu_);
     arrivals_.push_back(arrival);
     return Status::Ok();

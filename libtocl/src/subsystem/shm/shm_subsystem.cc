@@ -611,7 +611,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         return delivered;
       }
       ++delivered;
-      if (Status status = sink_.OnMessage(in.sender, slot); !status.ok()) {
+      if (Status status = sink_.OnMessage(in.sender, buffers::SlotRef(slot)); !status.ok()) {
         arrivals.head.value.store(head + 1, std::memory_order_release);
         in.head = head + 1;
         ProtocolError(in, status.message());

@@ -241,7 +241,8 @@ bool InboundConnection::OnHandshake(const wire::Header& header, const std::byte*
 bool InboundConnection::Deliver(detail::BufferSlot* slot) {
   TcpTraffic::Add(context_.traffic.frames_received, 1);
   ++context_.delivered;
-  if (Status status = context_.sink.OnMessage(hello_process_, slot); !status.ok()) {
+  if (Status status = context_.sink.OnMessage(hello_process_, buffers::SlotRef(slot));
+      !status.ok()) {
     Close(status.message());
     return false;
   }

@@ -479,7 +479,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
       // Delivered without the entry's lock: the runtime may send from here.
       lock.unlock();
       ++delivered_;
-      Status taken = sink_.OnMessage(vi.peer, slot);
+      Status taken = sink_.OnMessage(vi.peer, buffers::SlotRef(slot));
       lock.lock();
       if (!taken.ok()) {
         Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), taken.message());
