@@ -131,7 +131,9 @@ TEST_CASE("a via peer killed mid-stream costs its VIs only, and others go on",
   // We send to the sink while it is killed: sends fail, nothing hangs.
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> sent{0};
+  // Written by the sender before send_failed, read after it (or the join).
   Status send_status;
+  std::atomic<bool> send_failed{false};
   std::thread sender([&] {
     std::vector<std::byte> payload(2000);
     const Gid to = sink.threads().front();
@@ -140,6 +142,7 @@ TEST_CASE("a via peer killed mid-stream costs its VIs only, and others go on",
       Status status = runtime->Send(self, to, 1, payload);
       if (!status.ok()) {
         send_status = status;
+        send_failed.store(true, std::memory_order_release);
         return;
       }
       sent.fetch_add(1);
@@ -150,7 +153,8 @@ TEST_CASE("a via peer killed mid-stream costs its VIs only, and others go on",
   (void)sink.child().Kill();
   // The sender learns the sink is gone (the VI breaks, the directory says
   // it exited) and stops with an error rather than hanging.
-  const bool ended = WaitUntil([&] { return !send_status.ok(); }, seconds(30));
+  const bool ended =
+      WaitUntil([&] { return send_failed.load(std::memory_order_acquire); }, seconds(30));
   stop.store(true);
   sender.join();
   INFO(send_status.ToString());
