@@ -58,11 +58,11 @@ struct HeldProcess {
   Gid gid;
 };
 
-HeldProcess HoldEnrollment(const Daemon& daemon, const std::string& as) {
+// `command` runs a probe that enrolls and holds (it may wrap the probe).
+HeldProcess HoldEnrollment(std::vector<std::string> command) {
   SpawnOptions options;
   options.pipe_stdin = true;
-  auto process = REQUIRE_VALUE(
-      ChildProcess::Spawn(ProbeCommand(daemon.address(), as, {"enroll", "--hold"}), options));
+  auto process = REQUIRE_VALUE(ChildProcess::Spawn(std::move(command), options));
   Gid gid;
   const bool enrolled = WaitUntil(
       [&] {
@@ -75,6 +75,10 @@ HeldProcess HoldEnrollment(const Daemon& daemon, const std::string& as) {
   REQUIRE(enrolled);
   REQUIRE(gid.valid());
   return HeldProcess{std::move(process), gid};
+}
+
+HeldProcess HoldEnrollment(const Daemon& daemon, const std::string& as) {
+  return HoldEnrollment(ProbeCommand(daemon.address(), as, {"enroll", "--hold"}));
 }
 
 // How a process ended once it has, or -1 after 10 s.
@@ -165,22 +169,8 @@ TEST_CASE(
   REQUIRE_OK(daemon.Start());
   // The probe is pid 1 of a new pid namespace (unshare forks it), and
   // claims getpid(): 1.
-  SpawnOptions options;
-  options.pipe_stdin = true;
-  auto unshare = REQUIRE_VALUE(ChildProcess::Spawn(
-      {kUnshare, "--pid", "--kill-child", kProbe, "--daemon", daemon.address(), "enroll", "--hold"},
-      options));
-  Gid gid;
-  const bool enrolled = WaitUntil(
-      [&] {
-        auto parsed = WorkerGid(unshare.Output());
-        if (parsed.ok()) gid = *parsed;
-        return parsed.ok() || unshare.Exited();
-      },
-      seconds(20));
-  INFO(unshare.Output());
-  REQUIRE(enrolled);
-  REQUIRE(gid.valid());
+  auto [unshare, gid] = HoldEnrollment({kUnshare, "--pid", "--kill-child", kProbe, "--daemon",
+                                        daemon.address(), "enroll", "--hold"});
 
   // Recorded as the daemon's namespace knows it: the probe, unshare's child,
   // which is pid 1 in its own.
