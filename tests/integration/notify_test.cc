@@ -57,6 +57,25 @@ struct Collected {
   }
 };
 
+// What most tests here start from: a daemon, a worker process it enrolled,
+// and a runtime named "watcher". `collected` comes before the runtime: its
+// callbacks may run until the runtime is gone (members are destroyed in
+// reverse order).
+struct WatchedWorker {
+  explicit WatchedWorker(const std::string& worker_name)
+      : worker(StartWorker(daemon, worker_name)), runtime(StartTestRuntime(daemon, "watcher")) {}
+
+  static SpawnWorkerProcess StartWorker(Daemon& daemon, const std::string& name) {
+    REQUIRE_OK(daemon.Start());
+    return REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, name));
+  }
+
+  Daemon daemon;
+  SpawnWorkerProcess worker;
+  Collected collected;
+  std::unique_ptr<Runtime> runtime;
+};
+
 ExitNotice ReceiveNotice(Runtime& runtime, Gid self, Gid target, Tag tag) {
   Buffer message = REQUIRE_VALUE(runtime.RecvFor(self, seconds(15), target, tag));
   CHECK(message.source() == target);
@@ -76,12 +95,10 @@ Status WaitExited(DirectoryClient& client, Gid gid) {
 
 TEST_CASE("a thread that leaves is reported once, by message and by callback",
           "[integration][notify]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "target"));
-  // Before the runtime: its callbacks may run until it is gone.
-  Collected collected;
-  auto runtime = StartTestRuntime(daemon, "watcher");
+  WatchedWorker watched("target");
+  SpawnWorkerProcess& worker = watched.worker;
+  Collected& collected = watched.collected;
+  std::unique_ptr<Runtime>& runtime = watched.runtime;
   const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
 
   // An echo thread waits for one message before it returns (and leaves).
@@ -112,12 +129,10 @@ TEST_CASE("a thread that leaves is reported once, by message and by callback",
 
 TEST_CASE("a process killed with SIGKILL is reported to watchers of it and of its threads",
           "[integration][notify]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "doomed"));
-  // Before the runtime: its callbacks may run until it is gone.
-  Collected collected;
-  auto runtime = StartTestRuntime(daemon, "watcher");
+  WatchedWorker watched("doomed");
+  SpawnWorkerProcess& worker = watched.worker;
+  Collected& collected = watched.collected;
+  std::unique_ptr<Runtime>& runtime = watched.runtime;
   const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
   const Gid blocked = REQUIRE_VALUE(runtime->SpawnThread(me, worker.process(), "block"));
   // A thread the directory has not heard of yet is accepted while its
@@ -160,12 +175,10 @@ TEST_CASE("a process killed with SIGKILL is reported to watchers of it and of it
 
 TEST_CASE("threads blocked in RecvFor before a kill -9 wake with its notice",
           "[integration][notify]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "doomed"));
-  // Before the runtime: its callbacks may run until it is gone.
-  Collected collected;
-  auto runtime = StartTestRuntime(daemon, "watcher");
+  WatchedWorker watched("doomed");
+  SpawnWorkerProcess& worker = watched.worker;
+  Collected& collected = watched.collected;
+  std::unique_ptr<Runtime>& runtime = watched.runtime;
   // Two receivers: one of them polls for the process and sleeps in its
   // reactor, the other sleeps on its own mailbox; a notice must reach both.
   const Gid first = REQUIRE_VALUE(runtime->EnrollThread("first"));
@@ -205,13 +218,12 @@ TEST_CASE("threads blocked in RecvFor before a kill -9 wake with its notice",
 }
 
 TEST_CASE("watching what has already exited reports it at once", "[integration][notify]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
+  WatchedWorker watched("short-lived");
+  Daemon& daemon = watched.daemon;
+  SpawnWorkerProcess& worker = watched.worker;
+  Collected& collected = watched.collected;
+  std::unique_ptr<Runtime>& runtime = watched.runtime;
   auto client = REQUIRE_VALUE(daemon.Connect());
-  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "short-lived"));
-  // Before the runtime: its callbacks may run until it is gone.
-  Collected collected;
-  auto runtime = StartTestRuntime(daemon, "watcher");
   const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
   const Gid left = REQUIRE_VALUE(runtime->SpawnThread(me, worker.process(), "count"));
   REQUIRE_OK(WaitExited(*client, left));
@@ -236,12 +248,10 @@ TEST_CASE("watching what has already exited reports it at once", "[integration][
 }
 
 TEST_CASE("a cancelled notification is never delivered", "[integration][notify]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  SpawnWorkerProcess worker = REQUIRE_VALUE(SpawnWorkerProcess::Start(daemon, "target"));
-  // Before the runtime: its callbacks may run until it is gone.
-  Collected collected;
-  auto runtime = StartTestRuntime(daemon, "watcher");
+  WatchedWorker watched("target");
+  SpawnWorkerProcess& worker = watched.worker;
+  Collected& collected = watched.collected;
+  std::unique_ptr<Runtime>& runtime = watched.runtime;
   const Gid me = REQUIRE_VALUE(runtime->EnrollThread("me"));
 
   const uint64_t by_message = REQUIRE_VALUE(runtime->Notify(me, worker.process(), 70));

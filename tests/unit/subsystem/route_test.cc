@@ -40,7 +40,8 @@ class ScriptedRoute final : public Route {
   std::deque<detail::BufferSlot*> taken;
 };
 
-TEST_CASE("a frame a route does not take stays with the sender and returns to its pool", "[pool]") {
+TEST_CASE("a frame a route does not take stays with the sender and returns to its pool",
+          "[route]") {
   buffers::AnonymousSlabMemory memory;
   buffers::PoolBudget budget(4 * kMiB);
   buffers::BufferPool pool(Network::kTcp, 4, memory, budget);
