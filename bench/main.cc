@@ -76,6 +76,28 @@ int Finish(const tocl::Status& status, const tocl::bench::Report& report, bool j
   return 0;
 }
 
+// Copies the common options into a suite's, runs it and prints its report.
+// A suite that starts its own daemons (`own_daemons` names it for the
+// message, else nullptr) refuses --daemon with a usage error.
+template <typename Options>
+int RunSuite(const std::string& suite, Options& options, const CommonOptions& common,
+             tocl::Status (*run)(const Options&, tocl::bench::Report&),
+             const char* own_daemons = nullptr) {
+  if (own_daemons != nullptr && !common.daemon_address.empty()) {
+    fmt::print(stderr, "tocl-bench: {} starts its own daemons; --daemon is not used\n",
+               own_daemons);
+    return 2;
+  }
+  options.repeats = common.repeats;
+  options.toclsd_path = common.toclsd_path;
+  if constexpr (requires { options.daemon_address; }) {
+    options.daemon_address = common.daemon_address;
+  }
+  tocl::bench::Report report(suite);
+  tocl::Status status = run(options, report);
+  return Finish(status, report, common.json);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,73 +236,31 @@ int main(int argc, char** argv) {
 
   if (directory_command->parsed() && directory_cluster) {
     tocl::bench::ClusterDirectoryBenchOptions cluster;
-    cluster.repeats = common.repeats;
-    cluster.toclsd_path = common.toclsd_path;
     cluster.threads = directory.threads;
     cluster.batch = static_cast<uint32_t>(directory.batch);
-    tocl::bench::Report report("directory-cluster");
-    tocl::Status status = tocl::bench::RunClusterDirectoryBench(cluster, report);
-    return Finish(status, report, common.json);
+    return RunSuite("directory-cluster", cluster, common, tocl::bench::RunClusterDirectoryBench);
   }
   if (visibility_command->parsed()) {
-    visibility.repeats = common.repeats;
-    visibility.toclsd_path = common.toclsd_path;
-    visibility.daemon_address = common.daemon_address;
-    if (visibility.cluster && !visibility.daemon_address.empty()) {
-      fmt::print(stderr, "tocl-bench: visibility --cluster starts its own daemons\n");
-      return 2;
-    }
-    tocl::bench::Report report("visibility");
-    tocl::Status status = tocl::bench::RunVisibilityBench(visibility, report);
-    return Finish(status, report, common.json);
+    return RunSuite("visibility", visibility, common, tocl::bench::RunVisibilityBench,
+                    visibility.cluster ? "visibility --cluster" : nullptr);
   }
   if (spawn_command->parsed()) {
-    spawn.repeats = common.repeats;
-    spawn.toclsd_path = common.toclsd_path;
-    tocl::bench::Report report("spawn");
-    tocl::Status status = tocl::bench::RunSpawnBench(spawn, report);
-    return Finish(status, report, common.json);
+    return RunSuite("spawn", spawn, common, tocl::bench::RunSpawnBench);
   }
   if (notify_command->parsed()) {
-    if (!common.daemon_address.empty()) {
-      fmt::print(stderr, "tocl-bench: notify starts its own daemons; --daemon is not used\n");
-      return 2;
-    }
-    notify.repeats = common.repeats;
-    notify.toclsd_path = common.toclsd_path;
-    tocl::bench::Report report("notify");
-    tocl::Status status = tocl::bench::RunNotifyBench(notify, report);
-    return Finish(status, report, common.json);
+    return RunSuite("notify", notify, common, tocl::bench::RunNotifyBench, "notify");
   }
   if (directory_command->parsed()) {
-    directory.repeats = common.repeats;
-    directory.toclsd_path = common.toclsd_path;
-    directory.daemon_address = common.daemon_address;
-    tocl::bench::Report report("directory");
-    tocl::Status status = tocl::bench::RunDirectoryBench(directory, report);
-    return Finish(status, report, common.json);
+    return RunSuite("directory", directory, common, tocl::bench::RunDirectoryBench);
   }
   if (msg_command->parsed()) {
-    msg.repeats = common.repeats;
-    msg.toclsd_path = common.toclsd_path;
-    msg.daemon_address = common.daemon_address;
     msg.run = std::chrono::milliseconds(msg_run_ms);
     msg.warmup = std::chrono::milliseconds(msg_warmup_ms);
     msg.idle = std::chrono::milliseconds(static_cast<int64_t>(msg_idle_seconds * 1000));
-    tocl::bench::Report report("msg");
-    tocl::Status status = tocl::bench::RunMsgBench(msg, report);
-    return Finish(status, report, common.json);
+    return RunSuite("msg", msg, common, tocl::bench::RunMsgBench);
   }
   if (multinet_command->parsed()) {
-    if (!common.daemon_address.empty()) {
-      fmt::print(stderr, "tocl-bench: multinet starts its own daemons; --daemon is not used\n");
-      return 2;
-    }
-    multinet.repeats = common.repeats;
-    multinet.toclsd_path = common.toclsd_path;
-    tocl::bench::Report report("multinet");
-    tocl::Status status = tocl::bench::RunMultinetBench(multinet, report);
-    return Finish(status, report, common.json);
+    return RunSuite("multinet", multinet, common, tocl::bench::RunMultinetBench, "multinet");
   }
   return 2;
 }

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "child_process.h"
+#include "child_process.h"  // tests/support: tocl::testing::RunProgram
 
 namespace tocl::bench::msg {
 
@@ -69,7 +69,7 @@ Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vecto
 }
 
 Status MpiPeerAvailable() {
-  if (ProgramInPath(TOCL_BENCH_MPIEXEC)) return Status::Ok();
+  if (::access(TOCL_BENCH_MPIEXEC, X_OK) == 0) return Status::Ok();  // an absolute path
   return Unavailable(fmt::format(
       "{} (found when tocl-bench was configured) is gone: run deploy/install-bench-peers.sh",
       TOCL_BENCH_MPIEXEC));
@@ -95,18 +95,21 @@ Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::
         std::string("--warmup-ms"), std::to_string(Millis(warmup))}) {
     args.push_back(arg);
   }
-  TOCL_ASSIGN_OR_RETURN(ChildProcess mpiexec, ChildProcess::Spawn(args, RootEnv()));
-  TOCL_ASSIGN_OR_RETURN(
-      ChildProcess::Output out,
-      mpiexec.Finish(std::chrono::duration_cast<std::chrono::milliseconds>(warmup + measure) +
-                     kSlack));
+  const auto timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(warmup + measure) + kSlack;
+  TOCL_ASSIGN_OR_RETURN(tocl::testing::ProgramResult out,
+                        tocl::testing::RunProgram(args, timeout, RootEnv()));
+  if (out.timed_out) {
+    return DeadlineExceeded(fmt::format("{} still running after {} ms; it wrote: {}",
+                                        TOCL_BENCH_MPIEXEC, timeout.count(), out.output));
+  }
   MpiFigures figures;
   bool found = false;
   size_t begin = 0;
-  while (!found && begin < out.text.size()) {
-    size_t end = out.text.find('\n', begin);
-    if (end == std::string::npos) end = out.text.size();
-    std::string line = out.text.substr(begin, end - begin);
+  while (!found && begin < out.output.size()) {
+    size_t end = out.output.find('\n', begin);
+    if (end == std::string::npos) end = out.output.size();
+    std::string line = out.output.substr(begin, end - begin);
     begin = end + 1;
     unsigned got_size = 0;
     unsigned long messages = 0;
@@ -120,8 +123,9 @@ Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::
     }
   }
   if (out.exit_code != 0 || !found) {
-    return Unavailable(fmt::format("{} over {} failed (exit {}): {}", TOCL_BENCH_MPI_PINGPONG,
-                                   MpiName(btl), out.exit_code, out.text));
+    return Unavailable(fmt::format("{} over {} failed ({}): {}", TOCL_BENCH_MPI_PINGPONG,
+                                   MpiName(btl), tocl::testing::ExitStatusText(out.exit_code),
+                                   out.output));
   }
   return figures;
 }

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "child_process.h"
+#include "child_process.h"  // tests/support: tocl::testing::RunProgram
 
 namespace tocl::bench::msg {
 namespace {
@@ -100,7 +100,7 @@ Result<UcxPerftestFigures> ParseUcxPerftest(std::string_view output) {
 }
 
 Status UcxPerftestAvailable() {
-  if (ProgramInPath(kProgram)) return Status::Ok();
+  if (tocl::testing::FindProgram(kProgram).ok()) return Status::Ok();
   return Unavailable(
       "ucx_perftest is not installed (Debian's ucx-utils): run deploy/install-bench-peers.sh");
 }
@@ -121,8 +121,9 @@ uint64_t UcxPerftest::IterationsFor(std::chrono::nanoseconds time) const {
 Result<UcxPerftestFigures> UcxPerftest::Run(std::chrono::nanoseconds warmup,
                                             std::chrono::nanoseconds measure) {
   TOCL_RETURN_IF_ERROR(UcxPerftestAvailable());
+  TOCL_ASSIGN_OR_RETURN(std::string program, tocl::testing::FindProgram(kProgram));
   TOCL_ASSIGN_OR_RETURN(int port, FreePort());
-  std::vector<std::string> args = {kProgram,
+  std::vector<std::string> args = {program,
                                    "-p",
                                    std::to_string(port),
                                    "-t",
@@ -137,27 +138,34 @@ Result<UcxPerftestFigures> UcxPerftest::Run(std::chrono::nanoseconds warmup,
   const std::vector<std::string> env = TransportEnv(transport_);
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       warmup + measure + kSlack + kConnectPatience);
-  TOCL_ASSIGN_OR_RETURN(ChildProcess server, ChildProcess::Spawn(args, env));
+  TOCL_ASSIGN_OR_RETURN(tocl::testing::ChildProcess server,
+                        tocl::testing::ChildProcess::Spawn(
+                            args, {.output_path = "", .pipe_stdin = false, .env = env}));
   std::vector<std::string> client_args = args;
   client_args.insert(client_args.begin() + 1, "127.0.0.1");
   // The server listens once it has set UCX up; until then the client's
   // connect is refused and it exits at once: start it again.
   const auto give_up = std::chrono::steady_clock::now() + kConnectPatience;
   for (;;) {
-    TOCL_ASSIGN_OR_RETURN(ChildProcess client, ChildProcess::Spawn(client_args, env));
-    TOCL_ASSIGN_OR_RETURN(ChildProcess::Output out, client.Finish(timeout));
-    bool refused = out.exit_code != 0 && out.text.find("Connection refused") != std::string::npos;
+    TOCL_ASSIGN_OR_RETURN(tocl::testing::ProgramResult out,
+                          tocl::testing::RunProgram(client_args, timeout, env));
+    if (out.timed_out) {
+      return DeadlineExceeded(fmt::format("{} client still running after {} ms; it wrote: {}",
+                                          kProgram, timeout.count(), out.output));
+    }
+    bool refused = out.exit_code != 0 && out.output.find("Connection refused") != std::string::npos;
     if (refused && std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    Result<ChildProcess::Output> server_out = server.Finish(kSlack);
+    Result<int> server_exit = server.Wait(kSlack);  // still running: killed by its destructor
     if (out.exit_code != 0) {
-      return Unavailable(fmt::format("{} {} over {} failed (exit {}): {}", kProgram,
-                                     TestName(test_), Name(), out.exit_code, out.text));
+      return Unavailable(fmt::format("{} {} over {} failed ({}): {}", kProgram, TestName(test_),
+                                     Name(), tocl::testing::ExitStatusText(out.exit_code),
+                                     out.output));
     }
-    TOCL_RETURN_IF_ERROR(server_out.status().WithContext("ucx_perftest server"));
-    TOCL_ASSIGN_OR_RETURN(UcxPerftestFigures figures, ParseUcxPerftest(out.text));
+    TOCL_RETURN_IF_ERROR(server_exit.status().WithContext("ucx_perftest server"));
+    TOCL_ASSIGN_OR_RETURN(UcxPerftestFigures figures, ParseUcxPerftest(out.output));
     if (figures.iterations == 0) return Internal("ucx_perftest ran no iterations");
     // What one iteration took: a round trip for tag_lat (its latency is
     // half of one), one message for tag_bw.
