@@ -234,8 +234,9 @@ int RunPools(const CommonOptions& options, const std::string& process) {
   auto reports = (*client)->PoolStats(gid);
   if (!reports.ok()) return Fail(InDaemonContext(reports.status(), **client));
   // One process that has not reported is NotFound from the daemon (above).
-  if (reports->empty())
+  if (reports->empty()) {
     return ReportEmpty(WhenEmpty::kNote, "no process has reported pool statistics");
+  }
   if (options.json) {
     for (const ProcessPoolStats& report : *reports) PrintJsonLine(PoolStatsToJson(report));
   } else {

@@ -24,6 +24,11 @@ namespace tocl::directory {
 // CLOCK_BOOTTIME in nanoseconds: the clock /proc/<pid>/stat's start times
 // count from (in ticks).
 int64_t BootTimeNs();
+// Nanoseconds per clock tick (sysconf(_SC_CLK_TCK)).
+int64_t NsPerTick();
+// Clock ticks since boot of a BootTimeNs time, rounded down as the kernel
+// rounds a process's start time in /proc/<pid>/stat.
+uint64_t BootTicks(int64_t boot_ns);
 
 class AcceptTimes {
  public:

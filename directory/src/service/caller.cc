@@ -7,13 +7,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "grpc_tls/tls_credentials.h"
+#include "service/accept_times.h"
 #include "service/daemon_stubs.h"
+#include "service/proc_files.h"
 
 // Linux 6.5; glibc 2.36 does not name it yet.
 #ifndef SO_PEERPIDFD
@@ -40,13 +41,6 @@ Status OutOfDescriptors(pid_t pid, const Status& why) {
                   pid, why.message()));
 }
 
-// Clock ticks since boot of a CLOCK_BOOTTIME time, rounded down as the
-// kernel rounds a process's start time in /proc/<pid>/stat.
-uint64_t BootTicks(int64_t boot_ns) {
-  static const int64_t kNsPerTick = 1'000'000'000 / ::sysconf(_SC_CLK_TCK);
-  return static_cast<uint64_t>(boot_ns / kNsPerTick);
-}
-
 }  // namespace
 
 std::string Caller::Describe() const {
@@ -67,11 +61,9 @@ std::string Caller::Describe() const {
 std::optional<int> UnixConnectionFd(const grpc::ServerContext& context) {
   const std::string peer = context.peer();
   if (!peer.starts_with(kFdPeerPrefix)) return std::nullopt;
-  int fd = -1;
-  const char* begin = peer.data() + kFdPeerPrefix.size();
-  const char* end = peer.data() + peer.size();
-  const auto [last, error] = std::from_chars(begin, end, fd);
-  if (error != std::errc() || last != end || fd < 0) return std::nullopt;
+  const std::optional<int> fd =
+      ParseNumber<int>(std::string_view(peer).substr(kFdPeerPrefix.size()));
+  if (!fd || *fd < 0) return std::nullopt;
   return fd;
 }
 
@@ -190,10 +182,8 @@ Result<Caller> CallerCheck::Identify(const grpc::ServerContext& context) const {
 Result<Caller> CallerCheck::ForwardedOr(const grpc::ServerContext& context, Caller peer_itself) {
   const std::optional<std::string_view> uid_text = Metadata(context, kCallerUidKey);
   if (!uid_text) return peer_itself;
-  uid_t uid = 0;
-  const auto [last, error] =
-      std::from_chars(uid_text->data(), uid_text->data() + uid_text->size(), uid);
-  if (error != std::errc() || last != uid_text->data() + uid_text->size()) {
+  const std::optional<uid_t> uid = ParseNumber<uid_t>(*uid_text);
+  if (!uid) {
     return InvalidArgument(fmt::format("{} of a forwarded call is not a uid", kCallerUidKey));
   }
   const std::optional<std::string_view> admin = Metadata(context, kCallerAdminKey);
@@ -203,7 +193,7 @@ Result<Caller> CallerCheck::ForwardedOr(const grpc::ServerContext& context, Call
     if (c < 0x20 || c > 0x7e) c = '?';
   }
   return Caller{.channel = Caller::Channel::kForwarded,
-                .uid = uid,
+                .uid = *uid,
                 .admin = admin.has_value() && *admin == "1",
                 .peer = std::move(peer_itself.peer),
                 .forwarded_by = std::move(mark)};

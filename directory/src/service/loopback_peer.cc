@@ -4,13 +4,14 @@
 #include <fmt/format.h>
 #include <netdb.h>
 
-#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+
+#include "service/proc_files.h"
 
 namespace tocl::directory {
 namespace {
@@ -32,16 +33,6 @@ std::optional<TcpEndpoint> FromIpText(std::string_view ip, uint16_t port) {
     return std::nullopt;
   }
   return address;
-}
-
-template <typename Number>
-std::optional<Number> ParseNumber(std::string_view text, int base) {
-  Number value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
-    return std::nullopt;
-  }
-  return value;
 }
 
 // "0100007F:1F90" (tcp) or 32 hex digits and a port (tcp6). The kernel

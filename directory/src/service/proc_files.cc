@@ -1,6 +1,6 @@
 #include "service/proc_files.h"
 
-#include <charconv>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -26,19 +26,13 @@ std::optional<std::string_view> StatusLine(std::string_view status, std::string_
 template <typename Number>
 std::optional<std::vector<Number>> Numbers(std::string_view text) {
   std::vector<Number> numbers;
-  size_t i = 0;
-  while (i < text.size()) {
-    if (text[i] == ' ' || text[i] == '\t') {
-      ++i;
-      continue;
-    }
-    Number value{};
-    const auto [end, error] = std::from_chars(text.data() + i, text.data() + text.size(), value);
-    if (error != std::errc()) return std::nullopt;
-    const size_t next = static_cast<size_t>(end - text.data());
-    if (next < text.size() && text[next] != ' ' && text[next] != '\t') return std::nullopt;
-    numbers.push_back(value);
-    i = next;
+  size_t i = text.find_first_not_of(" \t");
+  while (i != std::string_view::npos) {
+    const size_t end = std::min(text.find_first_of(" \t", i), text.size());
+    const std::optional<Number> value = ParseNumber<Number>(text.substr(i, end - i));
+    if (!value) return std::nullopt;
+    numbers.push_back(*value);
+    i = text.find_first_not_of(" \t", end);
   }
   return numbers;
 }
@@ -75,13 +69,7 @@ std::optional<uint64_t> ParseStartTicks(std::string_view stat) {
     while (i < stat.size() && stat[i] == ' ') ++i;
     size_t end = stat.find(' ', i);
     if (end == std::string_view::npos) end = stat.size();
-    if (i < end && field == kStartTimeField) {
-      uint64_t ticks = 0;
-      const std::string_view text = stat.substr(i, end - i);
-      const auto [last, error] = std::from_chars(text.data(), text.data() + text.size(), ticks);
-      if (error != std::errc() || last != text.data() + text.size()) return std::nullopt;
-      return ticks;
-    }
+    if (i < end && field == kStartTimeField) return ParseNumber<uint64_t>(stat.substr(i, end - i));
     if (i < end) ++field;
     i = end;
   }

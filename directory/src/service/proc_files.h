@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,6 +14,20 @@
 #include <vector>
 
 namespace tocl::directory {
+
+// `text`, all of it, as a number in `base`: how the kernel's text files
+// (/proc/<pid>/status and stat, /proc/net/tcp) and the daemon's own
+// ("fd:N" peers, forwarded uids) are read. nullopt for an empty text, a
+// sign where `Number` has none, trailing characters or an overflow.
+template <typename Number>
+std::optional<Number> ParseNumber(std::string_view text, int base = 10) {
+  Number value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
 
 // The user ids of a process, as /proc/<pid>/status has them.
 struct ProcessUids {

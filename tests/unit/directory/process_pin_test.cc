@@ -17,10 +17,6 @@
 namespace tocl::directory {
 namespace {
 
-int64_t NsPerTick() {
-  return 1'000'000'000 / ::sysconf(_SC_CLK_TCK);
-}
-
 // A forked child that waits for a signal; killed and reaped when it goes.
 class PausedChild {
  public:
