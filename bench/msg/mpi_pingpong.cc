@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "child_process.h"  // tests/support: tocl::testing::RunProgram
@@ -40,34 +40,6 @@ bool MpiPingPongBuilt() {
   return true;
 }
 
-Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vector<uint32_t>& sizes,
-                                                                std::chrono::nanoseconds measure) {
-  std::string size_list;
-  for (uint32_t size : sizes) size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", size);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  std::string command = fmt::format("'{}' -n 2 '{}' --sizes {} --ms {} 2>&1", TOCL_BENCH_MPIEXEC,
-                                    TOCL_BENCH_MPI_PINGPONG, size_list, Millis(measure));
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return Unavailable(fmt::format("cannot run {}", command));
-  std::vector<std::pair<uint32_t, double>> results;
-  std::string output;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
-    output += line;
-    unsigned size = 0;
-    double nanos = 0;
-    if (std::sscanf(line, "mpi-pingpong size=%u one_way_ns=%lf", &size, &nanos) == 2) {
-      results.emplace_back(size, nanos);
-    }
-  }
-  int status = ::pclose(pipe);
-  if (status != 0 || results.size() != sizes.size()) {
-    return Unavailable(fmt::format("{} failed: {}", command, output));
-  }
-  return results;
-}
-
 Status MpiPeerAvailable() {
   if (::access(TOCL_BENCH_MPIEXEC, X_OK) == 0) return Status::Ok();  // an absolute path
   return Unavailable(fmt::format(
@@ -75,8 +47,14 @@ Status MpiPeerAvailable() {
       TOCL_BENCH_MPIEXEC));
 }
 
-Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::nanoseconds warmup,
-                          std::chrono::nanoseconds measure) {
+namespace {
+
+// Runs our MPI program under mpiexec: `mode` over `btl` for `sizes` ("8" or
+// "8,64,..."); its output, or why it did not run to its end.
+Result<tocl::testing::ProgramResult> RunMpiProgram(const char* mode, MpiBtl btl,
+                                                   const std::string& sizes,
+                                                   std::chrono::nanoseconds warmup,
+                                                   std::chrono::nanoseconds measure) {
   TOCL_RETURN_IF_ERROR(MpiPeerAvailable());
   std::vector<std::string> args = {TOCL_BENCH_MPIEXEC, "-n", "2"};
   if (::geteuid() == 0) args.emplace_back("--allow-run-as-root");
@@ -89,9 +67,8 @@ Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::
     }
   }
   for (const std::string& arg :
-       {std::string(TOCL_BENCH_MPI_PINGPONG), std::string("--mode"),
-        std::string(what == MpiCase::kPingPong ? "pingpong" : "stream"), std::string("--sizes"),
-        std::to_string(size), std::string("--ms"), std::to_string(Millis(measure)),
+       {std::string(TOCL_BENCH_MPI_PINGPONG), std::string("--mode"), std::string(mode),
+        std::string("--sizes"), sizes, std::string("--ms"), std::to_string(Millis(measure)),
         std::string("--warmup-ms"), std::to_string(Millis(warmup))}) {
     args.push_back(arg);
   }
@@ -103,6 +80,39 @@ Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::
     return DeadlineExceeded(fmt::format("{} still running after {} ms; it wrote: {}",
                                         TOCL_BENCH_MPIEXEC, timeout.count(), out.output));
   }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::pair<uint32_t, double>>> RunMpiPingPong(const std::vector<uint32_t>& sizes,
+                                                                std::chrono::nanoseconds measure) {
+  std::string size_list;
+  for (uint32_t size : sizes) size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", size);
+  TOCL_ASSIGN_OR_RETURN(
+      tocl::testing::ProgramResult out,
+      RunMpiProgram("pingpong", MpiBtl::kVader, size_list, std::chrono::nanoseconds(0), measure));
+  std::vector<std::pair<uint32_t, double>> results;
+  std::istringstream lines(out.output);
+  for (std::string line; std::getline(lines, line);) {
+    unsigned size = 0;
+    double nanos = 0;
+    if (std::sscanf(line.c_str(), "mpi-pingpong size=%u one_way_ns=%lf", &size, &nanos) == 2) {
+      results.emplace_back(size, nanos);
+    }
+  }
+  if (out.exit_code != 0 || results.size() != sizes.size()) {
+    return Unavailable(fmt::format("{} failed ({}): {}", TOCL_BENCH_MPI_PINGPONG,
+                                   tocl::testing::ExitStatusText(out.exit_code), out.output));
+  }
+  return results;
+}
+
+Result<MpiFigures> RunMpi(MpiCase what, MpiBtl btl, uint32_t size, std::chrono::nanoseconds warmup,
+                          std::chrono::nanoseconds measure) {
+  TOCL_ASSIGN_OR_RETURN(tocl::testing::ProgramResult out,
+                        RunMpiProgram(what == MpiCase::kPingPong ? "pingpong" : "stream", btl,
+                                      std::to_string(size), warmup, measure));
   MpiFigures figures;
   bool found = false;
   size_t begin = 0;

@@ -197,13 +197,14 @@ Result<DirectoryService::VerifiedEnrollment> DirectoryService::VerifyEnrollingCa
   Result<ProcessHandle> process = PeerProcess(*fd, peer, accepted);
   if (!process.ok()) {
     const StatusCode code = process.status().code();
-    // Out of descriptors, or the pid taken by a newer process, say so;
-    // anything else means the process has gone.
-    if (code == StatusCode::kResourceExhausted || code == StatusCode::kPermissionDenied) {
-      return process.status().WithContext(fmt::format("the enrolling process {}", peer.pid));
+    // NotFound and FailedPrecondition mean the process has gone (the
+    // client may try again); anything else (out of descriptors, the pid
+    // taken by a newer process, no accept time) is said as it is.
+    if (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition) {
+      return Unavailable(fmt::format("the enrolling process {} is gone: {}", peer.pid,
+                                     process.status().message()));
     }
-    return Unavailable(
-        fmt::format("the enrolling process {} is gone: {}", peer.pid, process.status().message()));
+    return process.status().WithContext(fmt::format("the enrolling process {}", peer.pid));
   }
   if (reg.os_pid() != peer.pid) {
     // A process in a container's pid namespace knows itself by its pid

@@ -1,8 +1,6 @@
 #include "service/proc_files.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 namespace tocl::directory {
 namespace {
@@ -56,33 +54,6 @@ std::optional<std::vector<pid_t>> ParseNamespacePids(std::string_view status) {
     if (pid <= 0) return std::nullopt;
   }
   return pids;
-}
-
-std::optional<uint64_t> ParseStartTicks(std::string_view stat) {
-  // "pid (comm) state ppid ...": field 3 is the first after the name.
-  const size_t name_end = stat.rfind(')');
-  if (name_end == std::string_view::npos) return std::nullopt;
-  constexpr int kStartTimeField = 22;
-  int field = 3;
-  size_t i = name_end + 1;
-  while (i < stat.size()) {
-    while (i < stat.size() && stat[i] == ' ') ++i;
-    size_t end = stat.find(' ', i);
-    if (end == std::string_view::npos) end = stat.size();
-    if (i < end && field == kStartTimeField) return ParseNumber<uint64_t>(stat.substr(i, end - i));
-    if (i < end) ++field;
-    i = end;
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> ReadProcFile(pid_t pid, const char* name) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/" + name);
-  if (!file) return std::nullopt;
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return std::nullopt;
-  return text.str();
 }
 
 }  // namespace tocl::directory

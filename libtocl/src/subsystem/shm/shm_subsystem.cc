@@ -20,6 +20,7 @@
 
 #include "core/logger.h"
 #include "core/posix.h"
+#include "core/proc_files.h"
 #include "subsystem/shm/segment_layout.h"
 
 namespace tocl::subsystem::shm {
@@ -30,31 +31,10 @@ Status Errno(std::string_view what, std::string_view path) {
   return ErrnoStatus(fmt::format("{} {}", what, path), errno);
 }
 
-// Field 22 of /proc/PID/stat: when the process started, in clock ticks since
-// boot. With the pid it names a process for good (pids are reused).
+// When the process started (core/proc_files.h), 0 when it is gone. With the
+// pid it names a process for good (pids are reused).
 uint64_t ProcessStart(int pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buffer[1024];
-  const ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buffer[n] = '\0';
-  const std::string_view text(buffer, static_cast<size_t>(n));
-  // The command name (field 2) may hold spaces and parentheses: count
-  // fields from the last ')'.
-  size_t at = text.rfind(')');
-  if (at == std::string_view::npos) return 0;
-  at += 2;  // ") " then field 3
-  for (int field = 3; field < 22 && at < text.size(); ++field) {
-    at = text.find(' ', at);
-    if (at == std::string_view::npos) return 0;
-    ++at;
-  }
-  if (at >= text.size()) return 0;
-  return std::strtoull(buffer + at, nullptr, 10);
+  return ProcessStartTicks(pid).value_or(0);
 }
 
 bool ProcessAlive(int pid, uint64_t start) {
