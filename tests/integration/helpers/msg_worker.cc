@@ -125,30 +125,36 @@ std::string CodeName(StatusCode code) {
 class StdinWatch {
  public:
   void Start() {
-    std::thread([this] {
+    // The thread may block in read() until the process exits, so it is
+    // detached, and the state it signals is shared: it outlives the watch
+    // when stdin closes while the worker is being destroyed.
+    std::thread([state = state_] {
       char buffer[256];
       for (;;) {
         ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
         if (n == 0 || (n < 0 && errno != EINTR)) break;
       }
-      std::lock_guard lock(mutex_);
-      closed_ = true;
-      closed_cv_.notify_all();
-    }).detach();  // it may block in read() until the process exits
+      std::lock_guard lock(state->mutex);
+      state->closed = true;
+      state->closed_cv.notify_all();
+    }).detach();
   }
   bool closed() const {
-    std::lock_guard lock(mutex_);
-    return closed_;
+    std::lock_guard lock(state_->mutex);
+    return state_->closed;
   }
   void Wait() {
-    std::unique_lock lock(mutex_);
-    closed_cv_.wait(lock, [&] { return closed_; });
+    std::unique_lock lock(state_->mutex);
+    state_->closed_cv.wait(lock, [&] { return state_->closed; });
   }
 
  private:
-  mutable std::mutex mutex_;
-  std::condition_variable closed_cv_;
-  bool closed_ = false;  // guarded by mutex_
+  struct State {
+    std::mutex mutex;
+    std::condition_variable closed_cv;
+    bool closed = false;  // guarded by mutex
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 // --- the worker --------------------------------------------------------------
