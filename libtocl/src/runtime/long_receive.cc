@@ -343,7 +343,7 @@ Status Runtime::Impl::OnLongControl(int rail, Gid from_process, buffers::SlotRef
       }
     }
     // Outside inbound_mu: what the skip lets through may be a start.
-    return SkipInOrder(from_process, inbound_key);
+    return pair_order.Skip(from_process, inbound_key);
   }
   if (header.kind == wire::FrameKind::kProbe && header.tag == runtime::kProbeAsk) {
     {

@@ -104,14 +104,20 @@ Status ReservedThread(Gid gid) {
 // --- Impl: setup and teardown -------------------------------------------------
 
 Runtime::Impl::Impl(RuntimeOptions opts)
-    : options(std::move(opts)), budget(options.pool_cap), instance(next_instance.fetch_add(1)) {}
+    : options(std::move(opts)),
+      budget(options.pool_cap),
+      instance(next_instance.fetch_add(1)),
+      pair_order(options.unexpected_cap / 2, unexpected_bytes,
+                 [this](Gid from_process, buffers::SlotRef slot) {
+                   return DeliverInOrder(from_process, std::move(slot));
+                 }) {}
 
 Runtime::Impl::~Impl() {
   (void)Shutdown(std::chrono::milliseconds(0));
   // Held buffers go back to their pools before the subsystems (and their
   // pools) go: peers first (queued sends), then mailboxes.
   peers.clear();
-  order.clear();
+  pair_order.Clear();
   for (auto& [key, message] : inbound) {
     if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
   }
@@ -336,112 +342,12 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
-      return OnOrdered(from_process, std::move(slot));
+      return pair_order.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return OnFragment(rail, from_process, std::move(slot));
     default:
       return OnLongControl(rail, from_process, std::move(slot));
   }
-}
-
-Status Runtime::Impl::OnOrdered(Gid from_process, buffers::SlotRef slot) {
-  const std::pair<uint64_t, uint64_t> pair{slot->header().source, slot->header().destination};
-  if (last_order == nullptr || last_pair != pair) {
-    last_order = &order[pair];
-    last_pair = pair;
-  }
-  PairOrder& source = *last_order;
-  const uint64_t seq = slot->header().seq;
-  if (seq != source.next_seq) {
-    const size_t bytes = Mailbox::SlotBytes(slot.get());
-    if (source.skipped.count(seq) != 0 ||
-        (seq < source.next_seq && slot->header().kind == wire::FrameKind::kLongStart)) {
-      // The start of a long message whose sender gave up (SkipInOrder).
-      Log().debug("tocl: dropping the start of long message {} from {}: its sender gave up", seq,
-                  Gid::FromRaw(slot->header().source).ToString());
-      return Status::Ok();
-    }
-    if (seq < source.next_seq || source.held.count(seq) != 0) {
-      return InvalidArgument(fmt::format("a duplicate message (sequence number {}, expected {})",
-                                         seq, source.next_seq));
-    }
-    // A correct sender's frames are missing only while they travel another
-    // network; gaps that hold this much memory (over all the pairs of one
-    // sending process) are a broken sender.
-    size_t& process_held = held_by_process[from_process.raw()];
-    if (process_held + bytes > options.unexpected_cap / 2) {
-      slot.reset();
-      const uint64_t expected = source.next_seq;
-      // Erasing a pair drops the frames it held.
-      std::erase_if(order, [&](auto& entry) {
-        if (Gid::FromRaw(entry.first.first).process() != from_process) return false;
-        unexpected_bytes.fetch_sub(entry.second.held_bytes, std::memory_order_relaxed);
-        return true;
-      });
-      held_by_process.erase(from_process.raw());
-      last_order = nullptr;
-      return InvalidArgument(fmt::format(
-          "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
-          seq, expected, options.unexpected_cap / 2));
-    }
-    source.held.emplace(seq, std::move(slot));
-    source.held_bytes += bytes;
-    process_held += bytes;
-    unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    return Status::Ok();
-  }
-  ++source.next_seq;
-  TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, std::move(slot)));
-  return DeliverHeld(from_process, source);
-}
-
-Status Runtime::Impl::DeliverHeld(Gid from_process, PairOrder& source) {
-  for (;;) {
-    if (!source.skipped.empty() && source.skipped.erase(source.next_seq) != 0) {
-      ++source.next_seq;
-      continue;
-    }
-    auto next = source.held.find(source.next_seq);
-    if (next == source.held.end()) return Status::Ok();
-    buffers::SlotRef slot = TakeHeld(from_process, source, next);
-    ++source.next_seq;
-    TOCL_RETURN_IF_ERROR(DeliverInOrder(from_process, std::move(slot)));
-  }
-}
-
-buffers::SlotRef Runtime::Impl::TakeHeld(Gid from_process, PairOrder& source,
-                                         std::map<uint64_t, buffers::SlotRef>::iterator it) {
-  buffers::SlotRef slot = std::move(it->second);
-  source.held.erase(it);
-  const size_t bytes = Mailbox::SlotBytes(slot.get());
-  source.held_bytes -= bytes;
-  held_by_process[from_process.raw()] -= bytes;
-  unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  return slot;
-}
-
-Status Runtime::Impl::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
-  // Only a sender's own pairs; numbers far ahead, or too many of them, are
-  // a broken sender (an honest one skips one number per failed long Send,
-  // kept only until the gap before it fills).
-  constexpr uint64_t kMaxAhead = uint64_t{1} << 20;
-  constexpr size_t kMaxSkipped = 1024;
-  if (Gid::FromRaw(key.source).process() != from_process) return Status::Ok();
-  PairOrder& source = order[{key.source, key.destination}];
-  if (key.seq < source.next_seq || source.skipped.count(key.seq) != 0) {
-    return Status::Ok();  // its start came: the message was finished or given up
-  }
-  if (key.seq - source.next_seq > kMaxAhead || source.skipped.size() >= kMaxSkipped) {
-    return InvalidArgument(
-        fmt::format("an abort of long message {} while {} is the next expected ({} others skipped)",
-                    key.seq, source.next_seq, source.skipped.size()));
-  }
-  if (auto held = source.held.find(key.seq); held != source.held.end()) {
-    // The start came but waits behind a gap: it is dropped now.
-    TakeHeld(from_process, source, held).reset();
-  }
-  source.skipped.insert(key.seq);
-  return DeliverHeld(from_process, source);
 }
 
 Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {

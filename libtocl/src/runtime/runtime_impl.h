@@ -2,7 +2,7 @@
 //
 //   Send ──> SendPeer (FIFO queue, seq per thread pair) ──> Route of a Rail (shm, tcp, tcp-1)
 //   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
-//   Rail's Subsystem ──> RailSink ──> OnFrame ──> pair order ──> Mailbox
+//   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> Mailbox
 //                                            └──> long messages (long_receive.cc)
 //   Recv ──> Mailbox, polling through the ProgressEngine while it waits
 //
@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <shared_mutex>
 #include <stop_token>
 #include <unordered_map>
@@ -35,6 +34,7 @@
 #include "runtime/long_message.h"
 #include "runtime/mailbox.h"
 #include "runtime/network_spec.h"
+#include "runtime/pair_order.h"
 #include "runtime/progress_engine.h"
 #include "runtime/send_peer.h"
 #include "security/cluster_key.h"
@@ -82,18 +82,8 @@ struct Runtime::Impl final {
   // --- arrivals (the polling thread) ---
   // Each takes the frame's reference and drops it on every path.
   Status OnFrame(int rail, Gid from_process, buffers::SlotRef slot);
-  // A short message or long-message start, in its pair's order.
-  Status OnOrdered(Gid from_process, buffers::SlotRef slot);
-  struct PairOrder;
-  // Delivers what waits in `source` from its next_seq on (held frames,
-  // skipped numbers), until a number is missing.
-  Status DeliverHeld(Gid from_process, PairOrder& source);
-  // Takes a frame out of `source.held`, with its memory accounting.
-  buffers::SlotRef TakeHeld(Gid from_process, PairOrder& source,
-                            std::map<uint64_t, buffers::SlotRef>::iterator it);
-  // The sender of long message `key` gave up before its start came: the
-  // pair's order no longer waits for it, and a late start is dropped.
-  Status SkipInOrder(Gid from_process, const runtime::LongKey& key);
+  // A short message or long-message start whose turn came in its pair's
+  // order (pair_order's callback).
   Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
   bool Congested() const {
     return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
@@ -284,25 +274,9 @@ struct Runtime::Impl final {
   std::vector<runtime::SendPeer*> blocked;   // guarded by blocked_mu: peers with queued sends
   std::vector<runtime::SendPeer*> flushing;  // the poll token holder's: blocked, being retried
 
-  // Receive order per (source thread, destination thread) pair (the
-  // polling thread only).
-  struct PairOrder {
-    uint64_t next_seq = 0;
-    std::map<uint64_t, buffers::SlotRef> held;  // arrived ahead of next_seq
-    size_t held_bytes = 0;
-    // Numbers not to wait for: long messages whose sender gave up before
-    // their start came (lost with a connection, or behind a lost frame).
-    std::set<uint64_t> skipped;
-  };
-  struct PairHash {
-    size_t operator()(const std::pair<uint64_t, uint64_t>& key) const {
-      return std::hash<uint64_t>()(key.first * 0x9E3779B97F4A7C15ull ^ key.second);
-    }
-  };
-  std::unordered_map<std::pair<uint64_t, uint64_t>, PairOrder, PairHash> order;
-  std::unordered_map<uint64_t, size_t> held_by_process;  // bytes in `order`, by source process
-  std::pair<uint64_t, uint64_t> last_pair{0, 0};         // a cache for `order` lookups
-  PairOrder* last_order = nullptr;
+  // Receive order per (source thread, destination thread) pair: the
+  // polling thread's (OnFrame, OnLongControl).
+  runtime::PairOrder pair_order;
 
   // Long messages being sent (by their sending threads) and received (the
   // poller's).
