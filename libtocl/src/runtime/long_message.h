@@ -5,10 +5,11 @@
 // user's memory into fragments of one pool class, posts each on the
 // network whose expected finish time is earliest (measured bandwidth,
 // bytes already in flight there), and keeps a window of unacknowledged
-// fragments per network. The poller records acknowledgements in the
-// LongSend and wakes the sender. A network that acknowledges nothing for
-// fragment_timeout (or whose route breaks) is failed for that peer and its
-// unacknowledged fragments go back to be sent over the others.
+// fragments per network (the decisions: fragment_scheduler.h). The poller
+// records acknowledgements in the LongSend and wakes the sender. A network
+// that acknowledges nothing for fragment_timeout (or whose route breaks) is
+// failed for that peer and its unacknowledged fragments go back to be sent
+// over the others.
 //
 // Receiver: the kLongStart frame takes its place in the pair's order. The
 // poller then finds memory for the whole message: a RecvInto buffer the
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "buffers/large_slot.h"
+#include "runtime/fragment_scheduler.h"
 #include "runtime/mailbox.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -69,28 +71,18 @@ inline constexpr Tag kProbeAsk = 0;      // sender to receiver
 inline constexpr Tag kProbeWaiting = 1;  // receiver to sender: the start waits for memory
 
 struct LongSend {
-  enum class Fragment : uint8_t { kUnsent, kPosted, kAcked };
-
   LongKey key;
   std::span<const std::byte> data;
-  uint64_t fragment_bytes = 0;
+  Tag tag = 0;
 
-  std::mutex mu;                    // the sender and the poller (acknowledgements)
-  bool granted = false;             // guarded by mu
-  Status aborted;                   // guarded by mu: the receiver gave up
-  std::vector<Fragment> fragments;  // guarded by mu
-  std::vector<int8_t> rail_of;      // guarded by mu: index into the peer's rails
-  uint64_t acked = 0;               // guarded by mu: fragments
+  std::mutex mu;         // the sender and the poller (acknowledgements)
+  bool granted = false;  // guarded by mu
+  Status aborted;        // guarded by mu: the receiver gave up
+  // Guarded by mu: which fragments went where, which were acknowledged.
+  FragmentScheduler fragments;
   // Guarded by mu: the last grant, acknowledgement or answer to a probe.
   std::chrono::steady_clock::time_point last_heard;
-  struct RailProgress {
-    uint64_t inflight = 0;                             // fragments
-    uint64_t acked_bytes = 0;                          // this message
-    std::chrono::steady_clock::time_point first_post;  // this message
-    std::chrono::steady_clock::time_point last_ack;    // or post, while inflight
-  };
-  std::vector<RailProgress> rails;  // guarded by mu, by peer rail
-  Mailbox* wake = nullptr;          // the sending thread's mailbox
+  Mailbox* wake = nullptr;  // the sending thread's mailbox
 };
 
 struct InboundLong {

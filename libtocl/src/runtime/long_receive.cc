@@ -385,23 +385,8 @@ Status Runtime::Impl::OnLongControl(int rail, Gid from_process, buffers::SlotRef
         break;
       case wire::FrameKind::kAck: {
         const auto now = Clock::now();
-        if (header.offset % send.fragment_bytes != 0) break;
-        for (uint64_t index = header.offset / send.fragment_bytes;
-             index < send.fragments.size() &&
-             index * send.fragment_bytes < header.offset + header.total;
-             ++index) {
-          if (send.fragments[index] == LongSend::Fragment::kAcked) continue;
-          const int sent_by = send.rail_of[index];
-          if (send.fragments[index] == LongSend::Fragment::kPosted && sent_by >= 0) {
-            LongSend::RailProgress& p = send.rails[sent_by];
-            if (p.inflight > 0) --p.inflight;
-            p.acked_bytes += std::min<uint64_t>(send.fragment_bytes,
-                                                send.data.size() - index * send.fragment_bytes);
-            p.last_ack = now;
-          }
+        if (send.fragments.Acknowledge(header.offset, header.total, now) > 0) {
           send.last_heard = now;
-          send.fragments[index] = LongSend::Fragment::kAcked;
-          ++send.acked;
         }
         break;
       }

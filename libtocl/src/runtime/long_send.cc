@@ -3,9 +3,7 @@
 // (long_message.h explains the protocol; the frames are in wire/frame.h).
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstring>
-#include <deque>
 
 #include "buffers/large_slot.h"
 #include "core/logger.h"
@@ -13,6 +11,7 @@
 
 namespace tocl {
 
+using runtime::FragmentScheduler;
 using runtime::LongSend;
 using runtime::PeerRail;
 using runtime::SendPeer;
@@ -20,13 +19,38 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Unacknowledged fragments per network and message: enough to cover the
-// bandwidth-delay product of a fast link (32 x 64 KiB = 2 MiB).
-constexpr uint64_t kWindowFragments = 32;
-// A failed network is tried again after this many fragment timeouts.
-constexpr int kRetryAfterTimeouts = 10;
-// Bandwidth is trusted once this many fragments were acknowledged.
-constexpr uint64_t kMeasuredAfter = 4;
+// Posts one fragment on `rail`: straight from the user's memory where the
+// network can (shm: into the buffer the receiver provided), else through a
+// pool buffer of `pool`. False when it cannot take it now (no buffer,
+// TryAgain) or broke (failed in the next round).
+bool PostFragment(PeerRail& rail, buffers::BufferPool& pool, const wire::Header& header,
+                  std::span<const std::byte> piece) {
+  Status status = rail.route->PostCopy(header, piece);
+  if (status.code() == StatusCode::kUnimplemented) {
+    buffers::SlotRef slot(pool.TryGet(buffers::ClassFor(piece.size())));
+    if (!slot) return false;
+    slot->header() = header;
+    std::memcpy(slot->payload(), piece.data(), piece.size());
+    slot->set_state(BufferState::kInFlight);
+    status = rail.route->PostRef(slot);  // not taken: dropped with `slot`
+  }
+  return status.ok();
+}
+
+// Why a message nothing was heard about for partial_timeout failed.
+Status Silence(const LongSend& send, std::chrono::milliseconds partial_timeout) {
+  const Gid to = Gid::FromRaw(send.key.destination);
+  const FragmentScheduler& fragments = send.fragments;
+  return Unavailable(
+      send.granted ? fmt::format("nothing of the {} byte message to {} was acknowledged for {} ms "
+                                 "(partial_timeout); {} of {} fragments were not",
+                                 send.data.size(), to.ToString(), partial_timeout.count(),
+                                 fragments.count() - fragments.acked(), fragments.count())
+                   : fmt::format("{} answered nothing about the {} byte message for {} ms "
+                                 "(partial_timeout): its start was lost with a connection, or the "
+                                 "process does not read",
+                                 to.ToString(), send.data.size(), partial_timeout.count()));
+}
 
 }  // namespace
 
@@ -51,24 +75,20 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 
   TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
   SendPeer& peer = *destination;
-  runtime::Mailbox* wake = threads.Find(from.thread_index());
   LongSend send;
   send.data = payload;
-  send.fragment_bytes = buffers::ClassBytes(num_classes - 1) - wire::kHeaderBytes;
-  const uint64_t count = (payload.size() + send.fragment_bytes - 1) / send.fragment_bytes;
-  send.fragments.assign(count, LongSend::Fragment::kUnsent);
-  send.rail_of.assign(count, -1);
-  send.wake = wake;
+  send.tag = tag;
+  send.wake = threads.Find(from.thread_index());
   send.last_heard = Clock::now();  // before the poller can see it
-  std::deque<uint64_t> retry;      // fragments to send again (their network failed)
-  uint64_t next_fresh = 0;
+  const uint64_t fragment_bytes = buffers::ClassBytes(num_classes - 1) - wire::kHeaderBytes;
 
   std::unique_lock peer_lock(peer.mu);
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
   // A peer reset while we wait (its host went down and came back) has new
   // rails: our indexes into them would be stale.
   const uint64_t generation = peer.generation;
-  send.rails.resize(peer.rails.size());
+  send.fragments = FragmentScheduler(payload.size(), fragment_bytes, peer.rails.size(),
+                                     {.fragment_timeout = options.fragment_timeout});
   uint64_t& seq = PairSeqLocked(peer, from, to);
   send.key = runtime::LongKey{from.raw(), to.raw(), seq};
   {
@@ -91,7 +111,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
                                        wire::FrameKind::kLongStart, from, to, seq));
     start->header().tag = tag;
     start->header().total = payload.size();
-    start->header().reserved = send.fragment_bytes;
+    start->header().reserved = fragment_bytes;
     Status posted = PostControlLocked(peer, peer.default_rail, start);
     if (!posted.ok()) {
       start.reset();  // before failing the peer, as the queued frames are
@@ -100,6 +120,27 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     }
     ++seq;
   }
+  Status result = AwaitLongLocked(peer, peer_lock, generation, send);
+
+  // What this message taught about each network.
+  {
+    std::lock_guard lock(send.mu);
+    for (size_t r = 0; peer.generation == generation && r < send.fragments.rails(); ++r) {
+      peer.rails[r].bandwidth = send.fragments.Learned(r, peer.rails[r].bandwidth);
+    }
+  }
+  if (!result.ok() && peer.state != SendPeer::State::kFailed && peer.generation == generation) {
+    // Tell the receiver (best effort: its networks may be the ones gone).
+    PostSenderControlLocked(peer, peer.default_rail, wire::FrameKind::kAbort, send.key, 0);
+  }
+  return result;
+}
+
+// Until every fragment is acknowledged or the message fails: probes while
+// the grant is missing, places fragments once granted, and waits between
+// rounds with the peer's lock released.
+Status Runtime::Impl::AwaitLongLocked(SendPeer& peer, std::unique_lock<std::mutex>& peer_lock,
+                                      uint64_t generation, LongSend& send) {
   // Several probes within partial_timeout: one may go over a dead network.
   const auto probe_every = std::max<Clock::duration>(
       std::min<Clock::duration>(options.fragment_timeout, options.partial_timeout / 4),
@@ -114,193 +155,27 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     runtime::ProgressEngine& progress;
     ~StopListening() { progress.ListenForBells(false); }
   } stop_listening{*progress};
-  Status result;
   for (;;) {
-    const uint32_t seen = wake->signal();
+    const uint32_t seen = send.wake->signal();
     const auto now = Clock::now();
-    if (peer.state == SendPeer::State::kFailed) {
-      result = peer.failure;
-      break;
-    }
+    if (peer.state == SendPeer::State::kFailed) return peer.failure;
     if (peer.generation != generation) {
-      result = Unavailable(fmt::format("the connection to {} was reset while the message was sent",
-                                       peer.process.ToString()));
-      break;
+      return Unavailable(fmt::format("the connection to {} was reset while the message was sent",
+                                     peer.process.ToString()));
     }
     if (shutting_down.load(std::memory_order_relaxed)) {
-      result = Unavailable("the runtime is shutting down");
-      break;
+      return Unavailable("the runtime is shutting down");
     }
     std::unique_lock lock(send.mu);
-    if (!send.aborted.ok()) {
-      result = send.aborted;
-      break;
-    }
-    if (send.acked == count) break;
+    if (!send.aborted.ok()) return send.aborted;
+    if (send.fragments.done()) return Status::Ok();
     // While we do not read (congested), nothing can be heard.
     if (Congested()) send.last_heard = now;
     if (now - send.last_heard > options.partial_timeout) {
-      result = Unavailable(
-          send.granted
-              ? fmt::format("nothing of the {} byte message to {} was acknowledged for {} ms "
-                            "(partial_timeout); {} of {} fragments were not",
-                            payload.size(), to.ToString(), options.partial_timeout.count(),
-                            count - send.acked, count)
-              : fmt::format("{} answered nothing about the {} byte message for {} ms "
-                            "(partial_timeout): its start was lost with a connection, or the "
-                            "process does not read",
-                            to.ToString(), payload.size(), options.partial_timeout.count()));
-      break;
+      return Silence(send, options.partial_timeout);
     }
     const bool probe_due = !send.granted && now >= next_probe;
-    if (send.granted) {
-      // Networks that stopped answering (or broke) give their fragments back.
-      for (size_t r = 0; r < peer.rails.size(); ++r) {
-        PeerRail& rail = peer.rails[r];
-        LongSend::RailProgress& progress_r = send.rails[r];
-        if (rail.failed && now >= rail.retry_at) rail.failed = false;
-        const bool broken = rail.route->Broken();
-        const bool silent = progress_r.inflight > 0 && !Congested() &&
-                            now - progress_r.last_ack > options.fragment_timeout;
-        if (!broken && !silent) continue;
-        if (!rail.failed || progress_r.inflight > 0) {
-          bool others = false;
-          for (size_t other = 0; other < peer.rails.size(); ++other) {
-            others |= other != r && !peer.rails[other].failed;
-          }
-          Log().warn("tocl: network {} ({}) to {} {}; its {} unacknowledged fragments {}",
-                     rails[rail.rail]->spec.name, rails[rail.rail]->spec.device,
-                     peer.process.ToString(), broken ? "broke" : "acknowledged nothing in time",
-                     progress_r.inflight,
-                     others ? "go over the other networks" : "have no other network to take");
-          rails[rail.rail]->failures.fetch_add(1, std::memory_order_relaxed);
-        }
-        rail.failed = true;
-        rail.retry_at = now + options.fragment_timeout * kRetryAfterTimeouts;
-        for (uint64_t i = 0; i < count; ++i) {
-          if (send.fragments[i] == LongSend::Fragment::kPosted && send.rail_of[i] == int(r)) {
-            send.fragments[i] = LongSend::Fragment::kUnsent;
-            retry.push_back(i);
-          }
-        }
-        progress_r.inflight = 0;
-        if (peer.default_rail == int(r)) {
-          for (size_t other = 0; other < peer.rails.size(); ++other) {
-            if (!peer.rails[other].failed) {
-              peer.default_rail = int(other);
-              break;
-            }
-          }
-        }
-      }
-      // Bandwidth per network: this message's when measured, else what the
-      // peer showed before; unknown ones count as the mean of the known.
-      std::vector<double> bandwidth(peer.rails.size(), 0);
-      double known_sum = 0;
-      int known = 0;
-      for (size_t r = 0; r < peer.rails.size(); ++r) {
-        const LongSend::RailProgress& p = send.rails[r];
-        const double seconds = std::chrono::duration<double>(p.last_ack - p.first_post).count();
-        if (p.acked_bytes >= kMeasuredAfter * send.fragment_bytes && seconds > 0) {
-          bandwidth[r] = double(p.acked_bytes) / seconds;
-        } else {
-          bandwidth[r] = peer.rails[r].bandwidth;
-        }
-        if (bandwidth[r] > 0) {
-          known_sum += bandwidth[r];
-          ++known;
-        }
-      }
-      for (double& b : bandwidth) {
-        if (b <= 0) b = known > 0 ? known_sum / known : 1.0;
-      }
-      bool any_live = false;
-      for (auto& rail : peer.rails) any_live |= !rail.failed;
-      if (!any_live) {
-        std::string names;
-        for (const PeerRail& failed_rail : peer.rails) {
-          names +=
-              fmt::format("{}{} ({})", names.empty() ? "" : ", ",
-                          rails[failed_rail.rail]->spec.name, rails[failed_rail.rail]->spec.device);
-        }
-        result = Unavailable(fmt::format(
-            "no network reaches {} any more ({} failed): {} of {} fragments of the {} byte "
-            "message were not acknowledged in {} ms",
-            peer.process.ToString(), names, count - send.acked, count, payload.size(),
-            options.fragment_timeout.count()));
-        break;
-      }
-      // Earliest expected finish: each fragment goes to the network that
-      // would deliver it first, counting what it already carries; when that
-      // network's window is full, wait for it rather than use a slower one.
-      std::vector<bool> full(peer.rails.size(), false);
-      while (!retry.empty() || next_fresh < count) {
-        if (!retry.empty() && send.fragments[retry.front()] == LongSend::Fragment::kAcked) {
-          retry.pop_front();
-          continue;
-        }
-        int best = -1;
-        double best_finish = 0;
-        for (size_t r = 0; r < peer.rails.size(); ++r) {
-          if (peer.rails[r].failed || full[r]) continue;
-          const double finish =
-              double((send.rails[r].inflight + 1) * send.fragment_bytes) / bandwidth[r];
-          if (best < 0 || finish < best_finish) {
-            best = int(r);
-            best_finish = finish;
-          }
-        }
-        if (best < 0 || send.rails[best].inflight >= kWindowFragments) break;
-        PeerRail& rail = peer.rails[best];
-        const uint64_t index = retry.empty() ? next_fresh : retry.front();
-        const uint64_t offset = index * send.fragment_bytes;
-        const uint64_t length = std::min<uint64_t>(send.fragment_bytes, payload.size() - offset);
-        wire::Header header;
-        header.kind = wire::FrameKind::kFragment;
-        header.tag = tag;
-        header.length = static_cast<uint32_t>(length);
-        header.source = from.raw();
-        header.destination = to.raw();
-        header.seq = send.key.seq;
-        header.offset = offset;
-        header.total = payload.size();
-        const std::span<const std::byte> piece = payload.subspan(offset, length);
-        // Straight from the user's memory where the network can (shm: into
-        // the buffer the receiver provided), else through a pool buffer.
-        Status status = rail.route->PostCopy(header, piece);
-        if (status.code() == StatusCode::kUnimplemented) {
-          buffers::SlotRef slot(
-              rails[rail.rail]->subsystem->pool().TryGet(buffers::ClassFor(length)));
-          if (!slot) {
-            full[best] = true;
-            continue;
-          }
-          slot->header() = header;
-          std::memcpy(slot->payload(), piece.data(), length);
-          slot->set_state(BufferState::kInFlight);
-          status = rail.route->PostRef(slot);  // not taken: dropped with `slot`
-        }
-        if (!status.ok()) {
-          full[best] = true;  // TryAgain: later; broken: failed in the next round
-          continue;
-        }
-        ++rail.frames_sent;
-        rail.bytes_sent += wire::kHeaderBytes + length;
-        ++rail.fragments_sent;
-        if (send.rail_of[index] >= 0) ++rail.fragments_resent;
-        if (retry.empty()) {
-          ++next_fresh;
-        } else {
-          retry.pop_front();
-        }
-        LongSend::RailProgress& p = send.rails[best];
-        if (p.first_post == Clock::time_point()) p.first_post = now;
-        if (p.inflight == 0) p.last_ack = now;
-        ++p.inflight;
-        send.fragments[index] = LongSend::Fragment::kPosted;
-        send.rail_of[index] = static_cast<int8_t>(best);
-      }
-    }
+    if (send.granted) TOCL_RETURN_IF_ERROR(PlaceFragmentsLocked(peer, send, now));
     lock.unlock();
     if (probe_due) {
       next_probe = now + probe_every;
@@ -315,28 +190,84 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     // second, no more.
     const auto until = Clock::now() + std::min<Clock::duration>(options.fragment_timeout / 4,
                                                                 std::chrono::milliseconds(2));
-    AwaitSignal(*wake, seen, until, until);
+    AwaitSignal(*send.wake, seen, until, until);
     peer_lock.lock();
   }
+}
 
-  // What this message taught about each network.
-  {
-    std::lock_guard lock(send.mu);
-    for (size_t r = 0;
-         peer.generation == generation && r < peer.rails.size() && r < send.rails.size(); ++r) {
-      const LongSend::RailProgress& p = send.rails[r];
-      const double seconds = std::chrono::duration<double>(p.last_ack - p.first_post).count();
-      if (p.acked_bytes < kMeasuredAfter * send.fragment_bytes || seconds <= 0) continue;
-      const double measured = double(p.acked_bytes) / seconds;
-      double& learned = peer.rails[r].bandwidth;
-      learned = learned == 0 ? measured : 0.5 * learned + 0.5 * measured;
+// One round of placement (long_message.h, fragment_scheduler.h): networks
+// that broke or went silent give their fragments back, then fragments go
+// out until the best network's window is full or none is left to send.
+Status Runtime::Impl::PlaceFragmentsLocked(SendPeer& peer, LongSend& send, Clock::time_point now) {
+  std::vector<runtime::RailHealth> health(peer.rails.size());
+  for (size_t r = 0; r < peer.rails.size(); ++r) {
+    const PeerRail& rail = peer.rails[r];
+    health[r] = {rail.route->Broken(), rail.failed, rail.retry_at, rail.bandwidth};
+  }
+  const auto failures = send.fragments.StartRound(health, now, Congested());
+  bool any_live = false;
+  for (size_t r = 0; r < peer.rails.size(); ++r) {
+    peer.rails[r].failed = health[r].failed;
+    peer.rails[r].retry_at = health[r].retry_at;
+    any_live |= !health[r].failed;
+  }
+  for (const FragmentScheduler::Failure& failure : failures) {
+    Rail& network = *rails[peer.rails[failure.rail].rail];
+    if (failure.news) {
+      Log().warn("tocl: network {} ({}) to {} {}; its {} unacknowledged fragments {}",
+                 network.spec.name, network.spec.device, peer.process.ToString(),
+                 failure.broken ? "broke" : "acknowledged nothing in time", failure.unacknowledged,
+                 any_live ? "go over the other networks" : "have no other network to take");
+      network.failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (peer.default_rail == int(failure.rail)) {
+      for (size_t other = 0; other < peer.rails.size(); ++other) {
+        if (!peer.rails[other].failed) {
+          peer.default_rail = int(other);
+          break;
+        }
+      }
     }
   }
-  if (!result.ok() && peer.state != SendPeer::State::kFailed && peer.generation == generation) {
-    // Tell the receiver (best effort: its networks may be the ones gone).
-    PostSenderControlLocked(peer, peer.default_rail, wire::FrameKind::kAbort, send.key, 0);
+  if (!any_live) {
+    std::string names;
+    for (const PeerRail& failed_rail : peer.rails) {
+      names +=
+          fmt::format("{}{} ({})", names.empty() ? "" : ", ", rails[failed_rail.rail]->spec.name,
+                      rails[failed_rail.rail]->spec.device);
+    }
+    const FragmentScheduler& fragments = send.fragments;
+    return Unavailable(
+        fmt::format("no network reaches {} any more ({} failed): {} of {} fragments of the {} byte "
+                    "message were not acknowledged in {} ms",
+                    peer.process.ToString(), names, fragments.count() - fragments.acked(),
+                    fragments.count(), send.data.size(), options.fragment_timeout.count()));
   }
-  return result;
+  while (const auto placement = send.fragments.Next(health)) {
+    PeerRail& rail = peer.rails[placement->rail];
+    const uint64_t offset = send.fragments.Offset(placement->index);
+    const uint64_t length = send.fragments.Length(placement->index);
+    wire::Header header;
+    header.kind = wire::FrameKind::kFragment;
+    header.tag = send.tag;
+    header.length = static_cast<uint32_t>(length);
+    header.source = send.key.source;
+    header.destination = send.key.destination;
+    header.seq = send.key.seq;
+    header.offset = offset;
+    header.total = send.data.size();
+    if (!PostFragment(rail, rails[rail.rail]->subsystem->pool(), header,
+                      send.data.subspan(offset, length))) {
+      send.fragments.Full(placement->rail);
+      continue;
+    }
+    ++rail.frames_sent;
+    rail.bytes_sent += wire::kHeaderBytes + length;
+    ++rail.fragments_sent;
+    if (placement->resent) ++rail.fragments_resent;
+    send.fragments.Posted(*placement, now);
+  }
+  return Status::Ok();
 }
 
 // Asks the receiver what became of long message `key` (long_message.h),

@@ -161,6 +161,14 @@ struct Runtime::Impl final {
 
   // --- long messages (long_send.cc, long_receive.cc) ---
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // SendLong once its start is posted: until the message is acknowledged
+  // or fails. `peer_lock` holds peer.mu (released while it waits).
+  Status AwaitLongLocked(runtime::SendPeer& peer, std::unique_lock<std::mutex>& peer_lock,
+                         uint64_t generation, runtime::LongSend& send);
+  // One round of the fragment scheduler for `send` (its mu held): failed
+  // networks, then fragments posted until the windows are full.
+  Status PlaceFragmentsLocked(runtime::SendPeer& peer, runtime::LongSend& send,
+                              std::chrono::steady_clock::time_point now);
   Status OnLongStart(Gid from_process, buffers::SlotRef slot);  // in pair order
   Status OnFragment(int rail, Gid from_process, buffers::SlotRef slot);
   Status OnLongControl(int rail, Gid from_process,
