@@ -23,7 +23,7 @@
 #include "subsystem/reactor.h"
 #include "tocl/buffer.h"
 #include "tocl/gid.h"
-#include "tocl/runtime.h"
+#include "tocl/message_info.h"
 
 namespace tocl::runtime {
 
