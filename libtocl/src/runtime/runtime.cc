@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -17,15 +18,6 @@
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
 #include "runtime/thread_service.h"
-#if TOCL_WITH_SHM
-#include "subsystem/shm/shm_subsystem.h"
-#endif
-#if TOCL_WITH_TCP
-#include "subsystem/tcp/tcp_subsystem.h"
-#endif
-#if TOCL_WITH_VIA
-#include "subsystem/via/via_subsystem.h"
-#endif
 
 namespace tocl {
 
@@ -128,8 +120,7 @@ Runtime::Impl::~Impl() {
 Status Runtime::Impl::Open() {
   TOCL_ASSIGN_OR_RETURN(runtime::ResolvedOptions resolved, runtime::ResolveOptions(options));
   num_classes = resolved.num_classes;
-  via_provider = resolved.via_provider;
-  via_max_vis = resolved.via_max_vis;
+  options = std::move(resolved.options);  // each network kind's settings filled in
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
   // The library's logger is built on first use (its sink's console mutex
@@ -190,13 +181,26 @@ Status Runtime::Impl::Open() {
     }
     if (networks.empty()) networks = "auto";
   }
-  TOCL_ASSIGN_OR_RETURN(std::vector<runtime::NetworkSpec> specs,
-                        runtime::ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
-  for (const runtime::NetworkSpec& spec : specs) {
+  const subsystem::TransportRegistry& transports = subsystem::CompiledTransports();
+  TOCL_ASSIGN_OR_RETURN(
+      std::vector<subsystem::NetworkSpec> specs,
+      transports.ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
+  for (const subsystem::NetworkSpec& spec : specs) {
     TOCL_RETURN_IF_ERROR(OpenRail(spec).WithContext(fmt::format("open network {}", spec.name)));
   }
-  if (shm != nullptr && rails.size() == 1) {
-    reactor->SetWakeHook([subsystem = shm] { subsystem->WakeSleeper(); });
+  for (const subsystem::Transport& transport : transports.transports()) {
+    auto rail = std::find_if(rails.begin(), rails.end(),
+                             [&](const auto& open) { return open->transport == &transport; });
+    if (rail != rails.end()) {
+      fastest = (*rail)->subsystem.get();
+      break;
+    }
+  }
+  post_copy = std::any_of(rails.begin(), rails.end(),
+                          [](const auto& rail) { return rail->transport->post_copy; });
+  if (rails.size() == 1 && rails.front()->transport->sleeps_alone) {
+    reactor->SetWakeHook(
+        [subsystem = rails.front()->subsystem.get()] { subsystem->WakeSleeper(); });
   }
   networks_open.store(true, std::memory_order_release);
   for (auto& rail : rails) {
@@ -207,52 +211,24 @@ Status Runtime::Impl::Open() {
   return Status::Ok();
 }
 
-Status Runtime::Impl::OpenRail(const runtime::NetworkSpec& spec) {
+Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec) {
   auto rail = std::make_unique<Rail>();
   rail->spec = spec;
+  TOCL_ASSIGN_OR_RETURN(rail->transport, subsystem::CompiledTransports().Find(spec.kind));
   rail->sink = std::make_unique<RailSink>(*this, static_cast<int>(rails.size()));
-  if (spec.kind == "shm") {
-#if TOCL_WITH_SHM
-    subsystem::shm::ShmOptions shm_options;
-    shm_options.self_process = process;
-    shm_options.num_classes = num_classes;
-    TOCL_ASSIGN_OR_RETURN(rail->subsystem,
-                          subsystem::shm::OpenShm(shm_options, *reactor, *rail->sink, budget));
-    rail->published = rail->subsystem->address();
-    shm = rail->subsystem.get();
-#else
-    return InvalidArgument("this libtocl was built without the shm subsystem");
-#endif
-  } else if (spec.kind == "via") {
-#if TOCL_WITH_VIA
-    subsystem::via::ViaOptions via_options;
-    via_options.self_process = process;
-    via_options.bind_address = spec.ip;
-    via_options.num_classes = num_classes;
-    via_options.provider = via_provider;
-    via_options.max_vis = via_max_vis;
-    via_options.key = data_plane_key;
-    TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::via::ViaSubsystem::Open(via_options, *reactor,
-                                                                              *rail->sink, budget));
-    // "sockets:IP:PORT/PREFIX": the provider, then what tcp publishes.
-    rail->published = runtime::FormatTcpEndpoint(rail->subsystem->address(), spec.prefix);
-#else
-    return InvalidArgument("this libtocl was built without the via subsystem");
-#endif
-  } else {
-#if TOCL_WITH_TCP
-    subsystem::tcp::TcpOptions tcp_options;
-    tcp_options.self_process = process;
-    tcp_options.bind_address = spec.ip;
-    tcp_options.num_classes = num_classes;
-    tcp_options.key = data_plane_key;
-    TOCL_ASSIGN_OR_RETURN(rail->subsystem, subsystem::tcp::TcpSubsystem::Open(tcp_options, *reactor,
-                                                                              *rail->sink, budget));
-    rail->published = runtime::FormatTcpEndpoint(rail->subsystem->address(), spec.prefix);
-#else
-    return InvalidArgument("this libtocl was built without the tcp subsystem");
-#endif
-  }
+  TOCL_ASSIGN_OR_RETURN(subsystem::OpenNetwork network,
+                        rail->transport->open(spec, subsystem::OpenContext{
+                                                        .self_process = process,
+                                                        .num_classes = num_classes,
+                                                        .options = options,
+                                                        .key = data_plane_key,
+                                                        .reactor = *reactor,
+                                                        .sink = *rail->sink,
+                                                        .budget = budget,
+                                                    }));
+  rail->subsystem = std::move(network.subsystem);
+  rail->published = std::move(network.published);
+  rail->add_stats = std::move(network.add_stats);
   progress->AddSubsystem(rail->subsystem.get());
   rails.push_back(std::move(rail));
   return Status::Ok();
@@ -607,18 +583,12 @@ std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
 }
 
 subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
-  // kFastest: shm when open, else the first tcp network, else the first via one.
-  if (network == Network::kShm || (network == Network::kFastest && shm != nullptr)) return shm;
-  auto first = [&](std::string_view kind) -> subsystem::Subsystem* {
-    for (auto& rail : rails) {
-      if (rail->spec.kind == kind) return rail->subsystem.get();
-    }
-    return nullptr;
-  };
-  if (network == Network::kVia) return first("via");
-  if (network == Network::kTcp) return first("tcp");
-  subsystem::Subsystem* tcp = first("tcp");
-  return tcp != nullptr ? tcp : first("via");
+  if (network == Network::kFastest) return fastest;
+  // The first open network of that kind.
+  for (auto& rail : rails) {
+    if (rail->transport->network == network) return rail->subsystem.get();
+  }
+  return nullptr;
 }
 
 int Runtime::Impl::RailOfPool(const buffers::BufferPool* pool) const {
@@ -684,46 +654,33 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
     peer.host_down = true;
     return peer.failure;
   }
-  // One route per network that reaches it. On the same host shm alone
-  // when both have it (tcp would add no bandwidth, only copies); each of our
-  // tcp networks pairs with one of the peer's in its subnet.
+  // One route per network that reaches it. On the same host a host-local
+  // network (shm) alone when both have it (the others would add no
+  // bandwidth, only copies); each of our networks bound to an IP pairs with
+  // one of the peer's of its kind in its subnet.
   const bool same_host = peer.process.host() == process.host();
   std::vector<bool> used(entity->endpoints.size(), false);
-  std::vector<size_t> order_of_rails;  // shm first: whether it connects decides about tcp
-  for (size_t index = 0; index < rails.size(); ++index) {
-    if (rails[index]->spec.kind == "shm")
-      order_of_rails.insert(order_of_rails.begin(), index);
-    else
-      order_of_rails.push_back(index);
-  }
+  // Host-local first: whether it connects decides about the others.
+  std::vector<size_t> order_of_rails(rails.size());
+  std::iota(order_of_rails.begin(), order_of_rails.end(), size_t{0});
+  std::stable_partition(order_of_rails.begin(), order_of_rails.end(),
+                        [&](size_t index) { return rails[index]->transport->host_local; });
   for (size_t index : order_of_rails) {
     Rail& rail = *rails[index];
-    // (A shm route that could not open, e.g. no channel left in the peer's
-    // segment, leaves tcp to carry same-host traffic.)
-    const bool ip_network = rail.spec.kind == "tcp" || rail.spec.kind == "via";
-    if (ip_network && same_host && !peer.rails.empty() &&
-        rails[peer.rails.front().rail]->spec.kind == "shm") {
+    // (A host-local route that could not open, e.g. no channel left in the
+    // peer's shm segment, leaves the others to carry same-host traffic.)
+    if (!rail.transport->host_local && same_host && !peer.rails.empty() &&
+        rails[peer.rails.front().rail]->transport->host_local) {
       continue;
     }
-    if (ip_network && runtime::IsLoopback(rail.spec) && !same_host) continue;
+    if (subsystem::IsLoopback(rail.spec) && !same_host) continue;
     for (size_t e = 0; e < entity->endpoints.size(); ++e) {
       const Endpoint& endpoint = entity->endpoints[e];
-      if (used[e] || runtime::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
-      std::string address = endpoint.address;
-      if (ip_network) {
-        // via: "PROVIDER:" in front of what tcp publishes.
-        std::string_view provider;
-        std::string_view rest = endpoint.address;
-        if (rail.spec.kind == "via") {
-          const size_t colon = rest.find(':');
-          if (colon == std::string_view::npos) continue;
-          provider = rest.substr(0, colon + 1);
-          rest.remove_prefix(colon + 1);
-        }
-        runtime::TcpEndpoint tcp_endpoint = runtime::ParseTcpEndpoint(rest);
-        if (!runtime::TcpReaches(rail.spec, tcp_endpoint)) continue;
-        address = fmt::format("{}{}", provider, tcp_endpoint.connect);
-      }
+      if (used[e] || subsystem::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
+      std::optional<std::string> connect =
+          rail.transport->connect_address(rail.spec, endpoint.address);
+      if (!connect) continue;
+      const std::string& address = *connect;
       if (!rail.subsystem->Reaches(peer.process, address)) continue;
       auto route = rail.subsystem->Connect(peer.process, address);
       if (!route.ok()) {
@@ -743,7 +700,7 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
     return Unavailable(fmt::format("no network of this process reaches {} (its endpoints: {})",
                                    peer.process.ToString(), entity->endpoints.size()));
   }
-  peer.default_rail = 0;  // shm when it connected
+  peer.default_rail = 0;  // the host-local network when it connected
   peer.state = SendPeer::State::kReady;
   return Status::Ok();
 }
@@ -1023,8 +980,8 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   const uint32_t class_index = buffers::ClassFor(payload.size());
   if (class_index >= num_classes) return SendLong(from, to, tag, payload);
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  // The shm fast path: straight into the buffer the receiver provided.
-  if (shm && to.process() != process) {
+  // The fast path (shm): straight into the buffer the receiver provided.
+  if (post_copy && to.process() != process) {
     TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
     SendPeer& peer = *destination;
     std::lock_guard lock(peer.mu);
@@ -1183,16 +1140,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
     stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
     stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
     stats.failures = rail->failures.load(std::memory_order_relaxed);
-#if TOCL_WITH_VIA
-    if (rail->spec.kind == "via") {
-      auto& via = static_cast<const subsystem::via::ViaSubsystem&>(*rail->subsystem);
-      stats.provider = std::string(via.provider_name());
-      stats.vi_cap = static_cast<uint32_t>(via.max_vis());
-      stats.vis_opened = via.vis_opened();
-      stats.vis_closed = via.vis_closed();
-      stats.vis = via.ViPool();
-    }
-#endif
+    if (rail->add_stats) rail->add_stats(stats);
     out.push_back(std::move(stats));
   }
   const auto now = Clock::now();

@@ -33,12 +33,12 @@
 #include "runtime/internal_threads.h"
 #include "runtime/long_message.h"
 #include "runtime/mailbox.h"
-#include "runtime/network_spec.h"
 #include "runtime/pair_order.h"
 #include "runtime/progress_engine.h"
 #include "runtime/send_peer.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
+#include "subsystem/transport_registry.h"
 #include "tocl/runtime.h"
 
 namespace tocl::runtime {
@@ -61,10 +61,12 @@ class RailSink final : public subsystem::Sink {
 };
 
 struct Rail {
-  runtime::NetworkSpec spec;
+  subsystem::NetworkSpec spec;
+  const subsystem::Transport* transport = nullptr;  // its kind, in CompiledTransports()
   std::unique_ptr<RailSink> sink;
   std::unique_ptr<subsystem::Subsystem> subsystem;
-  std::string published;  // the address in the directory
+  std::string published;                         // the address in the directory
+  std::function<void(NetworkStats&)> add_stats;  // what only its kind reports; may be empty
   // Counted by the polling thread, read by Networks().
   std::atomic<uint64_t> frames_received{0};
   std::atomic<uint64_t> bytes_received{0};
@@ -76,7 +78,7 @@ struct Runtime::Impl final {
   ~Impl();
 
   Status Open();
-  Status OpenRail(const runtime::NetworkSpec& spec);
+  Status OpenRail(const subsystem::NetworkSpec& spec);
   Status Shutdown(std::chrono::milliseconds flush_timeout);
 
   // --- arrivals (the polling thread) ---
@@ -249,13 +251,16 @@ struct Runtime::Impl final {
   std::unique_ptr<runtime::EpollReactor> reactor;
   buffers::PoolBudget budget;
   std::vector<std::unique_ptr<Rail>> rails;  // fixed after Open
-  subsystem::Subsystem* shm = nullptr;       // rails' shm, if open
+  // What Network::kFastest means: the first open kind in the transport
+  // registry's order (fastest first). Set in Open.
+  subsystem::Subsystem* fastest = nullptr;
+  // Some open network copies straight into receivers' buffers
+  // (Transport::post_copy): SendCopy tries Route::PostCopy first.
+  bool post_copy = false;
   std::unique_ptr<runtime::ProgressEngine> progress;
   uint32_t num_classes = 0;
-  std::string via_provider;  // resolved RuntimeOptions::via_provider
-  size_t via_max_vis = 0;
   // The cluster's data-plane secret from the enrollment (none without
-  // credentials): tcp and via prove it on every connection.
+  // credentials): networks that connect prove it on every connection.
   security::ClusterKey data_plane_key;
   std::map<uint32_t, std::string> peer_daemons;
   std::mutex peer_clients_mu;

@@ -7,7 +7,8 @@
 #include <cstdlib>
 
 #include "buffers/size_class.h"
-#include "runtime/network_spec.h"
+#include "subsystem/network_spec.h"
+#include "subsystem/transport_registry.h"
 #include "tocl/directory_client.h"
 
 namespace tocl::runtime {
@@ -28,29 +29,17 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
       options.daemon_address.empty() ? DirectoryClient::DefaultAddress() : options.daemon_address;
   resolved.networks = FromEnv(options.networks, "TOCL_NETWORKS", "");
   if (resolved.networks.empty()) {
-    // The older spelling: "shm,tcp" and the tcp address.
+    // The older spelling: subsystems and the tcp address.
     const std::string subsystems = FromEnv(options.subsystems, "TOCL_SUBSYSTEMS", "");
     const std::string bind = FromEnv(options.tcp_bind, "TOCL_TCP_BIND", "");
     if (!subsystems.empty() || !bind.empty()) {
-      std::string list = subsystems.empty() ? "shm,tcp" : subsystems;
-      std::string networks;
-      for (std::string_view entry : SplitList(list)) {
-        std::string name(entry);
-        if (name == "tcp" && !bind.empty()) name = "tcp:" + bind;
-        if (name != "shm" && name != "via" && !name.starts_with("tcp")) {
-          return InvalidArgument(
-              fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp, via)", name, list));
-        }
-        networks += (networks.empty() ? "" : ",") + name;
-      }
-      if (networks.empty())
-        return InvalidArgument(fmt::format("no subsystem enabled by '{}'", list));
-      resolved.networks = networks;
+      TOCL_ASSIGN_OR_RETURN(resolved.networks,
+                            subsystem::NetworksFromOlderSpelling(subsystems, bind));
     }
   }
 
   const std::string peers = FromEnv(options.peer_daemons, "TOCL_PEER_DAEMONS", "");
-  for (std::string_view peer : SplitList(peers)) {
+  for (std::string_view peer : subsystem::SplitList(peers)) {
     const std::string entry(peer);
     const size_t equals = entry.find('=');
     uint32_t host = 0;
@@ -78,21 +67,9 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
         fmt::format("pool_cap of {} bytes is below 4 x short_max", options.pool_cap));
   }
   if (options.send_queue_depth == 0) return InvalidArgument("send_queue_depth must be at least 1");
-  resolved.via_provider = FromEnv(options.via_provider, "TOCL_VIA_PROVIDER", "auto");
-  if (resolved.via_provider != "auto" && resolved.via_provider != "sockets" &&
-      resolved.via_provider != "ibverbs") {
-    return InvalidArgument(
-        fmt::format("unknown via provider '{}' (sockets, ibverbs or auto)", resolved.via_provider));
-  }
-  resolved.via_max_vis = options.via_max_vis;
-  if (resolved.via_max_vis == 0) {
-    const std::string text = FromEnv("", "TOCL_VIA_MAX_VIS", "1024");
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), resolved.via_max_vis);
-    if (ec != std::errc() || end != text.data() + text.size() || resolved.via_max_vis == 0) {
-      return InvalidArgument(
-          fmt::format("TOCL_VIA_MAX_VIS must be a positive number, not '{}'", text));
-    }
-  }
+  // Each network kind's own settings.
+  resolved.options = options;
+  TOCL_RETURN_IF_ERROR(subsystem::CompiledTransports().ResolveOptions(resolved.options));
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
   for (const auto& [name, value] : {std::pair{"fragment_timeout", options.fragment_timeout},
                                     std::pair{"partial_timeout", options.partial_timeout},

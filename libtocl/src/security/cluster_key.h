@@ -3,7 +3,8 @@
 // it connects to (handshake_mac.h) before a message is accepted.
 //
 // A process of a cluster without credentials holds no secret (`none()`);
-// its networks are then bound to loopback only (network_spec.cc), and the
+// its networks are then bound to loopback only (TransportRegistry::
+// ParseNetworks, subsystem/transport_registry.cc), and the
 // handshake still runs, with an empty key, so that a process that has the
 // secret and one that does not fail to talk instead of talking unprotected.
 #pragma once
