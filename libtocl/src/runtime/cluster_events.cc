@@ -12,7 +12,7 @@
 
 namespace tocl {
 
-using runtime::SendPeer;
+using runtime::SendQueue;
 
 void Runtime::Impl::OnChange(const ChangeEvent& event) {
   switch (event.op) {
@@ -59,11 +59,10 @@ void Runtime::Impl::OnHostUnreachable(Gid host) {
   {
     std::shared_lock lock(dest_mu);
     for (auto& [raw, peer] : peers) {
-      if (peer->process.host() != host) continue;
-      std::lock_guard peer_lock(peer->mu);
-      if (peer->state == SendPeer::State::kFailed) continue;  // exited: stays so
-      FailPeerLocked(*peer, why);
-      peer->host_down = true;
+      if (peer->process().host() != host) continue;
+      std::lock_guard peer_lock(peer->mu());
+      if (peer->state() == SendQueue::State::kFailed) continue;  // exited: stays so
+      peer->Fail(why, /*host_down=*/true);
     }
   }
   spawn_service->FailPending(host, why);
@@ -80,15 +79,9 @@ void Runtime::Impl::OnHostReachable(Gid host) {
   // numbers go on: a process that lived through the outage keeps its order.
   std::shared_lock lock(dest_mu);
   for (auto& [raw, peer] : peers) {
-    if (peer->process.host() != host) continue;
-    std::lock_guard peer_lock(peer->mu);
-    if (!peer->host_down) continue;
-    peer->host_down = false;
-    peer->state = SendPeer::State::kUnresolved;
-    peer->failure = Status::Ok();
-    peer->rails.clear();
-    peer->default_rail = -1;
-    ++peer->generation;
+    if (peer->process().host() != host) continue;
+    std::lock_guard peer_lock(peer->mu());
+    (void)peer->ResetAfterHostDown();
   }
 }
 
@@ -106,16 +99,7 @@ Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
       subsystem->pool().Get(class_index, AtCap::kWait,
                             std::chrono::steady_clock::now() + std::chrono::seconds(1)));
   buffers::SlotRef slot(got);
-  wire::Header& header = slot->header();
-  header = wire::Header();
-  header.magic = wire::kMagic;
-  header.version = wire::kVersion;
-  header.kind = wire::FrameKind::kMessage;
-  header.tag = tag;
-  header.length = static_cast<uint32_t>(payload.size());
-  header.total = header.length;
-  header.source = source.raw();
-  header.destination = self.raw();
+  slot->header() = wire::MessageHeader(source, self, tag, static_cast<uint32_t>(payload.size()));
   if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   return DeliverLocal(slot);  // an error drops `slot`
 }

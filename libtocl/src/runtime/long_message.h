@@ -47,6 +47,7 @@
 #include "runtime/mailbox.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
+#include "wire/frame.h"
 
 namespace tocl::runtime {
 
@@ -57,6 +58,11 @@ struct LongKey {
   uint64_t seq = 0;
   bool operator==(const LongKey&) const = default;
 };
+// The long message a start, fragment or control frame of the sender's
+// (source -> destination) is about.
+inline LongKey KeyOf(const wire::Header& header) {
+  return LongKey{header.source, header.destination, header.seq};
+}
 struct LongKeyHash {
   size_t operator()(const LongKey& key) const {
     uint64_t h = key.source * 0x9E3779B97F4A7C15ull;

@@ -15,7 +15,7 @@ using runtime::LongKey;
 using runtime::LongSend;
 using runtime::Mailbox;
 using runtime::PostedReceive;
-using runtime::SendPeer;
+using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -23,15 +23,6 @@ namespace {
 // kAbort's tag says who gives up.
 constexpr Tag kAbortBySender = 0;
 constexpr Tag kAbortByReceiver = 1;
-
-// The header fields that name long message `key` (for control frames).
-wire::Header About(const LongKey& key) {
-  wire::Header about;
-  about.source = key.source;
-  about.destination = key.destination;
-  about.seq = key.seq;
-  return about;
-}
 
 constexpr auto kPartialCheckPeriod = std::chrono::milliseconds(200);
 // Fragments per message: 2^24 (1 TiB in 64 KiB fragments); a start asking
@@ -46,36 +37,36 @@ constexpr size_t kRememberAborted = 4096;
 // receiver `about.destination`) to the process `peer_process`, preferably
 // over our network `rail`.
 void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
-                               const wire::Header& about, uint64_t offset, uint64_t length) {
+                               const LongKey& about, uint64_t offset, uint64_t length) {
   auto found = PeerOfProcess(peer_process);
   if (!found.ok()) return;
-  SendPeer& peer = **found;
-  std::lock_guard lock(peer.mu);
+  SendQueue& peer = **found;
+  std::lock_guard lock(peer.mu());
   if (Status status = ResolvePeerLocked(peer); !status.ok()) {
     Log().debug("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
     return;
   }
-  int peer_rail = peer.default_rail;
-  for (size_t i = 0; i < peer.rails.size(); ++i) {
-    if (peer.rails[i].rail == rail) peer_rail = static_cast<int>(i);
+  int peer_rail = peer.default_rail();
+  for (size_t i = 0; i < peer.rails().size(); ++i) {
+    if (peer.rails()[i].rail == rail) peer_rail = static_cast<int>(i);
   }
   // Toward the sender (grant, ack, receiver's abort) or the receiver.
   const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
   const Gid from = Gid::FromRaw(to_sender ? about.destination : about.source);
   const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
-  auto slot = ControlFrame(peer.rails[peer_rail].rail, kind, from, to, about.seq);
+  Tag tag = 0;
+  if (kind == wire::FrameKind::kAbort) {
+    tag = to_sender ? kAbortByReceiver : kAbortBySender;
+  } else if (kind == wire::FrameKind::kProbe) {
+    tag = to_sender ? runtime::kProbeWaiting : runtime::kProbeAsk;
+  }
+  auto slot = peer.HeaderFrame(peer_rail,
+                               wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
   if (!slot.ok()) {
     Log().warn("tocl: cannot answer {}: {}", peer_process.ToString(), slot.status().ToString());
     return;
   }
-  (*slot)->header().offset = offset;
-  (*slot)->header().total = length;
-  if (kind == wire::FrameKind::kAbort) {
-    (*slot)->header().tag = to_sender ? kAbortByReceiver : kAbortBySender;
-  } else if (kind == wire::FrameKind::kProbe) {
-    (*slot)->header().tag = to_sender ? runtime::kProbeWaiting : runtime::kProbeAsk;
-  }
-  (void)PostControlLocked(peer, peer_rail, *slot);  // not taken: dropped with `slot`
+  (void)peer.PostControl(peer_rail, *slot);  // not taken: dropped with `slot`
 }
 
 Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
@@ -84,7 +75,7 @@ Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   const Gid to = Gid::FromRaw(header.destination);
   Mailbox* mailbox = threads.Find(to.thread_index());
   if (mailbox == nullptr || mailbox->left()) {
-    SendToPeer(from_process, -1, wire::FrameKind::kAbort, header);
+    SendToPeer(from_process, -1, wire::FrameKind::kAbort, runtime::KeyOf(header));
     return Status::Ok();
   }
   const uint64_t fragments = (header.total + header.reserved - 1) / header.reserved;
@@ -93,7 +84,7 @@ Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
                                        header.total, fragments, header.reserved, kMaxFragments));
   }
   auto message = std::make_unique<InboundLong>();
-  message->key = LongKey{header.source, header.destination, header.seq};
+  message->key = runtime::KeyOf(header);
   message->source_process = from_process;
   message->total = header.total;
   message->fragment_bytes = header.reserved;
@@ -123,8 +114,7 @@ Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
 }
 
 void Runtime::Impl::QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
-                                       const wire::Header& about, uint64_t offset,
-                                       uint64_t length) {
+                                       const LongKey& about, uint64_t offset, uint64_t length) {
   control_outbox.push_back(OutControl{peer_process, rail, kind, about, offset, length});
 }
 
@@ -158,10 +148,9 @@ Result<buffers::LargeSlot*> Runtime::Impl::NewReassemblySlot(uint64_t bytes) {
 
 Result<buffers::LargeSlot*> Runtime::Impl::NewMessageSlot(const InboundLong& message) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * slot, NewReassemblySlot(message.total));
-  wire::Header& header = slot->header();
-  header.tag = message.tag;
-  header.source = message.key.source;
-  header.destination = message.key.destination;
+  slot->header() =
+      wire::WholeMessageHeader(Gid::FromRaw(message.key.source),
+                               Gid::FromRaw(message.key.destination), message.tag, message.total);
   slot->set_state(BufferState::kInFlight);             // arriving: Take skips it
   slot->refs.fetch_add(1, std::memory_order_relaxed);  // ours, until complete
   return slot;
@@ -199,7 +188,7 @@ bool Runtime::Impl::TryGrant(InboundLong& message, bool library) {
   }
   message.granted = true;
   message.last_activity = message.granted_at = Clock::now();
-  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, About(message.key));
+  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, message.key);
   return true;
 }
 
@@ -232,7 +221,7 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell
                Gid::FromRaw(message.key.destination).ToString(), status.message());
   }
   if (!status.ok() && tell_sender) {
-    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, About(message.key));
+    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, message.key);
     // Its late fragments are answered with an abort, not acknowledged.
     if (aborted_keys.insert(message.key).second) aborted_order.push_back(message.key);
     if (aborted_order.size() > kRememberAborted) {
@@ -246,7 +235,7 @@ void Runtime::Impl::FinishInbound(InboundLong& message, Status status, bool tell
 
 Status Runtime::Impl::OnFragment(int rail, Gid from_process, buffers::SlotRef slot) {
   const wire::Header header = slot->header();
-  const LongKey key{header.source, header.destination, header.seq};
+  const LongKey key = runtime::KeyOf(header);
   wire::FrameKind answer = wire::FrameKind::kAck;
   bool complete = false;
   {
@@ -284,7 +273,7 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, buffers::SlotRef sl
   slot.reset();
   if (answer == wire::FrameKind::kAbort) {
     FlushControls();
-    SendToPeer(from_process, rail, wire::FrameKind::kAbort, header);
+    SendToPeer(from_process, rail, wire::FrameKind::kAbort, key);
     return Status::Ok();
   }
   {
@@ -294,12 +283,11 @@ Status Runtime::Impl::OnFragment(int rail, Gid from_process, buffers::SlotRef sl
     std::lock_guard lock(inbound_mu);
     OutControl* last = pending_acks.empty() ? nullptr : &pending_acks.back();
     if (last != nullptr && last->peer_process == from_process && last->rail == rail &&
-        last->about.source == header.source && last->about.destination == header.destination &&
-        last->about.seq == header.seq && last->offset + last->length == header.offset) {
+        last->about == key && last->offset + last->length == header.offset) {
       last->length += header.length;
     } else {
-      pending_acks.push_back(OutControl{from_process, rail, wire::FrameKind::kAck, header,
-                                        header.offset, header.length});
+      pending_acks.push_back(
+          OutControl{from_process, rail, wire::FrameKind::kAck, key, header.offset, header.length});
     }
   }
   if (!complete) {
@@ -330,7 +318,7 @@ Status Runtime::Impl::OnLongControl(int rail, Gid from_process, buffers::SlotRef
   const wire::Header header = slot->header();
   slot.reset();
   // About a message we receive: key (their thread, our thread, seq).
-  const LongKey inbound_key{header.source, header.destination, header.seq};
+  const LongKey inbound_key = runtime::KeyOf(header);
   if (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) {
     {
       std::lock_guard lock(inbound_mu);
@@ -353,9 +341,9 @@ Status Runtime::Impl::OnLongControl(int rail, Gid from_process, buffers::SlotRef
         // Answered over the network the probe came by: it works.
         QueueControlLocked(from_process, rail,
                            it->second->granted ? wire::FrameKind::kGrant : wire::FrameKind::kProbe,
-                           About(inbound_key));
+                           inbound_key);
       } else if (aborted_keys.count(inbound_key) != 0) {
-        QueueControlLocked(from_process, rail, wire::FrameKind::kAbort, About(inbound_key));
+        QueueControlLocked(from_process, rail, wire::FrameKind::kAbort, inbound_key);
       }
       // Never seen: no answer; its sender gives up after partial_timeout.
     }
@@ -442,8 +430,7 @@ bool Runtime::Impl::LongHousekeeping() {
         } else if (message->received == 0 && now - message->granted_at > options.fragment_timeout) {
           // Nothing came since the grant: it may have been lost with a network.
           message->granted_at = now;
-          QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant,
-                             About(message->key));
+          QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant, message->key);
         }
       }
       for (InboundLong* message : stale) {

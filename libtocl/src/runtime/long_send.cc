@@ -14,28 +14,10 @@ namespace tocl {
 using runtime::FragmentScheduler;
 using runtime::LongSend;
 using runtime::PeerRail;
-using runtime::SendPeer;
+using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Posts one fragment on `rail`: straight from the user's memory where the
-// network can (shm: into the buffer the receiver provided), else through a
-// pool buffer of `pool`. False when it cannot take it now (no buffer,
-// TryAgain) or broke (failed in the next round).
-bool PostFragment(PeerRail& rail, buffers::BufferPool& pool, const wire::Header& header,
-                  std::span<const std::byte> piece) {
-  Status status = rail.route->PostCopy(header, piece);
-  if (status.code() == StatusCode::kUnimplemented) {
-    buffers::SlotRef slot(pool.TryGet(buffers::ClassFor(piece.size())));
-    if (!slot) return false;
-    slot->header() = header;
-    std::memcpy(slot->payload(), piece.data(), piece.size());
-    slot->set_state(BufferState::kInFlight);
-    status = rail.route->PostRef(slot);  // not taken: dropped with `slot`
-  }
-  return status.ok();
-}
 
 // Why a message nothing was heard about for partial_timeout failed.
 Status Silence(const LongSend& send, std::chrono::milliseconds partial_timeout) {
@@ -64,17 +46,14 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     // In-process: one copy into library memory, delivered whole.
     auto large = NewReassemblySlot(payload.size());
     if (!large.ok()) return large.status();
-    wire::Header& header = (*large)->header();
-    header.tag = tag;
-    header.source = from.raw();
-    header.destination = to.raw();
+    (*large)->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
     std::memcpy((*large)->payload(), payload.data(), payload.size());
     buffers::SlotRef slot(*large);
     return DeliverLocal(slot);  // an error drops `slot`
   }
 
-  TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
-  SendPeer& peer = *destination;
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
+  SendQueue& peer = *destination;
   LongSend send;
   send.data = payload;
   send.tag = tag;
@@ -82,15 +61,15 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   send.last_heard = Clock::now();  // before the poller can see it
   const uint64_t fragment_bytes = buffers::ClassBytes(num_classes - 1) - wire::kHeaderBytes;
 
-  std::unique_lock peer_lock(peer.mu);
+  std::unique_lock peer_lock(peer.mu());
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
   // A peer reset while we wait (its host went down and came back) has new
   // rails: our indexes into them would be stale.
-  const uint64_t generation = peer.generation;
-  send.fragments = FragmentScheduler(payload.size(), fragment_bytes, peer.rails.size(),
+  const uint64_t generation = peer.generation();
+  send.fragments = FragmentScheduler(payload.size(), fragment_bytes, peer.rails().size(),
                                      {.fragment_timeout = options.fragment_timeout});
-  uint64_t& seq = PairSeqLocked(peer, from, to);
-  send.key = runtime::LongKey{from.raw(), to.raw(), seq};
+  // The number the start gets (peer.mu() is held until it is posted).
+  send.key = runtime::LongKey{from.raw(), to.raw(), peer.NextSeq(from, to)};
   {
     std::lock_guard lock(outbound_mu);
     outbound[send.key] = &send;
@@ -106,32 +85,25 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 
   // The start travels in the pair's order, like a short message.
   {
-    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef start,
-                          ControlFrame(peer.rails[peer.default_rail].rail,
-                                       wire::FrameKind::kLongStart, from, to, seq));
-    start->header().tag = tag;
-    start->header().total = payload.size();
-    start->header().reserved = fragment_bytes;
-    Status posted = PostControlLocked(peer, peer.default_rail, start);
-    if (!posted.ok()) {
-      start.reset();  // before failing the peer, as the queued frames are
-      FailPeerLocked(peer, posted);
-      return posted;
-    }
-    ++seq;
+    TOCL_ASSIGN_OR_RETURN(
+        buffers::SlotRef start,
+        peer.HeaderFrame(peer.default_rail(),
+                         wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes)));
+    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_rail()));
   }
   Status result = AwaitLongLocked(peer, peer_lock, generation, send);
 
   // What this message taught about each network.
   {
     std::lock_guard lock(send.mu);
-    for (size_t r = 0; peer.generation == generation && r < send.fragments.rails(); ++r) {
-      peer.rails[r].bandwidth = send.fragments.Learned(r, peer.rails[r].bandwidth);
+    for (size_t r = 0; peer.generation() == generation && r < send.fragments.rails(); ++r) {
+      peer.rails()[r].bandwidth = send.fragments.Learned(r, peer.rails()[r].bandwidth);
     }
   }
-  if (!result.ok() && peer.state != SendPeer::State::kFailed && peer.generation == generation) {
+  if (!result.ok() && peer.state() != SendQueue::State::kFailed &&
+      peer.generation() == generation) {
     // Tell the receiver (best effort: its networks may be the ones gone).
-    PostSenderControlLocked(peer, peer.default_rail, wire::FrameKind::kAbort, send.key, 0);
+    PostSenderControlLocked(peer, peer.default_rail(), wire::FrameKind::kAbort, send.key, 0);
   }
   return result;
 }
@@ -139,7 +111,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 // Until every fragment is acknowledged or the message fails: probes while
 // the grant is missing, places fragments once granted, and waits between
 // rounds with the peer's lock released.
-Status Runtime::Impl::AwaitLongLocked(SendPeer& peer, std::unique_lock<std::mutex>& peer_lock,
+Status Runtime::Impl::AwaitLongLocked(SendQueue& peer, std::unique_lock<std::mutex>& peer_lock,
                                       uint64_t generation, LongSend& send) {
   // Several probes within partial_timeout: one may go over a dead network.
   const auto probe_every = std::max<Clock::duration>(
@@ -158,10 +130,10 @@ Status Runtime::Impl::AwaitLongLocked(SendPeer& peer, std::unique_lock<std::mute
   for (;;) {
     const uint32_t seen = send.wake->signal();
     const auto now = Clock::now();
-    if (peer.state == SendPeer::State::kFailed) return peer.failure;
-    if (peer.generation != generation) {
+    if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+    if (peer.generation() != generation) {
       return Unavailable(fmt::format("the connection to {} was reset while the message was sent",
-                                     peer.process.ToString()));
+                                     peer.process().ToString()));
     }
     if (shutting_down.load(std::memory_order_relaxed)) {
       return Unavailable("the runtime is shutting down");
@@ -198,40 +170,34 @@ Status Runtime::Impl::AwaitLongLocked(SendPeer& peer, std::unique_lock<std::mute
 // One round of placement (long_message.h, fragment_scheduler.h): networks
 // that broke or went silent give their fragments back, then fragments go
 // out until the best network's window is full or none is left to send.
-Status Runtime::Impl::PlaceFragmentsLocked(SendPeer& peer, LongSend& send, Clock::time_point now) {
-  std::vector<runtime::RailHealth> health(peer.rails.size());
-  for (size_t r = 0; r < peer.rails.size(); ++r) {
-    const PeerRail& rail = peer.rails[r];
+Status Runtime::Impl::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now) {
+  std::vector<PeerRail>& peer_rails = peer.rails();
+  std::vector<runtime::RailHealth> health(peer_rails.size());
+  for (size_t r = 0; r < peer_rails.size(); ++r) {
+    const PeerRail& rail = peer_rails[r];
     health[r] = {rail.route->Broken(), rail.failed, rail.retry_at, rail.bandwidth};
   }
   const auto failures = send.fragments.StartRound(health, now, Congested());
   bool any_live = false;
-  for (size_t r = 0; r < peer.rails.size(); ++r) {
-    peer.rails[r].failed = health[r].failed;
-    peer.rails[r].retry_at = health[r].retry_at;
+  for (size_t r = 0; r < peer_rails.size(); ++r) {
+    peer_rails[r].failed = health[r].failed;
+    peer_rails[r].retry_at = health[r].retry_at;
     any_live |= !health[r].failed;
   }
   for (const FragmentScheduler::Failure& failure : failures) {
-    Rail& network = *rails[peer.rails[failure.rail].rail];
+    Rail& network = *rails[peer_rails[failure.rail].rail];
     if (failure.news) {
       Log().warn("tocl: network {} ({}) to {} {}; its {} unacknowledged fragments {}",
-                 network.spec.name, network.spec.device, peer.process.ToString(),
+                 network.spec.name, network.spec.device, peer.process().ToString(),
                  failure.broken ? "broke" : "acknowledged nothing in time", failure.unacknowledged,
                  any_live ? "go over the other networks" : "have no other network to take");
       network.failures.fetch_add(1, std::memory_order_relaxed);
     }
-    if (peer.default_rail == int(failure.rail)) {
-      for (size_t other = 0; other < peer.rails.size(); ++other) {
-        if (!peer.rails[other].failed) {
-          peer.default_rail = int(other);
-          break;
-        }
-      }
-    }
+    peer.AvoidRail(int(failure.rail));
   }
   if (!any_live) {
     std::string names;
-    for (const PeerRail& failed_rail : peer.rails) {
+    for (const PeerRail& failed_rail : peer_rails) {
       names +=
           fmt::format("{}{} ({})", names.empty() ? "" : ", ", rails[failed_rail.rail]->spec.name,
                       rails[failed_rail.rail]->spec.device);
@@ -240,31 +206,20 @@ Status Runtime::Impl::PlaceFragmentsLocked(SendPeer& peer, LongSend& send, Clock
     return Unavailable(
         fmt::format("no network reaches {} any more ({} failed): {} of {} fragments of the {} byte "
                     "message were not acknowledged in {} ms",
-                    peer.process.ToString(), names, fragments.count() - fragments.acked(),
+                    peer.process().ToString(), names, fragments.count() - fragments.acked(),
                     fragments.count(), send.data.size(), options.fragment_timeout.count()));
   }
   while (const auto placement = send.fragments.Next(health)) {
-    PeerRail& rail = peer.rails[placement->rail];
     const uint64_t offset = send.fragments.Offset(placement->index);
     const uint64_t length = send.fragments.Length(placement->index);
-    wire::Header header;
-    header.kind = wire::FrameKind::kFragment;
-    header.tag = send.tag;
-    header.length = static_cast<uint32_t>(length);
-    header.source = send.key.source;
-    header.destination = send.key.destination;
-    header.seq = send.key.seq;
-    header.offset = offset;
-    header.total = send.data.size();
-    if (!PostFragment(rail, rails[rail.rail]->subsystem->pool(), header,
-                      send.data.subspan(offset, length))) {
+    const wire::Header header = wire::FragmentHeader(
+        Gid::FromRaw(send.key.source), Gid::FromRaw(send.key.destination), send.tag, send.key.seq,
+        offset, static_cast<uint32_t>(length), send.data.size());
+    if (!peer.PostFragment(int(placement->rail), header, send.data.subspan(offset, length),
+                           placement->resent)) {
       send.fragments.Full(placement->rail);
       continue;
     }
-    ++rail.frames_sent;
-    rail.bytes_sent += wire::kHeaderBytes + length;
-    ++rail.fragments_sent;
-    if (placement->resent) ++rail.fragments_resent;
     send.fragments.Posted(*placement, now);
   }
   return Status::Ok();
@@ -273,26 +228,26 @@ Status Runtime::Impl::PlaceFragmentsLocked(SendPeer& peer, LongSend& send, Clock
 // Asks the receiver what became of long message `key` (long_message.h),
 // over the peer's live networks in turn: the one the start or the grant
 // went by may be the one that died.
-void Runtime::Impl::ProbeLocked(SendPeer& peer, const runtime::LongKey& key, size_t round,
+void Runtime::Impl::ProbeLocked(SendQueue& peer, const runtime::LongKey& key, size_t round,
                                 Clock::time_point now) {
   std::vector<int> live;
-  for (size_t r = 0; r < peer.rails.size(); ++r) {
-    const PeerRail& rail = peer.rails[r];
+  for (size_t r = 0; r < peer.rails().size(); ++r) {
+    const PeerRail& rail = peer.rails()[r];
     if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) live.push_back(int(r));
   }
-  const int r = live.empty() ? peer.default_rail : live[round % live.size()];
+  const int r = live.empty() ? peer.default_rail() : live[round % live.size()];
   PostSenderControlLocked(peer, r, wire::FrameKind::kProbe, key, runtime::kProbeAsk);
 }
 
 // Best effort: a frame that cannot go now is dropped (the probe is sent
 // again next round; an abort the receiver misses ends by its partial_timeout).
-void Runtime::Impl::PostSenderControlLocked(SendPeer& peer, int rail, wire::FrameKind kind,
+void Runtime::Impl::PostSenderControlLocked(SendQueue& peer, int rail, wire::FrameKind kind,
                                             const runtime::LongKey& key, Tag tag) {
-  auto frame = ControlFrame(peer.rails[rail].rail, kind, Gid::FromRaw(key.source),
-                            Gid::FromRaw(key.destination), key.seq);
+  auto frame =
+      peer.HeaderFrame(rail, wire::ControlHeader(kind, Gid::FromRaw(key.source),
+                                                 Gid::FromRaw(key.destination), key.seq, tag));
   if (!frame.ok()) return;
-  (*frame)->header().tag = tag;
-  (void)PostControlLocked(peer, rail, *frame);  // not taken: dropped with `frame`
+  (void)peer.PostControl(rail, *frame);  // not taken: dropped with `frame`
 }
 
 }  // namespace tocl

@@ -2,7 +2,7 @@
 // thread, destination thread) pair.
 //
 // A sender numbers the short messages and long-message starts of each pair
-// (SendPeer::next_seq) and may send them over different networks; the
+// (SendQueue, send_queue.h) and may send them over different networks; the
 // receiver delivers them in that order. A frame that arrives ahead of its
 // pair's next number is held until the gap fills; a number whose long
 // message the sender gave up (its start lost with a connection, or behind a

@@ -26,7 +26,7 @@ static_assert(kMaxMessageBytes == wire::kMaxMessageBytes);
 using runtime::DestThread;
 using runtime::Mailbox;
 using runtime::Selector;
-using runtime::SendPeer;
+using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -39,14 +39,6 @@ struct SendCache {
   uint64_t to = 0;
   DestThread* dest = nullptr;
 };
-// The sequence counter of the last (from, to) pair a thread sent on.
-struct SeqCache {
-  uint64_t instance = 0;
-  uint64_t from = 0;
-  uint64_t to = 0;
-  uint64_t* seq = nullptr;
-};
-thread_local SeqCache seq_cache;
 thread_local SendCache send_cache;
 
 // The file name of argv[0] (as a spawn's default name is the file name of
@@ -248,11 +240,8 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
     {
       std::shared_lock dest_lock(dest_mu);
       for (auto& [raw, peer] : peers) {
-        std::lock_guard peer_lock(peer->mu);
-        if (!peer->queue.empty()) pending = true;
-        for (auto& rail : peer->rails) {
-          if (rail.route && !rail.route->Broken() && !rail.route->Drained()) pending = true;
-        }
+        std::lock_guard peer_lock(peer->mu());
+        if (!peer->Drained()) pending = true;
       }
     }
     if (!pending) break;
@@ -279,9 +268,8 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   {
     std::unique_lock dest_lock(dest_mu);
     for (auto& [raw, peer] : peers) {
-      std::lock_guard peer_lock(peer->mu);
-      FailPeerLocked(*peer, Unavailable("the runtime shut down"));
-      for (auto& rail : peer->rails) rail.route.reset();
+      std::lock_guard peer_lock(peer->mu());
+      peer->Close(Unavailable("the runtime shut down"));
     }
   }
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
@@ -612,53 +600,50 @@ Status Runtime::Impl::CheckSender(Gid from) const {
   return Status::Ok();
 }
 
-Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
-  if (peer.state == SendPeer::State::kReady) return Status::Ok();
-  if (peer.state == SendPeer::State::kFailed) return peer.failure;
-  auto entity = Lookup(peer.process);
+Status Runtime::Impl::ResolvePeerLocked(SendQueue& peer) {
+  if (peer.state() == SendQueue::State::kReady) return Status::Ok();
+  if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+  auto entity = Lookup(peer.process());
   if (!entity.ok()) {
     if (entity.status().code() == StatusCode::kNotFound) {
-      Status missing = NotFound(fmt::format("no process {}", peer.process.ToString()));
+      Status missing = NotFound(fmt::format("no process {}", peer.process().ToString()));
       // Another host's process reaches this host's daemon by replication,
       // a few milliseconds after it enrolled: one that sent to us first
       // (a long message's start, to be granted) may not be known here yet.
       // Failing it for good would drop every later answer to it; the next
       // send looks it up again. Only this host's daemon's "no" is final.
-      if (peer.process.host() != process.host()) {
+      if (peer.process().host() != process.host()) {
         // Unless its host is down: that answer is as final as after a
         // lookup that found it.
-        if (Status down = HostDownStatus(peer.process.host()); !down.ok()) {
-          FailPeerLocked(peer, down);
-          peer.host_down = true;
-          return peer.failure;
+        if (Status down = HostDownStatus(peer.process().host()); !down.ok()) {
+          peer.Fail(down, /*host_down=*/true);
+          return peer.failure();
         }
         return missing;
       }
-      FailPeerLocked(peer, std::move(missing));
-      return peer.failure;
+      peer.Fail(std::move(missing));
+      return peer.failure();
     }
-    return entity.status().WithContext(fmt::format("look up {}", peer.process.ToString()));
+    return entity.status().WithContext(fmt::format("look up {}", peer.process().ToString()));
   }
   if (entity->state == EntityState::kExited) {
-    FailPeerLocked(
-        peer, FailedPrecondition(fmt::format("process {} has exited ({})", peer.process.ToString(),
-                                             entity->exit_reason)));
-    return peer.failure;
+    peer.Fail(FailedPrecondition(
+        fmt::format("process {} has exited ({})", peer.process().ToString(), entity->exit_reason)));
+    return peer.failure();
   }
-  // Checked after the lookup, under peer.mu: a host that goes down
+  // Checked after the lookup, under peer.mu(): a host that goes down
   // meanwhile either is seen here or fails this peer after we are done.
   Status down = UnreachableStatus(*entity);
-  if (down.ok()) down = HostDownStatus(peer.process.host());
+  if (down.ok()) down = HostDownStatus(peer.process().host());
   if (!down.ok()) {
-    FailPeerLocked(peer, down);
-    peer.host_down = true;
-    return peer.failure;
+    peer.Fail(down, /*host_down=*/true);
+    return peer.failure();
   }
   // One route per network that reaches it. On the same host a host-local
   // network (shm) alone when both have it (the others would add no
   // bandwidth, only copies); each of our networks bound to an IP pairs with
   // one of the peer's of its kind in its subnet.
-  const bool same_host = peer.process.host() == process.host();
+  const bool same_host = peer.process().host() == process.host();
   std::vector<bool> used(entity->endpoints.size(), false);
   // Host-local first: whether it connects decides about the others.
   std::vector<size_t> order_of_rails(rails.size());
@@ -669,8 +654,8 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
     Rail& rail = *rails[index];
     // (A host-local route that could not open, e.g. no channel left in the
     // peer's shm segment, leaves the others to carry same-host traffic.)
-    if (!rail.transport->host_local && same_host && !peer.rails.empty() &&
-        rails[peer.rails.front().rail]->transport->host_local) {
+    if (!rail.transport->host_local && same_host && !peer.rails().empty() &&
+        rails[peer.rails().front().rail]->transport->host_local) {
       continue;
     }
     if (subsystem::IsLoopback(rail.spec) && !same_host) continue;
@@ -681,27 +666,23 @@ Status Runtime::Impl::ResolvePeerLocked(SendPeer& peer) {
           rail.transport->connect_address(rail.spec, endpoint.address);
       if (!connect) continue;
       const std::string& address = *connect;
-      if (!rail.subsystem->Reaches(peer.process, address)) continue;
-      auto route = rail.subsystem->Connect(peer.process, address);
+      if (!rail.subsystem->Reaches(peer.process(), address)) continue;
+      auto route = rail.subsystem->Connect(peer.process(), address);
       if (!route.ok()) {
         Log().warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
-                   peer.process.ToString(), route.status().ToString());
+                   peer.process().ToString(), route.status().ToString());
         continue;
       }
       used[e] = true;
-      runtime::PeerRail peer_rail;
-      peer_rail.rail = static_cast<int>(index);
-      peer_rail.route = std::move(*route);
-      peer.rails.push_back(std::move(peer_rail));
+      peer.AddRoute(static_cast<int>(index), std::move(*route), rail.subsystem->pool());
       break;
     }
   }
-  if (peer.rails.empty()) {
+  if (peer.rails().empty()) {
     return Unavailable(fmt::format("no network of this process reaches {} (its endpoints: {})",
-                                   peer.process.ToString(), entity->endpoints.size()));
+                                   peer.process().ToString(), entity->endpoints.size()));
   }
-  peer.default_rail = 0;  // the host-local network when it connected
-  peer.state = SendPeer::State::kReady;
+  peer.Ready();  // the first route the default: the host-local network when it connected
   return Status::Ok();
 }
 
@@ -724,7 +705,9 @@ Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
     TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
     std::unique_lock lock(dest_mu);
     auto& peer = peers[to.process().raw()];
-    if (!peer) peer = std::make_unique<SendPeer>(to.process());
+    if (!peer) {
+      peer = std::make_unique<SendQueue>(to.process(), options.send_queue_depth, queue_events);
+    }
     auto& slot = dests[to.raw()];
     if (!slot) {
       slot = std::make_unique<DestThread>();
@@ -812,52 +795,6 @@ Status Runtime::Impl::CheckHostKnown(Gid host) {
                               host.ToString(), process.host().ToString()));
 }
 
-void Runtime::Impl::FailPeerLocked(SendPeer& peer, Status why) {
-  if (peer.state != SendPeer::State::kFailed) {
-    peer.state = SendPeer::State::kFailed;
-    peer.failure = std::move(why);
-  }
-  for (auto& pending : peer.queue) pending.slot->set_state(BufferState::kFailed);
-  if (!peer.queue.empty()) {
-    Log().warn("tocl: {} queued messages to {} failed: {}", peer.queue.size(),
-               peer.process.ToString(), peer.failure.ToString());
-  }
-  peer.queue.clear();  // drops their references
-  peer.space.notify_all();
-}
-
-bool Runtime::Impl::FlushPeerLocked(SendPeer& peer) {
-  while (!peer.queue.empty()) {
-    auto& head = peer.queue.front();
-    runtime::PeerRail& rail = peer.rails[head.rail];
-    const uint64_t bytes = wire::kHeaderBytes + head.slot->header().length;
-    // Ok leaves head.slot empty; an error leaves the reference in it.
-    Status status = rail.route->PostRef(head.slot);
-    if (status.code() == StatusCode::kTryAgain) return true;
-    if (!status.ok() && RerouteLocked(peer, head.rail)) {
-      // Another network takes the frames that waited for this one; control
-      // frames of long messages are dropped (their senders recover).
-      const wire::FrameKind kind = head.slot->header().kind;
-      if (kind != wire::FrameKind::kMessage && kind != wire::FrameKind::kLongStart) {
-        peer.queue.pop_front();
-      }
-      continue;
-    }
-    if (!status.ok()) {
-      head.slot->set_state(BufferState::kFailed);
-      peer.queue.pop_front();
-      FailPeerLocked(peer, status);
-      return false;
-    }
-    ++rail.frames_sent;
-    rail.bytes_sent += bytes;
-    peer.queue.pop_front();
-    if (peer.queue.size() + 1 == options.send_queue_depth) peer.space.notify_all();
-  }
-  peer.space.notify_all();
-  return false;
-}
-
 bool Runtime::Impl::FlushQueued() {
   // Swapping with the poller's own vector keeps both capacities: no
   // allocation per poll round while sends wait.
@@ -865,12 +802,7 @@ bool Runtime::Impl::FlushQueued() {
     std::lock_guard lock(blocked_mu);
     flushing.swap(blocked);
   }
-  std::erase_if(flushing, [&](SendPeer* peer) {
-    std::lock_guard lock(peer->mu);
-    if (FlushPeerLocked(*peer)) return false;  // still waiting
-    peer->listed_blocked = false;
-    return true;
-  });
+  std::erase_if(flushing, [](SendQueue* peer) { return !peer->Retry(); });
   if (flushing.empty()) return false;
   std::lock_guard lock(blocked_mu);
   blocked.insert(blocked.end(), flushing.begin(), flushing.end());
@@ -888,7 +820,7 @@ Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
   return Status::Ok();
 }
 
-Result<SendPeer*> Runtime::Impl::PeerOf(Gid to) {
+Result<SendQueue*> Runtime::Impl::PeerOf(Gid to) {
   TOCL_ASSIGN_OR_RETURN(DestThread * dest, ResolveDestination(to));
   if (dest->exited.load(std::memory_order_acquire)) {
     return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
@@ -902,77 +834,24 @@ Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot
 }
 
 Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
-  wire::Header& header = slot->header();
-  header.magic = wire::kMagic;
-  header.version = wire::kVersion;
-  header.kind = wire::FrameKind::kMessage;
-  header.flags = 0;
-  header.tag = tag;
-  header.source = from.raw();
-  header.destination = to.raw();
-  header.offset = 0;
-  header.total = header.length;
-  header.reserved = 0;
-
+  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
   if (to.process() == process) return DeliverLocal(slot);
 
-  TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
-  SendPeer& peer = *destination;
-  std::unique_lock lock(peer.mu);
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
+  SendQueue& peer = *destination;
+  std::unique_lock lock(peer.mu());
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-  int rail = peer.default_rail;
+  int rail = peer.default_rail();
   if (network != Network::kFastest) {
     // The buffer's own network when it reaches the peer (no copy to
     // another pool), else the default.
     const int own = RailOfPool(slot->pool);
-    for (size_t i = 0; i < peer.rails.size(); ++i) {
-      if (peer.rails[i].rail == own && !peer.rails[i].failed) rail = static_cast<int>(i);
+    for (size_t i = 0; i < peer.rails().size(); ++i) {
+      if (peer.rails()[i].rail == own && !peer.rails()[i].failed) rail = static_cast<int>(i);
     }
   }
-  uint64_t& seq = PairSeqLocked(peer, from, to);
-  header.seq = seq++;
-  // Earlier frames first (FIFO): the receiver may have provided buffers
-  // since, and nobody else may be polling for us.
-  if (!peer.queue.empty()) FlushPeerLocked(peer);
-  if (peer.state != SendPeer::State::kReady) {
-    --seq;
-    return peer.failure;
-  }
-  if (peer.queue.empty()) {
-    slot->set_state(BufferState::kInFlight);
-    runtime::PeerRail& peer_rail = peer.rails[rail];
-    const uint64_t bytes = wire::kHeaderBytes + header.length;
-    Status status = peer_rail.route->PostRef(slot);
-    if (status.ok()) {
-      ++peer_rail.frames_sent;
-      peer_rail.bytes_sent += bytes;
-      return Status::Ok();
-    }
-    if (status.code() != StatusCode::kTryAgain && RerouteLocked(peer, rail)) {
-      rail = peer.default_rail;
-    } else if (status.code() != StatusCode::kTryAgain) {
-      --seq;  // never sent: the receiver must not wait for it
-      slot->set_state(BufferState::kFailed);
-      FailPeerLocked(peer, status);
-      return status;
-    }
-  }
-  QueueLocked(peer, std::move(slot), rail);
-  // Back-pressure: wait for room, polling when we can (the receiver's
-  // "more buffers" bell may be ours to hear); sleep only after a while.
-  for (int round = 0;
-       peer.queue.size() >= options.send_queue_depth && peer.state == SendPeer::State::kReady;
-       ++round) {
-    if (!FlushPeerLocked(peer)) break;
-    lock.unlock();
-    if (progress->TryAcquire()) {
-      progress->PollOnce();
-      progress->Release();
-    }
-    if (round < 256) std::this_thread::yield();
-    lock.lock();
-    if (round >= 256) peer.space.wait_for(lock, std::chrono::milliseconds(1));
-  }
+  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, rail));
+  peer.AwaitRoom(lock);  // back-pressure
   return Status::Ok();
 }
 
@@ -982,28 +861,11 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   // The fast path (shm): straight into the buffer the receiver provided.
   if (post_copy && to.process() != process) {
-    TOCL_ASSIGN_OR_RETURN(SendPeer * destination, PeerOf(to));
-    SendPeer& peer = *destination;
-    std::lock_guard lock(peer.mu);
+    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
+    SendQueue& peer = *destination;
+    std::lock_guard lock(peer.mu());
     TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-    if (!peer.queue.empty()) FlushPeerLocked(peer);
-    if (peer.state == SendPeer::State::kReady && peer.queue.empty()) {
-      uint64_t& seq = PairSeqLocked(peer, from, to);
-      wire::Header header;
-      header.tag = tag;
-      header.length = static_cast<uint32_t>(payload.size());
-      header.total = header.length;
-      header.source = from.raw();
-      header.destination = to.raw();
-      header.seq = seq;
-      runtime::PeerRail& rail = peer.rails[peer.default_rail];
-      if (rail.route->PostCopy(header, payload).ok()) {
-        ++seq;
-        ++rail.frames_sent;
-        rail.bytes_sent += wire::kHeaderBytes + payload.size();
-        return Status::Ok();
-      }
-    }
+    if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
   }
   subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
   TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got,
@@ -1012,15 +874,6 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   slot->header().length = static_cast<uint32_t>(payload.size());
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
-}
-
-uint64_t& Runtime::Impl::PairSeqLocked(SendPeer& peer, Gid from, Gid to) {
-  if (seq_cache.instance == instance && seq_cache.from == from.raw() && seq_cache.to == to.raw()) {
-    return *seq_cache.seq;
-  }
-  uint64_t& seq = peer.next_seq[runtime::ThreadPairKey(from, to)];  // node-based: stable
-  seq_cache = SeqCache{instance, from.raw(), to.raw(), &seq};
-  return seq;
 }
 
 Result<Entity> Runtime::Impl::Lookup(Gid gid) {
@@ -1041,8 +894,8 @@ Result<Entity> Runtime::Impl::Lookup(Gid gid) {
   return client->Lookup(gid);
 }
 
-Result<SendPeer*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
-  SendPeer* peer = nullptr;
+Result<SendQueue*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
+  SendQueue* peer = nullptr;
   {
     std::shared_lock lock(dest_mu);
     auto it = peers.find(peer_process.raw());
@@ -1051,82 +904,33 @@ Result<SendPeer*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
   if (peer == nullptr) {
     std::unique_lock lock(dest_mu);
     auto& entry = peers[peer_process.raw()];
-    if (!entry) entry = std::make_unique<SendPeer>(peer_process);
+    if (!entry) {
+      entry = std::make_unique<SendQueue>(peer_process, options.send_queue_depth, queue_events);
+    }
     peer = entry.get();
   }
   return peer;
 }
 
-Result<buffers::SlotRef> Runtime::Impl::ControlFrame(int rail, wire::FrameKind kind, Gid from,
-                                                     Gid to, uint64_t seq) {
-  buffers::SlotRef slot(rails[rail]->subsystem->pool().TryGet(0));
-  if (!slot) {
-    return ResourceExhausted("no pool buffer for a control frame (the pool cap is reached)");
+void QueueEvents::Queued(SendQueue& queue, bool list) {
+  if (list) {
+    std::lock_guard blocked_lock(impl_.blocked_mu);
+    impl_.blocked.push_back(&queue);
   }
-  wire::Header& header = slot->header();
-  header = wire::Header();
-  header.kind = kind;
-  header.source = from.raw();
-  header.destination = to.raw();
-  header.seq = seq;
-  return slot;
+  impl_.progress->NoteQueued();
 }
 
-bool Runtime::Impl::RerouteLocked(SendPeer& peer, int broken) {
-  int alternative = -1;
-  for (size_t i = 0; i < peer.rails.size(); ++i) {
-    if (int(i) != broken && !peer.rails[i].route->Broken()) {
-      alternative = int(i);
-      break;
-    }
-  }
-  if (alternative < 0) return false;
-  runtime::PeerRail& rail = peer.rails[broken];
-  if (!rail.failed) {
-    Log().warn("tocl: network {} to {} broke; its frames go over {}", rails[rail.rail]->spec.name,
-               peer.process.ToString(), rails[peer.rails[alternative].rail]->spec.name);
-    rails[rail.rail]->failures.fetch_add(1, std::memory_order_relaxed);
-  }
-  rail.failed = true;
-  rail.retry_at = Clock::time_point::max();  // a broken route does not come back
-  if (peer.default_rail == broken) peer.default_rail = alternative;
-  for (auto& pending : peer.queue) {
-    if (pending.rail == broken) pending.rail = alternative;
-  }
-  return true;
+void QueueEvents::Rerouted(const SendQueue& queue, int broken, int alternative) {
+  Log().warn("tocl: network {} to {} broke; its frames go over {}", impl_.rails[broken]->spec.name,
+             queue.process().ToString(), impl_.rails[alternative]->spec.name);
+  impl_.rails[broken]->failures.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Runtime::Impl::QueueLocked(SendPeer& peer, buffers::SlotRef slot, int rail) {
-  slot->set_state(BufferState::kQueued);
-  peer.queue.push_back({std::move(slot), rail});
-  if (!peer.listed_blocked) {
-    peer.listed_blocked = true;
-    std::lock_guard blocked_lock(blocked_mu);
-    blocked.push_back(&peer);
+void QueueEvents::AwaitProgress() {
+  if (impl_.progress->TryAcquire()) {
+    impl_.progress->PollOnce();
+    impl_.progress->Release();
   }
-  progress->NoteQueued();
-}
-
-Status Runtime::Impl::PostControlLocked(SendPeer& peer, int rail, buffers::SlotRef& slot) {
-  if (rail < 0 || rail >= static_cast<int>(peer.rails.size())) rail = peer.default_rail;
-  runtime::PeerRail& peer_rail = peer.rails[rail];
-  const uint64_t bytes = wire::kHeaderBytes + slot->header().length;
-  // Behind what waits already (FIFO), unless that drains now.
-  if (!peer.queue.empty()) FlushPeerLocked(peer);
-  if (peer.state == SendPeer::State::kFailed) return peer.failure;
-  if (peer.queue.empty()) {
-    slot->set_state(BufferState::kInFlight);
-    Status status = peer_rail.route->PostRef(slot);
-    if (status.ok()) {
-      ++peer_rail.frames_sent;
-      peer_rail.bytes_sent += bytes;
-      return status;
-    }
-    if (status.code() != StatusCode::kTryAgain) return status;
-  }
-  // Behind what waits already; the poller retries it.
-  QueueLocked(peer, std::move(slot), rail);
-  return Status::Ok();
 }
 
 std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
@@ -1146,13 +950,13 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
   const auto now = Clock::now();
   std::shared_lock lock(dest_mu);
   for (auto& [raw, peer] : peers) {
-    std::lock_guard peer_lock(peer->mu);
-    for (const runtime::PeerRail& rail : peer->rails) {
+    std::lock_guard peer_lock(peer->mu());
+    for (const runtime::PeerRail& rail : peer->rails()) {
       tocl::NetworkStats& stats = out[rail.rail];
       stats.frames_sent += rail.frames_sent;
       stats.bytes_sent += rail.bytes_sent;
       if (rail.fragments_sent == 0 && rail.bandwidth == 0) continue;
-      stats.peers.push_back(NetworkPeerStats{peer->process, rail.bandwidth, rail.fragments_sent,
+      stats.peers.push_back(NetworkPeerStats{peer->process(), rail.bandwidth, rail.fragments_sent,
                                              rail.fragments_resent,
                                              rail.failed && now < rail.retry_at});
     }
@@ -1193,9 +997,9 @@ void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   }
   auto it = peers.find(gid.raw());
   if (it == peers.end()) return;
-  std::lock_guard peer_lock(it->second->mu);
-  FailPeerLocked(*it->second, FailedPrecondition(fmt::format("process {} has exited ({})",
-                                                             gid.ToString(), reason)));
+  std::lock_guard peer_lock(it->second->mu());
+  it->second->Fail(
+      FailedPrecondition(fmt::format("process {} has exited ({})", gid.ToString(), reason)));
 }
 
 // --- Runtime ------------------------------------------------------------------
@@ -1334,10 +1138,10 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
     // done with, as a remote send's is once the network has it.
     Status status = Send(from, to, tag, buffer.span());
     if (status.ok()) {
-      wire::Header& header = slot->header();  // what it was sent as, as a posted one says
-      header.source = from.raw();
-      header.destination = to.raw();
-      header.tag = tag;
+      // What it was sent as, as a posted one says.
+      wire::Header& header = slot->header();
+      header = buffers::IsLarge(slot) ? wire::WholeMessageHeader(from, to, tag, header.total)
+                                      : wire::MessageHeader(from, to, tag, header.length);
       slot->set_state(BufferState::kSent);
     }
     return status;

@@ -1,7 +1,8 @@
 // Runtime::Impl: the pieces of a process's runtime and how they meet.
 //
-//   Send ──> SendPeer (FIFO queue, seq per thread pair) ──> Route of a Rail (shm, tcp, tcp-1)
+//   Send ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
 //   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
+//                   (fragment_scheduler.h), posted through its SendQueue
 //   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> Mailbox
 //                                            └──> long messages (long_receive.cc)
 //   Recv ──> Mailbox, polling through the ProgressEngine while it waits
@@ -35,7 +36,7 @@
 #include "runtime/mailbox.h"
 #include "runtime/pair_order.h"
 #include "runtime/progress_engine.h"
-#include "runtime/send_peer.h"
+#include "runtime/send_queue.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/transport_registry.h"
@@ -58,6 +59,20 @@ class RailSink final : public subsystem::Sink {
  private:
   Runtime::Impl& impl_;
   const int rail_;
+};
+
+// What the send queues need of the runtime: the poller's list of queues
+// with waiting frames, the network failure count, progress while a sender
+// waits for room.
+class QueueEvents final : public runtime::SendQueue::Events {
+ public:
+  explicit QueueEvents(Runtime::Impl& impl) : impl_(impl) {}
+  void Queued(runtime::SendQueue& queue, bool list) override;
+  void Rerouted(const runtime::SendQueue& queue, int broken, int alternative) override;
+  void AwaitProgress() override;
+
+ private:
+  Runtime::Impl& impl_;
 };
 
 struct Rail {
@@ -125,51 +140,39 @@ struct Runtime::Impl final {
   Status AwaitRegistration(Gid to);
   // NotFound at once for a host the directory does not know (not a member).
   Status CheckHostKnown(Gid host);
-  Status ResolvePeerLocked(runtime::SendPeer& peer);
+  Status ResolvePeerLocked(runtime::SendQueue& peer);
   Status CheckSender(Gid from) const;
   // Everything about a send that does not need the destination: the
   // sender, the tag, the destination's form, the runtime's state.
   Status CheckSend(Gid from, Gid to, Tag tag) const;
   // The peer of thread `to` (looked up on first use); FailedPrecondition
   // when the thread has exited.
-  Result<runtime::SendPeer*> PeerOf(Gid to);
+  Result<runtime::SendQueue*> PeerOf(Gid to);
   // Sends the reference in `slot` (header length set): Ok takes it (`slot`
   // is left empty); on error it is still in `slot`, the caller's.
   // PostSlot skips CheckSend.
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  // Posts a frame outside the pair order (fragments, control) on `rail` of
-  // `peer`, or queues it behind the others (rail < 0: the default rail).
-  // Ok takes the reference in `slot`; on error it is still the caller's.
-  Status PostControlLocked(runtime::SendPeer& peer, int rail, buffers::SlotRef& slot);
-  void ProbeLocked(runtime::SendPeer& peer, const runtime::LongKey& key, size_t round,
+  void ProbeLocked(runtime::SendQueue& peer, const runtime::LongKey& key, size_t round,
                    std::chrono::steady_clock::time_point now);
   // A control frame from the sending thread of long message `key` to its
   // receiver (abort, probe) on the peer's rail `rail`.
-  void PostSenderControlLocked(runtime::SendPeer& peer, int rail, wire::FrameKind kind,
+  void PostSenderControlLocked(runtime::SendQueue& peer, int rail, wire::FrameKind kind,
                                const runtime::LongKey& key, Tag tag);
-  // Puts `slot` at the end of the peer's queue for the poller to post.
-  void QueueLocked(runtime::SendPeer& peer, buffers::SlotRef slot, int rail);
-  // Next sequence number of the (from, to) pair, under peer.mu.
-  uint64_t& PairSeqLocked(runtime::SendPeer& peer, Gid from, Gid to);
   // The peer of process `process` (resolved), for control frames.
-  Result<runtime::SendPeer*> PeerOfProcess(Gid process);
-  // A header-only frame of `kind` from this process's thread `from` to
-  // `to`, in a pool buffer of `rail`.
-  Result<buffers::SlotRef> ControlFrame(int rail, wire::FrameKind kind, Gid from, Gid to,
-                                        uint64_t seq);
+  Result<runtime::SendQueue*> PeerOfProcess(Gid process);
   int RailOfPool(const buffers::BufferPool* pool) const;
 
   // --- long messages (long_send.cc, long_receive.cc) ---
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
   // SendLong once its start is posted: until the message is acknowledged
-  // or fails. `peer_lock` holds peer.mu (released while it waits).
-  Status AwaitLongLocked(runtime::SendPeer& peer, std::unique_lock<std::mutex>& peer_lock,
+  // or fails. `peer_lock` holds peer.mu() (released while it waits).
+  Status AwaitLongLocked(runtime::SendQueue& peer, std::unique_lock<std::mutex>& peer_lock,
                          uint64_t generation, runtime::LongSend& send);
   // One round of the fragment scheduler for `send` (its mu held): failed
   // networks, then fragments posted until the windows are full.
-  Status PlaceFragmentsLocked(runtime::SendPeer& peer, runtime::LongSend& send,
+  Status PlaceFragmentsLocked(runtime::SendQueue& peer, runtime::LongSend& send,
                               std::chrono::steady_clock::time_point now);
   Status OnLongStart(Gid from_process, buffers::SlotRef slot);  // in pair order
   Status OnFragment(int rail, Gid from_process, buffers::SlotRef slot);
@@ -184,19 +187,16 @@ struct Runtime::Impl final {
   // Control frames decided under inbound_mu are sent after it is released
   // (resolving a peer takes dest_mu and may ask the directory).
   void QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
-                          const wire::Header& about, uint64_t offset = 0, uint64_t length = 0);
+                          const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
   void FlushControls();
   void FlushAcks();  // the acknowledgements held for the end of the round, and FlushControls
-  // A rail of `peer` broke: later frames go over another (true), or there
-  // is none left (false).
-  bool RerouteLocked(runtime::SendPeer& peer, int broken);
   // Library memory for `message` (counted in reassembly_used), arriving
   // (Take skips it), with one reference for the mailbox and one for us.
   Result<buffers::LargeSlot*> NewMessageSlot(const runtime::InboundLong& message);
   // `bytes` of library memory counted in reassembly_used; freeing it lets
   // waiting starts be granted.
   Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
-  void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const wire::Header& about,
+  void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const runtime::LongKey& about,
                   uint64_t offset = 0, uint64_t length = 0);
   // A received message leaves the unexpected-memory count.
   void NoteReceived(detail::BufferSlot* slot);
@@ -209,8 +209,6 @@ struct Runtime::Impl final {
   Status DeliverLocal(buffers::SlotRef& slot);
   // Retries queued sends (the poller). True when some still wait.
   bool FlushQueued();
-  bool FlushPeerLocked(runtime::SendPeer& peer);
-  void FailPeerLocked(runtime::SendPeer& peer, Status why);
   void OnExited(Gid gid, const std::string& reason);
   subsystem::Subsystem* SubsystemFor(Network network) const;
   std::vector<PoolClassStats> PoolStats() const;
@@ -279,13 +277,14 @@ struct Runtime::Impl final {
   // Destinations: peers by process, threads by gid. Entries are never
   // removed while the runtime lives (their addresses are cached).
   mutable std::shared_mutex dest_mu;
-  std::unordered_map<uint64_t, std::unique_ptr<runtime::SendPeer>> peers;    // guarded by dest_mu
+  QueueEvents queue_events{*this};  // before `peers`: each of them holds it
+  std::unordered_map<uint64_t, std::unique_ptr<runtime::SendQueue>> peers;   // guarded by dest_mu
   std::unordered_map<uint64_t, std::unique_ptr<runtime::DestThread>> dests;  // guarded by dest_mu
   const uint64_t instance;  // tells thread-local caches of different runtimes apart
 
   std::mutex blocked_mu;
-  std::vector<runtime::SendPeer*> blocked;   // guarded by blocked_mu: peers with queued sends
-  std::vector<runtime::SendPeer*> flushing;  // the poll token holder's: blocked, being retried
+  std::vector<runtime::SendQueue*> blocked;   // guarded by blocked_mu: peers with queued sends
+  std::vector<runtime::SendQueue*> flushing;  // the poll token holder's: blocked, being retried
 
   // Receive order per (source thread, destination thread) pair: the
   // polling thread's (OnFrame, OnLongControl).
@@ -305,7 +304,7 @@ struct Runtime::Impl final {
     Gid peer_process;
     int rail;
     wire::FrameKind kind;
-    wire::Header about;
+    runtime::LongKey about;
     uint64_t offset;
     uint64_t length;
   };

@@ -101,6 +101,72 @@ struct Header {
 static_assert(sizeof(Header) == 64 && alignof(Header) == 8);
 inline constexpr size_t kHeaderBytes = sizeof(Header);
 
+// The headers a sender makes, one function per kind of frame: every field
+// set, none left from whatever a buffer held before (a user's buffer is
+// sent again, a pool slot is reused). `seq` is the pair's sequence number
+// where the frame has one; the send queue (runtime/send_queue.h) sets it
+// for short messages and long-message starts when it numbers them.
+
+// A short message of `length` payload bytes.
+constexpr Header MessageHeader(Gid from, Gid to, uint32_t tag, uint32_t length, uint64_t seq = 0) {
+  return Header{.kind = FrameKind::kMessage,
+                .tag = tag,
+                .length = length,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .total = length};
+}
+
+// A long message held whole in library memory (received, or delivered in
+// this process): never on a network; `length` 0, `total` its size.
+constexpr Header WholeMessageHeader(Gid from, Gid to, uint32_t tag, uint64_t total) {
+  return Header{.kind = FrameKind::kMessage,
+                .tag = tag,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .total = total};
+}
+
+// The start of a `total` byte long message cut into `fragment_bytes` pieces.
+constexpr Header LongStartHeader(Gid from, Gid to, uint32_t tag, uint64_t total,
+                                 uint64_t fragment_bytes, uint64_t seq = 0) {
+  return Header{.kind = FrameKind::kLongStart,
+                .tag = tag,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .total = total,
+                .reserved = fragment_bytes};
+}
+
+// `length` bytes at `offset` of long message `seq` (`total` bytes).
+constexpr Header FragmentHeader(Gid from, Gid to, uint32_t tag, uint64_t seq, uint64_t offset,
+                                uint32_t length, uint64_t total) {
+  return Header{.kind = FrameKind::kFragment,
+                .tag = tag,
+                .length = length,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .offset = offset,
+                .total = total};
+}
+
+// A header-only control frame of a long message (kGrant, kAck, kAbort,
+// kProbe) about message `seq`; an acknowledgement names the bytes
+// [offset, offset + total), an abort or probe says who in `tag`.
+constexpr Header ControlHeader(FrameKind kind, Gid from, Gid to, uint64_t seq, uint32_t tag = 0,
+                               uint64_t offset = 0, uint64_t total = 0) {
+  return Header{.kind = kind,
+                .tag = tag,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .offset = offset,
+                .total = total};
+}
+
 // What a receiver accepts: payloads up to `max_payload` bytes.
 struct Limits {
   uint32_t max_payload = 0;

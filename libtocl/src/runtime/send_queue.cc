@@ -1,0 +1,273 @@
+#include "runtime/send_queue.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <thread>
+
+#include "buffers/size_class.h"
+#include "core/logger.h"
+
+namespace tocl::runtime {
+
+namespace {
+
+std::atomic<uint64_t> next_queue_id{1};
+
+// The sequence counter of the last (from, to) pair a thread sent on.
+struct SeqCache {
+  uint64_t queue = 0;  // SendQueue::id_
+  uint64_t from = 0;
+  uint64_t to = 0;
+  uint64_t* seq = nullptr;
+};
+thread_local SeqCache seq_cache;
+
+// The key of a (sending thread, receiving thread) pair within one pair of
+// processes: both thread indexes (24 bits each).
+uint64_t ThreadPairKey(Gid from, Gid to) {
+  return (uint64_t{from.thread_index()} << 24) | to.thread_index();
+}
+
+// Sleeping for room starts after this many rounds of polling and yielding.
+constexpr int kSpinRounds = 256;
+
+}  // namespace
+
+SendQueue::SendQueue(Gid process, size_t depth, Events& events)
+    : process_(process),
+      depth_(depth),
+      events_(events),
+      id_(next_queue_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+void SendQueue::AddRoute(int rail, std::unique_ptr<subsystem::Route> route,
+                         buffers::BufferPool& pool) {
+  PeerRail peer_rail;
+  peer_rail.rail = rail;
+  peer_rail.route = std::move(route);
+  peer_rail.pool = &pool;
+  rails_.push_back(std::move(peer_rail));
+}
+
+void SendQueue::Ready() {
+  default_rail_ = 0;  // the first route added (shm when it connected)
+  state_ = State::kReady;
+}
+
+void SendQueue::AvoidRail(int rail) {
+  if (default_rail_ != rail) return;
+  for (size_t other = 0; other < rails_.size(); ++other) {
+    if (!rails_[other].failed) {
+      default_rail_ = static_cast<int>(other);
+      return;
+    }
+  }
+}
+
+uint64_t& SendQueue::SeqOf(Gid from, Gid to) {
+  if (seq_cache.queue == id_ && seq_cache.from == from.raw() && seq_cache.to == to.raw()) {
+    return *seq_cache.seq;
+  }
+  uint64_t& seq = next_seq_[ThreadPairKey(from, to)];
+  seq_cache = SeqCache{id_, from.raw(), to.raw(), &seq};
+  return seq;
+}
+
+Status SendQueue::PostOrQueue(int rail, buffers::SlotRef& slot) {
+  // Earlier frames first (FIFO): the receiver may have provided buffers
+  // since, and nobody else may be polling for us.
+  if (!queue_.empty()) Flush();
+  if (state_ == State::kFailed) return failure_;
+  if (state_ != State::kReady) {
+    return FailedPrecondition(fmt::format("no route to {} yet", process_.ToString()));
+  }
+  if (queue_.empty()) {
+    slot->set_state(BufferState::kInFlight);
+    Status status = rails_[rail].Post(slot);
+    if (status.code() != StatusCode::kTryAgain) return status;
+  }
+  Queue(std::move(slot), rail);
+  return Status::Ok();
+}
+
+Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int rail) {
+  if (rail < 0) rail = default_rail_;
+  uint64_t& seq = SeqOf(from, to);
+  slot->header().seq = seq;
+  Status status = PostOrQueue(rail, slot);
+  if (!status.ok() && state_ == State::kReady) {
+    if (Reroute(rail)) {
+      Queue(std::move(slot), default_rail_);
+      status = Status::Ok();
+    } else {
+      // Never sent: the receiver must not wait for its number.
+      slot->set_state(BufferState::kFailed);
+      Fail(status);
+    }
+  }
+  if (status.ok()) ++seq;
+  return status;
+}
+
+bool SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
+  if (!queue_.empty()) Flush();
+  if (state_ != State::kReady || !queue_.empty()) return false;
+  uint64_t& seq = SeqOf(from, to);
+  const wire::Header header =
+      wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
+  if (!rails_[default_rail_].PostCopy(header, payload).ok()) return false;
+  ++seq;
+  return true;
+}
+
+Result<buffers::SlotRef> SendQueue::HeaderFrame(int rail, const wire::Header& header) {
+  buffers::SlotRef slot(rails_[rail].pool->TryGet(0));
+  if (!slot) {
+    return ResourceExhausted("no pool buffer for a control frame (the pool cap is reached)");
+  }
+  slot->header() = header;
+  return slot;
+}
+
+Status SendQueue::PostControl(int rail, buffers::SlotRef& slot) {
+  if (rail < 0 || rail >= static_cast<int>(rails_.size())) rail = default_rail_;
+  return PostOrQueue(rail, slot);
+}
+
+bool SendQueue::PostFragment(int rail, const wire::Header& header, std::span<const std::byte> piece,
+                             bool resent) {
+  PeerRail& peer_rail = rails_[rail];
+  // Straight from the sender's memory where the network can (shm: into the
+  // buffer the receiver provided), else through a pool buffer.
+  Status status = peer_rail.PostCopy(header, piece);
+  if (status.code() == StatusCode::kUnimplemented) {
+    buffers::SlotRef slot(peer_rail.pool->TryGet(buffers::ClassFor(piece.size())));
+    if (!slot) return false;
+    slot->header() = header;
+    std::memcpy(slot->payload(), piece.data(), piece.size());
+    slot->set_state(BufferState::kInFlight);
+    status = peer_rail.Post(slot);  // not taken: dropped with `slot`
+  }
+  if (!status.ok()) return false;
+  ++peer_rail.fragments_sent;
+  if (resent) ++peer_rail.fragments_resent;
+  return true;
+}
+
+void SendQueue::Queue(buffers::SlotRef slot, int rail) {
+  slot->set_state(BufferState::kQueued);
+  queue_.push_back({std::move(slot), rail});
+  const bool list = !listed_;
+  listed_ = true;
+  events_.Queued(*this, list);
+}
+
+bool SendQueue::Flush() {
+  while (!queue_.empty()) {
+    Pending& head = queue_.front();
+    // Ok leaves head.slot empty; an error leaves the reference in it.
+    Status status = rails_[head.rail].Post(head.slot);
+    if (status.code() == StatusCode::kTryAgain) return true;
+    if (!status.ok() && Reroute(head.rail)) {
+      // Another network takes the frames that waited for this one; control
+      // frames of long messages are dropped (their senders recover).
+      const wire::FrameKind kind = head.slot->header().kind;
+      if (kind != wire::FrameKind::kMessage && kind != wire::FrameKind::kLongStart) {
+        queue_.pop_front();
+      }
+      continue;
+    }
+    if (!status.ok()) {
+      head.slot->set_state(BufferState::kFailed);
+      queue_.pop_front();
+      Fail(status);
+      return false;
+    }
+    queue_.pop_front();
+    if (queue_.size() + 1 == depth_) space_.notify_all();
+  }
+  space_.notify_all();
+  return false;
+}
+
+bool SendQueue::Retry() {
+  std::lock_guard lock(mu_);
+  if (Flush()) return true;
+  listed_ = false;
+  return false;
+}
+
+void SendQueue::AwaitRoom(std::unique_lock<std::mutex>& lock) {
+  // Polling when we can (the receiver's "more buffers" bell may be ours to
+  // hear); sleep only after a while.
+  for (int round = 0; queue_.size() >= depth_ && state_ == State::kReady; ++round) {
+    if (!Flush()) break;
+    lock.unlock();
+    events_.AwaitProgress();
+    if (round < kSpinRounds) std::this_thread::yield();
+    lock.lock();
+    if (round >= kSpinRounds) space_.wait_for(lock, std::chrono::milliseconds(1));
+  }
+}
+
+bool SendQueue::Reroute(int broken) {
+  int alternative = -1;
+  for (size_t i = 0; i < rails_.size(); ++i) {
+    if (static_cast<int>(i) != broken && !rails_[i].route->Broken()) {
+      alternative = static_cast<int>(i);
+      break;
+    }
+  }
+  if (alternative < 0) return false;
+  PeerRail& rail = rails_[broken];
+  if (!rail.failed) events_.Rerouted(*this, rail.rail, rails_[alternative].rail);
+  rail.failed = true;
+  rail.retry_at =
+      std::chrono::steady_clock::time_point::max();  // a broken route does not come back
+  if (default_rail_ == broken) default_rail_ = alternative;
+  for (Pending& pending : queue_) {
+    if (pending.rail == broken) pending.rail = alternative;
+  }
+  return true;
+}
+
+void SendQueue::Fail(Status why, bool host_down) {
+  if (state_ != State::kFailed) {
+    state_ = State::kFailed;
+    failure_ = std::move(why);
+    host_down_ = host_down;
+  }
+  for (Pending& pending : queue_) pending.slot->set_state(BufferState::kFailed);
+  if (!queue_.empty()) {
+    Log().warn("tocl: {} queued messages to {} failed: {}", queue_.size(), process_.ToString(),
+               failure_.ToString());
+  }
+  queue_.clear();  // drops their references
+  space_.notify_all();
+}
+
+bool SendQueue::ResetAfterHostDown() {
+  if (!host_down_) return false;
+  host_down_ = false;
+  state_ = State::kUnresolved;
+  failure_ = Status::Ok();
+  rails_.clear();
+  default_rail_ = -1;
+  ++generation_;
+  return true;
+}
+
+void SendQueue::Close(Status why) {
+  Fail(std::move(why));
+  for (PeerRail& rail : rails_) rail.route.reset();
+}
+
+bool SendQueue::Drained() const {
+  if (!queue_.empty()) return false;
+  for (const PeerRail& rail : rails_) {
+    if (rail.route && !rail.route->Broken() && !rail.route->Drained()) return false;
+  }
+  return true;
+}
+
+}  // namespace tocl::runtime
