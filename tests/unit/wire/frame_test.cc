@@ -77,6 +77,38 @@ TEST_CASE("a valid message header round-trips through encode and decode", "[wire
   CHECK(ValidateHeader(header, kLimits).ok());
 }
 
+TEST_CASE("every header a sender makes passes the receiver's checks, with its fields", "[wire]") {
+  const Header message = MessageHeader(kSource, kDestination, 42, 1000, 77);
+  CHECK(DecodeHeader(Encode(message), kLimits).ok());
+  CHECK(message.total == 1000);
+  CHECK(message.seq == 77);
+
+  const Header start = LongStartHeader(kSource, kDestination, 42, uint64_t{1} << 30, 65472, 3);
+  CHECK(ValidateHeader(start, kLimits).ok());
+  CHECK(start.kind == FrameKind::kLongStart);
+  CHECK(start.reserved == 65472);
+  CHECK(start.length == 0);
+
+  const Header fragment = FragmentHeader(kSource, kDestination, 42, 3, 65472, 65472, 1 << 20);
+  CHECK(ValidateHeader(fragment, kLimits).ok());
+  CHECK(fragment.offset == 65472);
+
+  for (FrameKind kind : {FrameKind::kGrant, FrameKind::kAbort, FrameKind::kProbe}) {
+    CHECK(ValidateHeader(ControlHeader(kind, kDestination, kSource, 3, 1), kLimits).ok());
+  }
+  const Header ack = ControlHeader(FrameKind::kAck, kDestination, kSource, 3, 0, 65472, 65472);
+  CHECK(ValidateHeader(ack, kLimits).ok());
+
+  // Nothing is left from what the buffer held before.
+  Header reused = ValidMessage();
+  reused.flags = 1;
+  reused.reserved = 9;
+  reused.offset = 5;
+  reused = MessageHeader(kSource, kDestination, 42, 10);
+  CHECK(ValidateHeader(reused, kLimits).ok());
+  CHECK(reused.seq == 0);
+}
+
 TEST_CASE("the wire layout is little-endian with the fields at their documented offsets",
           "[wire]") {
   Header header = ValidMessage();
