@@ -83,7 +83,8 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     }
   } unregister{*this, send.key};
 
-  // The start travels in the pair's order, like a short message.
+  // The start travels in the pair's order, like a short message (and like
+  // one, moves to another network when its route breaks).
   {
     TOCL_ASSIGN_OR_RETURN(
         buffers::SlotRef start,

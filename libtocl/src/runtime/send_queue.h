@@ -18,9 +18,10 @@
 // hands its frames to another live route of the process (Reroute); with
 // none left the process is failed: the frame being posted goes back to its
 // caller with the error (state kFailed), every queued frame ends kFailed
-// and is dropped, and every later post returns the failure. Control frames
-// that waited for a broken route are dropped (their long messages recover
-// by probes and timeouts).
+// and is dropped, and every later post returns the failure. A control
+// frame that finds its route broken is not moved but dropped, or returned
+// to its caller when posted at once (its long message recovers by probes
+// and timeouts).
 //
 // Back-pressure: a sender whose short message leaves `depth` or more frames
 // waiting waits for room (AwaitRoom), making progress itself meanwhile.

@@ -167,6 +167,15 @@ constexpr Header ControlHeader(FrameKind kind, Gid from, Gid to, uint64_t seq, u
                 .total = total};
 }
 
+// A handshake frame (kHello, kAuth, kProof) between two processes; its
+// payload (HandshakePayloadBytes) follows.
+inline Header HandshakeHeader(FrameKind kind, Gid from_process, Gid to_process) {
+  return Header{.kind = kind,
+                .length = HandshakePayloadBytes(kind),
+                .source = from_process.raw(),
+                .destination = to_process.raw()};
+}
+
 // What a receiver accepts: payloads up to `max_payload` bytes.
 struct Limits {
   uint32_t max_payload = 0;

@@ -99,6 +99,12 @@ TEST_CASE("every header a sender makes passes the receiver's checks, with its fi
   const Header ack = ControlHeader(FrameKind::kAck, kDestination, kSource, 3, 0, 65472, 65472);
   CHECK(ValidateHeader(ack, kLimits).ok());
 
+  for (FrameKind kind : {FrameKind::kHello, FrameKind::kAuth, FrameKind::kProof}) {
+    const Header handshake = HandshakeHeader(kind, kSource.process(), kDestination.process());
+    CHECK(ValidateHeader(handshake, kLimits).ok());
+    CHECK(handshake.length == HandshakePayloadBytes(kind));
+  }
+
   // Nothing is left from what the buffer held before.
   Header reused = ValidMessage();
   reused.flags = 1;

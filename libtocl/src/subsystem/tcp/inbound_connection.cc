@@ -207,12 +207,8 @@ bool InboundConnection::OnHandshake(const wire::Header& header, const std::byte*
     std::array<std::byte,
                wire::kHeaderBytes + wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes>
         answer;
-    wire::Header header_out;
-    header_out.kind = wire::FrameKind::kAuth;
-    header_out.length = wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes;
-    header_out.source = context_.self_process.raw();
-    header_out.destination = source.raw();
-    wire::EncodeHeader(header_out, answer.data());
+    wire::EncodeHeader(wire::HandshakeHeader(wire::FrameKind::kAuth, context_.self_process, source),
+                       answer.data());
     std::memcpy(answer.data() + wire::kHeaderBytes, handshake_->nonce().data(),
                 wire::kHandshakeNonceBytes);
     std::memcpy(answer.data() + wire::kHeaderBytes + wire::kHandshakeNonceBytes,

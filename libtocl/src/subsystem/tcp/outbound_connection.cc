@@ -80,11 +80,7 @@ Status OutboundConnection::Start() {
 }
 
 void OutboundConnection::SetPreambleLocked(wire::FrameKind kind, const std::byte* payload) {
-  wire::Header header;
-  header.kind = kind;
-  header.length = wire::HandshakePayloadBytes(kind);
-  header.source = context_.self_process.raw();
-  header.destination = peer_process_.raw();
+  const wire::Header header = wire::HandshakeHeader(kind, context_.self_process, peer_process_);
   wire::EncodeHeader(header, preamble_.data());
   std::memcpy(preamble_.data() + wire::kHeaderBytes, payload, header.length);
   preamble_written_ = 0;
