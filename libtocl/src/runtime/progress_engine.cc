@@ -16,12 +16,10 @@ constexpr auto kIdleHandOver = std::chrono::milliseconds(2);
 // (idle receivers rely on it once the last busy one has left).
 constexpr auto kProgressCheck = std::chrono::milliseconds(10);
 constexpr auto kHousekeepingPeriod = std::chrono::seconds(1);
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// How often a polling thread looks at the fds while only shm is in use:
+// what they announce (a new tcp connection, a peer's bell while it waits
+// for buffers) waits at most this long.
+constexpr auto kReactorPollPeriod = std::chrono::microseconds(50);
 
 }  // namespace
 
@@ -46,7 +44,9 @@ void ProgressEngine::Stop() {
 }
 
 void ProgressEngine::Release() {
-  released_at_ns_.store(NowNs(), std::memory_order_relaxed);
+  // A count, not a time: reading the clock here would cost the fast path
+  // a clock read per message; the progress thread times the count instead.
+  releases_.store(releases_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   token_.store(false, std::memory_order_seq_cst);
   if (waiter_count_.load(std::memory_order_seq_cst) == 0) return;
   std::lock_guard lock(waiters_mu_);
@@ -76,9 +76,22 @@ void ProgressEngine::RemoveTokenWaiter(Mailbox* mailbox) {
 int ProgressEngine::PollOnce() {
   int events = 0;
   for (auto* subsystem : subsystems_) events += subsystem->Poll();
-  // epoll_wait costs a syscall: every round while tcp connections are open,
-  // otherwise every 64th (new connections, bells from peers).
-  if (reactor_.watched() > base_fds_ || (++rounds_ & 63) == 0) events += reactor_.Wait(0);
+  // epoll_wait costs a system call, as long as a shm message takes to
+  // arrive: every round only while a subsystem waits for fd events;
+  // otherwise by time (new connections, bells from peers, wake-ups from
+  // inside the process), looking at the clock every 64th round only.
+  ++rounds_;
+  bool each_round = false;
+  for (auto* subsystem : subsystems_) each_round = each_round || subsystem->WantsReactorEachRound();
+  if (each_round) {
+    events += reactor_.Wait(0);
+  } else if ((rounds_ & 63) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_reactor_poll_) {
+      next_reactor_poll_ = now + kReactorPollPeriod;
+      events += reactor_.Wait(0);
+    }
+  }
   if (queued_hint_.load(std::memory_order_acquire)) {
     queued_hint_.store(false, std::memory_order_relaxed);
     if (flush_queued_()) queued_hint_.store(true, std::memory_order_relaxed);
@@ -143,10 +156,18 @@ void ProgressEngine::SleepUntil(std::chrono::steady_clock::time_point until, boo
 }
 
 void ProgressEngine::ThreadLoop() {
+  // The token is idle when nobody released it since `unchanged_since`.
+  uint64_t seen_releases = releases_.load(std::memory_order_relaxed);
+  auto unchanged_since = std::chrono::steady_clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = thread_signal_.load(std::memory_order_acquire);
-    const int64_t idle_ns = NowNs() - released_at_ns_.load(std::memory_order_relaxed);
-    const bool idle = idle_ns >= std::chrono::nanoseconds(kIdleHandOver).count();
+    const auto now = std::chrono::steady_clock::now();
+    if (const uint64_t releases = releases_.load(std::memory_order_relaxed);
+        releases != seen_releases) {
+      seen_releases = releases;
+      unchanged_since = now;
+    }
+    const bool idle = now - unchanged_since >= kIdleHandOver;
     if (idle && waiter_count_.load() == 0 && TryAcquire()) {
       while (!stop_.load(std::memory_order_acquire) && waiter_count_.load() == 0) {
         PollOnce();
@@ -154,7 +175,8 @@ void ProgressEngine::ThreadLoop() {
       }
       Release();
       // Do not take it straight back from the receiver we handed it to.
-      released_at_ns_.store(NowNs(), std::memory_order_relaxed);
+      seen_releases = releases_.load(std::memory_order_relaxed);
+      unchanged_since = std::chrono::steady_clock::now();
       continue;
     }
     auto wait = idle ? kProgressCheck

@@ -75,7 +75,7 @@ class ProgressEngine {
   int base_fds_ = 0;  // fds watched when no tcp connection is open
 
   std::atomic<bool> token_{false};
-  std::atomic<int64_t> released_at_ns_{0};
+  std::atomic<uint64_t> releases_{0};  // written by the token holder only
   std::atomic<bool> queued_hint_{false};
   std::atomic<int> bell_listeners_{0};
 
@@ -87,6 +87,7 @@ class ProgressEngine {
 
   // Token holder only.
   uint64_t rounds_ = 0;
+  std::chrono::steady_clock::time_point next_reactor_poll_{};
   std::chrono::steady_clock::time_point next_housekeeping_{};
 
   std::atomic<bool> stop_{false};

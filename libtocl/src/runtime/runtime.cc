@@ -378,15 +378,17 @@ void Runtime::Impl::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_poi
 }
 
 void Runtime::Impl::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point deadline) {
-  const auto spin_until = Clock::now() + options.spin;
+  // Reading the clock costs more than a round of polling shm: look at it
+  // every 32nd round only, and not at all when the message comes sooner
+  // (the spin starts at the first look).
+  Clock::time_point spin_until = Clock::time_point::min();
   for (uint32_t round = 1;; ++round) {
     progress->PollOnce();
     if (mailbox.signal() != seen || shutting_down.load(std::memory_order_relaxed)) return;
-    // Reading the clock costs more than a round of polling shm: look at it
-    // every 32nd round only.
     if (round % 32 != 0 && options.spin.count() != 0) continue;
     const auto now = Clock::now();
     if (now >= deadline) return;
+    if (spin_until == Clock::time_point::min()) spin_until = now + options.spin;
     if (now >= spin_until) {
       progress->Sleep(deadline, &mailbox, seen);
       progress->PollOnce();
@@ -408,12 +410,11 @@ Status Runtime::Impl::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, b
   Mailbox* mailbox = &the_mailbox;
   const Gid self = mailbox->gid();
   // Eager: polls for itself, spinning first, for kEagerWait; idle after
-  // that (see below).
-  const auto eager_until = Clock::now() + kEagerWait;
+  // that (see below). A message already there costs no clock read.
+  Clock::time_point eager_until = Clock::time_point::min();
   bool eager = true;
   for (;;) {
     if (try_match(*mailbox)) return Status::Ok();
-    if (eager && Clock::now() >= eager_until) eager = false;
     if (mailbox->left())
       return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
     if (shutting_down.load(std::memory_order_relaxed)) {
@@ -427,10 +428,13 @@ Status Runtime::Impl::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, b
       }
       return Status(StatusCode::kTryAgain, "no matching message");
     }
-    if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
       return DeadlineExceeded(
           fmt::format("no matching message for {} arrived in time", self.ToString()));
     }
+    if (eager_until == Clock::time_point::min()) eager_until = now + kEagerWait;
+    if (eager && now >= eager_until) eager = false;
     if (!eager) {
       // An idle receiver (it waited a while and nothing came) does not
       // take the poll token to spin and sleep with it: with many threads

@@ -74,7 +74,7 @@ Status OutboundConnection::Start() {
     return Status::Ok();
   }
   TOCL_RETURN_IF_ERROR(context_.reactor.Add(fd, kReadEvents | EPOLLOUT, this));
-  want_write_ = true;
+  SetWantWriteLocked(true);
   if (state_ == State::kHandshaking) FlushLocked();
   return Status::Ok();
 }
@@ -300,7 +300,13 @@ void OutboundConnection::UpdateInterestLocked() {
                 /*warn=*/true);
     return;
   }
+  SetWantWriteLocked(want);
+}
+
+void OutboundConnection::SetWantWriteLocked(bool want) {
+  if (want == want_write_) return;
   want_write_ = want;
+  context_.writers.fetch_add(want ? 1 : -1, std::memory_order_relaxed);
 }
 
 void OutboundConnection::Shutdown(std::string_view why) {
@@ -315,6 +321,7 @@ void OutboundConnection::BreakLocked(std::string reason, bool warn) {
     context_.reactor.Remove(fd_.get());
     fd_.Close();
   }
+  SetWantWriteLocked(false);
   const size_t failed = queue_.size();
   while (!queue_.empty()) {
     detail::BufferSlot* slot = queue_.front().slot;

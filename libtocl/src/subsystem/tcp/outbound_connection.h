@@ -112,6 +112,9 @@ class OutboundConnection final : public subsystem::FdHandler {
   // Accounts `written` bytes: the hello, then whole frames (kSent, Unref).
   void ConsumeLocked(size_t written);
   void UpdateInterestLocked();
+  // Records whether EPOLLOUT is in the mask, in want_write_ and the
+  // context's count of writers.
+  void SetWantWriteLocked(bool want);
   // Reads what the peer sent on a send-only connection: its handshake
   // answer, then only its closing or an error.
   void CheckPeerLocked();

@@ -198,7 +198,16 @@ int TcpSubsystem::Poll() {
     if (paused_ > 0) context_.inbound_changed = true;
   }
   if (has_released_.load(std::memory_order_acquire)) FreeReleasedOutbound();
+  if (inbound_.size() <= kDirectReadConnections) {
+    // What their reactor handler does; closed and paused ones do nothing.
+    for (auto& connection : inbound_) connection->OnReady(EPOLLIN);
+  }
   return std::exchange(context_.delivered, 0);
+}
+
+bool TcpSubsystem::WantsReactorEachRound() const {
+  return inbound_.size() > kDirectReadConnections ||
+         context_.writers.load(std::memory_order_relaxed) > 0;
 }
 
 bool TcpSubsystem::PrepareToSleep() {

@@ -103,10 +103,14 @@ class TcpSubsystem final : public subsystem::Subsystem {
   // is Broken(), its Post says why.
   Result<std::unique_ptr<subsystem::Route>> Connect(Gid peer_process,
                                                     std::string_view address) override;
-  // Resumes paused connections that can go on, frees closed ones. Returns
-  // the messages handed to the sink since the last Poll (the reactor
-  // handlers do the reading).
+  // Resumes paused connections that can go on, frees closed ones, and
+  // reads the inbound connections itself while there are few of them (one
+  // recv each instead of an epoll_wait and a recv). Returns the messages
+  // handed to the sink since the last Poll.
   int Poll() override;
+  // While a connection waits for room to write, or there are too many
+  // inbound connections to read each round.
+  bool WantsReactorEachRound() const override;
   // One more try at resuming paused connections (the sink may have drained
   // since Poll); false when that delivered something. A paused connection
   // does not wake the poller: see the flow-control note above.
@@ -133,6 +137,8 @@ class TcpSubsystem final : public subsystem::Subsystem {
     TcpSubsystem& owner_;
   };
   class TcpRoute;
+  // Up to this many inbound connections, Poll reads them itself.
+  static constexpr size_t kDirectReadConnections = 2;
 
   TcpSubsystem(const TcpOptions& options, subsystem::Reactor& reactor, subsystem::Sink& sink,
                buffers::PoolBudget& budget);

@@ -98,6 +98,10 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   size_t max_vis() const { return options_.max_vis; }
   // The VI pool now, most recently used first.
   std::vector<ViStats> ViPool() const;
+  // A VI's socket or completion events come through the reactor.
+  bool WantsReactorEachRound() const override {
+    return vi_count_.load(std::memory_order_relaxed) > 0;
+  }
   uint64_t vis_opened() const { return vis_opened_.load(std::memory_order_relaxed); }
   uint64_t vis_closed() const { return vis_closed_.load(std::memory_order_relaxed); }
   // VIs not closed yet (any thread).
