@@ -5,10 +5,13 @@
 // reach them and no user Recv can take their messages.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 
 #include "tocl/gid.h"
 #include "tocl/runtime.h"
+#include "tocl/status.h"
 
 namespace tocl::runtime {
 
@@ -19,6 +22,13 @@ inline constexpr uint32_t kReplyMailboxes = kServiceThread - kFirstInternalThrea
 
 inline bool IsInternalThread(Gid gid) {
   return gid.thread_index() >= kFirstInternalThread;
+}
+
+// The error for a user's call that names one of them.
+inline Status ReservedThread(Gid gid) {
+  return InvalidArgument(fmt::format(
+      "{} is one of the thread ids the runtime keeps for itself (thread indexes from {})",
+      gid.ToString(), kFirstInternalThread));
 }
 
 // The spawn service of `process`.

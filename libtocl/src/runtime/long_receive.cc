@@ -73,7 +73,7 @@ Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   const wire::Header header = slot->header();
   slot.reset();
   const Gid to = Gid::FromRaw(header.destination);
-  Mailbox* mailbox = threads.Find(to.thread_index());
+  Mailbox* mailbox = receive.Find(to);
   if (mailbox == nullptr || mailbox->left()) {
     SendToPeer(from_process, -1, wire::FrameKind::kAbort, runtime::KeyOf(header));
     return Status::Ok();

@@ -57,7 +57,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   LongSend send;
   send.data = payload;
   send.tag = tag;
-  send.wake = threads.Find(from.thread_index());
+  send.wake = receive.Find(from);
   send.last_heard = Clock::now();  // before the poller can see it
   const uint64_t fragment_bytes = buffers::ClassBytes(num_classes - 1) - wire::kHeaderBytes;
 
@@ -163,7 +163,7 @@ Status Runtime::Impl::AwaitLongLocked(SendQueue& peer, std::unique_lock<std::mut
     // second, no more.
     const auto until = Clock::now() + std::min<Clock::duration>(options.fragment_timeout / 4,
                                                                 std::chrono::milliseconds(2));
-    AwaitSignal(*send.wake, seen, until, until);
+    receive.AwaitSignal(*send.wake, seen, until, until);
     peer_lock.lock();
   }
 }

@@ -25,6 +25,7 @@ static_assert(kMaxMessageBytes == wire::kMaxMessageBytes);
 
 using runtime::DestThread;
 using runtime::Mailbox;
+using runtime::ReservedThread;
 using runtime::Selector;
 using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
@@ -53,10 +54,6 @@ std::string ProgramName() {
   return name.empty() ? "tocl" : name;
 }
 
-// How long a receiver waits for the poll token (or a message) before it
-// counts as idle.
-constexpr auto kEagerWait = std::chrono::milliseconds(100);
-
 Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
@@ -77,12 +74,6 @@ Result<Gid> ParentFromEnvironment() {
   return *parent;
 }
 
-Status ReservedThread(Gid gid) {
-  return InvalidArgument(fmt::format(
-      "{} is one of the thread ids the runtime keeps for itself (thread indexes from {})",
-      gid.ToString(), runtime::kFirstInternalThread));
-}
-
 }  // namespace
 
 // --- Impl: setup and teardown -------------------------------------------------
@@ -90,8 +81,19 @@ Status ReservedThread(Gid gid) {
 Runtime::Impl::Impl(RuntimeOptions opts)
     : options(std::move(opts)),
       budget(options.pool_cap),
+      receive(options.unexpected_cap, options.spin, shutting_down,
+              runtime::ReceiveSide::Hooks{
+                  .wake_poller = [this] { reactor->Wake(); },
+                  .receive_posted =
+                      [this] {
+                        long_housekeeping.store(true);
+                        progress->NoteQueued();
+                        reactor->Wake();
+                      },
+                  .unbind_posted = [this](runtime::PostedReceive& post) { UnbindPosted(post); },
+              }),
       instance(next_instance.fetch_add(1)),
-      pair_order(options.unexpected_cap / 2, unexpected_bytes,
+      pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
                  [this](Gid from_process, buffers::SlotRef slot) {
                    return DeliverInOrder(from_process, std::move(slot));
                  }) {}
@@ -106,7 +108,7 @@ Runtime::Impl::~Impl() {
     if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
   }
   inbound.clear();
-  threads.ForEach([](Mailbox& mailbox) { mailbox.Leave(); });
+  receive.LeaveAll();
 }
 
 Status Runtime::Impl::Open() {
@@ -149,6 +151,7 @@ Status Runtime::Impl::Open() {
       link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
                                           std::move(events)));
   process = link->process();
+  receive.SetProcess(process);
   {
     const std::string secret = link->data_plane_secret();
     auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
@@ -162,6 +165,7 @@ Status Runtime::Impl::Open() {
     const bool queued = FlushQueued();
     return LongHousekeeping() || queued;
   });
+  receive.AttachProgress(*progress);
   peer_daemons = resolved.peer_daemons;
   std::string networks = resolved.networks;
   if (networks.empty()) {
@@ -258,7 +262,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   }
   if (progress) progress->Stop();
   // Wake receivers: they return Cancelled.
-  threads.ForEach([](Mailbox& mailbox) { mailbox.Wake(); });
+  receive.WakeAll();
   if (progress) {
     // Receivers leave the token within their poll round; subsystems close
     // with nobody polling.
@@ -326,242 +330,6 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
   return Status::Ok();
 }
 
-Status Runtime::Impl::DeliverLocal(buffers::SlotRef& slot) {
-  const Gid to = Gid::FromRaw(slot->header().destination);
-  Mailbox* mailbox = threads.Find(to.thread_index());
-  if (mailbox == nullptr) return NotFound(fmt::format("no thread {}", to.ToString()));
-  const size_t bytes = Mailbox::SlotBytes(slot.get());
-  slot->set_state(BufferState::kIdle);
-  unexpected_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  // Mailbox::Deliver takes the reference only when it returns true.
-  if (!mailbox->Deliver(slot.get())) {
-    unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    return FailedPrecondition(fmt::format("thread {} has left", to.ToString()));
-  }
-  (void)slot.release();  // the mailbox's now
-  return Status::Ok();
-}
-
-Result<Mailbox*> Runtime::Impl::LocalMailbox(Gid self) const {
-  if (!self.is_thread() || self.process() != process) {
-    return InvalidArgument(fmt::format("{} is not a thread of this process ({})", self.ToString(),
-                                       process.ToString()));
-  }
-  if (runtime::IsInternalThread(self)) return ReservedThread(self);
-  Mailbox* mailbox = threads.Find(self.thread_index());
-  if (mailbox == nullptr) {
-    return InvalidArgument(fmt::format("thread {} was never enrolled", self.ToString()));
-  }
-  if (mailbox->left())
-    return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
-  return mailbox;
-}
-
-void Runtime::Impl::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
-                                Clock::time_point wait_deadline) {
-  if (progress->TryAcquire()) {
-    PollFor(mailbox, seen, poll_deadline);
-    progress->Release();
-    return;
-  }
-  // Someone else polls: sleep on the mailbox; the poller hands over what
-  // wakes us, or the token when it leaves.
-  progress->AddTokenWaiter(&mailbox);
-  if (progress->TryAcquire()) {
-    progress->RemoveTokenWaiter(&mailbox);
-    PollFor(mailbox, seen, poll_deadline);
-    progress->Release();
-    return;
-  }
-  mailbox.Wait(seen, wait_deadline);
-  progress->RemoveTokenWaiter(&mailbox);
-}
-
-void Runtime::Impl::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point deadline) {
-  // Reading the clock costs more than a round of polling shm: look at it
-  // every 32nd round only, and not at all when the message comes sooner
-  // (the spin starts at the first look).
-  Clock::time_point spin_until = Clock::time_point::min();
-  for (uint32_t round = 1;; ++round) {
-    progress->PollOnce();
-    if (mailbox.signal() != seen || shutting_down.load(std::memory_order_relaxed)) return;
-    if (round % 32 != 0 && options.spin.count() != 0) continue;
-    const auto now = Clock::now();
-    if (now >= deadline) return;
-    if (spin_until == Clock::time_point::min()) spin_until = now + options.spin;
-    if (now >= spin_until) {
-      progress->Sleep(deadline, &mailbox, seen);
-      progress->PollOnce();
-      return;
-    }
-  }
-}
-
-template <typename TryMatch>
-Status Runtime::Impl::WaitFor(Gid self, Clock::time_point deadline, bool blocking,
-                              TryMatch&& try_match) {
-  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
-  return WaitOn(*mailbox, deadline, blocking, std::forward<TryMatch>(try_match));
-}
-
-template <typename TryMatch>
-Status Runtime::Impl::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, bool blocking,
-                             TryMatch&& try_match) {
-  Mailbox* mailbox = &the_mailbox;
-  const Gid self = mailbox->gid();
-  // Eager: polls for itself, spinning first, for kEagerWait; idle after
-  // that (see below). A message already there costs no clock read.
-  Clock::time_point eager_until = Clock::time_point::min();
-  bool eager = true;
-  for (;;) {
-    if (try_match(*mailbox)) return Status::Ok();
-    if (mailbox->left())
-      return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
-    if (shutting_down.load(std::memory_order_relaxed)) {
-      return Status(StatusCode::kCancelled, "the runtime is shutting down");
-    }
-    if (!blocking) {
-      if (progress->TryAcquire()) {
-        progress->PollOnce();
-        progress->Release();
-        if (try_match(*mailbox)) return Status::Ok();
-      }
-      return Status(StatusCode::kTryAgain, "no matching message");
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      return DeadlineExceeded(
-          fmt::format("no matching message for {} arrived in time", self.ToString()));
-    }
-    if (eager_until == Clock::time_point::min()) eager_until = now + kEagerWait;
-    if (eager && now >= eager_until) eager = false;
-    if (!eager) {
-      // An idle receiver (it waited a while and nothing came) does not
-      // take the poll token to spin and sleep with it: with many threads
-      // blocked in Recv that would pass the token around and keep the
-      // busy ones from polling for themselves. It looks once, then sleeps
-      // on its mailbox; the poller of the moment (a busy receiver, else the
-      // progress thread) hands it its messages.
-      if (progress->TryAcquire()) {
-        progress->PollOnce();
-        progress->Release();
-        if (try_match(*mailbox)) return Status::Ok();
-      }
-      mailbox->Wait(mailbox->signal(), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
-      continue;
-    }
-    AwaitSignal(*mailbox, mailbox->signal(), deadline, std::min(deadline, eager_until));
-  }
-}
-
-Result<Buffer> Runtime::Impl::Receive(Gid self, Selector selector, Clock::time_point deadline,
-                                      bool blocking) {
-  detail::BufferSlot* slot = nullptr;
-  TOCL_RETURN_IF_ERROR(WaitFor(self, deadline, blocking, [&](Mailbox& mailbox) {
-    slot = mailbox.Take(selector);
-    return slot != nullptr;
-  }));
-  NoteReceived(slot);
-  return Buffer(slot);
-}
-
-Result<Buffer> Runtime::Impl::ReceiveOn(Mailbox& mailbox, Selector selector,
-                                        Clock::time_point deadline,
-                                        const std::function<Status()>& check) {
-  detail::BufferSlot* slot = nullptr;
-  Status failed;
-  TOCL_RETURN_IF_ERROR(WaitOn(mailbox, deadline, true, [&](Mailbox& box) {
-    // A message that is there wins over a failure seen since it came (a
-    // reply sent just before its process exited).
-    slot = box.Take(selector);
-    if (slot != nullptr) return true;
-    if (check) {
-      failed = check();
-      if (!failed.ok()) return true;
-    }
-    return false;
-  }));
-  if (!failed.ok()) return failed;
-  NoteReceived(slot);
-  return Buffer(slot);
-}
-
-void Runtime::Impl::NoteReceived(detail::BufferSlot* slot) {
-  const size_t bytes = Mailbox::SlotBytes(slot);
-  const size_t before = unexpected_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  if (before > options.unexpected_cap && before - bytes <= options.unexpected_cap) {
-    // No longer congested: a sleeping poller must provide buffers and read
-    // the paused connections again.
-    reactor->Wake();
-  }
-}
-
-void Runtime::Impl::ReleaseReceived(detail::BufferSlot* slot) {
-  NoteReceived(slot);
-  slot->pool->Unref(slot);
-}
-
-Result<MessageInfo> Runtime::Impl::ReceiveInto(Gid self, runtime::Selector selector,
-                                               std::span<std::byte> out,
-                                               Clock::time_point deadline) {
-  runtime::PostedReceive post;
-  post.selector = selector;
-  post.out = out;
-  detail::BufferSlot* slot = nullptr;
-  std::optional<MessageInfo> too_big;
-  bool announced = false;
-  Status waited = WaitFor(self, deadline, true, [&](Mailbox& mailbox) {
-    if (post.done.load(std::memory_order_acquire)) return true;
-    slot = mailbox.TakeOrPost(selector, out.size(), &post, too_big);
-    if (!announced && slot == nullptr && !too_big) {
-      // Long starts waiting for memory may take this buffer.
-      announced = true;
-      long_housekeeping.store(true);
-      progress->NoteQueued();
-      reactor->Wake();
-    }
-    return slot != nullptr || too_big.has_value();
-  });
-  // Whatever WaitFor said (the thread may have left meanwhile), `post` must
-  // be withdrawn or unbound before it goes out of scope.
-  Mailbox* mailbox =
-      self.is_thread() && self.process() == process ? threads.Find(self.thread_index()) : nullptr;
-  if (mailbox == nullptr) return waited;  // never posted
-  if (!mailbox->Unpost(&post) && !post.done.load(std::memory_order_acquire)) {
-    // A long message is landing in `out`: wait for it unless we gave up.
-    if (!waited.ok()) UnbindPosted(post);
-  }
-  if (post.done.load(std::memory_order_acquire)) {
-    if (slot != nullptr) {
-      // Cannot happen (a bound receive takes nothing), but never lose it.
-      (void)mailbox->Deliver(slot);
-    }
-    TOCL_RETURN_IF_ERROR(post.status);
-    return post.info;
-  }
-  TOCL_RETURN_IF_ERROR(waited);
-  if (too_big) {
-    return InvalidArgument(fmt::format(
-        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
-        "it stays queued",
-        too_big->size, too_big->source.ToString(), too_big->tag, out.size()));
-  }
-  const wire::Header& header = slot->header();
-  MessageInfo info{Gid::FromRaw(header.source), header.tag,
-                   buffers::IsLarge(slot) ? header.total : header.length};
-  std::memcpy(out.data(), slot->payload(), info.size);
-  ReleaseReceived(slot);
-  return info;
-}
-
-Result<MessageInfo> Runtime::Impl::ProbeFor(Gid self, Selector selector, Clock::time_point deadline,
-                                            bool blocking) {
-  MessageInfo info;
-  TOCL_RETURN_IF_ERROR(WaitFor(self, deadline, blocking,
-                               [&](Mailbox& mailbox) { return mailbox.Peek(selector, info); }));
-  return info;
-}
-
 // --- send side ----------------------------------------------------------------
 
 std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
@@ -595,7 +363,7 @@ Status Runtime::Impl::CheckSender(Gid from) const {
     return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
                                        from.ToString(), process.ToString()));
   }
-  Mailbox* mailbox = threads.Find(from.thread_index());
+  Mailbox* mailbox = receive.Find(from);
   if (mailbox == nullptr) {
     return InvalidArgument(fmt::format("the sender {} was never enrolled", from.ToString()));
   }
@@ -1044,26 +812,15 @@ Result<Gid> Runtime::Impl::EnrollThread(std::string name, Attributes attributes)
         fmt::format("this process has used all {} thread ids", runtime::kFirstInternalThread - 1));
   }
   const Gid gid = Gid::Thread(process, index);
-  threads.Insert(index, std::make_unique<Mailbox>(gid));
+  receive.AddThread(gid);
   link->QueueRegister(ThreadInfo{gid, std::move(name), std::move(attributes)});
   return gid;
 }
 
 void Runtime::Impl::LeaveThread(Gid thread) {
-  Mailbox* mailbox = threads.Find(thread.thread_index());
-  if (mailbox == nullptr || mailbox->left()) return;
-  size_t dropped_bytes = 0;
-  mailbox->Leave(&dropped_bytes);
-  unexpected_bytes.fetch_sub(dropped_bytes, std::memory_order_relaxed);
+  if (!receive.Leave(thread)) return;
   link->QueueUnregister(thread);
   notifier->CancelFor(thread);
-}
-
-Mailbox* Runtime::Impl::NewInternalMailbox(uint32_t index) {
-  auto mailbox = std::make_unique<Mailbox>(Gid::Thread(process, index));
-  Mailbox* raw = mailbox.get();
-  threads.Insert(index, std::move(mailbox));
-  return raw;
 }
 
 size_t Runtime::Impl::ShortMaxPayload() const {
@@ -1075,7 +832,7 @@ Result<Gid> Runtime::EnrollThread(std::string name, Attributes attributes) {
 }
 
 Status Runtime::LeaveThread(Gid thread) {
-  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->LocalMailbox(thread));
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->receive.LocalMailbox(thread));
   (void)mailbox;
   impl_->LeaveThread(thread);
   return Status::Ok();
@@ -1163,33 +920,33 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> paylo
 }
 
 Result<Buffer> Runtime::Recv(Gid self, Gid source, Tag tag) {
-  return impl_->Receive(self, Selector{source, tag}, Clock::time_point::max(), true);
+  return impl_->receive.Receive(self, Selector{source, tag}, Clock::time_point::max(), true);
 }
 
 Result<Buffer> Runtime::RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source, Tag tag) {
-  return impl_->Receive(self, Selector{source, tag}, DeadlineAfter(timeout), true);
+  return impl_->receive.Receive(self, Selector{source, tag}, DeadlineAfter(timeout), true);
 }
 
 Result<Buffer> Runtime::TryRecv(Gid self, Gid source, Tag tag) {
-  return impl_->Receive(self, Selector{source, tag}, Clock::now(), false);
+  return impl_->receive.Receive(self, Selector{source, tag}, Clock::now(), false);
 }
 
 Result<MessageInfo> Runtime::Probe(Gid self, std::chrono::nanoseconds timeout, Gid source,
                                    Tag tag) {
-  return impl_->ProbeFor(self, Selector{source, tag}, DeadlineAfter(timeout), true);
+  return impl_->receive.Probe(self, Selector{source, tag}, DeadlineAfter(timeout), true);
 }
 
 Result<MessageInfo> Runtime::TryProbe(Gid self, Gid source, Tag tag) {
-  return impl_->ProbeFor(self, Selector{source, tag}, Clock::now(), false);
+  return impl_->receive.Probe(self, Selector{source, tag}, Clock::now(), false);
 }
 
 Result<MessageInfo> Runtime::RecvInto(Gid self, std::span<std::byte> out, Gid source, Tag tag) {
-  return impl_->ReceiveInto(self, Selector{source, tag}, out, Clock::time_point::max());
+  return impl_->receive.ReceiveInto(self, Selector{source, tag}, out, Clock::time_point::max());
 }
 
 Result<MessageInfo> Runtime::RecvIntoFor(Gid self, std::span<std::byte> out,
                                          std::chrono::nanoseconds timeout, Gid source, Tag tag) {
-  return impl_->ReceiveInto(self, Selector{source, tag}, out, DeadlineAfter(timeout));
+  return impl_->receive.ReceiveInto(self, Selector{source, tag}, out, DeadlineAfter(timeout));
 }
 
 std::vector<NetworkStats> Runtime::Networks() const {
@@ -1217,7 +974,7 @@ Result<Gid> Runtime::SpawnThread(Gid from, Gid process, std::string_view entry,
 }
 
 Result<uint64_t> Runtime::Notify(Gid self, Gid target, Tag tag) {
-  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->LocalMailbox(self));
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->receive.LocalMailbox(self));
   (void)mailbox;
   if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
   if (runtime::IsInternalThread(target)) return ReservedThread(target);

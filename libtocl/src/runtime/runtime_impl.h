@@ -3,9 +3,10 @@
 //   Send ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
 //   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
 //                   (fragment_scheduler.h), posted through its SendQueue
-//   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> Mailbox
+//   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> ReceiveSide
 //                                            └──> long messages (long_receive.cc)
-//   Recv ──> Mailbox, polling through the ProgressEngine while it waits
+//   Recv ──> ReceiveSide (receive_side.h): the thread's Mailbox, polling
+//            through the ProgressEngine while it waits
 //
 // A Rail is one open network: one subsystem instance (a process may have
 // several tcp networks, one per NIC).
@@ -36,6 +37,7 @@
 #include "runtime/mailbox.h"
 #include "runtime/pair_order.h"
 #include "runtime/progress_engine.h"
+#include "runtime/receive_side.h"
 #include "runtime/send_queue.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
@@ -102,9 +104,7 @@ struct Runtime::Impl final {
   // A short message or long-message start whose turn came in its pair's
   // order (pair_order's callback).
   Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
-  bool Congested() const {
-    return unexpected_bytes.load(std::memory_order_relaxed) > options.unexpected_cap;
-  }
+  bool Congested() const { return receive.Congested(); }
 
   // --- threads ---
   // Numbers and enrolls a thread (EnrollThread without the public checks).
@@ -113,7 +113,7 @@ struct Runtime::Impl final {
   // notification watches.
   void LeaveThread(Gid thread);
   // A mailbox at a reserved index (internal_threads.h), never registered.
-  runtime::Mailbox* NewInternalMailbox(uint32_t index);
+  runtime::Mailbox* NewInternalMailbox(uint32_t index) { return receive.AddInternal(index); }
   size_t ShortMaxPayload() const;
 
   // --- directory ---
@@ -198,50 +198,17 @@ struct Runtime::Impl final {
   Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
   void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const runtime::LongKey& about,
                   uint64_t offset = 0, uint64_t length = 0);
-  // A received message leaves the unexpected-memory count.
-  void NoteReceived(detail::BufferSlot* slot);
-  void ReleaseReceived(detail::BufferSlot* slot);
-  Result<MessageInfo> ReceiveInto(Gid self, runtime::Selector selector, std::span<std::byte> out,
-                                  std::chrono::steady_clock::time_point deadline);
+  // A RecvInto bound to a long message gave up (ReceiveSide's hook).
   void UnbindPosted(runtime::PostedReceive& post);
   // Into a local thread's mailbox: Ok takes the reference in `slot`; on
   // error (no such thread, or it left) it is still the caller's.
-  Status DeliverLocal(buffers::SlotRef& slot);
+  Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
   // Retries queued sends (the poller). True when some still wait.
   bool FlushQueued();
   void OnExited(Gid gid, const std::string& reason);
   subsystem::Subsystem* SubsystemFor(Network network) const;
   std::vector<PoolClassStats> PoolStats() const;
   std::vector<tocl::NetworkStats> Networks() const;
-
-  // --- receive side ---
-  Result<runtime::Mailbox*> LocalMailbox(Gid self) const;
-  // Waits for a match; `take` false leaves it there (probe).
-  Result<Buffer> Receive(Gid self, runtime::Selector selector,
-                         std::chrono::steady_clock::time_point deadline, bool blocking);
-  // Receives on a runtime-internal mailbox (spawn service, reply). `check`
-  // (when set) runs whenever the mailbox is signalled; its error ends the wait.
-  Result<Buffer> ReceiveOn(runtime::Mailbox& mailbox, runtime::Selector selector,
-                           std::chrono::steady_clock::time_point deadline,
-                           const std::function<Status()>& check);
-  Result<MessageInfo> ProbeFor(Gid self, runtime::Selector selector,
-                               std::chrono::steady_clock::time_point deadline, bool blocking);
-  // Polls (holding the token) until something is delivered to `mailbox`
-  // or the deadline passes.
-  void PollFor(runtime::Mailbox& mailbox, uint32_t seen,
-               std::chrono::steady_clock::time_point deadline);
-  // Until `mailbox`'s signal moves on from `seen`: polls for it when the
-  // token is free (up to `poll_deadline`), else sleeps on the mailbox (up
-  // to `wait_deadline`) while the poller of the moment works.
-  void AwaitSignal(runtime::Mailbox& mailbox, uint32_t seen,
-                   std::chrono::steady_clock::time_point poll_deadline,
-                   std::chrono::steady_clock::time_point wait_deadline);
-  template <typename TryMatch>
-  Status WaitFor(Gid self, std::chrono::steady_clock::time_point deadline, bool blocking,
-                 TryMatch&& try_match);
-  template <typename TryMatch>
-  Status WaitOn(runtime::Mailbox& mailbox, std::chrono::steady_clock::time_point deadline,
-                bool blocking, TryMatch&& try_match);
 
   RuntimeOptions options;
   Gid process;
@@ -264,12 +231,12 @@ struct Runtime::Impl final {
   std::mutex peer_clients_mu;
   std::map<uint32_t, std::unique_ptr<DirectoryClient>> peer_clients;  // guarded by peer_clients_mu
 
-  runtime::ThreadTable threads;
   std::atomic<uint32_t> next_thread{1};
-  std::atomic<size_t> unexpected_bytes{0};
   std::atomic<bool> networks_open{false};  // release/acquire: `rails` is complete
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> shut_down{false};
+  // Mailboxes, unexpected memory, the wait policy (receive_side.h).
+  runtime::ReceiveSide receive;
   // Requested by Shutdown: ends every WaitForQuery at once (Cancelled).
   std::stop_source query_stop;
   std::mutex shutdown_mu;

@@ -59,7 +59,7 @@ void ThreadService::Stop() {
 void ThreadService::Serve() {
   const Selector requests{Gid(), kSpawnThreadRequestTag};
   for (;;) {
-    auto request = impl_.ReceiveOn(*service_, requests, Clock::time_point::max(), {});
+    auto request = impl_.receive.ReceiveOn(*service_, requests, Clock::time_point::max(), {});
     if (!request.ok()) {
       // Cancelled: the runtime is shutting down.
       if (request.status().code() != StatusCode::kCancelled) {
@@ -184,7 +184,7 @@ Result<Mailbox*> ThreadService::AcquireReplyMailbox() {
 
 void ThreadService::ReleaseReplyMailbox(Mailbox* mailbox) {
   // A late reply (after a timeout) must not linger, holding a buffer.
-  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) impl_.ReleaseReceived(stale);
+  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) impl_.receive.Release(stale);
   std::lock_guard lock(calls_mu_);
   pending_.erase(mailbox);
   free_replies_.push_back(mailbox);
@@ -239,7 +239,7 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
   };
   const Selector replies{service, kSpawnThreadReplyTag};
   for (;;) {
-    auto message = impl_.ReceiveOn(*mailbox, replies, deadline, failure);
+    auto message = impl_.receive.ReceiveOn(*mailbox, replies, deadline, failure);
     if (!message.ok()) {
       if (message.status().code() == StatusCode::kDeadlineExceeded) {
         return DeadlineExceeded(fmt::format(

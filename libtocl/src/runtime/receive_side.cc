@@ -1,0 +1,292 @@
+#include "runtime/receive_side.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/large_slot.h"
+#include "runtime/internal_threads.h"
+#include "wire/frame.h"
+
+namespace tocl::runtime {
+
+namespace {
+
+// How long a receiver counts as eager (it polls for itself) after it last
+// found a message; an idle one sleeps on its mailbox.
+constexpr auto kEagerWait = std::chrono::milliseconds(100);
+
+}  // namespace
+
+ReceiveSide::ReceiveSide(size_t unexpected_cap, std::chrono::microseconds spin,
+                         const std::atomic<bool>& shutting_down, Hooks hooks)
+    : unexpected_cap_(unexpected_cap),
+      spin_(spin),
+      shutting_down_(shutting_down),
+      hooks_(std::move(hooks)) {}
+
+ReceiveSide::~ReceiveSide() {
+  LeaveAll();
+}
+
+Mailbox* ReceiveSide::AddInternal(uint32_t index) {
+  auto mailbox = std::make_unique<Mailbox>(Gid::Thread(process_, index));
+  Mailbox* raw = mailbox.get();
+  threads_.Insert(index, std::move(mailbox));
+  return raw;
+}
+
+bool ReceiveSide::Leave(Gid thread) {
+  Mailbox* mailbox = threads_.Find(thread.thread_index());
+  if (mailbox == nullptr || mailbox->left()) return false;
+  size_t dropped_bytes = 0;
+  mailbox->Leave(&dropped_bytes);
+  unexpected_bytes_.fetch_sub(dropped_bytes, std::memory_order_relaxed);
+  return true;
+}
+
+void ReceiveSide::LeaveAll() {
+  threads_.ForEach([](Mailbox& mailbox) { mailbox.Leave(); });
+}
+
+void ReceiveSide::WakeAll() {
+  threads_.ForEach([](Mailbox& mailbox) { mailbox.Wake(); });
+}
+
+Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
+  const Gid to = Gid::FromRaw(slot->header().destination);
+  Mailbox* mailbox = threads_.Find(to.thread_index());
+  if (mailbox == nullptr) return NotFound(fmt::format("no thread {}", to.ToString()));
+  const size_t bytes = Mailbox::SlotBytes(slot.get());
+  slot->set_state(BufferState::kIdle);
+  unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  // Mailbox::Deliver takes the reference only when it returns true.
+  if (!mailbox->Deliver(slot.get())) {
+    unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return FailedPrecondition(fmt::format("thread {} has left", to.ToString()));
+  }
+  (void)slot.release();  // the mailbox's now
+  return Status::Ok();
+}
+
+Result<Mailbox*> ReceiveSide::LocalMailbox(Gid self) const {
+  if (!self.is_thread() || self.process() != process_) {
+    return InvalidArgument(fmt::format("{} is not a thread of this process ({})", self.ToString(),
+                                       process_.ToString()));
+  }
+  if (IsInternalThread(self)) return ReservedThread(self);
+  Mailbox* mailbox = threads_.Find(self.thread_index());
+  if (mailbox == nullptr) {
+    return InvalidArgument(fmt::format("thread {} was never enrolled", self.ToString()));
+  }
+  if (mailbox->left())
+    return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
+  return mailbox;
+}
+
+void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
+                              Clock::time_point wait_deadline) {
+  if (progress_->TryAcquire()) {
+    PollFor(mailbox, seen, poll_deadline);
+    progress_->Release();
+    return;
+  }
+  // Someone else polls: sleep on the mailbox; the poller hands over what
+  // wakes us, or the token when it leaves.
+  progress_->AddTokenWaiter(&mailbox);
+  if (progress_->TryAcquire()) {
+    progress_->RemoveTokenWaiter(&mailbox);
+    PollFor(mailbox, seen, poll_deadline);
+    progress_->Release();
+    return;
+  }
+  mailbox.Wait(seen, wait_deadline);
+  progress_->RemoveTokenWaiter(&mailbox);
+}
+
+void ReceiveSide::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point deadline) {
+  // Reading the clock costs more than a round of polling shm: look at it
+  // every 32nd round only, and not at all when the message comes sooner
+  // (the spin starts at the first look).
+  Clock::time_point spin_until = Clock::time_point::min();
+  for (uint32_t round = 1;; ++round) {
+    progress_->PollOnce();
+    if (mailbox.signal() != seen || shutting_down_.load(std::memory_order_relaxed)) return;
+    if (round % 32 != 0 && spin_.count() != 0) continue;
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    if (spin_until == Clock::time_point::min()) spin_until = now + spin_;
+    if (now >= spin_until) {
+      progress_->Sleep(deadline, &mailbox, seen);
+      progress_->PollOnce();
+      return;
+    }
+  }
+}
+
+template <typename TryMatch>
+Status ReceiveSide::WaitFor(Gid self, Clock::time_point deadline, bool blocking,
+                            TryMatch&& try_match) {
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
+  return WaitOn(*mailbox, deadline, blocking, std::forward<TryMatch>(try_match));
+}
+
+template <typename TryMatch>
+Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, bool blocking,
+                           TryMatch&& try_match) {
+  Mailbox* mailbox = &the_mailbox;
+  const Gid self = mailbox->gid();
+  // Eager: polls for itself, spinning first, for kEagerWait; idle after
+  // that (see below). A message already there costs no clock read.
+  Clock::time_point eager_until = Clock::time_point::min();
+  bool eager = true;
+  for (;;) {
+    if (try_match(*mailbox)) return Status::Ok();
+    if (mailbox->left())
+      return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
+    if (shutting_down_.load(std::memory_order_relaxed)) {
+      return Status(StatusCode::kCancelled, "the runtime is shutting down");
+    }
+    if (!blocking) {
+      if (progress_->TryAcquire()) {
+        progress_->PollOnce();
+        progress_->Release();
+        if (try_match(*mailbox)) return Status::Ok();
+      }
+      return Status(StatusCode::kTryAgain, "no matching message");
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return DeadlineExceeded(
+          fmt::format("no matching message for {} arrived in time", self.ToString()));
+    }
+    if (eager_until == Clock::time_point::min()) eager_until = now + kEagerWait;
+    if (eager && now >= eager_until) eager = false;
+    if (!eager) {
+      // An idle receiver (it waited a while and nothing came) does not
+      // take the poll token to spin and sleep with it: with many threads
+      // blocked in Recv that would pass the token around and keep the
+      // busy ones from polling for themselves. It looks once, then sleeps
+      // on its mailbox; the poller of the moment (a busy receiver, else the
+      // progress thread) hands it its messages.
+      if (progress_->TryAcquire()) {
+        progress_->PollOnce();
+        progress_->Release();
+        if (try_match(*mailbox)) return Status::Ok();
+      }
+      mailbox->Wait(mailbox->signal(), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+      continue;
+    }
+    AwaitSignal(*mailbox, mailbox->signal(), deadline, std::min(deadline, eager_until));
+  }
+}
+
+Result<Buffer> ReceiveSide::Receive(Gid self, Selector selector, Clock::time_point deadline,
+                                    bool blocking) {
+  detail::BufferSlot* slot = nullptr;
+  TOCL_RETURN_IF_ERROR(WaitFor(self, deadline, blocking, [&](Mailbox& mailbox) {
+    slot = mailbox.Take(selector);
+    return slot != nullptr;
+  }));
+  NoteReceived(slot);
+  return Buffer(slot);
+}
+
+Result<Buffer> ReceiveSide::ReceiveOn(Mailbox& mailbox, Selector selector,
+                                      Clock::time_point deadline,
+                                      const std::function<Status()>& check) {
+  detail::BufferSlot* slot = nullptr;
+  Status failed;
+  TOCL_RETURN_IF_ERROR(WaitOn(mailbox, deadline, true, [&](Mailbox& box) {
+    // A message that is there wins over a failure seen since it came (a
+    // reply sent just before its process exited).
+    slot = box.Take(selector);
+    if (slot != nullptr) return true;
+    if (check) {
+      failed = check();
+      if (!failed.ok()) return true;
+    }
+    return false;
+  }));
+  if (!failed.ok()) return failed;
+  NoteReceived(slot);
+  return Buffer(slot);
+}
+
+void ReceiveSide::NoteReceived(detail::BufferSlot* slot) {
+  const size_t bytes = Mailbox::SlotBytes(slot);
+  const size_t before = unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (before > unexpected_cap_ && before - bytes <= unexpected_cap_) {
+    // No longer congested: a sleeping poller must provide buffers and read
+    // the paused connections again.
+    hooks_.wake_poller();
+  }
+}
+
+void ReceiveSide::Release(detail::BufferSlot* slot) {
+  NoteReceived(slot);
+  slot->pool->Unref(slot);
+}
+
+Result<MessageInfo> ReceiveSide::ReceiveInto(Gid self, Selector selector, std::span<std::byte> out,
+                                             Clock::time_point deadline) {
+  PostedReceive post;
+  post.selector = selector;
+  post.out = out;
+  detail::BufferSlot* slot = nullptr;
+  std::optional<MessageInfo> too_big;
+  bool announced = false;
+  Status waited = WaitFor(self, deadline, true, [&](Mailbox& mailbox) {
+    if (post.done.load(std::memory_order_acquire)) return true;
+    slot = mailbox.TakeOrPost(selector, out.size(), &post, too_big);
+    if (!announced && slot == nullptr && !too_big) {
+      // Long starts waiting for memory may take this buffer.
+      announced = true;
+      hooks_.receive_posted();
+    }
+    return slot != nullptr || too_big.has_value();
+  });
+  // Whatever WaitFor said (the thread may have left meanwhile), `post` must
+  // be withdrawn or unbound before it goes out of scope.
+  Mailbox* mailbox =
+      self.is_thread() && self.process() == process_ ? threads_.Find(self.thread_index()) : nullptr;
+  if (mailbox == nullptr) return waited;  // never posted
+  if (!mailbox->Unpost(&post) && !post.done.load(std::memory_order_acquire)) {
+    // A long message is landing in `out`: wait for it unless we gave up.
+    if (!waited.ok()) hooks_.unbind_posted(post);
+  }
+  if (post.done.load(std::memory_order_acquire)) {
+    if (slot != nullptr) {
+      // Cannot happen (a bound receive takes nothing), but never lose it.
+      (void)mailbox->Deliver(slot);
+    }
+    TOCL_RETURN_IF_ERROR(post.status);
+    return post.info;
+  }
+  TOCL_RETURN_IF_ERROR(waited);
+  if (too_big) {
+    return InvalidArgument(fmt::format(
+        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
+        "it stays queued",
+        too_big->size, too_big->source.ToString(), too_big->tag, out.size()));
+  }
+  const wire::Header& header = slot->header();
+  MessageInfo info{Gid::FromRaw(header.source), header.tag,
+                   buffers::IsLarge(slot) ? header.total : header.length};
+  std::memcpy(out.data(), slot->payload(), info.size);
+  Release(slot);
+  return info;
+}
+
+Result<MessageInfo> ReceiveSide::Probe(Gid self, Selector selector, Clock::time_point deadline,
+                                       bool blocking) {
+  MessageInfo info;
+  TOCL_RETURN_IF_ERROR(WaitFor(self, deadline, blocking,
+                               [&](Mailbox& mailbox) { return mailbox.Peek(selector, info); }));
+  return info;
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,266 @@
+// The receive side without a daemon or networks: mailboxes, matching,
+// unexpected-memory accounting, and the wait policy (deadlines, wake-ups,
+// shutting down) with a real progress engine that has nothing to poll.
+#include "runtime/receive_side.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/size_class.h"
+#include "runtime/epoll_reactor.h"
+#include "runtime/internal_threads.h"
+#include "wire/frame.h"
+
+namespace tocl::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr Gid kProcess = Gid::Process(1, 7);
+constexpr Gid kSender = Gid::Thread(1, 2, 3);
+constexpr Gid kOtherSender = Gid::Thread(1, 5, 1);
+const size_t kFrameBytes = buffers::ClassBytes(0);
+
+struct Fixture {
+  explicit Fixture(size_t cap = 64 * kFrameBytes)
+      : budget(size_t{4} << 20),
+        pool(Network::kShm, 9, memory, budget),
+        reactor(*EpollReactor::Create()),
+        progress(*reactor, [] { return false; }),
+        receive(cap, 50us, shutting_down,
+                ReceiveSide::Hooks{
+                    .wake_poller = [this] { ++poller_wakes; },
+                    .receive_posted = [this] { ++posted; },
+                    .unbind_posted = [](PostedReceive&) {},
+                }) {
+    receive.SetProcess(kProcess);
+    receive.AttachProgress(progress);
+    progress.Start();
+    receive.AddThread(kMe);
+  }
+  ~Fixture() { progress.Stop(); }
+
+  // A short message from `source` to `to` with `text` as its payload.
+  buffers::SlotRef Message(Gid source, Tag tag, std::string_view text, Gid to = kMe) {
+    buffers::SlotRef slot(pool.TryGet(0));
+    REQUIRE(slot);
+    wire::Header& header = slot->header();
+    header.kind = wire::FrameKind::kMessage;
+    header.source = source.raw();
+    header.destination = to.raw();
+    header.tag = tag;
+    header.length = static_cast<uint32_t>(text.size());
+    header.total = header.length;
+    std::memcpy(slot->payload(), text.data(), text.size());
+    return slot;
+  }
+  Status Deliver(Gid source, Tag tag, std::string_view text, Gid to = kMe) {
+    buffers::SlotRef slot = Message(source, tag, text, to);
+    return receive.Deliver(slot);
+  }
+  static std::string Text(const Buffer& buffer) {
+    return std::string(reinterpret_cast<const char*>(buffer.data()), buffer.size());
+  }
+  uint64_t InUse() const { return pool.Stats()[0].in_use; }
+
+  static constexpr Gid kMe = Gid::Thread(1, 7, 1);
+  buffers::AnonymousSlabMemory memory;
+  buffers::PoolBudget budget;
+  buffers::BufferPool pool;
+  std::unique_ptr<EpollReactor> reactor;
+  ProgressEngine progress;
+  std::atomic<bool> shutting_down{false};
+  std::atomic<int> poller_wakes{0};
+  std::atomic<int> posted{0};
+  ReceiveSide receive;
+};
+
+TEST_CASE("a message already there is received at once and leaves the unexpected count",
+          "[receive]") {
+  Fixture f;
+  REQUIRE(f.Deliver(kSender, 5, "hello").ok());
+  CHECK(f.receive.unexpected_bytes().load() == kFrameBytes);
+  auto got = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), /*blocking=*/false);
+  REQUIRE(got.ok());
+  CHECK(Fixture::Text(*got) == "hello");
+  CHECK(got->source() == kSender);
+  CHECK(got->tag() == 5);
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  got->Release();
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("matching takes the first message of the source and tag asked for, others stay in order",
+          "[receive]") {
+  Fixture f;
+  REQUIRE(f.Deliver(kSender, 1, "a1").ok());
+  REQUIRE(f.Deliver(kOtherSender, 2, "b2").ok());
+  REQUIRE(f.Deliver(kSender, 2, "a2").ok());
+  REQUIRE(f.Deliver(kOtherSender, 1, "b1").ok());
+  auto by_tag = f.receive.Receive(Fixture::kMe, Selector{Gid(), 2}, Clock::now(), false);
+  REQUIRE(by_tag.ok());
+  CHECK(Fixture::Text(*by_tag) == "b2");
+  auto by_source = f.receive.Receive(Fixture::kMe, Selector{kSender, kAnyTag}, Clock::now(), false);
+  REQUIRE(by_source.ok());
+  CHECK(Fixture::Text(*by_source) == "a1");
+  auto by_process =
+      f.receive.Receive(Fixture::kMe, Selector{kOtherSender.process(), 1}, Clock::now(), false);
+  REQUIRE(by_process.ok());
+  CHECK(Fixture::Text(*by_process) == "b1");
+  auto rest = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(rest.ok());
+  CHECK(Fixture::Text(*rest) == "a2");
+  auto none = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  CHECK(none.status().code() == StatusCode::kTryAgain);
+}
+
+TEST_CASE("a probe leaves the message, a timed receive with nothing there ends at its deadline",
+          "[receive]") {
+  Fixture f;
+  auto empty = f.receive.Probe(Fixture::kMe, Selector{}, Clock::now(), false);
+  CHECK(empty.status().code() == StatusCode::kTryAgain);
+  const auto start = Clock::now();
+  auto late = f.receive.Receive(Fixture::kMe, Selector{}, start + 30ms, true);
+  CHECK(late.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(Clock::now() - start >= 30ms);
+  REQUIRE(f.Deliver(kSender, 3, "there").ok());
+  auto info = f.receive.Probe(Fixture::kMe, Selector{kSender, 3}, Clock::now() + 1s, true);
+  REQUIRE(info.ok());
+  CHECK(info->source == kSender);
+  CHECK(info->size == 5);
+  auto got = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(got.ok());
+  CHECK(Fixture::Text(*got) == "there");
+}
+
+TEST_CASE("a receiver waiting in Recv gets a message delivered from another thread", "[receive]") {
+  Fixture f;
+  std::atomic<bool> received{false};
+  std::string text;
+  std::thread receiver([&] {
+    auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 9}, Clock::now() + 10s, true);
+    if (got.ok()) text = Fixture::Text(*got);
+    received = got.ok();
+  });
+  // Another source and tag first: it must not end the wait.
+  REQUIRE(f.Deliver(kOtherSender, 9, "not this").ok());
+  REQUIRE(f.Deliver(kSender, 9, "this").ok());
+  receiver.join();
+  CHECK(received);
+  CHECK(text == "this");
+  CHECK(f.receive.unexpected_bytes().load() == kFrameBytes);  // "not this" waits
+}
+
+TEST_CASE("an idle receiver (past its eager time) still wakes for a delivery", "[receive]") {
+  Fixture f;
+  // 150 ms with nothing: the receiver is idle and sleeps on its mailbox
+  // (kEagerWait is 100 ms); the delivery must wake it well before 10 s.
+  std::atomic<bool> waited{false};
+  std::thread receiver([&] {
+    auto first = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now() + 150ms, true);
+    CHECK(first.status().code() == StatusCode::kDeadlineExceeded);
+    waited = true;
+    auto got = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now() + 10s, true);
+    CHECK(got.ok());
+  });
+  while (!waited) std::this_thread::yield();
+  const auto sent = Clock::now();
+  REQUIRE(f.Deliver(kSender, 1, "late").ok());
+  receiver.join();
+  CHECK(Clock::now() - sent < 5s);
+}
+
+TEST_CASE("over the cap the process is congested, receiving below it wakes the poller once",
+          "[receive]") {
+  Fixture f(2 * kFrameBytes);
+  for (int i = 0; i < 3; ++i) REQUIRE(f.Deliver(kSender, 1, "x").ok());
+  CHECK(f.receive.Congested());
+  CHECK(f.poller_wakes == 0);
+  auto a = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(a.ok());
+  CHECK_FALSE(f.receive.Congested());
+  CHECK(f.poller_wakes == 1);
+  auto b = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(b.ok());
+  CHECK(f.poller_wakes == 1);
+}
+
+TEST_CASE("a thread that leaves drops what waits for it, later deliveries are refused",
+          "[receive]") {
+  Fixture f;
+  REQUIRE(f.Deliver(kSender, 1, "one").ok());
+  REQUIRE(f.Deliver(kSender, 1, "two").ok());
+  CHECK(f.receive.Leave(Fixture::kMe));
+  CHECK_FALSE(f.receive.Leave(Fixture::kMe));  // once
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  CHECK(f.InUse() == 0);
+  buffers::SlotRef refused = f.Message(kSender, 1, "three");
+  Status status = f.receive.Deliver(refused);
+  CHECK(status.code() == StatusCode::kFailedPrecondition);
+  CHECK(refused);  // still the caller's
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  refused.reset();
+  CHECK(f.InUse() == 0);
+  auto after = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  CHECK(after.status().code() == StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("receiving as a thread that is not ours, reserved, never enrolled or gone is refused",
+          "[receive]") {
+  Fixture f;
+  CHECK(f.receive.LocalMailbox(kSender).status().code() == StatusCode::kInvalidArgument);
+  CHECK(f.receive.LocalMailbox(kProcess).status().code() == StatusCode::kInvalidArgument);
+  CHECK(f.receive.LocalMailbox(Gid::Thread(1, 7, kServiceThread)).status().code() ==
+        StatusCode::kInvalidArgument);
+  auto never = f.receive.LocalMailbox(Gid::Thread(1, 7, 42));
+  CHECK(never.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(never.status().message(), Catch::Contains("never enrolled"));
+  buffers::SlotRef nobody = f.Message(kSender, 1, "x", Gid::Thread(1, 7, 42));
+  CHECK(f.receive.Deliver(nobody).code() == StatusCode::kNotFound);
+  CHECK(nobody);
+  REQUIRE(f.receive.LocalMailbox(Fixture::kMe).ok());
+}
+
+TEST_CASE("shutting down ends a blocked receive with Cancelled", "[receive]") {
+  Fixture f;
+  Status result;
+  std::thread receiver([&] {
+    result = f.receive.Receive(Fixture::kMe, Selector{}, Clock::time_point::max(), true).status();
+  });
+  f.shutting_down = true;
+  f.receive.WakeAll();
+  receiver.join();
+  CHECK(result.code() == StatusCode::kCancelled);
+}
+
+TEST_CASE("RecvInto copies a short message, one too large stays queued with a clear error",
+          "[receive]") {
+  Fixture f;
+  REQUIRE(f.Deliver(kSender, 4, "0123456789").ok());
+  std::vector<std::byte> small(4);
+  auto refused = f.receive.ReceiveInto(Fixture::kMe, Selector{}, small, Clock::now() + 1s);
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(refused.status().message(), Catch::Contains("10 bytes"));
+  CHECK_THAT(refused.status().message(), Catch::Contains("stays queued"));
+  std::vector<std::byte> big(64);
+  auto info = f.receive.ReceiveInto(Fixture::kMe, Selector{}, big, Clock::now() + 1s);
+  REQUIRE(info.ok());
+  CHECK(info->size == 10);
+  CHECK(info->tag == 4);
+  CHECK(std::memcmp(big.data(), "0123456789", 10) == 0);
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  CHECK(f.InUse() == 0);
+  // Nothing there: the posted receive is announced (long messages may bind).
+  auto none = f.receive.ReceiveInto(Fixture::kMe, Selector{}, big, Clock::now() + 10ms);
+  CHECK(none.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(f.posted == 1);
+}
+
+}  // namespace
+}  // namespace tocl::runtime
