@@ -284,10 +284,14 @@ class SegmentView {
 };
 
 // Publishes `desc` on `channel`'s arrival ring, as its sender would.
-void PublishForged(Channel& channel, const Descriptor& desc) {
+void PublishForged(Channel& channel, const Descriptor& desc,
+                   uint32_t kind = ArrivalEntry::kDescribed) {
   auto& arrivals = channel.arrivals;
   const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
-  arrivals.entries[tail % arrivals.kSize] = desc;
+  ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
+  entry.kind = kind;
+  entry.desc = desc;
+  entry.seq.store(tail + 1, std::memory_order_release);
   arrivals.tail.value.store(tail + 1, std::memory_order_release);
 }
 
@@ -416,6 +420,92 @@ TEST_CASE("a frame larger than the receiver's largest class is refused", "[shm]"
   REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == seq; }));
 }
 
+TEST_CASE("small frames wait in the ring while the receiver is congested and all arrive after",
+          "[shm]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  const uint64_t before = t.receiver.sink.size();
+  t.receiver.sink.congested.store(true);
+  // Inline frames need no provided buffer: they fill the arrival ring,
+  // which the congested receiver does not read.
+  uint64_t posted = 0;
+  Status status;
+  for (;;) {
+    detail::BufferSlot* slot = NewFrame(t.sender, kSender, kReceiver, seq, 8);
+    status = route->Post(slot);
+    if (!status.ok()) {
+      t.sender.shm->pool().Unref(slot);
+      break;
+    }
+    ++seq;
+    ++posted;
+    REQUIRE(posted <= kArrivalSlots);
+    t.receiver.PumpOnce();
+  }
+  CHECK(status.code() == StatusCode::kTryAgain);
+  CHECK(posted == kArrivalSlots);
+  CHECK(t.receiver.sink.size() == before);  // none taken while congested
+  t.receiver.sink.congested.store(false);
+  REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == seq; }));
+  CheckInOrder(t.receiver.sink.arrivals(), kSender, kReceiver);
+  CHECK(t.sender.PoolInUse() == 0);
+}
+
+TEST_CASE("big and small frames keep their order in one channel", "[shm]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  // Sizes around the inline limit (kInlineFrameBytes with the header).
+  const uint32_t inline_max = kInlineFrameBytes - wire::kHeaderBytes;
+  const uint32_t sizes[] = {0, 8, inline_max, inline_max + 1, 4000, 1, inline_max - 1, 60000};
+  for (int i = 0; i < 2000; ++i, ++seq) {
+    const uint32_t size = sizes[i % std::size(sizes)];
+    REQUIRE(
+        PostPumping(*route, NewFrame(t.sender, kSender, kReceiver, seq, size), t.receiver).ok());
+  }
+  REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == seq; }));
+  const auto arrivals = t.receiver.sink.arrivals();
+  CheckInOrder(arrivals, kSender, kReceiver);
+  for (uint64_t i = 1; i < seq; ++i) {
+    CHECK(arrivals[i].header.length == sizes[(i - 1) % std::size(sizes)]);
+  }
+}
+
+TEST_CASE("a forged inline arrival closes its channel", "[shm]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  SegmentView view(t.receiver.shm->address());
+  Channel& channel = view.ChannelOf(kSender);
+  std::string expected;
+  SECTION("longer than an entry holds") {
+    PublishForged(channel, Descriptor{0, kInlineFrameBytes + 1, 0}, ArrivalEntry::kInline);
+    expected = fmt::format("an inline frame of {} bytes", kInlineFrameBytes + 1);
+  }
+  SECTION("shorter than a header") {
+    PublishForged(channel, Descriptor{0, 10, 0}, ArrivalEntry::kInline);
+    expected = "an inline frame of 10 bytes";
+  }
+  SECTION("of an unknown kind") {
+    PublishForged(channel, Descriptor{0, 80, 0}, 7);
+    expected = "an arrival of unknown kind 7";
+  }
+  SECTION("an empty frame that claims a payload") {
+    PublishForged(channel, Descriptor{0, wire::kHeaderBytes + 8, 0}, ArrivalEntry::kInline);
+    expected = "bad magic";  // the entry's frame bytes are zero
+  }
+  LogCapture log;
+  t.receiver.shm->Poll();
+  const std::string text = log.Text();
+  INFO(text);
+  CHECK_THAT(text, Catch::Matchers::Contains("closing the channel from h1.p1"));
+  CHECK_THAT(text, Catch::Matchers::Contains(expected));
+  CHECK(channel.state.load() == static_cast<uint32_t>(ChannelState::kClosed));
+  t.receiver.shm->Housekeeping();
+  CHECK(t.receiver.PoolInUse() == 0);
+}
+
 TEST_CASE("Post says TryAgain while the receiver is congested and everything arrives after",
           "[shm]") {
   Trio t;
@@ -424,11 +514,11 @@ TEST_CASE("Post says TryAgain while the receiver is congested and everything arr
   t.receiver.sink.congested.store(true);
 
   // The receiver keeps polling but provides no more buffers: the sender
-  // runs out of those it was given.
+  // runs out of those it was given (frames too big to travel inline).
   uint64_t posted_while_congested = 0;
   Status status;
   for (;;) {
-    detail::BufferSlot* slot = NewFrame(t.sender, kSender, kReceiver, seq, 100);
+    detail::BufferSlot* slot = NewFrame(t.sender, kSender, kReceiver, seq, 1000);
     status = route->Post(slot);
     if (!status.ok()) {
       t.sender.shm->pool().Unref(slot);  // not taken: still ours
@@ -445,7 +535,7 @@ TEST_CASE("Post says TryAgain while the receiver is congested and everything arr
   CHECK(posted_while_congested >= 64);  // at least one class's worth of provided buffers
   // Still TryAgain however long the receiver polls while congested.
   for (int i = 0; i < 100; ++i) t.receiver.PumpOnce();
-  detail::BufferSlot* blocked = NewFrame(t.sender, kSender, kReceiver, seq, 100);
+  detail::BufferSlot* blocked = NewFrame(t.sender, kSender, kReceiver, seq, 1000);
   CHECK(route->Post(blocked).code() == StatusCode::kTryAgain);
   CHECK(t.receiver.sink.size() == seq);  // all posted so far did arrive
 

@@ -3,13 +3,18 @@
 // The owner (the receiver) creates it; any process on the same host that
 // sends to the owner maps it and claims one Channel. A channel is a pair of
 // single-producer single-consumer rings:
-//   - provides[class]: receive buffers the owner hands to that sender
-//     (owner produces, sender consumes), one ring per size class;
-//   - arrivals: frames the sender copied into those buffers (sender
-//     produces, owner consumes), in the order they were sent.
+//   - arrivals: the frames of that sender (sender produces, owner
+//     consumes), in the order they were sent. A small frame (up to
+//     kInlineFrameBytes, header included) travels in the ring entry: the owner
+//     finds it by looking at the entry (its `seq`), in the cache lines the
+//     sender just wrote, as UCX's mm transport does. A bigger one is in a
+//     buffer the owner provided, and the entry describes it;
+//   - provides[class]: those receive buffers (owner produces, sender
+//     consumes), one ring per size class.
 // The buffers themselves are in the data region that follows the channels:
-// the owner's shm buffer pool. A message therefore costs one copy, into
-// memory the receiver hands to the application as it is.
+// the owner's shm buffer pool. A big message therefore costs one copy, into
+// memory the receiver hands to the application as it is; a small one two
+// (the second, into the owner's pool, touches only its own cache).
 //
 //   [SegmentHeader 4 KiB][Channel x kMaxChannels][data region (pool slabs)]
 //
@@ -26,9 +31,9 @@
 namespace tocl::subsystem::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31564D4853'4C434FULL;  // "OCLSHMV1"-ish
-inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 2;
 inline constexpr uint32_t kMaxChannels = 64;
-inline constexpr uint32_t kArrivalSlots = 1024;
+inline constexpr uint32_t kArrivalSlots = 512;
 inline constexpr uint32_t kProvideSlots = 128;
 inline constexpr size_t kPathBytes = 96;
 
@@ -45,12 +50,25 @@ struct Descriptor {
   uint64_t offset = 0;      // of the buffer in the data region
 };
 
-template <uint32_t N>
+// An entry of the arrival ring, published by storing `seq` (the ring
+// position + 1) last, with release.
+struct alignas(64) ArrivalEntry {
+  enum Kind : uint32_t { kDescribed = 0, kInline = 1 };
+  std::atomic<uint32_t> seq{0};
+  uint32_t kind = kDescribed;
+  Descriptor desc;  // kInline: only desc.length (header + payload bytes)
+  std::byte frame[192 - 8 - sizeof(Descriptor)];
+};
+static_assert(sizeof(ArrivalEntry) == 192);
+// The largest frame (header included) that travels in an arrival entry.
+inline constexpr uint32_t kInlineFrameBytes = sizeof(ArrivalEntry::frame);
+
+template <uint32_t N, typename Entry = Descriptor>
 struct Ring {
   static_assert((N & (N - 1)) == 0);
   RingIndex head;  // next entry the consumer reads
   RingIndex tail;  // next entry the producer writes
-  Descriptor entries[N];
+  Entry entries[N];
   static constexpr uint32_t kSize = N;
 };
 
@@ -71,7 +89,7 @@ struct alignas(64) Channel {
   int32_t sender_pid = 0;
   uint64_t sender_start = 0;  // /proc starttime, against pid reuse
   char sender_segment[kPathBytes] = {};
-  Ring<kArrivalSlots> arrivals;
+  Ring<kArrivalSlots, ArrivalEntry> arrivals;
   Ring<kProvideSlots> provides[buffers::kMaxClasses];
 };
 

@@ -234,6 +234,13 @@ class ShmRoute final : public Route {
       arrival_head_cache_ = arrivals.head.value.load(std::memory_order_acquire);
       if (tail - arrival_head_cache_ >= arrivals.kSize) return Stall();
     }
+    if (length <= kInlineFrameBytes) {
+      // In the arrival entry itself: no provided buffer needed.
+      ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
+      desc = Descriptor{0, length, 0};
+      target = entry.frame;
+      return Status::Ok();
+    }
     if (class_index >= num_classes_) {
       return InvalidArgument(fmt::format("a {} byte frame is larger than {}'s largest buffer",
                                          length, peer_.ToString()));
@@ -273,10 +280,17 @@ class ShmRoute final : public Route {
     return false;
   }
 
+  // Publishes the entry Reserve chose (its frame written by then): the
+  // frame inline when it fits, else the descriptor of the provided buffer.
   void Publish(const Descriptor& desc) {
     auto& arrivals = channel_.arrivals;
     const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
-    arrivals.entries[tail % arrivals.kSize] = desc;
+    ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
+    entry.kind =
+        desc.length <= kInlineFrameBytes ? ArrivalEntry::kInline : ArrivalEntry::kDescribed;
+    entry.desc = desc;
+    // The owner polls `seq` (release: the entry and frame before it).
+    entry.seq.store(tail + 1, std::memory_order_release);
     // seq_cst store, then seq_cst load of `sleeping` in WakeOwner: the
     // owner does the mirror image (store sleeping, load tail), so one of
     // the two sees the other (Dekker).
@@ -455,6 +469,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     if (header.attach_seq.load(std::memory_order_seq_cst) != seen_attach_seq_) return false;
     for (auto& in : inbound_) {
       if (in.index == kNone) continue;
+      // Frames left waiting while congested: receiving below the cap wakes
+      // us (Sink::Congested's contract), not the sender.
+      if (in.stalled && sink_.Congested()) continue;
       Channel& channel = mapping_.channel(in.index);
       if (channel.arrivals.tail.value.load(std::memory_order_seq_cst) != in.head) return false;
     }
@@ -478,8 +495,10 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       const bool closed = channel.state.load(std::memory_order_acquire) ==
                           static_cast<uint32_t>(ChannelState::kClosed);
       if (closed || !ProcessAlive(in.sender_pid, in.sender_start)) {
-        Drain(in);  // what it published before it went is delivered
-        if (in.index != kNone) Release(in, /*free_channel=*/true);
+        // What it published before it went is delivered (once there is
+        // memory for it: a stalled channel is released later).
+        Drain(in);
+        if (in.index != kNone && !in.stalled) Release(in, /*free_channel=*/true);
       }
     }
   }
@@ -516,6 +535,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     int sender_bell = -1;
     uint32_t head = 0;  // our copy of the arrival ring's head
     uint32_t provided[buffers::kMaxClasses] = {};
+    // Frames wait in the ring for memory (Drain stopped before them).
+    bool stalled = false;
   };
 
   void AdoptChannels() {
@@ -554,28 +575,73 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     }
   }
 
+  // The frame of `entry` in a buffer of our pool: copied out of the entry
+  // when inline, else the provided buffer it names (checked against what
+  // we provided to this channel). nullptr with `error` ok: it must wait
+  // (congested, or no buffer); with an error: the sender broke the protocol.
+  detail::BufferSlot* TakeFrame(Inbound& in, const ArrivalEntry& entry, Status& error) {
+    const Descriptor desc = entry.desc;
+    if (entry.kind == ArrivalEntry::kInline) {
+      if (desc.length < wire::kHeaderBytes || desc.length > kInlineFrameBytes) {
+        error = InvalidArgument(fmt::format("an inline frame of {} bytes", desc.length));
+        return nullptr;
+      }
+      if (sink_.Congested()) return nullptr;
+      const uint32_t class_index = buffers::ClassFor(desc.length - wire::kHeaderBytes);
+      detail::BufferSlot* slot = pool_.TryGet(class_index);
+      if (slot == nullptr) return nullptr;
+      std::memcpy(slot->bytes, entry.frame, desc.length);
+      return slot;
+    }
+    if (entry.kind != ArrivalEntry::kDescribed) {
+      error = InvalidArgument(fmt::format("an arrival of unknown kind {}", entry.kind));
+      return nullptr;
+    }
+    detail::BufferSlot* slot = pool_.SlotAt(desc.slot_index);
+    if (slot == nullptr || slot->offset != desc.offset || desc.slot_index >= owner_.size() ||
+        owner_[desc.slot_index] != in.index + 1) {
+      error = InvalidArgument("a descriptor for a buffer it was not given");
+      return nullptr;
+    }
+    owner_[desc.slot_index] = 0;
+    --in.provided[slot->class_index];
+    pool_.CountProvided(slot->class_index, -1);
+    return slot;
+  }
+
+  // `in` waits for memory (congestion, our pool at its cap): the next
+  // polls look at it again.
+  void NoteShort(Inbound& in) {
+    if (std::find(topup_.begin(), topup_.end(), in.index) == topup_.end()) {
+      topup_.push_back(in.index);
+    }
+  }
+
   int Drain(Inbound& in) {
     Channel& channel = mapping_.channel(in.index);
     auto& arrivals = channel.arrivals;
-    const uint32_t tail = arrivals.tail.value.load(std::memory_order_acquire);
-    if (tail == in.head) return 0;
     int delivered = 0;
     uint32_t head = in.head;
-    for (; head != tail; ++head) {
-      const Descriptor desc = arrivals.entries[head % arrivals.kSize];
-      detail::BufferSlot* slot = pool_.SlotAt(desc.slot_index);
-      if (slot == nullptr || slot->offset != desc.offset || desc.slot_index >= owner_.size() ||
-          owner_[desc.slot_index] != in.index + 1) {
-        ProtocolError(in, "a descriptor for a buffer it was not given");
+    in.stalled = false;
+    for (;; ++head) {
+      ArrivalEntry& entry = arrivals.entries[head % arrivals.kSize];
+      if (entry.seq.load(std::memory_order_acquire) != head + 1) break;
+      Status valid;
+      detail::BufferSlot* slot = TakeFrame(in, entry, valid);
+      if (slot == nullptr && valid.ok()) {
+        // Congested, or our pool at its cap: the frame waits in the ring
+        // (its sender waits for room), nothing is lost.
+        in.stalled = true;
+        break;
+      }
+      if (slot == nullptr) {
+        ProtocolError(in, valid.message());
         return delivered;
       }
-      owner_[desc.slot_index] = 0;
-      --in.provided[slot->class_index];
-      pool_.CountProvided(slot->class_index, -1);
       const wire::Header& header = slot->header();
-      Status valid = wire::ValidateHeader(header, limits_);
-      if (valid.ok() && (desc.length != wire::kHeaderBytes + header.length ||
-                         desc.length > buffers::ClassBytes(slot->class_index))) {
+      valid = wire::ValidateHeader(header, limits_);
+      if (valid.ok() && (entry.desc.length != wire::kHeaderBytes + header.length ||
+                         entry.desc.length > buffers::ClassBytes(slot->class_index))) {
         valid = InvalidArgument("frame length does not match its descriptor");
       }
       if (valid.ok() && (header.kind == wire::FrameKind::kHello ||
@@ -598,12 +664,16 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         return delivered;
       }
     }
+    if (head == in.head) {
+      if (in.stalled) NoteShort(in);
+      return 0;
+    }
     in.head = head;
     arrivals.head.value.store(head, std::memory_order_release);
     if (!sink_.Congested()) {
       TopUp(in);
-    } else if (std::find(topup_.begin(), topup_.end(), in.index) == topup_.end()) {
-      topup_.push_back(in.index);
+    } else {
+      NoteShort(in);
     }
     return delivered;
   }
@@ -680,6 +750,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     Channel& channel = mapping_.channel(in.index);
     channel.arrivals.head.value.store(0, std::memory_order_relaxed);
     channel.arrivals.tail.value.store(0, std::memory_order_relaxed);
+    // The next sender starts at seq 1 again: no old entry may look published.
+    for (auto& entry : channel.arrivals.entries) entry.seq.store(0, std::memory_order_relaxed);
     for (auto& ring : channel.provides) {
       ring.head.value.store(0, std::memory_order_relaxed);
       ring.tail.value.store(0, std::memory_order_relaxed);
