@@ -1,8 +1,10 @@
 // The shm subsystem: messages between processes of one host through shared
-// memory (DESIGN.md §5). Receive buffers live in the receiver's segment and
-// are provided per sender and size class; a sender copies a frame into one
-// and publishes it on its channel's arrival ring; the receiver hands the
-// buffer to the application with no further copy. A sleeping receiver is
+// memory (DESIGN.md §5). A small frame travels inside its channel's arrival
+// ring entry (segment_layout.h). Receive buffers for bigger ones live in the
+// receiver's segment and are provided per sender and size class; a sender
+// copies a frame into one and publishes it on its channel's arrival ring;
+// the receiver hands the buffer to the application with no further copy.
+// A sleeping receiver is
 // woken through its bell (a FIFO next to the segment) watched by its epoll
 // set, so one thread can sleep on shm and tcp at once.
 //
