@@ -79,13 +79,13 @@ int ProgressEngine::PollOnce() {
   // epoll_wait costs a system call, as long as a shm message takes to
   // arrive: every round only while a subsystem waits for fd events;
   // otherwise by time (new connections, bells from peers, wake-ups from
-  // inside the process), looking at the clock every 64th round only.
+  // inside the process), looking at the clock every 256th round only.
   ++rounds_;
   bool each_round = false;
   for (auto* subsystem : subsystems_) each_round = each_round || subsystem->WantsReactorEachRound();
   if (each_round) {
     events += reactor_.Wait(0);
-  } else if ((rounds_ & 63) == 0) {
+  } else if ((rounds_ & 255) == 0) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_reactor_poll_) {
       next_reactor_poll_ = now + kReactorPollPeriod;
