@@ -30,21 +30,30 @@ bool PoolBudget::TryReserve(size_t bytes) {
   return true;
 }
 
+uint64_t PoolBudget::BeginWait() {
+  std::lock_guard lock(mu_);
+  waiters_.fetch_add(1, std::memory_order_relaxed);
+  return epoch_;
+}
+
 bool PoolBudget::WaitForRelease(std::chrono::steady_clock::time_point deadline,
                                 uint64_t seen_epoch) {
   std::unique_lock lock(mu_);
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
-  bool released = cv_.wait_until(lock, deadline, [&] { return epoch() != seen_epoch; });
+  bool released = cv_.wait_until(lock, deadline, [&] { return epoch_ != seen_epoch; });
   waiters_.fetch_sub(1, std::memory_order_relaxed);
   return released;
 }
 
 void PoolBudget::NotifyRelease() {
-  epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) != 0) {
+  // Called after the free-list lock: a getter that registered before it
+  // took that lock is seen here (the lock orders the two), one that
+  // registered after finds the buffer when it looks again.
+  if (waiters_.load(std::memory_order_relaxed) == 0) return;
+  {
     std::lock_guard lock(mu_);
-    cv_.notify_all();
+    ++epoch_;
   }
+  cv_.notify_all();
 }
 
 AnonymousSlabMemory::~AnonymousSlabMemory() {
@@ -163,12 +172,16 @@ Result<detail::BufferSlot*> BufferPool::Get(uint32_t class_index, AtCap at_cap,
                                        NetworkName(network_)));
   }
   for (;;) {
-    const uint64_t epoch = budget_.epoch();
     if (auto* slot = TryGet(class_index)) return slot;
     if (at_cap == AtCap::kFail) {
       return ResourceExhausted(fmt::format(
           "the buffer pools are at their cap of {} bytes and no {} byte {} buffer is free",
           budget_.cap(), ClassBytes(class_index), NetworkName(network_)));
+    }
+    const uint64_t epoch = budget_.BeginWait();
+    if (auto* slot = TryGet(class_index)) {
+      budget_.CancelWait();
+      return slot;
     }
     if (!budget_.WaitForRelease(deadline, epoch)) {
       return DeadlineExceeded(fmt::format(

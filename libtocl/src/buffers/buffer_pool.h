@@ -39,15 +39,21 @@ class PoolBudget {
   size_t used() const { return used_.load(std::memory_order_relaxed); }
 
   // GetBuffer(AtCap::kWait) sleeps here; a buffer going back to any pool
-  // wakes the sleepers (it may be of the class they want).
+  // wakes the sleepers (it may be of the class they want). A getter that
+  // found nothing registers (BeginWait), looks once more, then waits or
+  // cancels. A release costs nobody anything while no one waits: it reads
+  // `waiters_` after its free-list lock, and a getter that registered
+  // before that lock sees the freed buffer or is counted.
+  uint64_t BeginWait();
+  void CancelWait() { waiters_.fetch_sub(1, std::memory_order_relaxed); }
+  // Ends the wait begun with BeginWait: false at the deadline.
   bool WaitForRelease(std::chrono::steady_clock::time_point deadline, uint64_t seen_epoch);
-  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   void NotifyRelease();
 
  private:
   const size_t cap_;
   std::atomic<size_t> used_{0};
-  std::atomic<uint64_t> epoch_{0};
+  uint64_t epoch_ = 0;  // guarded by mu_
   std::atomic<uint32_t> waiters_{0};
   std::mutex mu_;
   std::condition_variable cv_;
