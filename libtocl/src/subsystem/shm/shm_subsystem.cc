@@ -537,6 +537,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     uint32_t provided[buffers::kMaxClasses] = {};
     // Frames wait in the ring for memory (Drain stopped before them).
     bool stalled = false;
+    bool took_provided = false;  // since the last TopUp
   };
 
   void AdoptChannels() {
@@ -604,6 +605,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       return nullptr;
     }
     owner_[desc.slot_index] = 0;
+    in.took_provided = true;
     --in.provided[slot->class_index];
     pool_.CountProvided(slot->class_index, -1);
     return slot;
@@ -670,10 +672,12 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     }
     in.head = head;
     arrivals.head.value.store(head, std::memory_order_release);
-    if (!sink_.Congested()) {
-      TopUp(in);
-    } else {
+    if (sink_.Congested()) {
       NoteShort(in);
+    } else if (in.took_provided) {
+      // Only frames in provided buffers use them up (inline ones do not).
+      in.took_provided = false;
+      TopUp(in);
     }
     return delivered;
   }
