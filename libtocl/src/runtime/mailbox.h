@@ -64,6 +64,14 @@ class Mailbox {
   // sleeps. Returns false (the slot untouched) when the thread has left.
   bool Deliver(detail::BufferSlot* slot);
 
+  // Puts back at the front a message the owner was handed directly
+  // (ReceiveSide's hand-off) and did not take: it arrived before anything
+  // queued since. False when the thread has left.
+  bool PutBack(detail::BufferSlot* slot);
+  // Nothing is queued (a hint without the lock; exact for the owner's
+  // poller, which alone delivers from the networks).
+  bool empty() const { return queued_.load(std::memory_order_relaxed) == 0; }
+
   // The first message matching `selector`, removed (one reference for the
   // caller), or nullptr. A long message still arriving is skipped, and so
   // is every later message from its sender (they stay behind it).
@@ -118,6 +126,7 @@ class Mailbox {
   const Gid gid_;
   std::mutex mu_;
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
+  std::atomic<size_t> queued_{0};          // queue_.size(), written under mu_
   PostedReceive* posted_ = nullptr;        // guarded by mu_
   std::atomic<bool> has_posted_{false};
   std::atomic<uint32_t> signal_{0};

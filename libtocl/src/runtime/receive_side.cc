@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "buffers/buffer_pool.h"
 #include "buffers/large_slot.h"
@@ -18,6 +19,17 @@ namespace {
 // How long a receiver counts as eager (it polls for itself) after it last
 // found a message; an idle one sleeps on its mailbox.
 constexpr auto kEagerWait = std::chrono::milliseconds(100);
+
+// The hand-off: a thread in Receive that polls for itself says here what it
+// waits for. When its own poll round delivers a match while nothing is
+// queued for it, Deliver puts the message here instead of in the mailbox:
+// no lock, no queue, no wake-up (the same thread is on both sides).
+struct Expecting {
+  Mailbox* mailbox = nullptr;
+  Selector selector;
+  detail::BufferSlot* got = nullptr;  // one reference
+};
+thread_local Expecting expecting;
 
 }  // namespace
 
@@ -63,6 +75,13 @@ Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
   const size_t bytes = Mailbox::SlotBytes(slot.get());
   slot->set_state(BufferState::kIdle);
   unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (expecting.mailbox == mailbox && expecting.got == nullptr && !buffers::IsLarge(slot.get()) &&
+      mailbox->empty() && !mailbox->left() &&
+      expecting.selector.Matches(Gid::FromRaw(slot->header().source), slot->header().tag)) {
+    // Nothing queued is older: taking it now keeps every pair's order.
+    expecting.got = slot.release();
+    return Status::Ok();
+  }
   // Mailbox::Deliver takes the reference only when it returns true.
   if (!mailbox->Deliver(slot.get())) {
     unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -114,7 +133,10 @@ void ReceiveSide::PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point dea
   Clock::time_point spin_until = Clock::time_point::min();
   for (uint32_t round = 1;; ++round) {
     progress_->PollOnce();
-    if (mailbox.signal() != seen || shutting_down_.load(std::memory_order_relaxed)) return;
+    if (mailbox.signal() != seen || expecting.got != nullptr ||
+        shutting_down_.load(std::memory_order_relaxed)) {
+      return;
+    }
     if (round % 128 != 0 && spin_.count() != 0) continue;
     const auto now = Clock::now();
     if (now >= deadline) return;
@@ -186,11 +208,21 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
 
 Result<Buffer> ReceiveSide::Receive(Gid self, Selector selector, Clock::time_point deadline,
                                     bool blocking) {
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
   detail::BufferSlot* slot = nullptr;
-  TOCL_RETURN_IF_ERROR(WaitFor(self, deadline, blocking, [&](Mailbox& mailbox) {
-    slot = mailbox.Take(selector);
+  // A callback on this thread may receive while we wait: keep its caller's.
+  const Expecting outer = std::exchange(expecting, Expecting{mailbox, selector, nullptr});
+  Status waited = WaitOn(*mailbox, deadline, blocking, [&](Mailbox& box) {
+    slot = std::exchange(expecting.got, nullptr);
+    if (slot == nullptr) slot = box.Take(selector);
     return slot != nullptr;
-  }));
+  });
+  if (detail::BufferSlot* late = std::exchange(expecting.got, nullptr)) {
+    // Handed over after the wait ended: queued ahead of what came since.
+    if (!mailbox->PutBack(late)) Release(late);
+  }
+  expecting = outer;
+  TOCL_RETURN_IF_ERROR(waited);
   NoteReceived(slot);
   return Buffer(slot);
 }

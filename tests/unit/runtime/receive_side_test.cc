@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "buffers/size_class.h"
 #include "runtime/epoll_reactor.h"
 #include "runtime/internal_threads.h"
+#include "subsystem/subsystem.h"
 #include "wire/frame.h"
 
 namespace tocl::runtime {
@@ -26,6 +28,48 @@ constexpr Gid kProcess = Gid::Process(1, 7);
 constexpr Gid kSender = Gid::Thread(1, 2, 3);
 constexpr Gid kOtherSender = Gid::Thread(1, 5, 1);
 const size_t kFrameBytes = buffers::ClassBytes(0);
+
+// A network whose poll round delivers the frames a test put in it, on the
+// thread that polls (as shm's Drain does).
+class FakeNetwork final : public subsystem::Subsystem {
+ public:
+  explicit FakeNetwork(buffers::BufferPool& pool) : pool_(pool) {}
+  void Attach(ReceiveSide& receive) { receive_ = &receive; }
+  void Arrive(buffers::SlotRef slot) {
+    std::lock_guard lock(mu_);
+    frames_.push_back(std::move(slot));
+  }
+  int Poll() override {
+    std::vector<buffers::SlotRef> round;
+    {
+      std::lock_guard lock(mu_);
+      round.swap(frames_);
+    }
+    for (auto& slot : round) CHECK(receive_->Deliver(slot).ok());
+    return static_cast<int>(round.size());
+  }
+  Network network() const override { return Network::kShm; }
+  const std::string& address() const override { return address_; }
+  buffers::BufferPool& pool() override { return pool_; }
+  bool Reaches(Gid, std::string_view) const override { return false; }
+  Result<std::unique_ptr<subsystem::Route>> Connect(Gid, std::string_view) override {
+    return Status(StatusCode::kUnimplemented, "fake");
+  }
+  bool PrepareToSleep() override {
+    std::lock_guard lock(mu_);
+    return frames_.empty();
+  }
+  void FinishSleep() override {}
+  void Housekeeping() override {}
+  void Close() override {}
+
+ private:
+  buffers::BufferPool& pool_;
+  ReceiveSide* receive_ = nullptr;
+  const std::string address_ = "fake";
+  std::mutex mu_;
+  std::vector<buffers::SlotRef> frames_;
+};
 
 struct Fixture {
   explicit Fixture(size_t cap = 64 * kFrameBytes)
@@ -41,6 +85,8 @@ struct Fixture {
                 }) {
     receive.SetProcess(kProcess);
     receive.AttachProgress(progress);
+    network.Attach(receive);
+    progress.AddSubsystem(&network);
     progress.Start();
     receive.AddThread(kMe);
   }
@@ -79,6 +125,7 @@ struct Fixture {
   std::atomic<int> poller_wakes{0};
   std::atomic<int> posted{0};
   ReceiveSide receive;
+  FakeNetwork network{pool};
 };
 
 TEST_CASE("a message already there is received at once and leaves the unexpected count",
@@ -264,6 +311,63 @@ TEST_CASE("RecvInto copies a short message, one too large stays queued with a cl
   auto none = f.receive.ReceiveInto(Fixture::kMe, Selector{}, big, Clock::now() + 10ms);
   CHECK(none.status().code() == StatusCode::kDeadlineExceeded);
   CHECK(f.posted == 1);
+}
+
+TEST_CASE("messages the receiver's own poll round brings are taken in their pair's order",
+          "[receive]") {
+  Fixture f;
+  // One round brings three of one pair: the first may be handed over
+  // directly, the others are queued behind it; all come out in order.
+  f.network.Arrive(f.Message(kSender, 1, "m1"));
+  f.network.Arrive(f.Message(kSender, 1, "m2"));
+  f.network.Arrive(f.Message(kSender, 1, "m3"));
+  for (const char* want : {"m1", "m2", "m3"}) {
+    auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
+    REQUIRE(got.ok());
+    CHECK(Fixture::Text(*got) == want);
+  }
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a message the receiver's poll round brings that it does not want is queued",
+          "[receive]") {
+  Fixture f;
+  f.network.Arrive(f.Message(kOtherSender, 1, "other"));
+  f.network.Arrive(f.Message(kSender, 2, "wanted"));
+  auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 2}, Clock::now() + 10s, true);
+  REQUIRE(got.ok());
+  CHECK(Fixture::Text(*got) == "wanted");
+  auto info = f.receive.Probe(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(info.ok());
+  CHECK(info->source == kOtherSender);
+  auto rest = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), false);
+  REQUIRE(rest.ok());
+  CHECK(Fixture::Text(*rest) == "other");
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+}
+
+TEST_CASE("a queued message of a pair is taken before a newer one of the same pair", "[receive]") {
+  Fixture f;
+  // "old" waits in the mailbox (delivered outside any poll round); the
+  // round then brings "new" of the same pair: never handed over first.
+  REQUIRE(f.Deliver(kSender, 1, "old").ok());
+  f.network.Arrive(f.Message(kSender, 1, "new"));
+  auto first = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
+  REQUIRE(first.ok());
+  CHECK(Fixture::Text(*first) == "old");
+  auto second = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
+  REQUIRE(second.ok());
+  CHECK(Fixture::Text(*second) == "new");
+}
+
+TEST_CASE("TryRecv finds what its one poll round brings", "[receive]") {
+  Fixture f;
+  f.network.Arrive(f.Message(kSender, 3, "now"));
+  auto got = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), /*blocking=*/false);
+  REQUIRE(got.ok());
+  CHECK(Fixture::Text(*got) == "now");
+  CHECK(f.receive.unexpected_bytes().load() == 0);
 }
 
 }  // namespace
