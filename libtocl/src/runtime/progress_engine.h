@@ -68,6 +68,7 @@ class ProgressEngine {
   void ThreadLoop();
   void SleepUntil(std::chrono::steady_clock::time_point until, bool queued);
   void HousekeepingIfDue();
+  void Housekeeping(std::chrono::steady_clock::time_point now);
 
   EpollReactor& reactor_;
   std::function<bool()> flush_queued_;
@@ -86,7 +87,7 @@ class ProgressEngine {
   std::atomic<bool> holder_sleeping_{false};
 
   // Token holder only.
-  uint64_t rounds_ = 0;
+  uint32_t work_ = 0;  // rounds and deliveries since the clock was read
   std::chrono::steady_clock::time_point next_reactor_poll_{};
   std::chrono::steady_clock::time_point next_housekeeping_{};
 

@@ -1,0 +1,118 @@
+// The progress engine's poll round without a daemon or networks: when a
+// spinning poller looks at the fds (epoll costs a system call, so not every
+// round) with a real reactor and a network whose rounds the test shapes.
+#include "runtime/progress_engine.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "buffers/buffer_pool.h"
+#include "core/posix.h"
+#include "runtime/epoll_reactor.h"
+#include "subsystem/subsystem.h"
+
+namespace tocl::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A network whose every round reports `per_round` deliveries and lasts at
+// least `round_time` (a burst of tcp frames in a loaded process).
+class ShapedNetwork final : public subsystem::Subsystem {
+ public:
+  explicit ShapedNetwork(buffers::BufferPool& pool) : pool_(pool) {}
+  int Poll() override {
+    const auto until = Clock::now() + round_time;
+    while (Clock::now() < until) {
+    }
+    return per_round;
+  }
+  Network network() const override { return Network::kTcp; }
+  const std::string& address() const override { return address_; }
+  buffers::BufferPool& pool() override { return pool_; }
+  bool Reaches(Gid, std::string_view) const override { return false; }
+  Result<std::unique_ptr<subsystem::Route>> Connect(Gid, std::string_view) override {
+    return Status(StatusCode::kUnimplemented, "shaped");
+  }
+  bool PrepareToSleep() override { return true; }
+  void FinishSleep() override {}
+  void Housekeeping() override {}
+  void Close() override {}
+
+  int per_round = 0;
+  std::chrono::microseconds round_time{0};
+
+ private:
+  buffers::BufferPool& pool_;
+  const std::string address_ = "shaped";
+};
+
+// The read end of a pipe in the reactor: counts what epoll reports.
+struct PipeWatch final : subsystem::FdHandler {
+  PipeWatch() { REQUIRE(pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0); }
+  ~PipeWatch() override {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  void Ring() { REQUIRE(write(fds[1], "x", 1) == 1); }
+  void OnReady(uint32_t /*events*/) override {
+    char byte;
+    while (read(fds[0], &byte, 1) == 1) ++seen;
+  }
+  int fds[2] = {-1, -1};
+  int seen = 0;
+};
+
+// PollOnce until the pipe's ring is seen; returns the rounds it took.
+int RoundsUntilSeen(ProgressEngine& engine, PipeWatch& watch) {
+  const int before = watch.seen;
+  watch.Ring();
+  const auto deadline = Clock::now() + 10s;
+  int rounds = 0;
+  while (watch.seen == before && Clock::now() < deadline) {
+    engine.PollOnce();
+    ++rounds;
+  }
+  REQUIRE(watch.seen == before + 1);
+  return rounds;
+}
+
+TEST_CASE(
+    "a poller looks at the fds by work and time: at once after slow busy rounds, "
+    "every 256th empty round",
+    "[progress]") {
+  buffers::PoolBudget budget(size_t{1} << 20);
+  buffers::AnonymousSlabMemory memory;
+  buffers::BufferPool pool(Network::kTcp, 1, memory, budget);
+  auto reactor = EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  ProgressEngine engine(**reactor, [] { return false; });
+  ShapedNetwork network(pool);
+  engine.AddSubsystem(&network);
+  PipeWatch watch;
+  REQUIRE((*reactor)->Add(watch.fds[0], EPOLLIN, &watch).ok());
+  REQUIRE(engine.TryAcquire());
+
+  // Rounds that each delivered a burst and took longer than the poll
+  // period: the next round looks (not the 256th).
+  network.per_round = 1000;
+  network.round_time = 100us;
+  engine.PollOnce();
+  CHECK(RoundsUntilSeen(engine, watch) <= 2);
+  CHECK(RoundsUntilSeen(engine, watch) <= 2);
+
+  // Empty quick rounds (a spinning shm poller): no system call each round.
+  network.per_round = 0;
+  network.round_time = 0us;
+  CHECK(RoundsUntilSeen(engine, watch) >= 256);
+  engine.Release();
+}
+
+}  // namespace
+}  // namespace tocl::runtime
