@@ -108,8 +108,9 @@ class Subsystem {
   virtual int Poll() = 0;
   // Whether the polling thread must look at the reactor every round: this
   // subsystem has fds whose events only the reactor reports now (a via VI,
-  // a tcp connection waiting for room to write). False lets a spinning
-  // poller look at the fds only now and then (each look is a system call).
+  // a tcp connection connecting, waiting for its handshake answer or for
+  // room to write). False lets a spinning poller look at the fds only now
+  // and then (each look is a system call).
   virtual bool WantsReactorEachRound() const { return false; }
   // Called by the poller just before it sleeps: true when it may sleep
   // (nothing arrived since the last Poll, and peers will wake it).

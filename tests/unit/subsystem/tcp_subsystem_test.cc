@@ -506,6 +506,42 @@ TEST_CASE("a route to a listener that never answers the hello breaks after the t
                            Catch::Contains("1 queued frames failed"));
 }
 
+// A poller that spins looks at the fds only now and then unless the
+// subsystem asks for every round: a route waiting for its handshake answer
+// must ask, or the answer (and every frame queued behind it) waits for the
+// poller's next look, which a busy process may put off for seconds.
+TEST_CASE("a route waiting for connect or handshake answer has the poller watch its fd each round",
+          "[tcp]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  std::string mute_address;
+  auto mute = ListenAnyPort("127.0.0.1", 4, &mute_address);
+  REQUIRE(mute.ok());
+  CHECK_FALSE(a.tcp->WantsReactorEachRound());
+
+  auto unanswered = a.tcp->Connect(kB, mute_address);
+  REQUIRE(unanswered.ok());
+  CHECK(a.tcp->WantsReactorEachRound());
+  // The mute listener takes the hello and never answers.
+  Fd accepted(accept4(mute->get(), nullptr, nullptr, SOCK_CLOEXEC));
+  REQUIRE(accepted.valid());
+  const auto hello = testing::RawRead(accepted, wire::kHeaderBytes, {&a});
+  CHECK(hello.size() == wire::kHeaderBytes);
+  PumpRounds({&a}, 10);
+  CHECK(a.tcp->WantsReactorEachRound());
+  unanswered->reset();
+  PumpRounds({&a}, 2);
+  CHECK_FALSE(a.tcp->WantsReactorEachRound());
+
+  // Answered and drained: nothing left to wait for.
+  auto route = a.tcp->Connect(kB, b.tcp->address());
+  REQUIRE(route.ok());
+  CHECK(a.tcp->WantsReactorEachRound());
+  REQUIRE(PostPumping(**route, NewFrame(a.tcp->pool(), kA, kB, 0, 100), {&a, &b}).ok());
+  REQUIRE(PumpUntil({&a, &b}, [&] { return b.sink.size() == 1 && (*route)->Drained(); }));
+  CHECK_FALSE(a.tcp->WantsReactorEachRound());
+}
+
 TEST_CASE("connections in their handshake are capped: the oldest makes room", "[tcp][security]") {
   TcpOptions options = Options(kB);
   options.max_handshaking = 3;

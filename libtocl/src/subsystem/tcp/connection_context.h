@@ -78,9 +78,10 @@ struct ConnectionContext {
   const wire::Limits limits;  // max_payload: the largest class minus the header
   const size_t max_queued_bytes_per_route;
   TcpTraffic traffic;
-  // Outbound connections with EPOLLOUT in their mask (connecting, or frames
-  // waiting for room): while there are any the poller asks epoll every round.
-  std::atomic<int> writers{0};
+  // Outbound connections waiting for an fd event (connecting, in their
+  // handshake, or frames waiting for room): while there are any the poller
+  // asks epoll every round.
+  std::atomic<int> waiting{0};
 
   // Polling-thread bookkeeping (handlers and Poll run there only):
   int delivered = 0;             // messages handed to the sink since the last Poll

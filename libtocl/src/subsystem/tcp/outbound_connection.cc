@@ -292,21 +292,25 @@ void OutboundConnection::UpdateInterestLocked() {
   if (state_ == State::kBroken) return;
   const bool want = state_ == State::kConnecting || preamble_written_ < preamble_.size() ||
                     (state_ == State::kConnected && !queue_.empty());
-  if (want == want_write_) return;
-  if (Status status =
-          context_.reactor.Modify(fd_.get(), kReadEvents | (want ? EPOLLOUT : 0u), this);
-      !status.ok()) {
-    BreakLocked(fmt::format("connection to {} lost: {}", description_, status.message()),
-                /*warn=*/true);
-    return;
+  if (want != want_write_) {
+    if (Status status =
+            context_.reactor.Modify(fd_.get(), kReadEvents | (want ? EPOLLOUT : 0u), this);
+        !status.ok()) {
+      BreakLocked(fmt::format("connection to {} lost: {}", description_, status.message()),
+                  /*warn=*/true);
+      return;
+    }
   }
   SetWantWriteLocked(want);
 }
 
 void OutboundConnection::SetWantWriteLocked(bool want) {
-  if (want == want_write_) return;
   want_write_ = want;
-  context_.writers.fetch_add(want ? 1 : -1, std::memory_order_relaxed);
+  // Until it is connected it waits for the connect or the handshake answer.
+  const bool waits = state_ != State::kBroken && (want || state_ != State::kConnected);
+  if (waits == counted_waiting_) return;
+  counted_waiting_ = waits;
+  context_.waiting.fetch_add(waits ? 1 : -1, std::memory_order_relaxed);
 }
 
 void OutboundConnection::Shutdown(std::string_view why) {

@@ -112,8 +112,9 @@ class OutboundConnection final : public subsystem::FdHandler {
   // Accounts `written` bytes: the hello, then whole frames (kSent, Unref).
   void ConsumeLocked(size_t written);
   void UpdateInterestLocked();
-  // Records whether EPOLLOUT is in the mask, in want_write_ and the
-  // context's count of writers.
+  // Records whether EPOLLOUT is in the mask (want_write_), and whether the
+  // connection waits for an fd event (EPOLLOUT, or the connect or handshake
+  // answer) in the context's count of waiting connections.
   void SetWantWriteLocked(bool want);
   // Reads what the peer sent on a send-only connection: its handshake
   // answer, then only its closing or an error.
@@ -142,8 +143,9 @@ class OutboundConnection final : public subsystem::FdHandler {
   size_t answer_filled_ = 0;
   FrameRing queue_;
   size_t queued_bytes_ = 0;
-  size_t head_written_ = 0;  // bytes of the queue's first frame already written
-  bool want_write_ = false;  // EPOLLOUT is in the epoll mask
+  size_t head_written_ = 0;       // bytes of the queue's first frame already written
+  bool want_write_ = false;       // EPOLLOUT is in the epoll mask
+  bool counted_waiting_ = false;  // counted in ConnectionContext::waiting
 };
 
 }  // namespace tocl::subsystem::tcp

@@ -207,7 +207,7 @@ int TcpSubsystem::Poll() {
 
 bool TcpSubsystem::WantsReactorEachRound() const {
   return inbound_.size() > kDirectReadConnections ||
-         context_.writers.load(std::memory_order_relaxed) > 0;
+         context_.waiting.load(std::memory_order_relaxed) > 0;
 }
 
 bool TcpSubsystem::PrepareToSleep() {
