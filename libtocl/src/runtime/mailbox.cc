@@ -64,21 +64,14 @@ bool Mailbox::Deliver(detail::BufferSlot* slot) {
     std::lock_guard lock(mu_);
     if (left_.load(std::memory_order_relaxed)) return false;
     queue_.push_back(slot);
-    queued_.store(queue_.size(), std::memory_order_relaxed);
+    CountQueuedLocked();
   }
   Wake();
   return true;
 }
 
-bool Mailbox::PutBack(detail::BufferSlot* slot) {
-  {
-    std::lock_guard lock(mu_);
-    if (left_.load(std::memory_order_relaxed)) return false;
-    queue_.push_front(slot);
-    queued_.store(queue_.size(), std::memory_order_relaxed);
-  }
-  Wake();
-  return true;
+void Mailbox::CountQueuedLocked() {
+  queued_.store(queue_.size(), std::memory_order_relaxed);
 }
 
 void Mailbox::Wake() {
@@ -120,7 +113,7 @@ detail::BufferSlot* Mailbox::Take(const Selector& selector) {
   if (it == queue_.end()) return nullptr;
   detail::BufferSlot* slot = *it;
   queue_.erase(it);
-  queued_.store(queue_.size(), std::memory_order_relaxed);
+  CountQueuedLocked();
   return slot;
 }
 
@@ -147,7 +140,7 @@ detail::BufferSlot* Mailbox::TakeOrPost(const Selector& selector, size_t max_byt
     }
     detail::BufferSlot* slot = *it;
     queue_.erase(it);
-    queued_.store(queue_.size(), std::memory_order_relaxed);
+    CountQueuedLocked();
     if (post != nullptr && posted_ == post) {
       posted_ = nullptr;
       has_posted_.store(false, std::memory_order_release);
@@ -192,7 +185,7 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   auto it = std::find(queue_.begin(), queue_.end(), slot);
   if (it == queue_.end()) return false;
   queue_.erase(it);
-  queued_.store(queue_.size(), std::memory_order_relaxed);
+  CountQueuedLocked();
   return true;
 }
 
@@ -202,7 +195,7 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     std::lock_guard lock(mu_);
     left_.store(true, std::memory_order_release);
     dropped.swap(queue_);
-    queued_.store(0, std::memory_order_relaxed);
+    CountQueuedLocked();
     posted_ = nullptr;  // its RecvInto returns (and unbinds what is bound)
     has_posted_.store(false, std::memory_order_release);
   }

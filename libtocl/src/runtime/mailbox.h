@@ -64,12 +64,9 @@ class Mailbox {
   // sleeps. Returns false (the slot untouched) when the thread has left.
   bool Deliver(detail::BufferSlot* slot);
 
-  // Puts back at the front a message the owner was handed directly
-  // (ReceiveSide's hand-off) and did not take: it arrived before anything
-  // queued since. False when the thread has left.
-  bool PutBack(detail::BufferSlot* slot);
-  // Nothing is queued (a hint without the lock; exact for the owner's
-  // poller, which alone delivers from the networks).
+  // Nothing is queued: a hint read without the lock. Deliveries from other
+  // threads (local senders, long messages completing) race with it, as
+  // they race with the owner's poll round anyway.
   bool empty() const { return queued_.load(std::memory_order_relaxed) == 0; }
 
   // The first message matching `selector`, removed (one reference for the
@@ -123,10 +120,13 @@ class Mailbox {
   static size_t SlotBytes(const detail::BufferSlot* slot);
 
  private:
+  // Publishes queue_.size() for empty(); after every change, under mu_.
+  void CountQueuedLocked();
+
   const Gid gid_;
   std::mutex mu_;
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
-  std::atomic<size_t> queued_{0};          // queue_.size(), written under mu_
+  std::atomic<size_t> queued_{0};          // queue_.size(), for empty()
   PostedReceive* posted_ = nullptr;        // guarded by mu_
   std::atomic<bool> has_posted_{false};
   std::atomic<uint32_t> signal_{0};

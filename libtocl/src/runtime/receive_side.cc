@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -30,6 +31,21 @@ struct Expecting {
   detail::BufferSlot* got = nullptr;  // one reference
 };
 thread_local Expecting expecting;
+
+// Says what this thread waits for while it lives. A receive returns right
+// after a look that empties `got`, so nothing is ever left in it.
+class ExpectingScope {
+ public:
+  ExpectingScope(Mailbox* mailbox, const Selector& selector) {
+    expecting = Expecting{mailbox, selector, nullptr};
+  }
+  ~ExpectingScope() {
+    assert(expecting.got == nullptr);
+    expecting = Expecting{};
+  }
+  ExpectingScope(const ExpectingScope&) = delete;
+  ExpectingScope& operator=(const ExpectingScope&) = delete;
+};
 
 }  // namespace
 
@@ -72,16 +88,18 @@ Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
   const Gid to = Gid::FromRaw(slot->header().destination);
   Mailbox* mailbox = threads_.Find(to.thread_index());
   if (mailbox == nullptr) return NotFound(fmt::format("no thread {}", to.ToString()));
-  const size_t bytes = Mailbox::SlotBytes(slot.get());
   slot->set_state(BufferState::kIdle);
-  unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (expecting.mailbox == mailbox && expecting.got == nullptr && !buffers::IsLarge(slot.get()) &&
       mailbox->empty() && !mailbox->left() &&
       expecting.selector.Matches(Gid::FromRaw(slot->header().source), slot->header().tag)) {
-    // Nothing queued is older: taking it now keeps every pair's order.
+    // Nothing queued is older (a long message still arriving is queued and
+    // keeps its sender's later ones behind it): taking it now keeps every
+    // pair's order. Never unexpected, so never counted.
     expecting.got = slot.release();
     return Status::Ok();
   }
+  const size_t bytes = Mailbox::SlotBytes(slot.get());
+  unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   // Mailbox::Deliver takes the reference only when it returns true.
   if (!mailbox->Deliver(slot.get())) {
     unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -166,6 +184,9 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
   Clock::time_point eager_until = Clock::time_point::min();
   bool eager = true;
   for (;;) {
+    // Read before looking: a delivery after the look moves it on, so the
+    // wait below does not sleep past a message already there.
+    const uint32_t seen = mailbox->signal();
     if (try_match(*mailbox)) return Status::Ok();
     if (mailbox->left())
       return FailedPrecondition(fmt::format("thread {} has left", self.ToString()));
@@ -199,10 +220,10 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
         progress_->Release();
         if (try_match(*mailbox)) return Status::Ok();
       }
-      mailbox->Wait(mailbox->signal(), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+      mailbox->Wait(seen, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
       continue;
     }
-    AwaitSignal(*mailbox, mailbox->signal(), deadline, std::min(deadline, eager_until));
+    AwaitSignal(*mailbox, seen, deadline, std::min(deadline, eager_until));
   }
 }
 
@@ -210,20 +231,17 @@ Result<Buffer> ReceiveSide::Receive(Gid self, Selector selector, Clock::time_poi
                                     bool blocking) {
   TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
   detail::BufferSlot* slot = nullptr;
-  // A callback on this thread may receive while we wait: keep its caller's.
-  const Expecting outer = std::exchange(expecting, Expecting{mailbox, selector, nullptr});
-  Status waited = WaitOn(*mailbox, deadline, blocking, [&](Mailbox& box) {
-    slot = std::exchange(expecting.got, nullptr);
-    if (slot == nullptr) slot = box.Take(selector);
-    return slot != nullptr;
-  });
-  if (detail::BufferSlot* late = std::exchange(expecting.got, nullptr)) {
-    // Handed over after the wait ended: queued ahead of what came since.
-    if (!mailbox->PutBack(late)) Release(late);
+  bool handed = false;
+  {
+    ExpectingScope scope(mailbox, selector);
+    TOCL_RETURN_IF_ERROR(WaitOn(*mailbox, deadline, blocking, [&](Mailbox& box) {
+      slot = std::exchange(expecting.got, nullptr);
+      handed = slot != nullptr;
+      if (!handed) slot = box.Take(selector);
+      return slot != nullptr;
+    }));
   }
-  expecting = outer;
-  TOCL_RETURN_IF_ERROR(waited);
-  NoteReceived(slot);
+  if (!handed) NoteReceived(slot);
   return Buffer(slot);
 }
 

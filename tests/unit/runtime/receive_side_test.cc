@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "buffers/buffer_pool.h"
+#include "buffers/large_slot.h"
 #include "buffers/size_class.h"
 #include "runtime/epoll_reactor.h"
 #include "runtime/internal_threads.h"
@@ -77,7 +78,9 @@ class FakeNetwork final : public subsystem::Subsystem {
 };
 
 struct Fixture {
-  explicit Fixture(size_t cap = 64 * kFrameBytes)
+  // `start_progress` false: no progress thread, so the receiving thread is
+  // the only one that ever polls (the hand-off tests need that).
+  explicit Fixture(size_t cap = 64 * kFrameBytes, bool start_progress = true)
       : budget(size_t{4} << 20),
         pool(Network::kShm, 9, memory, budget),
         reactor(*EpollReactor::Create()),
@@ -92,7 +95,7 @@ struct Fixture {
     receive.AttachProgress(progress);
     network.Attach(receive);
     progress.AddSubsystem(&network);
-    progress.Start();
+    if (start_progress) progress.Start();
     receive.AddThread(kMe);
   }
   ~Fixture() { progress.Stop(); }
@@ -318,27 +321,39 @@ TEST_CASE("RecvInto copies a short message, one too large stays queued with a cl
   CHECK(f.posted == 1);
 }
 
-TEST_CASE("messages the receiver's own poll round brings are taken in their pair's order",
+// The hand-off: with no progress thread, the receiver polls for itself;
+// its mailbox's signal moves only when something is queued there.
+TEST_CASE("a match the receiver's own poll round brings is handed over without the mailbox",
           "[receive]") {
-  Fixture f;
-  // One round brings three of one pair: the first may be handed over
-  // directly, the others are queued behind it; all come out in order.
+  Fixture f(64 * kFrameBytes, /*start_progress=*/false);
+  Mailbox& mailbox = *f.receive.Find(Fixture::kMe);
   f.network.Arrive(f.Message(kSender, 1, "m1"));
+  const uint32_t before = mailbox.signal();
+  auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
+  REQUIRE(got.ok());
+  CHECK(Fixture::Text(*got) == "m1");
+  CHECK(mailbox.signal() == before);  // never queued
+  CHECK(f.receive.unexpected_bytes().load() == 0);
+  // One round brings three of one pair: the first is handed over, the
+  // others are queued behind it; all come out in order.
   f.network.Arrive(f.Message(kSender, 1, "m2"));
   f.network.Arrive(f.Message(kSender, 1, "m3"));
-  for (const char* want : {"m1", "m2", "m3"}) {
-    auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
-    REQUIRE(got.ok());
-    CHECK(Fixture::Text(*got) == want);
+  f.network.Arrive(f.Message(kSender, 1, "m4"));
+  for (const char* want : {"m2", "m3", "m4"}) {
+    auto next = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
+    REQUIRE(next.ok());
+    CHECK(Fixture::Text(*next) == want);
   }
+  CHECK(mailbox.signal() == before + 2);  // m3 and m4 were queued
   CHECK(f.receive.unexpected_bytes().load() == 0);
+  got->Release();
   CHECK(f.InUse() == 0);
   CHECK(f.network.refused == 0);
 }
 
 TEST_CASE("a message the receiver's poll round brings that it does not want is queued",
           "[receive]") {
-  Fixture f;
+  Fixture f(64 * kFrameBytes, /*start_progress=*/false);
   f.network.Arrive(f.Message(kOtherSender, 1, "other"));
   f.network.Arrive(f.Message(kSender, 2, "wanted"));
   auto got = f.receive.Receive(Fixture::kMe, Selector{kSender, 2}, Clock::now() + 10s, true);
@@ -354,27 +369,45 @@ TEST_CASE("a message the receiver's poll round brings that it does not want is q
   CHECK(f.network.refused == 0);
 }
 
-TEST_CASE("a queued message of a pair is taken before a newer one of the same pair", "[receive]") {
-  Fixture f;
-  // "old" waits in the mailbox (delivered outside any poll round); the
-  // round then brings "new" of the same pair: never handed over first.
-  REQUIRE(f.Deliver(kSender, 1, "old").ok());
-  f.network.Arrive(f.Message(kSender, 1, "new"));
+TEST_CASE("a message is not handed over past its sender's long message still arriving",
+          "[receive]") {
+  Fixture f(64 * kFrameBytes, /*start_progress=*/false);
+  Mailbox& mailbox = *f.receive.Find(Fixture::kMe);
+  // A long message of the pair is queued and still arriving: it hides the
+  // sender's later messages, so the short one that the round brings must
+  // not overtake it.
+  auto made = buffers::NewLargeSlot(&f.pool, 100, nullptr);
+  REQUIRE(made.ok());
+  buffers::LargeSlot* large = *made;
+  large->header().source = kSender.raw();
+  large->header().destination = Fixture::kMe.raw();
+  large->header().tag = 1;
+  large->set_state(BufferState::kInFlight);
+  REQUIRE(mailbox.Deliver(large));
+  f.network.Arrive(f.Message(kSender, 1, "short"));
+  auto early = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 50ms, true);
+  CHECK(early.status().code() == StatusCode::kDeadlineExceeded);
+  // The long message completes: it comes first, then the short one.
+  large->set_state(BufferState::kIdle);
+  mailbox.Wake();
   auto first = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
   REQUIRE(first.ok());
-  CHECK(Fixture::Text(*first) == "old");
+  CHECK(buffers::IsLarge(first->slot()));
   auto second = f.receive.Receive(Fixture::kMe, Selector{kSender, 1}, Clock::now() + 10s, true);
   REQUIRE(second.ok());
-  CHECK(Fixture::Text(*second) == "new");
+  CHECK(Fixture::Text(*second) == "short");
   CHECK(f.network.refused == 0);
 }
 
-TEST_CASE("TryRecv finds what its one poll round brings", "[receive]") {
-  Fixture f;
+TEST_CASE("TryRecv takes what its one poll round brings", "[receive]") {
+  Fixture f(64 * kFrameBytes, /*start_progress=*/false);
+  Mailbox& mailbox = *f.receive.Find(Fixture::kMe);
+  const uint32_t before = mailbox.signal();
   f.network.Arrive(f.Message(kSender, 3, "now"));
   auto got = f.receive.Receive(Fixture::kMe, Selector{}, Clock::now(), /*blocking=*/false);
   REQUIRE(got.ok());
   CHECK(Fixture::Text(*got) == "now");
+  CHECK(mailbox.signal() == before);  // handed over
   CHECK(f.receive.unexpected_bytes().load() == 0);
   CHECK(f.network.refused == 0);
 }
