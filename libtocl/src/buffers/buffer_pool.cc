@@ -209,6 +209,11 @@ void BufferPool::Put(detail::BufferSlot* slot) {
     ++size_class.free_count;
   }
   budget_.NotifyRelease();
+  // After the free-list lock, as NotifyRelease reads its waiters.
+  if (release_wanted_.load(std::memory_order_relaxed) &&
+      release_wanted_.exchange(false, std::memory_order_relaxed) && on_release_) {
+    on_release_();
+  }
 }
 
 detail::BufferSlot* BufferPool::SlotAt(uint32_t index) const {

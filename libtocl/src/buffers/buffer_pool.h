@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,8 +43,10 @@ class PoolBudget {
   // wakes the sleepers (it may be of the class they want). A getter that
   // found nothing registers (BeginWait), looks once more, then waits or
   // cancels. A release costs nobody anything while no one waits: it reads
-  // `waiters_` after its free-list lock, and a getter that registered
-  // before that lock sees the freed buffer or is counted.
+  // `waiters_` after its class's free-list lock, and a getter of that class
+  // whose second look took the lock first is counted by then; one whose
+  // look came after sees the buffer. (Only a release of the getter's class
+  // can help it: slabs are never freed.)
   uint64_t BeginWait();
   void CancelWait() { waiters_.fetch_sub(1, std::memory_order_relaxed); }
   // Ends the wait begun with BeginWait: false at the deadline.
@@ -110,6 +113,13 @@ class BufferPool {
   // Drops one reference; the last one puts the slot back on its free list.
   void Unref(detail::BufferSlot* slot);
 
+  // A poller that found no buffer asks to be told of the next release:
+  // `on_release` (set once, before any Get) runs on the releasing thread.
+  // Ask, then TryGet once more: a release that the second look missed
+  // comes after the ask (the class's free-list lock orders the two).
+  void SetReleaseHook(std::function<void()> on_release) { on_release_ = std::move(on_release); }
+  void WantRelease() { release_wanted_.store(true, std::memory_order_relaxed); }
+
   // The slot with table index `index`, or nullptr when out of range (for
   // checking indexes that come from a peer).
   detail::BufferSlot* SlotAt(uint32_t index) const;
@@ -138,6 +148,8 @@ class BufferPool {
   const uint32_t num_classes_;
   SlabMemory& memory_;
   PoolBudget& budget_;
+  std::function<void()> on_release_;
+  std::atomic<bool> release_wanted_{false};
   std::unique_ptr<SizeClass[]> classes_;
 
   // Slot table: entries [0, slot_count_) are set and never change. Mapped

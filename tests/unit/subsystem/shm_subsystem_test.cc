@@ -92,7 +92,7 @@ using tocl::subsystem::testing::CollectingSink;
 
 // One process's worth of shm: a budget, a reactor, a sink, a subsystem.
 struct Node {
-  Node(Gid self, std::string directory) : budget(kBudgetBytes) {
+  Node(Gid self, std::string directory, size_t budget_bytes = kBudgetBytes) : budget(budget_bytes) {
     auto created = runtime::EpollReactor::Create();
     REQUIRE(created.ok());
     reactor = std::move(*created);
@@ -450,6 +450,38 @@ TEST_CASE("small frames wait in the ring while the receiver is congested and all
   REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == seq; }));
   CheckInOrder(t.receiver.sink.arrivals(), kSender, kReceiver);
   CHECK(t.sender.PoolInUse() == 0);
+}
+
+TEST_CASE(
+    "a receiver whose pool is spent leaves small frames in the ring, sleeps, and takes them "
+    "once a buffer comes back",
+    "[shm]") {
+  ShmDir dir;
+  Node sender(kSender, dir.path());
+  // Enough for a slab of each small class: what the channel is provided
+  // with, and about 190 class-0 buffers left for inline frames.
+  Node receiver(kReceiver, dir.path(), size_t{512} << 10);
+  uint64_t seq = 0;
+  auto route = ConnectReady(sender, kSender, receiver, seq);
+  receiver.sink.keep.store(true);  // the application holds what arrives
+  for (int i = 0; i < 400; ++i, ++seq) {
+    REQUIRE(PostPumping(*route, NewFrame(sender, kSender, kReceiver, seq, 8), receiver).ok());
+  }
+  for (int i = 0; i < 10; ++i) receiver.PumpOnce();
+  const size_t held = receiver.sink.size();
+  INFO("arrived while the pool was spent: " << held);
+  REQUIRE(held < seq);  // the rest wait in the ring
+  // Frames wait for a buffer, not for the sender: the owner may sleep...
+  REQUIRE(receiver.shm->PrepareToSleep());
+  receiver.shm->FinishSleep();
+  // ...and a buffer coming back wakes it at once.
+  receiver.sink.keep.store(false);
+  receiver.sink.ReleaseKept();
+  CHECK(receiver.reactor->Wait(5000) > 0);
+  REQUIRE(receiver.PollUntil([&] { return receiver.sink.size() == seq; }));
+  CheckInOrder(receiver.sink.arrivals(), kSender, kReceiver);
+  receiver.sink.ReleaseKept();
+  CHECK(receiver.PoolInUse() == 0);
 }
 
 TEST_CASE("big and small frames keep their order in one channel", "[shm]") {

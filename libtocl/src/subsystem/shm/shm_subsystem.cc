@@ -188,10 +188,9 @@ class ShmRoute final : public Route {
   Status Post(detail::BufferSlot* slot) override {
     const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + slot->header().length);
     std::byte* target = nullptr;
-    Descriptor desc;
-    TOCL_RETURN_IF_ERROR(Reserve(slot->class_index, length, desc, target));
+    TOCL_RETURN_IF_ERROR(Reserve(slot->class_index, length, target));
     std::memcpy(target, slot->bytes, length);
-    Publish(desc);
+    Publish();
     slot->set_state(BufferState::kSent);
     slot->pool->Unref(slot);
     return Status::Ok();
@@ -200,12 +199,11 @@ class ShmRoute final : public Route {
   Status PostCopy(const wire::Header& header, std::span<const std::byte> payload) override {
     const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + payload.size());
     std::byte* target = nullptr;
-    Descriptor desc;
-    TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, desc, target));
+    TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, target));
     wire::EncodeHeader(header, target);
     // memcpy from the null data() of an empty span is undefined, even for 0 bytes.
     if (!payload.empty()) std::memcpy(target + wire::kHeaderBytes, payload.data(), payload.size());
-    Publish(desc);
+    Publish();
     return Status::Ok();
   }
 
@@ -219,7 +217,9 @@ class ShmRoute final : public Route {
   // Finds a provided buffer of class >= `class_index` and room on the
   // arrival ring. TryAgain when there is none (the owner has not provided
   // yet, or is congested), Unavailable when the owner is gone.
-  Status Reserve(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
+  // Fills in the next arrival entry (unpublished) and points `target` where
+  // the frame goes: the entry itself, or a provided buffer it describes.
+  Status Reserve(uint32_t class_index, uint32_t length, std::byte*& target) {
     if (broken_) return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
     auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
     if (state != ChannelState::kReady) {
@@ -234,10 +234,11 @@ class ShmRoute final : public Route {
       arrival_head_cache_ = arrivals.head.value.load(std::memory_order_acquire);
       if (tail - arrival_head_cache_ >= arrivals.kSize) return Stall();
     }
+    ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
     if (length <= kInlineFrameBytes) {
       // In the arrival entry itself: no provided buffer needed.
-      ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
-      desc = Descriptor{0, length, 0};
+      entry.kind = ArrivalEntry::kInline;
+      entry.desc = Descriptor{0, length, 0};
       target = entry.frame;
       return Status::Ok();
     }
@@ -245,13 +246,14 @@ class ShmRoute final : public Route {
       return InvalidArgument(fmt::format("a {} byte frame is larger than {}'s largest buffer",
                                          length, peer_.ToString()));
     }
-    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
+    entry.kind = ArrivalEntry::kDescribed;
+    if (PopProvided(class_index, length, entry.desc, target)) return Status::Ok();
     if (broken_) return Fail("provided a buffer outside its segment");
     // None: ask the owner to ring our bell when it provides more, then look
     // once more (it may have provided between our look and the flag; it
     // stores its ring's tail and then loads the flag, both seq_cst).
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
-    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
+    if (PopProvided(class_index, length, entry.desc, target)) return Status::Ok();
     if (broken_) return Fail("provided a buffer outside its segment");
     return Stall();
   }
@@ -280,17 +282,12 @@ class ShmRoute final : public Route {
     return false;
   }
 
-  // Publishes the entry Reserve chose (its frame written by then): the
-  // frame inline when it fits, else the descriptor of the provided buffer.
-  void Publish(const Descriptor& desc) {
+  // Publishes the entry Reserve filled in (its frame written by then).
+  void Publish() {
     auto& arrivals = channel_.arrivals;
     const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
-    ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
-    entry.kind =
-        desc.length <= kInlineFrameBytes ? ArrivalEntry::kInline : ArrivalEntry::kDescribed;
-    entry.desc = desc;
     // The owner polls `seq` (release: the entry and frame before it).
-    entry.seq.store(tail + 1, std::memory_order_release);
+    arrivals.entries[tail % arrivals.kSize].seq.store(tail + 1, std::memory_order_release);
     // seq_cst store, then seq_cst load of `sleeping` in WakeOwner: the
     // owner does the mirror image (store sleeping, load tail), so one of
     // the two sees the other (Dekker).
@@ -363,7 +360,11 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         pool_(Network::kShm, options.num_classes, slab_memory_, budget),
         limits_{static_cast<uint32_t>(buffers::ClassBytes(options.num_classes - 1) -
                                       wire::kHeaderBytes)},
-        self_start_(ProcessStart(getpid())) {}
+        self_start_(ProcessStart(getpid())) {
+    // Inline frames left in a ring for want of a buffer (Drain): the next
+    // release wakes the poller however it sleeps.
+    pool_.SetReleaseHook([this] { reactor_.Wake(); });
+  }
 
   ~ShmSubsystemImpl() override { Close(); }
 
@@ -471,7 +472,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       if (in.index == kNone) continue;
       // Frames left waiting while congested: receiving below the cap wakes
       // us (Sink::Congested's contract), not the sender.
-      if (in.stalled && sink_.Congested()) continue;
+      // Frames left waiting for a buffer: the pool's release hook wakes us.
+      if (in.stall == Inbound::Stall::kCongested && sink_.Congested()) continue;
+      if (in.stall == Inbound::Stall::kNoBuffer) continue;
       Channel& channel = mapping_.channel(in.index);
       if (channel.arrivals.tail.value.load(std::memory_order_seq_cst) != in.head) return false;
     }
@@ -498,7 +501,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         // What it published before it went is delivered (once there is
         // memory for it: a stalled channel is released later).
         Drain(in);
-        if (in.index != kNone && !in.stalled) Release(in, /*free_channel=*/true);
+        if (in.index != kNone && in.stall == Inbound::Stall::kNone) {
+          Release(in, /*free_channel=*/true);
+        }
       }
     }
   }
@@ -535,8 +540,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     int sender_bell = -1;
     uint32_t head = 0;  // our copy of the arrival ring's head
     uint32_t provided[buffers::kMaxClasses] = {};
-    // Frames wait in the ring for memory (Drain stopped before them).
-    bool stalled = false;
+    // Why frames wait in the ring (Drain stopped before them): nothing, our
+    // receivers are congested, or our pool has no buffer for the next one.
+    enum class Stall { kNone, kCongested, kNoBuffer } stall = Stall::kNone;
     bool took_provided = false;  // since the last TopUp
   };
 
@@ -578,24 +584,41 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
 
   // The frame of `entry` in a buffer of our pool: copied out of the entry
   // when inline, else the provided buffer it names (checked against what
-  // we provided to this channel). nullptr with `error` ok: it must wait
-  // (congested, or no buffer); with an error: the sender broke the protocol.
-  detail::BufferSlot* TakeFrame(Inbound& in, const ArrivalEntry& entry, Status& error) {
+  // we provided to this channel); `length` is the frame's length as checked.
+  // nullptr with `error` ok: it must wait (in.stall says why); with an
+  // error: the sender broke the protocol.
+  detail::BufferSlot* TakeFrame(Inbound& in, const ArrivalEntry& entry, uint32_t& length,
+                                Status& error) {
+    // The sender can still write the entry: read what is checked once.
+    const uint32_t kind = entry.kind;
     const Descriptor desc = entry.desc;
-    if (entry.kind == ArrivalEntry::kInline) {
-      if (desc.length < wire::kHeaderBytes || desc.length > kInlineFrameBytes) {
-        error = InvalidArgument(fmt::format("an inline frame of {} bytes", desc.length));
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    length = desc.length;
+    if (kind == ArrivalEntry::kInline) {
+      if (length < wire::kHeaderBytes || length > kInlineFrameBytes) {
+        error = InvalidArgument(fmt::format("an inline frame of {} bytes", length));
         return nullptr;
       }
-      if (sink_.Congested()) return nullptr;
-      const uint32_t class_index = buffers::ClassFor(desc.length - wire::kHeaderBytes);
+      if (sink_.Congested()) {
+        in.stall = Inbound::Stall::kCongested;
+        return nullptr;
+      }
+      const uint32_t class_index = buffers::ClassFor(length - wire::kHeaderBytes);
       detail::BufferSlot* slot = pool_.TryGet(class_index);
-      if (slot == nullptr) return nullptr;
-      std::memcpy(slot->bytes, entry.frame, desc.length);
+      if (slot == nullptr) {
+        // Ask to be woken by the next release, then look once more.
+        pool_.WantRelease();
+        slot = pool_.TryGet(class_index);
+      }
+      if (slot == nullptr) {
+        in.stall = Inbound::Stall::kNoBuffer;
+        return nullptr;
+      }
+      std::memcpy(slot->bytes, entry.frame, length);
       return slot;
     }
-    if (entry.kind != ArrivalEntry::kDescribed) {
-      error = InvalidArgument(fmt::format("an arrival of unknown kind {}", entry.kind));
+    if (kind != ArrivalEntry::kDescribed) {
+      error = InvalidArgument(fmt::format("an arrival of unknown kind {}", kind));
       return nullptr;
     }
     detail::BufferSlot* slot = pool_.SlotAt(desc.slot_index);
@@ -624,26 +647,24 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     auto& arrivals = channel.arrivals;
     int delivered = 0;
     uint32_t head = in.head;
-    in.stalled = false;
+    in.stall = Inbound::Stall::kNone;
     for (;; ++head) {
       ArrivalEntry& entry = arrivals.entries[head % arrivals.kSize];
       if (entry.seq.load(std::memory_order_acquire) != head + 1) break;
       Status valid;
-      detail::BufferSlot* slot = TakeFrame(in, entry, valid);
-      if (slot == nullptr && valid.ok()) {
-        // Congested, or our pool at its cap: the frame waits in the ring
-        // (its sender waits for room), nothing is lost.
-        in.stalled = true;
-        break;
-      }
+      uint32_t length = 0;
+      detail::BufferSlot* slot = TakeFrame(in, entry, length, valid);
+      // Congested, or our pool at its cap: the frame waits in the ring (its
+      // sender waits for room), nothing is lost.
+      if (slot == nullptr && valid.ok()) break;
       if (slot == nullptr) {
         ProtocolError(in, valid.message());
         return delivered;
       }
       const wire::Header& header = slot->header();
       valid = wire::ValidateHeader(header, limits_);
-      if (valid.ok() && (entry.desc.length != wire::kHeaderBytes + header.length ||
-                         entry.desc.length > buffers::ClassBytes(slot->class_index))) {
+      if (valid.ok() && (length != wire::kHeaderBytes + header.length ||
+                         length > buffers::ClassBytes(slot->class_index))) {
         valid = InvalidArgument("frame length does not match its descriptor");
       }
       if (valid.ok() && (header.kind == wire::FrameKind::kHello ||
@@ -667,7 +688,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       }
     }
     if (head == in.head) {
-      if (in.stalled) NoteShort(in);
+      if (in.stall != Inbound::Stall::kNone) NoteShort(in);
       return 0;
     }
     in.head = head;
