@@ -32,7 +32,6 @@ ProgressEngine::~ProgressEngine() {
 }
 
 void ProgressEngine::Start() {
-  base_fds_ = reactor_.watched();
   thread_ = std::thread([this] { ThreadLoop(); });
 }
 
@@ -141,10 +140,9 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline, Mailb
 }
 
 void ProgressEngine::SleepUntil(std::chrono::steady_clock::time_point until, bool queued) {
-  // Only one subsystem and nothing else to watch (no tcp connection, no
-  // queued send waiting for a peer's bell): its own sleep is cheaper.
-  if (subsystems_.size() == 1 && reactor_.watched() == base_fds_ && !queued &&
-      bell_listeners_.load(std::memory_order_relaxed) == 0 &&
+  // Only one subsystem (its fds are its own business) and no queued send
+  // waiting for a peer's bell: its own sleep is cheaper.
+  if (subsystems_.size() == 1 && !queued && bell_listeners_.load(std::memory_order_relaxed) == 0 &&
       subsystems_.front()->SleepAlone(until)) {
     return;
   }

@@ -73,7 +73,6 @@ class ProgressEngine {
   EpollReactor& reactor_;
   std::function<bool()> flush_queued_;
   std::vector<subsystem::Subsystem*> subsystems_;
-  int base_fds_ = 0;  // fds watched when no tcp connection is open
 
   std::atomic<bool> token_{false};
   std::atomic<uint64_t> releases_{0};  // written by the token holder only

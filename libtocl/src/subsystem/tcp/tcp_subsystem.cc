@@ -198,7 +198,9 @@ int TcpSubsystem::Poll() {
     if (paused_ > 0) context_.inbound_changed = true;
   }
   if (has_released_.load(std::memory_order_acquire)) FreeReleasedOutbound();
-  if (inbound_.size() <= kDirectReadConnections) {
+  // Not while the poller asks epoll anyway (WantsReactorEachRound).
+  if (inbound_.size() <= kDirectReadConnections &&
+      context_.waiting.load(std::memory_order_relaxed) == 0) {
     // What their reactor handler does; closed and paused ones do nothing.
     for (auto& connection : inbound_) connection->OnReady(EPOLLIN);
   }
