@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/posix.h"
+#include "core/split_list.h"
 
 namespace tocl::daemon::spawn {
 namespace {
@@ -45,13 +46,8 @@ Result<std::string> ResolveExecutable(std::string_view executable, std::string_v
     }
   }
   bool saw_other = false;
-  size_t start = 0;
-  while (start <= search_path.size()) {
-    size_t end = search_path.find(':', start);
-    if (end == std::string_view::npos) end = search_path.size();
-    std::string_view dir = search_path.substr(start, end - start);
-    start = end + 1;
-    if (dir.empty()) continue;
+  // PATH's entries as they are: a directory's name may hold spaces.
+  for (std::string_view dir : SplitList(search_path, ':', ListSpaces::kKeep)) {
     std::string path = fmt::format("{}/{}", dir, executable);
     switch (Check(path)) {
       case Found::kExecutable:

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parse_number.h"
 #include "grpc_tls/tls_credentials.h"
 #include "service/accept_times.h"
 #include "service/daemon_stubs.h"
-#include "service/proc_files.h"
 
 // Linux 6.5; glibc 2.36 does not name it yet.
 #ifndef SO_PEERPIDFD

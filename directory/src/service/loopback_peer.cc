@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "service/proc_files.h"
+#include "core/parse_number.h"
 
 namespace tocl::directory {
 namespace {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/parse_number.h"
+
 namespace tocl::directory {
 namespace {
 

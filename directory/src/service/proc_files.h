@@ -1,8 +1,8 @@
 // What the daemon reads of /proc/<pid>/status: the user ids and pid
-// namespaces (the start time in `stat`, the number parser and the file
-// reader are core's: core/proc_files.h). The parsers take the files' text,
-// so that they are tested without a process; ProcessHandle reads the files
-// of a process it holds (and checks it was still alive after the read).
+// namespaces (the start time in `stat` and the file reader are core's:
+// core/proc_files.h). The parsers take the files' text, so that they are
+// tested without a process; ProcessHandle reads the files of a process it
+// holds (and checks it was still alive after the read).
 #pragma once
 
 #include <sys/types.h>
@@ -13,13 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/proc_files.h"
-
 namespace tocl::directory {
-
-using tocl::ParseNumber;
-using tocl::ParseStartTicks;
-using tocl::ReadProcFile;
 
 // The user ids of a process, as /proc/<pid>/status has them.
 struct ProcessUids {

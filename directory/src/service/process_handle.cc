@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "core/proc_files.h"
+
 // glibc 2.36's <sys/pidfd.h> lacks __BEGIN_DECLS (fixed in 2.37).
 extern "C" {
 #include <sys/pidfd.h>

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/parse_number.h"
+
 namespace tocl {
 
 std::optional<uint64_t> ParseStartTicks(std::string_view stat) {

@@ -1,31 +1,18 @@
 // Reading the kernel's text files about processes: /proc/<pid>/<name>
-// whole, a number in them, and a process's start time in /proc/<pid>/stat.
+// whole, and a process's start time in /proc/<pid>/stat.
 // Shared by shm (is a peer process still the one that made its segment?)
-// and the daemon (is a pid still the process that connected?). The parsers
-// take the files' text, so that they are tested without a process.
+// and the daemon (is a pid still the process that connected?). The parser
+// takes the file's text, so that it is tested without a process.
 #pragma once
 
 #include <sys/types.h>
 
-#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace tocl {
-
-// `text`, all of it, as a number in `base`. nullopt for an empty text, a
-// sign where `Number` has none, trailing characters or an overflow.
-template <typename Number>
-std::optional<Number> ParseNumber(std::string_view text, int base = 10) {
-  Number value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 // Field 22 of /proc/<pid>/stat: when the process started, in clock ticks
 // (sysconf(_SC_CLK_TCK)) since boot. The command name (field 2) may hold

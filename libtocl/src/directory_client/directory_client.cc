@@ -5,11 +5,11 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <stop_token>
 #include <thread>
 
+#include "core/environment.h"
 #include "directory_client/channel.h"
 #include "directory_client/connect_failure.h"
 #include "directory_client/convert.h"
@@ -94,9 +94,7 @@ std::unique_ptr<grpc::ClientContext> NewCallContext() {
 }  // namespace client
 
 std::string DirectoryClient::DefaultAddress() {
-  const char* env = std::getenv("TOCL_DAEMON");
-  if (env != nullptr && *env != '\0') return env;
-  return "unix:/var/lib/tocl/toclsd.sock";
+  return FromEnvironment("TOCL_DAEMON", "unix:/var/lib/tocl/toclsd.sock");
 }
 
 DirectoryClient::DirectoryClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/environment.h"
 #include "core/posix.h"
 #include "security/openssl_util.h"
 
@@ -89,9 +90,9 @@ Result<Credentials> LoadCredentials(const std::string& directory) {
 }
 
 std::optional<std::string> CredentialsDirectoryFromEnvironment() {
-  const char* value = std::getenv("TOCL_CREDENTIALS");
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
+  std::string value = FromEnvironment("TOCL_CREDENTIALS");
+  if (value.empty()) return std::nullopt;
+  return value;
 }
 
 }  // namespace tocl::security

@@ -5,7 +5,6 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-#include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -13,6 +12,7 @@
 #include <string>
 
 #include "core/logger.h"
+#include "scoped_environment.h"
 
 namespace tocl {
 namespace {
@@ -77,23 +77,17 @@ TEST_CASE("SetLogLevel takes spdlog's level names and refuses others, keeping th
 TEST_CASE("the library's logger starts at warn, or at TOCL_LOG_LEVEL when that is a level",
           "[log]") {
   RestoreLoggers restore;
-  const char* before = std::getenv("TOCL_LOG_LEVEL");
-  const std::string saved = before != nullptr ? before : "";
-  ::unsetenv("TOCL_LOG_LEVEL");
+  testing::ScopedEnvironment environment;
+  environment.Unset("TOCL_LOG_LEVEL");
   ReplaceLog(nullptr);  // a new default one reads the variable again
   CHECK(Log().level() == spdlog::level::warn);
   CHECK(Log().name() == "tocl");
-  ::setenv("TOCL_LOG_LEVEL", "info", 1);
+  environment.Set("TOCL_LOG_LEVEL", "info");
   ReplaceLog(nullptr);
   CHECK(Log().level() == spdlog::level::info);
-  ::setenv("TOCL_LOG_LEVEL", "chatty", 1);
+  environment.Set("TOCL_LOG_LEVEL", "chatty");
   ReplaceLog(nullptr);
   CHECK(Log().level() == spdlog::level::warn);
-  if (before != nullptr) {
-    ::setenv("TOCL_LOG_LEVEL", saved.c_str(), 1);
-  } else {
-    ::unsetenv("TOCL_LOG_LEVEL");
-  }
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "service/proc_files.h"
+#include "core/proc_files.h"
 
 namespace tocl::directory {
 namespace {
