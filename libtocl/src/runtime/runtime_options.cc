@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "buffers/size_class.h"
-#include "subsystem/network_spec.h"
+#include "core/split_list.h"
 #include "subsystem/transport_registry.h"
 #include "tocl/directory_client.h"
 
@@ -39,7 +39,7 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   }
 
   const std::string peers = FromEnv(options.peer_daemons, "TOCL_PEER_DAEMONS", "");
-  for (std::string_view peer : subsystem::SplitList(peers)) {
+  for (std::string_view peer : SplitList(peers)) {
     const std::string entry(peer);
     const size_t equals = entry.find('=');
     uint32_t host = 0;

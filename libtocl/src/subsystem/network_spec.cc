@@ -7,8 +7,9 @@
 #include <netinet/in.h>
 
 #include <bit>
-#include <charconv>
 #include <memory>
+
+#include "core/parse_number.h"
 
 namespace tocl::subsystem {
 
@@ -67,6 +68,15 @@ NetworkSpec IpNetworkOn(std::string_view kind, const Interface& interface) {
   return IpNetwork(kind, interface.name, interface.ipv4, interface.prefix);
 }
 
+std::vector<NetworkSpec> IpNetworksOnUpInterfaces(std::string_view kind,
+                                                  std::span<const Interface> interfaces) {
+  std::vector<NetworkSpec> specs;
+  for (const Interface& item : interfaces) {
+    if (item.up && !item.loopback) specs.push_back(IpNetworkOn(kind, item));
+  }
+  return specs;
+}
+
 NetworkSpec LoopbackIpNetwork(std::string_view kind) {
   return IpNetwork(kind, "lo", 0x7f000001, 8);
 }
@@ -78,13 +88,11 @@ Result<NetworkSpec> ParseIpNetwork(std::string_view kind, std::string_view addre
   std::optional<int> prefix;
   if (auto slash = address.find('/'); slash != std::string_view::npos) {
     ip_part = address.substr(0, slash);
-    int value = -1;
-    auto text = address.substr(slash + 1);
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > 32) {
+    const std::optional<int> value = ParseNumber<int>(address.substr(slash + 1));
+    if (!value || *value < 0 || *value > 32) {
       return InvalidArgument(fmt::format("bad prefix length in '{}:{}'", kind, address));
     }
-    prefix = value;
+    prefix = *value;
   }
   if (auto ip = ParseIpv4(ip_part)) {
     for (const Interface& item : interfaces) {
@@ -111,21 +119,6 @@ Result<NetworkSpec> ParseIpNetwork(std::string_view kind, std::string_view addre
       fmt::format("'{}:{}': no interface of that name with an IPv4 address", kind, ip_part));
 }
 
-std::vector<std::string_view> SplitList(std::string_view text) {
-  std::vector<std::string_view> entries;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string_view::npos) comma = text.size();
-    std::string_view entry = text.substr(start, comma - start);
-    start = comma + 1;
-    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
-    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
-    if (!entry.empty()) entries.push_back(entry);
-  }
-  return entries;
-}
-
 std::string_view KindOf(std::string_view network_name) {
   return network_name.substr(0, network_name.find('-'));
 }
@@ -143,11 +136,9 @@ TcpEndpoint ParseTcpEndpoint(std::string_view published) {
   TcpEndpoint endpoint;
   std::string_view address = published;
   if (auto slash = published.rfind('/'); slash != std::string_view::npos) {
-    int value = -1;
-    auto text = published.substr(slash + 1);
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec == std::errc() && end == text.data() + text.size() && value >= 0 && value <= 128) {
-      endpoint.prefix = value;
+    const std::optional<int> value = ParseNumber<int>(published.substr(slash + 1));
+    if (value && *value >= 0 && *value <= 128) {
+      endpoint.prefix = *value;
       address = published.substr(0, slash);
     }
   }

@@ -43,6 +43,10 @@ std::vector<Interface> Interfaces();
 
 // A network of kind `kind` bound to `interface`'s address and subnet.
 NetworkSpec IpNetworkOn(std::string_view kind, const Interface& interface);
+// IpNetworkOn each of `interfaces` that is up and not loopback, in order:
+// what "auto" opens of a kind bound to an IP.
+std::vector<NetworkSpec> IpNetworksOnUpInterfaces(std::string_view kind,
+                                                  std::span<const Interface> interfaces);
 // The same on loopback: 127.0.0.1/8 on "lo".
 NetworkSpec LoopbackIpNetwork(std::string_view kind);
 // The part of a list entry after "KIND:": "" (loopback), "IFACE" or
@@ -71,9 +75,6 @@ bool TcpReaches(const NetworkSpec& local, const TcpEndpoint& peer);
 std::optional<std::string> ReachableEndpoint(const NetworkSpec& local, std::string_view published);
 // Bound to a loopback address (127.x or ::1): reaches only this host.
 bool IsLoopback(const NetworkSpec& spec);
-
-// The trimmed, non-empty entries of a comma-separated list.
-std::vector<std::string_view> SplitList(std::string_view text);
 
 // "tcp-1" -> "tcp".
 std::string_view KindOf(std::string_view network_name);

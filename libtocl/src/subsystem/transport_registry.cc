@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "core/split_list.h"
+
 namespace tocl::subsystem {
 
 TransportRegistry::TransportRegistry(std::vector<Transport> transports,
@@ -23,13 +25,6 @@ Result<const Transport*> TransportRegistry::Find(std::string_view name) const {
     known += fmt::format("{}{}", known.empty() ? "" : ", ", transport.name);
   }
   return InvalidArgument(fmt::format("unknown network kind '{}' (known: {})", name, known));
-}
-
-const Transport* TransportRegistry::Find(Network network) const {
-  for (const Transport& transport : transports_) {
-    if (network != Network::kFastest && transport.network == network) return &transport;
-  }
-  return nullptr;
 }
 
 std::string TransportRegistry::ListSyntax() const {
@@ -117,6 +112,17 @@ Status TransportRegistry::ResolveOptions(RuntimeOptions& options) const {
   return Status::Ok();
 }
 
+Transport IpBoundTransport(std::string_view name, Network network) {
+  Transport transport;
+  transport.name = name;
+  transport.network = network;
+  transport.ip_bound = true;
+  transport.parse = [name](std::string_view address, std::span<const Interface> interfaces) {
+    return ParseIpNetwork(name, address, interfaces);
+  };
+  return transport;
+}
+
 // --- the kinds this libtocl is built with -------------------------------------
 // The one place that lists them, each behind its CMake option.
 
@@ -152,12 +158,11 @@ Result<std::string> NetworksFromOlderSpelling(std::string_view subsystems,
   const std::string list = subsystems.empty() ? "shm,tcp" : std::string(subsystems);
   std::string networks;
   for (std::string_view entry : SplitList(list)) {
+    if (auto kind = CompiledTransports().Find(entry.substr(0, entry.find(':'))); !kind.ok()) {
+      return kind.status().WithContext(fmt::format("subsystem '{}' in '{}'", entry, list));
+    }
     std::string name(entry);
     if (name == "tcp" && !tcp_bind.empty()) name = fmt::format("tcp:{}", tcp_bind);
-    if (name != "shm" && name != "via" && !name.starts_with("tcp")) {
-      return InvalidArgument(
-          fmt::format("unknown subsystem '{}' in '{}' (known: shm, tcp, via)", name, list));
-    }
     networks += (networks.empty() ? "" : ",") + name;
   }
   if (networks.empty()) return InvalidArgument(fmt::format("no subsystem enabled by '{}'", list));

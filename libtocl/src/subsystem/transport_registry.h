@@ -43,13 +43,15 @@
 
 namespace tocl::subsystem {
 
-// What a network is opened with: the runtime's side of it. The references
-// outlive the network.
+// What a network is opened with: the runtime's side of it. `reactor`,
+// `sink` and `budget` outlive the network; `options` only the call to open
+// (a kind copies what it needs).
 struct OpenContext {
   Gid self_process;
   uint32_t num_classes = 0;  // pool classes 256 B << 0 .. num_classes - 1
   // As TransportRegistry::ResolveOptions left them (each kind's settings
-  // filled in from the environment and checked).
+  // filled in from the environment and checked), not as the application
+  // gave them.
   const RuntimeOptions& options;
   security::ClusterKey key;  // the data-plane secret (none without credentials)
   Reactor& reactor;
@@ -121,8 +123,6 @@ class TransportRegistry {
   // The entry of kind `name`. InvalidArgument when there is none, listing
   // the known kinds, or saying that this libtocl was built without it.
   Result<const Transport*> Find(std::string_view name) const;
-  // The entry whose Network is `network`; nullptr for none (and kFastest).
-  const Transport* Find(Network network) const;
 
   // Parses a comma-separated network list: each kind's entries (above)
   // and "auto" (every kind's `automatic`, fastest first; a host-local kind
@@ -153,10 +153,17 @@ class TransportRegistry {
 const TransportRegistry& CompiledTransports();
 
 // RuntimeOptions::subsystems and tcp_bind (the spelling before `networks`:
-// "shm,tcp" and tcp's listen address) as a network list. InvalidArgument
-// names an unknown subsystem.
+// "shm,tcp" and tcp's listen address) as a network list: "tcp" becomes
+// "tcp:BIND". Each entry's kind must be one of CompiledTransports()
+// (InvalidArgument as Find says, naming the entry); the rest of an entry is
+// ParseNetworks' to check.
 Result<std::string> NetworksFromOlderSpelling(std::string_view subsystems,
                                               std::string_view tcp_bind);
+
+// The start of an entry for a kind bound to an IP address (network_spec.h):
+// `name`, `network`, ip_bound and `parse` (ParseIpNetwork) filled in; the
+// kind adds the rest. `name` must outlive the entry (a constant).
+Transport IpBoundTransport(std::string_view name, Network network);
 
 // The entries, each defined next to its subsystem; CompiledTransports
 // lists those that are built.

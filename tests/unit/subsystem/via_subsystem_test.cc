@@ -451,6 +451,21 @@ TEST_CASE("a via subsystem publishes PROVIDER:IP:PORT and checks the addresses i
   CHECK(a.via->open_vis() == 0);
 }
 
+TEST_CASE("a via address splits into its provider and the rest at the first colon", "[via]") {
+  auto split = SplitAddress("sockets:10.0.0.1:4000/24");
+  REQUIRE(split.has_value());
+  CHECK(split->provider == "sockets");
+  CHECK(split->rest == "10.0.0.1:4000/24");
+  auto empty_rest = SplitAddress("ibverbs:");
+  REQUIRE(empty_rest.has_value());
+  CHECK(empty_rest->provider == "ibverbs");
+  CHECK(empty_rest->rest.empty());
+  for (const char* bad : {"", "sockets", ":10.0.0.1:4000"}) {
+    INFO(bad);
+    CHECK_FALSE(SplitAddress(bad).has_value());
+  }
+}
+
 // --- the data plane's handshake --------------------------------------------------
 
 TEST_CASE("VIs connect only between processes that hold the cluster's secret", "[via][security]") {

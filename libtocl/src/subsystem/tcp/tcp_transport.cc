@@ -15,20 +15,12 @@ constexpr std::string_view kName = "tcp";
 }  // namespace
 
 Transport TcpTransport() {
-  Transport transport;
-  transport.name = kName;
-  transport.network = Network::kTcp;
-  transport.ip_bound = true;
-  transport.parse = [](std::string_view address, std::span<const Interface> interfaces) {
-    return ParseIpNetwork(kName, address, interfaces);
-  };
+  Transport transport = IpBoundTransport(kName, Network::kTcp);
   // Every interface that is up (not loopback); loopback when there is none
   // or the process must stay on it.
   transport.automatic = [](std::span<const Interface> interfaces, bool loopback_only) {
     std::vector<NetworkSpec> specs;
-    for (const Interface& item : interfaces) {
-      if (item.up && !item.loopback && !loopback_only) specs.push_back(IpNetworkOn(kName, item));
-    }
+    if (!loopback_only) specs = IpNetworksOnUpInterfaces(kName, interfaces);
     if (specs.empty()) specs.push_back(LoopbackIpNetwork(kName));
     return specs;
   };

@@ -31,16 +31,13 @@ uint64_t EntryKey(Gid peer, uint32_t class_index) {
   return peer.raw() | class_index;  // a process id has 24 zero thread bits
 }
 
-// "sockets:127.0.0.1:4000" -> ("sockets", "127.0.0.1:4000").
-bool SplitAddress(std::string_view address, std::string_view* provider, std::string_view* rest) {
-  const size_t colon = address.find(':');
-  if (colon == std::string_view::npos || colon == 0) return false;
-  *provider = address.substr(0, colon);
-  *rest = address.substr(colon + 1);
-  return true;
-}
-
 }  // namespace
+
+std::optional<ProviderAddress> SplitAddress(std::string_view address) {
+  const size_t colon = address.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return ProviderAddress{.provider = address.substr(0, colon), .rest = address.substr(colon + 1)};
+}
 
 // What the runtime holds for one peer process: its entries, one per class,
 // taken from the pool on first use.
@@ -185,26 +182,28 @@ ViaSubsystem::~ViaSubsystem() {
 }
 
 bool ViaSubsystem::Reaches(Gid /*peer_process*/, std::string_view address) const {
-  std::string_view provider, rest;
-  return SplitAddress(address, &provider, &rest) && provider == provider_->name() &&
-         tcp::SocketAddress::Parse(rest).ok();
+  const std::optional<ProviderAddress> split = SplitAddress(address);
+  return split && split->provider == provider_->name() &&
+         tcp::SocketAddress::Parse(split->rest).ok();
 }
 
 Result<std::unique_ptr<Route>> ViaSubsystem::Connect(Gid peer_process, std::string_view address) {
   if (!peer_process.is_process()) {
     return InvalidArgument(fmt::format("via: {} is not a process id", peer_process.ToString()));
   }
-  std::string_view provider, rest;
-  if (!SplitAddress(address, &provider, &rest) || !tcp::SocketAddress::Parse(rest).ok()) {
+  const std::optional<ProviderAddress> split = SplitAddress(address);
+  if (!split || !tcp::SocketAddress::Parse(split->rest).ok()) {
     return InvalidArgument(fmt::format("via address of {}: '{}' is not PROVIDER:IP:PORT",
                                        peer_process.ToString(), address));
   }
-  if (provider != provider_->name()) {
+  if (split->provider != provider_->name()) {
     return InvalidArgument(fmt::format("via address of {}: provider {}, this process uses {}",
-                                       peer_process.ToString(), provider, provider_->name()));
+                                       peer_process.ToString(), split->provider,
+                                       provider_->name()));
   }
   if (stop_.load()) return FailedPrecondition("the via subsystem is closed");
-  return std::unique_ptr<Route>(std::make_unique<ViaRoute>(*this, peer_process, std::string(rest)));
+  return std::unique_ptr<Route>(
+      std::make_unique<ViaRoute>(*this, peer_process, std::string(split->rest)));
 }
 
 std::shared_ptr<ViEntry> ViaSubsystem::EntryFor(Gid peer, uint32_t class_index) {

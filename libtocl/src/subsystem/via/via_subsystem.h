@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -57,6 +58,16 @@
 #include "tocl/network_stats.h"
 
 namespace tocl::subsystem::via {
+
+// A via address, "PROVIDER:REST": what a process publishes
+// ("sockets:10.0.0.1:4000/24") and what Connect takes
+// ("sockets:10.0.0.1:4000"). The views point into the address.
+struct ProviderAddress {
+  std::string_view provider;  // "sockets", "ibverbs"
+  std::string_view rest;      // what follows the first ':'
+};
+// nullopt without a ':' or with nothing before it.
+std::optional<ProviderAddress> SplitAddress(std::string_view address);
 
 struct ViaOptions {
   Gid self_process;

@@ -4,10 +4,11 @@
 // in the statistics.
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "core/environment.h"
+#include "core/parse_number.h"
 #include "subsystem/transport_registry.h"
 #include "subsystem/via/provider.h"
 #include "subsystem/via/via_subsystem.h"
@@ -18,28 +19,23 @@ namespace {
 
 constexpr std::string_view kName = "via";
 
-std::string FromEnv(const std::string& value, const char* name, std::string fallback) {
-  if (!value.empty()) return value;
-  const char* env = std::getenv(name);
-  return env != nullptr && *env != '\0' ? std::string(env) : std::move(fallback);
-}
-
 // RuntimeOptions::via_provider ($TOCL_VIA_PROVIDER) and via_max_vis
 // ($TOCL_VIA_MAX_VIS).
 Status ResolveOptions(RuntimeOptions& options) {
-  options.via_provider = FromEnv(options.via_provider, "TOCL_VIA_PROVIDER", "auto");
+  options.via_provider = ValueOrEnvironment(options.via_provider, "TOCL_VIA_PROVIDER", "auto");
   if (options.via_provider != "auto" && options.via_provider != "sockets" &&
       options.via_provider != "ibverbs") {
     return InvalidArgument(
         fmt::format("unknown via provider '{}' (sockets, ibverbs or auto)", options.via_provider));
   }
   if (options.via_max_vis == 0) {
-    const std::string text = FromEnv("", "TOCL_VIA_MAX_VIS", "1024");
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), options.via_max_vis);
-    if (ec != std::errc() || end != text.data() + text.size() || options.via_max_vis == 0) {
+    const std::string text = FromEnvironment("TOCL_VIA_MAX_VIS", "1024");
+    const std::optional<size_t> max_vis = ParseNumber<size_t>(text);
+    if (!max_vis || *max_vis == 0) {
       return InvalidArgument(
           fmt::format("TOCL_VIA_MAX_VIS must be a positive number, not '{}'", text));
     }
+    options.via_max_vis = *max_vis;
   }
   return Status::Ok();
 }
@@ -47,22 +43,12 @@ Status ResolveOptions(RuntimeOptions& options) {
 }  // namespace
 
 Transport ViaTransport() {
-  Transport transport;
-  transport.name = kName;
-  transport.network = Network::kVia;
-  transport.ip_bound = true;
-  transport.parse = [](std::string_view address, std::span<const Interface> interfaces) {
-    return ParseIpNetwork(kName, address, interfaces);
-  };
+  Transport transport = IpBoundTransport(kName, Network::kVia);
   // With an RDMA device, via (ibverbs) on every interface that is up (not
   // loopback); over sockets it would only repeat tcp.
   transport.automatic = [](std::span<const Interface> interfaces, bool loopback_only) {
-    std::vector<NetworkSpec> specs;
-    if (loopback_only || !IbverbsDevicePresent()) return specs;
-    for (const Interface& item : interfaces) {
-      if (item.up && !item.loopback) specs.push_back(IpNetworkOn(kName, item));
-    }
-    return specs;
+    if (loopback_only || !IbverbsDevicePresent()) return std::vector<NetworkSpec>{};
+    return IpNetworksOnUpInterfaces(kName, interfaces);
   };
   transport.resolve_options = ResolveOptions;
   transport.open = [](const NetworkSpec& spec, const OpenContext& context) -> Result<OpenNetwork> {
@@ -93,11 +79,11 @@ Transport ViaTransport() {
   // of the address connected to.
   transport.connect_address = [](const NetworkSpec& local,
                                  std::string_view published) -> std::optional<std::string> {
-    const size_t colon = published.find(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    std::optional<std::string> address = ReachableEndpoint(local, published.substr(colon + 1));
+    const std::optional<ProviderAddress> split = SplitAddress(published);
+    if (!split) return std::nullopt;
+    std::optional<std::string> address = ReachableEndpoint(local, split->rest);
     if (!address) return std::nullopt;
-    return fmt::format("{}{}", published.substr(0, colon + 1), *address);
+    return fmt::format("{}:{}", split->provider, *address);
   };
   return transport;
 }
