@@ -99,6 +99,8 @@ class TOCL_EXPORT Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   Gid gid() const;  // the process
+  // The options as given to the runtime: what they left empty stays empty
+  // here (the environment's and the host's settings are not filled in).
   const RuntimeOptions& options() const;
 
   // Flushes what was sent (up to `flush_timeout`), wakes every thread

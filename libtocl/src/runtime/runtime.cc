@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "buffers/large_slot.h"
+#include "core/environment.h"
 #include "core/logger.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
@@ -63,8 +64,8 @@ Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
 // $TOCL_PARENT: the thread that spawned this process (set by the daemon
 // that spawned it), in text form; unset or empty for none.
 Result<Gid> ParentFromEnvironment() {
-  const char* text = std::getenv("TOCL_PARENT");
-  if (text == nullptr || *text == '\0') return Gid();
+  const std::string text = FromEnvironment("TOCL_PARENT");
+  if (text.empty()) return Gid();
   auto parent = Gid::Parse(text);
   if (!parent.ok() || !parent->is_thread()) {
     return InvalidArgument(
@@ -112,9 +113,10 @@ Runtime::Impl::~Impl() {
 }
 
 Status Runtime::Impl::Open() {
+  // `options` stays as the application gave it (Runtime::options());
+  // `resolved` has what the environment fills in, for the networks.
   TOCL_ASSIGN_OR_RETURN(runtime::ResolvedOptions resolved, runtime::ResolveOptions(options));
   num_classes = resolved.num_classes;
-  options = std::move(resolved.options);  // each network kind's settings filled in
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
   // The library's logger is built on first use (its sink's console mutex
@@ -147,9 +149,9 @@ Status Runtime::Impl::Open() {
   events.network_stats = [this] {
     return networks_open.load(std::memory_order_acquire) ? Networks() : std::vector<NetworkStats>{};
   };
-  TOCL_ASSIGN_OR_RETURN(
-      link, runtime::DirectoryLink::Start(resolved.daemon_address, enroll, options.stats_interval,
-                                          std::move(events)));
+  TOCL_ASSIGN_OR_RETURN(link,
+                        runtime::DirectoryLink::Start(resolved.options.daemon_address, enroll,
+                                                      options.stats_interval, std::move(events)));
   process = link->process();
   receive.SetProcess(process);
   {
@@ -166,8 +168,8 @@ Status Runtime::Impl::Open() {
     return LongHousekeeping() || queued;
   });
   receive.AttachProgress(*progress);
-  peer_daemons = resolved.peer_daemons;
-  std::string networks = resolved.networks;
+  peer_daemons = std::move(resolved.peer_daemons);
+  std::string networks = resolved.options.networks;
   if (networks.empty()) {
     // The host's default (toclsd's `networks`), else every interface.
     auto host = link->client().Lookup(process.host());
@@ -182,8 +184,10 @@ Status Runtime::Impl::Open() {
       std::vector<subsystem::NetworkSpec> specs,
       transports.ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
   for (const subsystem::NetworkSpec& spec : specs) {
-    TOCL_RETURN_IF_ERROR(OpenRail(spec).WithContext(fmt::format("open network {}", spec.name)));
+    TOCL_RETURN_IF_ERROR(
+        OpenRail(spec, resolved.options).WithContext(fmt::format("open network {}", spec.name)));
   }
+  // The rails are fixed from here on, and so is what is chosen among them.
   for (const subsystem::Transport& transport : transports.transports()) {
     auto rail = std::find_if(rails.begin(), rails.end(),
                              [&](const auto& open) { return open->transport == &transport; });
@@ -207,7 +211,8 @@ Status Runtime::Impl::Open() {
   return Status::Ok();
 }
 
-Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec) {
+Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec,
+                               const RuntimeOptions& resolved_options) {
   auto rail = std::make_unique<Rail>();
   rail->spec = spec;
   TOCL_ASSIGN_OR_RETURN(rail->transport, subsystem::CompiledTransports().Find(spec.kind));
@@ -216,7 +221,7 @@ Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec) {
                         rail->transport->open(spec, subsystem::OpenContext{
                                                         .self_process = process,
                                                         .num_classes = num_classes,
-                                                        .options = options,
+                                                        .options = resolved_options,
                                                         .key = data_plane_key,
                                                         .reactor = *reactor,
                                                         .sink = *rail->sink,

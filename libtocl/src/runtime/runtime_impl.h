@@ -95,7 +95,9 @@ struct Runtime::Impl final {
   ~Impl();
 
   Status Open();
-  Status OpenRail(const subsystem::NetworkSpec& spec);
+  // `resolved_options`: ResolvedOptions::options, what the network's kind
+  // takes its settings from.
+  Status OpenRail(const subsystem::NetworkSpec& spec, const RuntimeOptions& resolved_options);
   Status Shutdown(std::chrono::milliseconds flush_timeout);
 
   // --- arrivals (the polling thread) ---
@@ -210,7 +212,7 @@ struct Runtime::Impl final {
   std::vector<PoolClassStats> PoolStats() const;
   std::vector<tocl::NetworkStats> Networks() const;
 
-  RuntimeOptions options;
+  RuntimeOptions options;  // as the application gave them (Runtime::options())
   Gid process;
   std::unique_ptr<runtime::DirectoryLink> link;
   std::unique_ptr<runtime::EpollReactor> reactor;

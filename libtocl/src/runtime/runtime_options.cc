@@ -3,55 +3,44 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <charconv>
-#include <cstdlib>
+#include <optional>
 
 #include "buffers/size_class.h"
+#include "core/environment.h"
+#include "core/parse_number.h"
 #include "core/split_list.h"
 #include "subsystem/transport_registry.h"
 #include "tocl/directory_client.h"
 
 namespace tocl::runtime {
 
-namespace {
-
-std::string FromEnv(const std::string& value, const char* name, std::string fallback) {
-  if (!value.empty()) return value;
-  const char* env = std::getenv(name);
-  return env != nullptr && *env != '\0' ? std::string(env) : std::move(fallback);
-}
-
-}  // namespace
-
 Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   ResolvedOptions resolved;
-  resolved.daemon_address =
-      options.daemon_address.empty() ? DirectoryClient::DefaultAddress() : options.daemon_address;
-  resolved.networks = FromEnv(options.networks, "TOCL_NETWORKS", "");
-  if (resolved.networks.empty()) {
+  resolved.options = options;
+  RuntimeOptions& filled = resolved.options;
+  if (filled.daemon_address.empty()) filled.daemon_address = DirectoryClient::DefaultAddress();
+  filled.networks = ValueOrEnvironment(options.networks, "TOCL_NETWORKS");
+  if (filled.networks.empty()) {
     // The older spelling: subsystems and the tcp address.
-    const std::string subsystems = FromEnv(options.subsystems, "TOCL_SUBSYSTEMS", "");
-    const std::string bind = FromEnv(options.tcp_bind, "TOCL_TCP_BIND", "");
+    const std::string subsystems = ValueOrEnvironment(options.subsystems, "TOCL_SUBSYSTEMS");
+    const std::string bind = ValueOrEnvironment(options.tcp_bind, "TOCL_TCP_BIND");
     if (!subsystems.empty() || !bind.empty()) {
-      TOCL_ASSIGN_OR_RETURN(resolved.networks,
+      TOCL_ASSIGN_OR_RETURN(filled.networks,
                             subsystem::NetworksFromOlderSpelling(subsystems, bind));
     }
   }
 
-  const std::string peers = FromEnv(options.peer_daemons, "TOCL_PEER_DAEMONS", "");
-  for (std::string_view peer : SplitList(peers)) {
-    const std::string entry(peer);
+  filled.peer_daemons = ValueOrEnvironment(options.peer_daemons, "TOCL_PEER_DAEMONS");
+  for (std::string_view entry : SplitList(filled.peer_daemons)) {
     const size_t equals = entry.find('=');
-    uint32_t host = 0;
-    const char* first = entry.data();
-    auto [end, ec] =
-        std::from_chars(first, first + (equals == std::string::npos ? 0 : equals), host);
-    if (equals == std::string::npos || ec != std::errc() || end != first + equals || host == 0 ||
-        host > Gid::kMaxHost || equals + 1 == entry.size()) {
-      return InvalidArgument(
-          fmt::format("bad peer daemon '{}' in '{}' (expected HOSTID=ADDRESS)", entry, peers));
+    const std::optional<uint32_t> host = equals == std::string_view::npos
+                                             ? std::nullopt
+                                             : ParseNumber<uint32_t>(entry.substr(0, equals));
+    if (!host || *host == 0 || *host > Gid::kMaxHost || equals + 1 == entry.size()) {
+      return InvalidArgument(fmt::format("bad peer daemon '{}' in '{}' (expected HOSTID=ADDRESS)",
+                                         entry, filled.peer_daemons));
     }
-    resolved.peer_daemons[host] = entry.substr(equals + 1);
+    resolved.peer_daemons[*host] = std::string(entry.substr(equals + 1));
   }
 
   const size_t max = options.short_max;
@@ -68,8 +57,7 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   }
   if (options.send_queue_depth == 0) return InvalidArgument("send_queue_depth must be at least 1");
   // Each network kind's own settings.
-  resolved.options = options;
-  TOCL_RETURN_IF_ERROR(subsystem::CompiledTransports().ResolveOptions(resolved.options));
+  TOCL_RETURN_IF_ERROR(subsystem::CompiledTransports().ResolveOptions(filled));
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
   for (const auto& [name, value] : {std::pair{"fragment_timeout", options.fragment_timeout},
                                     std::pair{"partial_timeout", options.partial_timeout},

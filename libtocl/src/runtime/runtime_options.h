@@ -1,6 +1,7 @@
 // RuntimeOptions with the environment applied and checked.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -9,16 +10,15 @@
 namespace tocl::runtime {
 
 struct ResolvedOptions {
-  std::string daemon_address;
-  // The networks to open (TransportRegistry::ParseNetworks syntax); empty:
-  // ask the host (its `networks` attribute), else "auto".
-  std::string networks;
-  // Until the cluster issue lands: the daemons of other hosts, by host id.
+  // The options as given, with what they leave to the environment filled
+  // in: daemon_address, networks (from the older spelling too; empty: ask
+  // the host, its `networks` attribute, else "auto"), peer_daemons and each
+  // network kind's settings (TransportRegistry::ResolveOptions:
+  // via_provider, ...). What the networks are opened with.
+  RuntimeOptions options;
+  // Until the cluster issue lands: options.peer_daemons, by host id.
   std::map<uint32_t, std::string> peer_daemons;
   uint32_t num_classes = 0;  // size classes from 256 B to short_max
-  // The options with each network kind's settings filled in from the
-  // environment (TransportRegistry::ResolveOptions: via_provider, ...).
-  RuntimeOptions options;
 };
 
 // Applies $TOCL_DAEMON, $TOCL_NETWORKS ($TOCL_SUBSYSTEMS, $TOCL_TCP_BIND),
