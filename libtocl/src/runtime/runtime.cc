@@ -196,6 +196,10 @@ Status Runtime::Impl::Open() {
       break;
     }
   }
+  resolve_order.resize(rails.size());
+  std::iota(resolve_order.begin(), resolve_order.end(), size_t{0});
+  std::stable_partition(resolve_order.begin(), resolve_order.end(),
+                        [&](size_t index) { return rails[index]->transport->host_local; });
   post_copy = std::any_of(rails.begin(), rails.end(),
                           [](const auto& rail) { return rail->transport->post_copy; });
   if (rails.size() == 1 && rails.front()->transport->sleeps_alone) {
@@ -422,12 +426,9 @@ Status Runtime::Impl::ResolvePeerLocked(SendQueue& peer) {
   // one of the peer's of its kind in its subnet.
   const bool same_host = peer.process().host() == process.host();
   std::vector<bool> used(entity->endpoints.size(), false);
-  // Host-local first: whether it connects decides about the others.
-  std::vector<size_t> order_of_rails(rails.size());
-  std::iota(order_of_rails.begin(), order_of_rails.end(), size_t{0});
-  std::stable_partition(order_of_rails.begin(), order_of_rails.end(),
-                        [&](size_t index) { return rails[index]->transport->host_local; });
-  for (size_t index : order_of_rails) {
+  // Host-local first (resolve_order): whether it connects decides about
+  // the others.
+  for (size_t index : resolve_order) {
     Rail& rail = *rails[index];
     // (A host-local route that could not open, e.g. no channel left in the
     // peer's shm segment, leaves the others to carry same-host traffic.)

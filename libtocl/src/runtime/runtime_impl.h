@@ -221,6 +221,9 @@ struct Runtime::Impl final {
   // What Network::kFastest means: the first open kind in the transport
   // registry's order (fastest first). Set in Open.
   subsystem::Subsystem* fastest = nullptr;
+  // The indexes of `rails` in the order ResolvePeerLocked tries them: the
+  // host-local ones first, each group as listed. Set in Open.
+  std::vector<size_t> resolve_order;
   // Some open network copies straight into receivers' buffers
   // (Transport::post_copy): SendCopy tries Route::PostCopy first.
   bool post_copy = false;
