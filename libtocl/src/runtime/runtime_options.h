@@ -16,7 +16,7 @@ struct ResolvedOptions {
   // network kind's settings (TransportRegistry::ResolveOptions:
   // via_provider, ...). What the networks are opened with.
   RuntimeOptions options;
-  // Until the cluster issue lands: options.peer_daemons, by host id.
+  // The daemons of other hosts when ours is in no cluster (options.peer_daemons), by host id.
   std::map<uint32_t, std::string> peer_daemons;
   uint32_t num_classes = 0;  // size classes from 256 B to short_max
 };
