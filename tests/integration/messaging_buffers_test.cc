@@ -1,21 +1,25 @@
 // Buffers and pools, with runtimes in the test process: size classes, a
-// received buffer sent on unchanged, buffer states of lvalue sends, pool
-// growth, and the pool cap (fail, wait, wait then succeed).
+// received buffer sent on unchanged, buffer states of lvalue sends, a stale
+// header replaced on send, pool growth, and the pool cap (fail, wait, wait
+// then succeed).
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "buffers/buffer_slot.h"
 #include "daemon_harness.h"
 #include "messaging_payload.h"
 #include "messaging_support.h"
 #include "status_assertions.h"
+#include "wire/frame.h"
 
 namespace tocl::testing {
 namespace {
@@ -39,6 +43,23 @@ std::string NetworkOf(const Buffer& buffer) {
 bool Settled(const Buffer& buffer) {
   return buffer.state() == BufferState::kSent || buffer.state() == BufferState::kFailed;
 }
+
+// A daemon and two runtimes over shm and tcp, with a thread each.
+struct TwoRuntimes {
+  TwoRuntimes() {
+    REQUIRE_OK(daemon.Start());
+    a = REQUIRE_VALUE(StartRuntime(daemon, "a", "shm,tcp"));
+    b = REQUIRE_VALUE(StartRuntime(daemon, "b", "shm,tcp"));
+    a1 = REQUIRE_VALUE(a->EnrollThread("a1"));
+    b1 = REQUIRE_VALUE(b->EnrollThread("b1"));
+  }
+
+  Daemon daemon;
+  std::unique_ptr<Runtime> a;
+  std::unique_ptr<Runtime> b;
+  Gid a1;
+  Gid b1;
+};
 
 TEST_CASE("GetBuffer gives the smallest power-of-two class that holds the payload and header",
           "[integration][msg][pool]") {
@@ -141,15 +162,10 @@ TEST_CASE("a received buffer is sent on to a third thread unchanged", "[integrat
   }
 }
 
-TEST_CASE("a buffer sent by lvalue goes from queued or in flight to sent and may be sent again",
-          "[integration][msg]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto a = REQUIRE_VALUE(StartRuntime(daemon, "a", "shm,tcp"));
-  auto b = REQUIRE_VALUE(StartRuntime(daemon, "b", "shm,tcp"));
-  const Gid a1 = REQUIRE_VALUE(a->EnrollThread("a1"));
-  const Gid b1 = REQUIRE_VALUE(b->EnrollThread("b1"));
-
+TEST_CASE_METHOD(
+    TwoRuntimes,
+    "a buffer sent by lvalue goes from queued or in flight to sent and may be sent again",
+    "[integration][msg]") {
   for (Network network : {Network::kShm, Network::kTcp}) {
     INFO(NetworkName(network));
     Buffer buffer = REQUIRE_VALUE(a->GetBuffer(5, network));
@@ -169,6 +185,39 @@ TEST_CASE("a buffer sent by lvalue goes from queued or in flight to sent and may
       CHECK(Text(got) == "hello");
       CHECK(got.state() == BufferState::kIdle);
     }
+  }
+}
+
+TEST_CASE_METHOD(
+    TwoRuntimes,
+    "a buffer whose header holds another frame's fields is sent with a header of its own",
+    "[integration][msg]") {
+  uint64_t seq = 0;  // the pair's, over both networks
+  for (Network network : {Network::kShm, Network::kTcp}) {
+    INFO(NetworkName(network));
+    Buffer buffer = REQUIRE_VALUE(a->GetBuffer(5, network));
+    std::memcpy(buffer.data(), "hello", 5);
+    REQUIRE(buffer.resize(5));
+    // What a buffer may hold from before (a frame received into it, an
+    // application that wrote past its payload): none of it may go out, or
+    // the receiver refuses the frame.
+    wire::Header& header = buffer.slot()->header();
+    header.kind = wire::FrameKind::kFragment;
+    header.flags = 0x8001;
+    header.tag = 99;
+    header.seq = 12345;
+    header.offset = 4096;
+    header.total = uint64_t{1} << 20;
+    header.reserved = 9;
+    REQUIRE_OK(a->Send(a1, b1, 3, buffer));
+    REQUIRE(WaitUntil([&] { return Settled(buffer); }, seconds(10)));
+    CHECK(buffer.state() == BufferState::kSent);
+    const wire::Header expected = wire::MessageHeader(a1, b1, 3, 5, seq++);
+    CHECK(std::memcmp(&buffer.slot()->header(), &expected, sizeof expected) == 0);
+    Buffer got = REQUIRE_VALUE(b->RecvFor(b1, seconds(10)));
+    CHECK(Text(got) == "hello");
+    CHECK(got.source() == a1);
+    CHECK(got.tag() == 3);
   }
 }
 
@@ -313,14 +362,9 @@ TEST_CASE("at the pool cap GetBuffer fails or waits as asked, and succeeds once 
   }
 }
 
-TEST_CASE("messages from one thread in buffers of both networks arrive in send order",
-          "[integration][msg][shm][tcp]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto a = REQUIRE_VALUE(StartRuntime(daemon, "a", "shm,tcp"));
-  auto b = REQUIRE_VALUE(StartRuntime(daemon, "b", "shm,tcp"));
-  const Gid a1 = REQUIRE_VALUE(a->EnrollThread("a1"));
-  const Gid b1 = REQUIRE_VALUE(b->EnrollThread("b1"));
+TEST_CASE_METHOD(TwoRuntimes,
+                 "messages from one thread in buffers of both networks arrive in send order",
+                 "[integration][msg][shm][tcp]") {
   const int count = static_cast<int>(MessageCount(3000, 600));
   std::mt19937 random(7);
 
