@@ -23,6 +23,7 @@ constexpr Gid kSenderSibling = Gid::Thread(1, 2, 4);  // another thread of its p
 constexpr Gid kOtherSender = Gid::Thread(1, 5, 3);    // a thread of another process
 constexpr Gid kReceiver = Gid::Thread(1, 9, 1);
 const size_t kFrameBytes = buffers::ClassBytes(0);
+constexpr uint32_t kTag = 5;
 
 // Frames in a real pool, and what the pair order delivered (as
 // "source-thread:seq"), with its accounting in `unexpected`.
@@ -37,14 +38,16 @@ struct Fixture {
           return Status::Ok();
         }) {}
 
+  // A short message, or a long message's start, numbered `seq`.
   buffers::SlotRef Frame(Gid source, uint64_t seq,
                          wire::FrameKind kind = wire::FrameKind::kMessage) {
+    REQUIRE((kind == wire::FrameKind::kMessage || kind == wire::FrameKind::kLongStart));
     buffers::SlotRef slot(pool.TryGet(0));
     REQUIRE(slot);
-    slot->header().kind = kind;
-    slot->header().source = source.raw();
-    slot->header().destination = kReceiver.raw();
-    slot->header().seq = seq;
+    slot->header() = kind == wire::FrameKind::kLongStart
+                         ? wire::LongStartHeader(source, kReceiver, kTag, /*total=*/1 << 20,
+                                                 /*fragment_bytes=*/65472, seq)
+                         : wire::MessageHeader(source, kReceiver, kTag, /*length=*/0, seq);
     return slot;
   }
   Status Arrive(Gid source, uint64_t seq, wire::FrameKind kind = wire::FrameKind::kMessage) {
