@@ -74,7 +74,6 @@ struct PeerRail {
   // Stopped acknowledging fragments (or broke): not used until retry_at.
   bool failed = false;
   std::chrono::steady_clock::time_point retry_at;
-  uint64_t inflight_bytes = 0;  // fragments of every long send not yet acknowledged
 
   // Route::PostRef and Route::PostCopy, counting what the route took: the
   // one place frames are counted.
