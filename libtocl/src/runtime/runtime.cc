@@ -482,14 +482,10 @@ Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
     // all there is to check.
     TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
     std::unique_lock lock(dest_mu);
-    auto& peer = peers[to.process().raw()];
-    if (!peer) {
-      peer = std::make_unique<SendQueue>(to.process(), options.send_queue_depth, queue_events);
-    }
     auto& slot = dests[to.raw()];
     if (!slot) {
       slot = std::make_unique<DestThread>();
-      slot->peer = peer.get();
+      slot->peer = &PeerOfProcessLocked(to.process());
     }
     dest = slot.get();
   }
@@ -681,13 +677,17 @@ Result<SendQueue*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
   }
   if (peer == nullptr) {
     std::unique_lock lock(dest_mu);
-    auto& entry = peers[peer_process.raw()];
-    if (!entry) {
-      entry = std::make_unique<SendQueue>(peer_process, options.send_queue_depth, queue_events);
-    }
-    peer = entry.get();
+    peer = &PeerOfProcessLocked(peer_process);
   }
   return peer;
+}
+
+SendQueue& Runtime::Impl::PeerOfProcessLocked(Gid peer_process) {
+  auto& entry = peers[peer_process.raw()];
+  if (!entry) {
+    entry = std::make_unique<SendQueue>(peer_process, options.send_queue_depth, queue_events);
+  }
+  return *entry;
 }
 
 void QueueEvents::Queued(SendQueue& queue, bool list) {

@@ -164,6 +164,9 @@ struct Runtime::Impl final {
                                const runtime::LongKey& key, Tag tag);
   // The peer of process `process` (resolved), for control frames.
   Result<runtime::SendQueue*> PeerOfProcess(Gid process);
+  // The peer of process `process`, made on first use (dest_mu held
+  // exclusively).
+  runtime::SendQueue& PeerOfProcessLocked(Gid process);
   int RailOfPool(const buffers::BufferPool* pool) const;
 
   // --- long messages (long_send.cc, long_receive.cc) ---
