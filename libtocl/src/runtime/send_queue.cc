@@ -73,14 +73,18 @@ uint64_t& SendQueue::SeqOf(Gid from, Gid to) {
   return seq;
 }
 
-Status SendQueue::PostOrQueue(int rail, buffers::SlotRef& slot) {
-  // Earlier frames first (FIFO): the receiver may have provided buffers
-  // since, and nobody else may be polling for us.
+bool SendQueue::FlushAndCheckReady() {
   if (!queue_.empty()) Flush();
+  return state_ == State::kReady;
+}
+
+Status SendQueue::NotReady() const {
   if (state_ == State::kFailed) return failure_;
-  if (state_ != State::kReady) {
-    return FailedPrecondition(fmt::format("no route to {} yet", process_.ToString()));
-  }
+  return FailedPrecondition(fmt::format("no route to {} yet", process_.ToString()));
+}
+
+Status SendQueue::PostOrQueue(int rail, buffers::SlotRef& slot) {
+  if (!FlushAndCheckReady()) return NotReady();
   if (queue_.empty()) {
     slot->set_state(BufferState::kInFlight);
     Status status = rails_[rail].Post(slot);
@@ -110,8 +114,7 @@ Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int rail) {
 }
 
 bool SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
-  if (!queue_.empty()) Flush();
-  if (state_ != State::kReady || !queue_.empty()) return false;
+  if (!FlushAndCheckReady() || !queue_.empty()) return false;
   uint64_t& seq = SeqOf(from, to);
   const wire::Header header =
       wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);

@@ -211,6 +211,11 @@ class SendQueue {
   // The (from, to) pair's next sequence number (a thread-local cache of the
   // last pair a thread sent on skips the map).
   uint64_t& SeqOf(Gid from, Gid to);
+  // Posts what waits first (FIFO: the receiver may have provided buffers
+  // since, and nobody else may be polling for us); then whether the
+  // process is ready for more (NotReady says why not).
+  bool FlushAndCheckReady();
+  Status NotReady() const;
   // Behind what waits (after a Flush), or on `rail` now: Ok taken (posted
   // or queued); else the route's error or the failure, not taken.
   Status PostOrQueue(int rail, buffers::SlotRef& slot);
