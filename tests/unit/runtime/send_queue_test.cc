@@ -88,9 +88,12 @@ struct Fixture : SendQueue::Events {
         pool(Network::kShm, 9, memory, budget),
         queue(kPeer, depth, *this) {}
 
-  // A route over network `network`; the queue is ready after the first.
-  FakeRoute& AddRoute(int network, bool copies = false) {
+  // A route over network `network` that starts in `mode`; the queue is
+  // ready after the first.
+  FakeRoute& AddRoute(int network, FakeRoute::Mode mode = FakeRoute::Mode::kAccept,
+                      bool copies = false) {
     auto route = std::make_unique<FakeRoute>(copies);
+    route->mode = mode;
     FakeRoute& raw = *route;
     queue.AddRoute(network, std::move(route), pool);
     if (queue.state() != SendQueue::State::kReady) queue.Ready();
@@ -164,8 +167,7 @@ TEST_CASE(
     "a route that says TryAgain queues frames in order, and Flush posts them first in, first out",
     "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kTryAgain;
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kTryAgain);
   std::vector<buffers::SlotRef> watched;
   for (int i = 0; i < 3; ++i) watched.push_back(f.PostWatched(kAlice, kCarol));
   for (auto& slot : watched) CHECK(StateOf(slot) == BufferState::kQueued);
@@ -187,8 +189,7 @@ TEST_CASE(
 TEST_CASE("a post sends what waits before it, and the poller's Retry lists the queue again",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kTryAgain;
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kTryAgain);
   (void)f.Post(kAlice, kCarol);
   CHECK(f.queue.Retry());  // still waiting: stays listed
   route.mode = FakeRoute::Mode::kAccept;
@@ -222,7 +223,7 @@ TEST_CASE("sequence numbers count per (sending thread, receiving thread) pair an
 TEST_CASE("PostCopy sends from the caller's memory at once, but never past frames that wait",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0, /*copies=*/true);
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kAccept, /*copies=*/true);
   const std::vector<std::byte> payload(kPayload, std::byte{1});
   CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload));
   CHECK(route.taken.back().length == kPayload);
@@ -241,9 +242,8 @@ TEST_CASE("PostCopy sends from the caller's memory at once, but never past frame
 TEST_CASE("frames queued for a route that breaks go over another, but the control frame it refused",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& shm = f.AddRoute(3);
+  FakeRoute& shm = f.AddRoute(3, FakeRoute::Mode::kTryAgain);
   FakeRoute& tcp = f.AddRoute(5);
-  shm.mode = FakeRoute::Mode::kTryAgain;
   auto control = f.queue.HeaderFrame(
       0, wire::ControlHeader(wire::FrameKind::kGrant, kAlice, kCarol, /*seq=*/9));
   REQUIRE(control.ok());
@@ -273,9 +273,8 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
 TEST_CASE("a message its route refuses as broken waits for the other route, its number kept",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& shm = f.AddRoute(0);
+  f.AddRoute(0, FakeRoute::Mode::kBroken);
   FakeRoute& tcp = f.AddRoute(1);
-  shm.mode = FakeRoute::Mode::kBroken;
   buffers::SlotRef watched = f.PostWatched(kAlice, kCarol);
   CHECK(StateOf(watched) == BufferState::kQueued);  // for the poller, on the other route
   CHECK(f.queue.NextSeq(kAlice, kCarol) == 1);
@@ -287,8 +286,7 @@ TEST_CASE("a message its route refuses as broken waits for the other route, its 
 TEST_CASE("with no route left the message comes back kFailed, unnumbered, and the process fails",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kBroken;
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kBroken);
   Status status;
   buffers::SlotRef slot = f.Post(kAlice, kCarol, &status);
   CHECK(status.code() == StatusCode::kUnavailable);
@@ -308,8 +306,7 @@ TEST_CASE("with no route left the message comes back kFailed, unnumbered, and th
 TEST_CASE("when the last route breaks every queued frame ends kFailed and is dropped",
           "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kTryAgain;
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kTryAgain);
   std::vector<buffers::SlotRef> watched;
   for (int i = 0; i < 3; ++i) watched.push_back(f.PostWatched(kAlice, kCarol));
   route.mode = FakeRoute::Mode::kBroken;
@@ -323,8 +320,7 @@ TEST_CASE("when the last route breaks every queued frame ends kFailed and is dro
 
 TEST_CASE("a control frame a broken route refuses comes back to its caller", "[send_queue]") {
   Fixture f;
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kBroken;
+  f.AddRoute(0, FakeRoute::Mode::kBroken);
   auto frame = f.queue.HeaderFrame(
       0, wire::ControlHeader(wire::FrameKind::kAbort, kAlice, kCarol, /*seq=*/4));
   REQUIRE(frame.ok());
@@ -336,8 +332,7 @@ TEST_CASE("a control frame a broken route refuses comes back to its caller", "[s
 TEST_CASE("a sender waits while depth frames wait, making progress, until the route takes them",
           "[send_queue]") {
   Fixture f(/*depth=*/2);
-  FakeRoute& route = f.AddRoute(0);
-  route.mode = FakeRoute::Mode::kTryAgain;
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kTryAgain);
   f.on_progress = [&] {
     if (f.progress_calls == 3) route.mode = FakeRoute::Mode::kAccept;
   };
