@@ -35,8 +35,8 @@ constexpr size_t kRememberAborted = 4096;
 
 // Sends a control frame about message `about` (sender `about.source`,
 // receiver `about.destination`) to the process `peer_process`, preferably
-// over our network `rail`.
-void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
+// over our network `network`.
+void Runtime::Impl::SendToPeer(Gid peer_process, int network, wire::FrameKind kind,
                                const LongKey& about, uint64_t offset, uint64_t length) {
   auto found = PeerOfProcess(peer_process);
   if (!found.ok()) return;
@@ -45,10 +45,6 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   if (Status status = ResolvePeerLocked(peer); !status.ok()) {
     Log().debug("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
     return;
-  }
-  int peer_rail = peer.default_rail();
-  for (size_t i = 0; i < peer.rails().size(); ++i) {
-    if (peer.rails()[i].rail == rail) peer_rail = static_cast<int>(i);
   }
   // Toward the sender (grant, ack, receiver's abort) or the receiver.
   const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
@@ -60,13 +56,14 @@ void Runtime::Impl::SendToPeer(Gid peer_process, int rail, wire::FrameKind kind,
   } else if (kind == wire::FrameKind::kProbe) {
     tag = to_sender ? runtime::kProbeWaiting : runtime::kProbeAsk;
   }
-  auto slot = peer.HeaderFrame(peer_rail,
-                               wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
-  if (!slot.ok()) {
-    Log().warn("tocl: cannot answer {}: {}", peer_process.ToString(), slot.status().ToString());
-    return;
+  // Over the default route when none goes over `network` (-1).
+  Status status = peer.PostControl(
+      peer.RouteOver(network), wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
+  // Out of pool buffers is worth a word; a broken route or a failed process
+  // was told already, and the long message recovers by probes and timeouts.
+  if (status.code() == StatusCode::kResourceExhausted) {
+    Log().warn("tocl: cannot answer {}: {}", peer_process.ToString(), status.ToString());
   }
-  (void)peer.PostControl(peer_rail, *slot);  // not taken: dropped with `slot`
 }
 
 Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
@@ -113,9 +110,9 @@ Status Runtime::Impl::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   return Status::Ok();
 }
 
-void Runtime::Impl::QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
+void Runtime::Impl::QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
                                        const LongKey& about, uint64_t offset, uint64_t length) {
-  control_outbox.push_back(OutControl{peer_process, rail, kind, about, offset, length});
+  control_outbox.push_back(OutControl{peer_process, network, kind, about, offset, length});
 }
 
 void Runtime::Impl::FlushControls() {

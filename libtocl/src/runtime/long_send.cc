@@ -88,23 +88,24 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   {
     TOCL_ASSIGN_OR_RETURN(
         buffers::SlotRef start,
-        peer.HeaderFrame(peer.default_rail(),
+        peer.HeaderFrame(peer.default_route(),
                          wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes)));
-    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_rail()));
+    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_route()));
   }
   Status result = AwaitLongLocked(peer, peer_lock, generation, send);
 
   // What this message taught about each network.
   {
     std::lock_guard lock(send.mu);
-    for (size_t r = 0; peer.generation() == generation && r < send.fragments.rails(); ++r) {
-      peer.rails()[r].bandwidth = send.fragments.Learned(r, peer.rails()[r].bandwidth);
+    for (size_t route = 0; peer.generation() == generation && route < send.fragments.rails();
+         ++route) {
+      peer.rails()[route].bandwidth = send.fragments.Learned(route, peer.rails()[route].bandwidth);
     }
   }
   if (!result.ok() && peer.state() != SendQueue::State::kFailed &&
       peer.generation() == generation) {
     // Tell the receiver (best effort: its networks may be the ones gone).
-    PostSenderControlLocked(peer, peer.default_rail(), wire::FrameKind::kAbort, send.key, 0);
+    PostSenderControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send.key, 0);
   }
   return result;
 }
@@ -174,16 +175,16 @@ Status Runtime::Impl::AwaitLongLocked(SendQueue& peer, std::unique_lock<std::mut
 Status Runtime::Impl::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now) {
   std::vector<PeerRail>& peer_rails = peer.rails();
   std::vector<runtime::RailHealth> health(peer_rails.size());
-  for (size_t r = 0; r < peer_rails.size(); ++r) {
-    const PeerRail& rail = peer_rails[r];
-    health[r] = {rail.route->Broken(), rail.failed, rail.retry_at, rail.bandwidth};
+  for (size_t route = 0; route < peer_rails.size(); ++route) {
+    const PeerRail& rail = peer_rails[route];
+    health[route] = {rail.route->Broken(), rail.failed, rail.retry_at, rail.bandwidth};
   }
   const auto failures = send.fragments.StartRound(health, now, Congested());
   bool any_live = false;
-  for (size_t r = 0; r < peer_rails.size(); ++r) {
-    peer_rails[r].failed = health[r].failed;
-    peer_rails[r].retry_at = health[r].retry_at;
-    any_live |= !health[r].failed;
+  for (size_t route = 0; route < peer_rails.size(); ++route) {
+    peer_rails[route].failed = health[route].failed;
+    peer_rails[route].retry_at = health[route].retry_at;
+    any_live |= !health[route].failed;
   }
   for (const FragmentScheduler::Failure& failure : failures) {
     Rail& network = *rails[peer_rails[failure.rail].rail];
@@ -194,7 +195,7 @@ Status Runtime::Impl::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Cloc
                  any_live ? "go over the other networks" : "have no other network to take");
       network.failures.fetch_add(1, std::memory_order_relaxed);
     }
-    peer.AvoidRail(int(failure.rail));
+    peer.AvoidRoute(int(failure.rail));
   }
   if (!any_live) {
     std::string names;
@@ -232,23 +233,22 @@ Status Runtime::Impl::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Cloc
 void Runtime::Impl::ProbeLocked(SendQueue& peer, const runtime::LongKey& key, size_t round,
                                 Clock::time_point now) {
   std::vector<int> live;
-  for (size_t r = 0; r < peer.rails().size(); ++r) {
-    const PeerRail& rail = peer.rails()[r];
-    if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) live.push_back(int(r));
+  for (size_t route = 0; route < peer.rails().size(); ++route) {
+    const PeerRail& rail = peer.rails()[route];
+    if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) {
+      live.push_back(int(route));
+    }
   }
-  const int r = live.empty() ? peer.default_rail() : live[round % live.size()];
-  PostSenderControlLocked(peer, r, wire::FrameKind::kProbe, key, runtime::kProbeAsk);
+  const int route = live.empty() ? peer.default_route() : live[round % live.size()];
+  PostSenderControlLocked(peer, route, wire::FrameKind::kProbe, key, runtime::kProbeAsk);
 }
 
 // Best effort: a frame that cannot go now is dropped (the probe is sent
 // again next round; an abort the receiver misses ends by its partial_timeout).
-void Runtime::Impl::PostSenderControlLocked(SendQueue& peer, int rail, wire::FrameKind kind,
+void Runtime::Impl::PostSenderControlLocked(SendQueue& peer, int route, wire::FrameKind kind,
                                             const runtime::LongKey& key, Tag tag) {
-  auto frame =
-      peer.HeaderFrame(rail, wire::ControlHeader(kind, Gid::FromRaw(key.source),
-                                                 Gid::FromRaw(key.destination), key.seq, tag));
-  if (!frame.ok()) return;
-  (void)peer.PostControl(rail, *frame);  // not taken: dropped with `frame`
+  (void)peer.PostControl(route, wire::ControlHeader(kind, Gid::FromRaw(key.source),
+                                                    Gid::FromRaw(key.destination), key.seq, tag));
 }
 
 }  // namespace tocl

@@ -615,16 +615,14 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot
   SendQueue& peer = *destination;
   std::unique_lock lock(peer.mu());
   TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-  int rail = peer.default_rail();
+  int route = peer.default_route();
   if (network != Network::kFastest) {
     // The buffer's own network when it reaches the peer (no copy to
     // another pool), else the default.
-    const int own = RailOfPool(slot->pool);
-    for (size_t i = 0; i < peer.rails().size(); ++i) {
-      if (peer.rails()[i].rail == own && !peer.rails()[i].failed) rail = static_cast<int>(i);
-    }
+    const int own = peer.RouteOver(RailOfPool(slot->pool));
+    if (own >= 0 && !peer.rails()[own].failed) route = own;
   }
-  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, rail));
+  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
   peer.AwaitRoom(lock);  // back-pressure
   return Status::Ok();
 }
@@ -698,10 +696,11 @@ void QueueEvents::Queued(SendQueue& queue, bool list) {
   impl_.progress->NoteQueued();
 }
 
-void QueueEvents::Rerouted(const SendQueue& queue, int broken, int alternative) {
-  Log().warn("tocl: network {} to {} broke; its frames go over {}", impl_.rails[broken]->spec.name,
-             queue.process().ToString(), impl_.rails[alternative]->spec.name);
-  impl_.rails[broken]->failures.fetch_add(1, std::memory_order_relaxed);
+void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
+  Log().warn("tocl: network {} to {} broke; its frames go over {}",
+             impl_.rails[broken_network]->spec.name, queue.process().ToString(),
+             impl_.rails[alternative_network]->spec.name);
+  impl_.rails[broken_network]->failures.fetch_add(1, std::memory_order_relaxed);
 }
 
 void QueueEvents::AwaitProgress() {

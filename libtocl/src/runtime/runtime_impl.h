@@ -70,7 +70,8 @@ class QueueEvents final : public runtime::SendQueue::Events {
  public:
   explicit QueueEvents(Runtime::Impl& impl) : impl_(impl) {}
   void Queued(runtime::SendQueue& queue, bool list) override;
-  void Rerouted(const runtime::SendQueue& queue, int broken, int alternative) override;
+  void Rerouted(const runtime::SendQueue& queue, int broken_network,
+                int alternative_network) override;
   void AwaitProgress() override;
 
  private:
@@ -159,8 +160,9 @@ struct Runtime::Impl final {
   void ProbeLocked(runtime::SendQueue& peer, const runtime::LongKey& key, size_t round,
                    std::chrono::steady_clock::time_point now);
   // A control frame from the sending thread of long message `key` to its
-  // receiver (abort, probe) on the peer's rail `rail`.
-  void PostSenderControlLocked(runtime::SendQueue& peer, int rail, wire::FrameKind kind,
+  // receiver (abort, probe) on the peer's route `route` (an index into
+  // peer.rails()).
+  void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
                                const runtime::LongKey& key, Tag tag);
   // The peer of process `process` (resolved), for control frames.
   Result<runtime::SendQueue*> PeerOfProcess(Gid process);
@@ -191,7 +193,7 @@ struct Runtime::Impl final {
   void FinishInbound(runtime::InboundLong& message, Status status, bool tell_sender);
   // Control frames decided under inbound_mu are sent after it is released
   // (resolving a peer takes dest_mu and may ask the directory).
-  void QueueControlLocked(Gid peer_process, int rail, wire::FrameKind kind,
+  void QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
                           const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
   void FlushControls();
   void FlushAcks();  // the acknowledgements held for the end of the round, and FlushControls
@@ -201,8 +203,10 @@ struct Runtime::Impl final {
   // `bytes` of library memory counted in reassembly_used; freeing it lets
   // waiting starts be granted.
   Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
-  void SendToPeer(Gid from_process, int rail, wire::FrameKind kind, const runtime::LongKey& about,
-                  uint64_t offset = 0, uint64_t length = 0);
+  // Over our network `network` (an index into rails) when it reaches the
+  // peer, else its default route.
+  void SendToPeer(Gid from_process, int network, wire::FrameKind kind,
+                  const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
   // A RecvInto bound to a long message gave up (ReceiveSide's hook).
   void UnbindPosted(runtime::PostedReceive& post);
   // Into a local thread's mailbox: Ok takes the reference in `slot`; on

@@ -40,25 +40,32 @@ SendQueue::SendQueue(Gid process, size_t depth, Events& events)
       events_(events),
       id_(next_queue_id.fetch_add(1, std::memory_order_relaxed)) {}
 
-void SendQueue::AddRoute(int rail, std::unique_ptr<subsystem::Route> route,
+void SendQueue::AddRoute(int network, std::unique_ptr<subsystem::Route> route,
                          buffers::BufferPool& pool) {
   PeerRail peer_rail;
-  peer_rail.rail = rail;
+  peer_rail.rail = network;
   peer_rail.route = std::move(route);
   peer_rail.pool = &pool;
   rails_.push_back(std::move(peer_rail));
 }
 
 void SendQueue::Ready() {
-  default_rail_ = 0;  // the first route added (shm when it connected)
+  default_route_ = 0;  // the first route added (shm when it connected)
   state_ = State::kReady;
 }
 
-void SendQueue::AvoidRail(int rail) {
-  if (default_rail_ != rail) return;
+int SendQueue::RouteOver(int network) const {
+  for (size_t route = 0; route < rails_.size(); ++route) {
+    if (rails_[route].rail == network) return static_cast<int>(route);
+  }
+  return -1;
+}
+
+void SendQueue::AvoidRoute(int route) {
+  if (default_route_ != route) return;
   for (size_t other = 0; other < rails_.size(); ++other) {
     if (!rails_[other].failed) {
-      default_rail_ = static_cast<int>(other);
+      default_route_ = static_cast<int>(other);
       return;
     }
   }
@@ -83,25 +90,25 @@ Status SendQueue::NotReady() const {
   return FailedPrecondition(fmt::format("no route to {} yet", process_.ToString()));
 }
 
-Status SendQueue::PostOrQueue(int rail, buffers::SlotRef& slot) {
+Status SendQueue::PostOrQueue(int route, buffers::SlotRef& slot) {
   if (!FlushAndCheckReady()) return NotReady();
   if (queue_.empty()) {
     slot->set_state(BufferState::kInFlight);
-    Status status = rails_[rail].Post(slot);
+    Status status = rails_[route].Post(slot);
     if (status.code() != StatusCode::kTryAgain) return status;
   }
-  Queue(std::move(slot), rail);
+  Queue(std::move(slot), route);
   return Status::Ok();
 }
 
-Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int rail) {
-  if (rail < 0) rail = default_rail_;
+Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int route) {
+  if (route < 0) route = default_route_;
   uint64_t& seq = SeqOf(from, to);
   slot->header().seq = seq;
-  Status status = PostOrQueue(rail, slot);
+  Status status = PostOrQueue(route, slot);
   if (!status.ok() && state_ == State::kReady) {
-    if (Reroute(rail)) {
-      Queue(std::move(slot), default_rail_);
+    if (Reroute(route)) {
+      Queue(std::move(slot), default_route_);
       status = Status::Ok();
     } else {
       // Never sent: the receiver must not wait for its number.
@@ -118,13 +125,13 @@ bool SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::by
   uint64_t& seq = SeqOf(from, to);
   const wire::Header header =
       wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  if (!rails_[default_rail_].PostCopy(header, payload).ok()) return false;
+  if (!rails_[default_route_].PostCopy(header, payload).ok()) return false;
   ++seq;
   return true;
 }
 
-Result<buffers::SlotRef> SendQueue::HeaderFrame(int rail, const wire::Header& header) {
-  buffers::SlotRef slot(rails_[rail].pool->TryGet(0));
+Result<buffers::SlotRef> SendQueue::HeaderFrame(int route, const wire::Header& header) {
+  buffers::SlotRef slot(rails_[route].pool->TryGet(0));
   if (!slot) {
     return ResourceExhausted("no pool buffer for a control frame (the pool cap is reached)");
   }
@@ -132,14 +139,16 @@ Result<buffers::SlotRef> SendQueue::HeaderFrame(int rail, const wire::Header& he
   return slot;
 }
 
-Status SendQueue::PostControl(int rail, buffers::SlotRef& slot) {
-  if (rail < 0 || rail >= static_cast<int>(rails_.size())) rail = default_rail_;
-  return PostOrQueue(rail, slot);
+Status SendQueue::PostControl(int route, const wire::Header& header) {
+  if (route < 0 || route >= static_cast<int>(rails_.size())) route = default_route_;
+  if (route < 0) return NotReady();  // no routes (yet, or since a reset)
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef frame, HeaderFrame(route, header));
+  return PostOrQueue(route, frame);  // not taken: dropped with `frame`
 }
 
-bool SendQueue::PostFragment(int rail, const wire::Header& header, std::span<const std::byte> piece,
-                             bool resent) {
-  PeerRail& peer_rail = rails_[rail];
+bool SendQueue::PostFragment(int route, const wire::Header& header,
+                             std::span<const std::byte> piece, bool resent) {
+  PeerRail& peer_rail = rails_[route];
   // Straight from the sender's memory where the network can (shm: into the
   // buffer the receiver provided), else through a pool buffer.
   Status status = peer_rail.PostCopy(header, piece);
@@ -157,9 +166,9 @@ bool SendQueue::PostFragment(int rail, const wire::Header& header, std::span<con
   return true;
 }
 
-void SendQueue::Queue(buffers::SlotRef slot, int rail) {
+void SendQueue::Queue(buffers::SlotRef slot, int route) {
   slot->set_state(BufferState::kQueued);
-  queue_.push_back({std::move(slot), rail});
+  queue_.push_back({std::move(slot), route});
   const bool list = !listed_;
   listed_ = true;
   events_.Queued(*this, list);
@@ -169,9 +178,9 @@ bool SendQueue::Flush() {
   while (!queue_.empty()) {
     Pending& head = queue_.front();
     // Ok leaves head.slot empty; an error leaves the reference in it.
-    Status status = rails_[head.rail].Post(head.slot);
+    Status status = rails_[head.route].Post(head.slot);
     if (status.code() == StatusCode::kTryAgain) return true;
-    if (!status.ok() && Reroute(head.rail)) {
+    if (!status.ok() && Reroute(head.route)) {
       // Another network takes the frames that waited for this one; control
       // frames of long messages are dropped (their senders recover).
       const wire::FrameKind kind = head.slot->header().kind;
@@ -227,9 +236,9 @@ bool SendQueue::Reroute(int broken) {
   rail.failed = true;
   rail.retry_at =
       std::chrono::steady_clock::time_point::max();  // a broken route does not come back
-  if (default_rail_ == broken) default_rail_ = alternative;
+  if (default_route_ == broken) default_route_ = alternative;
   for (Pending& pending : queue_) {
-    if (pending.rail == broken) pending.rail = alternative;
+    if (pending.route == broken) pending.route = alternative;
   }
   return true;
 }
@@ -255,7 +264,7 @@ bool SendQueue::ResetAfterHostDown() {
   state_ = State::kUnresolved;
   failure_ = Status::Ok();
   rails_.clear();
-  default_rail_ = -1;
+  default_route_ = -1;
   ++generation_;
   return true;
 }

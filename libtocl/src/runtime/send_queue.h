@@ -14,14 +14,17 @@
 // Retry) posts it. So a frame is owned by the queue (a SlotRef) from the
 // moment it is taken until a route has it.
 //
+// Indexes: a `route` is an index into rails() (this queue's routes); a
+// `network` is an index into Runtime::Impl::rails (PeerRail::rail).
+//
 // Failure: a route that breaks (Unavailable/FailedPrecondition from Post)
 // hands its frames to another live route of the process (Reroute); with
 // none left the process is failed: the frame being posted goes back to its
 // caller with the error (state kFailed), every queued frame ends kFailed
 // and is dropped, and every later post returns the failure. A control
-// frame that finds its route broken is not moved but dropped, or returned
-// to its caller when posted at once (its long message recovers by probes
-// and timeouts).
+// frame that finds its route broken is not moved but dropped, and its error
+// returned when posted at once (its long message recovers by probes and
+// timeouts).
 //
 // Back-pressure: a sender whose short message leaves `depth` or more frames
 // waiting waits for room (AwaitRoom), making progress itself meanwhile.
@@ -61,7 +64,7 @@ namespace tocl::runtime {
 
 // One network's route to the process, with what that network has shown.
 struct PeerRail {
-  int rail = -1;  // index of the network in Runtime::Impl::rails
+  int rail = -1;  // the network: index in Runtime::Impl::rails
   std::unique_ptr<subsystem::Route> route;
   // The network's pool: header-only frames, fragments its route cannot
   // copy straight from the sender's memory.
@@ -109,9 +112,9 @@ class SendQueue {
     // first since Retry last found the queue empty: put it on the poller's
     // list.
     virtual void Queued(SendQueue& queue, bool list) = 0;
-    // The route to network `broken` (PeerRail::rail) broke; the process's
-    // frames go over network `alternative` from now on. Once per route.
-    virtual void Rerouted(const SendQueue& queue, int broken, int alternative) = 0;
+    // The route over network `broken_network` broke; the process's frames
+    // go over network `alternative_network` from now on. Once per route.
+    virtual void Rerouted(const SendQueue& queue, int broken_network, int alternative_network) = 0;
     // A sender waits for room in `queue` (mu() not held): poll the networks
     // if nobody else does.
     virtual void AwaitProgress() = 0;
@@ -127,8 +130,9 @@ class SendQueue {
   std::mutex& mu() { return mu_; }
 
   // --- routes ---
-  // While kUnresolved: one more route (the first is the default).
-  void AddRoute(int rail, std::unique_ptr<subsystem::Route> route, buffers::BufferPool& pool);
+  // While kUnresolved: one more route, over `network` (the first is the
+  // default).
+  void AddRoute(int network, std::unique_ptr<subsystem::Route> route, buffers::BufferPool& pool);
   // The routes are complete: kReady.
   void Ready();
   State state() const { return state_; }
@@ -137,13 +141,15 @@ class SendQueue {
   // Fixed once kReady (but their health, which long sends update).
   std::vector<PeerRail>& rails() { return rails_; }
   const std::vector<PeerRail>& rails() const { return rails_; }
+  // The route over `network`, or -1 when none goes over it.
+  int RouteOver(int network) const;
   // Short messages and control frames go here unless told otherwise.
-  int default_rail() const { return default_rail_; }
-  // `rail` failed (a long send's finding): the default moves to the first
+  int default_route() const { return default_route_; }
+  // `route` failed (a long send's finding): the default moves to the first
   // route that has not.
-  void AvoidRail(int rail);
+  void AvoidRoute(int route);
   // Counts resets (ResetAfterHostDown): a long send that waited across one
-  // gives up (its rail indexes are stale).
+  // gives up (its route indexes are stale).
   uint64_t generation() const { return generation_; }
 
   // --- frames ---
@@ -152,28 +158,29 @@ class SendQueue {
   uint64_t NextSeq(Gid from, Gid to) { return SeqOf(from, to); }
   // Numbers the frame in `slot` (a short message or long-message start,
   // header otherwise complete) in the (from, to) pair's order and posts it
-  // on `rail` (< 0: the default) behind what waits, or queues it. Ok takes
+  // on `route` (< 0: the default) behind what waits, or queues it. Ok takes
   // the reference. On error (the process failed, now or before) it is
   // still in `slot`, the caller's, kFailed if a route refused it, and the
   // number is not used.
-  Status Post(Gid from, Gid to, buffers::SlotRef& slot, int rail);
+  Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route);
   // A short message copied straight from `payload` on the default route
   // (shm: into the buffer the receiver provided), numbered like Post. False
   // (nothing sent, no number used) when frames wait or the route cannot
   // take it now: the caller posts it through a pool buffer instead.
   bool PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload);
-  // A header-only frame made from `header` in the pool of `rail`'s network
-  // (ResourceExhausted at the pool's cap).
-  Result<buffers::SlotRef> HeaderFrame(int rail, const wire::Header& header);
-  // A frame outside the pairs' order (a long message's control frame) on
-  // `rail` (< 0 or out of range: the default), behind what waits. Ok takes
-  // the reference; on error (a broken route, or the process failed) it is
-  // still the caller's.
-  Status PostControl(int rail, buffers::SlotRef& slot);
-  // A fragment straight to `rail` (never queued, counted in
+  // A header-only frame made from `header` in the pool of `route`'s
+  // network (ResourceExhausted at the pool's cap).
+  Result<buffers::SlotRef> HeaderFrame(int route, const wire::Header& header);
+  // A header-only frame outside the pairs' order (a long message's control
+  // frame) made from `header` and posted on `route` (< 0 or out of range:
+  // the default), behind what waits. On error it is dropped:
+  // ResourceExhausted (no pool buffer: the pool's cap is reached), the
+  // route's (it broke) or the process's failure.
+  Status PostControl(int route, const wire::Header& header);
+  // A fragment straight to `route` (never queued, counted in
   // fragments_sent). False when the route cannot take it now (no room, no
   // pool buffer) or broke.
-  bool PostFragment(int rail, const wire::Header& header, std::span<const std::byte> piece,
+  bool PostFragment(int route, const wire::Header& header, std::span<const std::byte> piece,
                     bool resent);
 
   // Posts what waits, in order, until a route says TryAgain. True while
@@ -205,7 +212,7 @@ class SendQueue {
  private:
   struct Pending {
     buffers::SlotRef slot;  // the queue's reference
-    int rail;               // index into rails_
+    int route;              // index into rails_
   };
 
   // The (from, to) pair's next sequence number (a thread-local cache of the
@@ -216,12 +223,12 @@ class SendQueue {
   // process is ready for more (NotReady says why not).
   bool FlushAndCheckReady();
   Status NotReady() const;
-  // Behind what waits (after a Flush), or on `rail` now: Ok taken (posted
+  // Behind what waits (after a Flush), or on `route` now: Ok taken (posted
   // or queued); else the route's error or the failure, not taken.
-  Status PostOrQueue(int rail, buffers::SlotRef& slot);
-  void Queue(buffers::SlotRef slot, int rail);
-  // A route of the process broke: later frames go over another (true), or
-  // there is none left (false).
+  Status PostOrQueue(int route, buffers::SlotRef& slot);
+  void Queue(buffers::SlotRef slot, int route);
+  // Route `broken` broke: later frames go over another (true), or there is
+  // none left (false).
   bool Reroute(int broken);
 
   const Gid process_;
@@ -236,7 +243,7 @@ class SendQueue {
   State state_ = State::kUnresolved;
   Status failure_;
   std::vector<PeerRail> rails_;
-  int default_rail_ = -1;
+  int default_route_ = -1;
   std::unordered_map<uint64_t, uint64_t> next_seq_;  // by thread pair (node-based: stable)
   std::deque<Pending> queue_;
   bool listed_ = false;  // on the poller's list (Events::Queued)

@@ -5,6 +5,7 @@
 #include "runtime/send_queue.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -106,9 +107,9 @@ struct Fixture : SendQueue::Events {
     return slot;
   }
   // Posts a message; the slot (empty when taken) is returned to look at.
-  buffers::SlotRef Post(Gid from, Gid to, Status* status = nullptr, int rail = -1) {
+  buffers::SlotRef Post(Gid from, Gid to, Status* status = nullptr, int route = -1) {
     buffers::SlotRef slot = Message(from, to);
-    Status posted = queue.Post(from, to, slot, rail);
+    Status posted = queue.Post(from, to, slot, route);
     if (status != nullptr) {
       *status = posted;
     } else {
@@ -244,11 +245,12 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
   Fixture f;
   FakeRoute& shm = f.AddRoute(3, FakeRoute::Mode::kTryAgain);
   FakeRoute& tcp = f.AddRoute(5);
-  auto control = f.queue.HeaderFrame(
-      0, wire::ControlHeader(wire::FrameKind::kGrant, kAlice, kCarol, /*seq=*/9));
-  REQUIRE(control.ok());
-  REQUIRE(f.queue.PostControl(0, *control).ok());  // queued
-  CHECK_FALSE(*control);
+  REQUIRE(
+      f.queue
+          .PostControl(0, wire::ControlHeader(wire::FrameKind::kGrant, kAlice, kCarol, /*seq=*/9))
+          .ok());  // queued
+  CHECK(f.queued_events == 1);
+  CHECK(f.InUse() == 1);  // the queue's
   std::vector<buffers::SlotRef> watched;
   watched.push_back(f.PostWatched(kAlice, kCarol));
   watched.push_back(f.PostWatched(kAlice, kCarol));
@@ -258,7 +260,7 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
   CHECK(f.rerouted == std::vector<std::pair<int, int>>{{3, 5}});
   CHECK(tcp.Seqs() == Seqs{0, 1});  // the messages, in order; not the grant
   for (auto& slot : watched) CHECK(StateOf(slot) == BufferState::kSent);
-  CHECK(f.queue.default_rail() == 1);
+  CHECK(f.queue.default_route() == 1);
   CHECK(f.queue.rails()[0].failed);
   CHECK(f.queue.rails()[0].frames_sent == 0);
   CHECK(f.queue.rails()[1].frames_sent == 2);
@@ -318,15 +320,44 @@ TEST_CASE("when the last route breaks every queued frame ends kFailed and is dro
   CHECK(f.queue.rails()[0].frames_sent == 0);
 }
 
-TEST_CASE("a control frame a broken route refuses comes back to its caller", "[send_queue]") {
+TEST_CASE("a control frame a broken route refuses is dropped, and its caller told",
+          "[send_queue]") {
   Fixture f;
-  f.AddRoute(0, FakeRoute::Mode::kBroken);
-  auto frame = f.queue.HeaderFrame(
-      0, wire::ControlHeader(wire::FrameKind::kAbort, kAlice, kCarol, /*seq=*/4));
-  REQUIRE(frame.ok());
-  CHECK(f.queue.PostControl(-1, *frame).code() == StatusCode::kUnavailable);
-  CHECK(*frame);                                // not taken: the caller drops it
+  FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kBroken);
+  CHECK(f.queue
+            .PostControl(-1, wire::ControlHeader(wire::FrameKind::kAbort, kAlice, kCarol,
+                                                 /*seq=*/4))
+            .code() == StatusCode::kUnavailable);
+  CHECK(route.calls == 1);
+  CHECK(f.InUse() == 0);  // not taken: dropped
+  CHECK(f.queued_events == 0);
   CHECK(f.queue.NextSeq(kAlice, kCarol) == 0);  // control frames are not numbered
+}
+
+TEST_CASE("a control frame goes over the route it names, the default when it names none",
+          "[send_queue]") {
+  Fixture f;
+  FakeRoute& shm = f.AddRoute(3);
+  FakeRoute& tcp = f.AddRoute(5);
+  CHECK(f.queue.RouteOver(5) == 1);
+  CHECK(f.queue.RouteOver(3) == 0);
+  CHECK(f.queue.RouteOver(4) == -1);
+  const wire::Header grant = wire::ControlHeader(wire::FrameKind::kGrant, kCarol, kAlice, 2);
+  REQUIRE(f.queue.PostControl(f.queue.RouteOver(5), grant).ok());
+  REQUIRE(f.queue.PostControl(f.queue.RouteOver(4), grant).ok());
+  REQUIRE(f.queue.PostControl(/*route=*/7, grant).ok());
+  CHECK(tcp.taken.size() == 1);
+  REQUIRE(shm.taken.size() == 2);
+  CHECK(std::memcmp(&shm.taken[0], &grant, sizeof grant) == 0);  // the header as given
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a process without routes takes no control frame", "[send_queue]") {
+  Fixture f;
+  Status status = f.queue.PostControl(
+      -1, wire::ControlHeader(wire::FrameKind::kProbe, kAlice, kCarol, /*seq=*/1));
+  CHECK(status.code() == StatusCode::kFailedPrecondition);
+  CHECK(f.InUse() == 0);
 }
 
 TEST_CASE("a sender waits while depth frames wait, making progress, until the route takes them",
