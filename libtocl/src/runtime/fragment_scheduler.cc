@@ -47,14 +47,18 @@ std::vector<FragmentScheduler::Failure> FragmentScheduler::StartRound(std::span<
   for (size_t r = 0; r < rails.size(); ++r) {
     RailHealth& health = rails[r];
     RailProgress& progress = rails_[r];
-    if (health.failed && now >= health.retry_at) health.failed = false;
+    if (health.UsableAt(now)) health.failed = false;
     const bool silent =
         progress.inflight > 0 && !congested && now - progress.last_ack > limits_.fragment_timeout;
     if (!health.broken && !silent) continue;
     failures.push_back(
         Failure{r, health.broken, progress.inflight, !health.failed || progress.inflight > 0});
-    health.failed = true;
-    health.retry_at = now + limits_.fragment_timeout * limits_.retry_after_timeouts;
+    if (health.broken) {
+      health.Break();
+    } else {
+      health.failed = true;
+      health.retry_at = now + limits_.fragment_timeout * limits_.retry_after_timeouts;
+    }
     for (uint64_t i = 0; i < count(); ++i) {
       if (state_[i] == State::kPosted && rail_of_[i] == int(r)) {
         state_[i] = State::kUnsent;

@@ -11,15 +11,17 @@
 // message starts as an alternation and, once acknowledgements measure each
 // network, splits by throughput.
 //
-// Failover: a network whose route broke, or that acknowledged nothing for
-// fragment_timeout while fragments were in flight, is failed until
-// kRetryAfterTimeouts x fragment_timeout from now; its unacknowledged
-// fragments are sent again over the others (before fresh ones).
+// Failover: a network that acknowledged nothing for fragment_timeout while
+// fragments were in flight is failed until kRetryAfterTimeouts x
+// fragment_timeout from now; one whose route broke is failed for good. Its
+// unacknowledged fragments are sent again over the others (before fresh
+// ones).
 //
-// Plain data, no I/O and no clock of its own: the caller (SendLong) copies
-// each network's health in, posts what Next names, and reports Posted or
-// Full; the poller reports acknowledgements. Threading: none of its own
-// (LongSend::mu guards it).
+// Plain data, no I/O and no clock of its own: the caller (SendLong) passes
+// the peer's health of each network (SendQueue::health(), `broken` read
+// from the routes), posts what Next names, and reports Posted or Full; the
+// poller reports acknowledgements. Threading: none of its own (LongSend::mu
+// guards it; the health is the peer's, under its mu()).
 #pragma once
 
 #include <chrono>
@@ -40,13 +42,25 @@ inline constexpr uint64_t kMeasuredAfter = 4;
 inline constexpr int kRetryAfterTimeouts = 10;
 
 // What the sender knows of one of the peer's networks, shared by every
-// long message to that peer (the peer's, copied in for a round).
+// long message to that peer (one per route, kept by its SendQueue).
 struct RailHealth {
+  using Clock = std::chrono::steady_clock;
+
   bool broken = false;  // its route broke (it does not come back)
-  // Stopped acknowledging fragments (or broke): not used until retry_at.
+  // Stopped acknowledging fragments, or broke: not used until retry_at
+  // (never, once broken).
   bool failed = false;
-  std::chrono::steady_clock::time_point retry_at;
+  Clock::time_point retry_at;
   double bandwidth = 0;  // bytes/s learned from acknowledgements; 0 = unknown
+
+  // Not failed, or its retry time has come by `now`.
+  bool UsableAt(Clock::time_point now) const { return !failed || now >= retry_at; }
+  // Its route broke: failed for good.
+  void Break() {
+    broken = true;
+    failed = true;
+    retry_at = Clock::time_point::max();
+  }
 };
 
 class FragmentScheduler {
@@ -97,9 +111,10 @@ class FragmentScheduler {
   uint64_t Acknowledge(uint64_t offset, uint64_t length, Clock::time_point now);
 
   // Starts a round of placement: a failed network whose retry_at passed is
-  // live again; one that broke or went silent (unless `congested`: while we
-  // do not read, nothing can be heard) is failed in `rails` and gives its
-  // fragments back. Returns those failures, in network order.
+  // live again; one that broke (failed for good) or went silent (failed
+  // for retry_after_timeouts; unless `congested`: while we do not read,
+  // nothing can be heard) is failed in `rails` and gives its fragments
+  // back. Returns those failures, in network order.
   std::vector<Failure> StartRound(std::span<RailHealth> rails, Clock::time_point now,
                                   bool congested);
   // The next fragment and its network this round (after StartRound, with

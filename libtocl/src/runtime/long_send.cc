@@ -94,12 +94,13 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   }
   Status result = AwaitLongLocked(peer, peer_lock, generation, send);
 
-  // What this message taught about each network.
-  {
+  // What this message taught about each network (its routes are the
+  // peer's while the generation holds).
+  if (peer.generation() == generation) {
     std::lock_guard lock(send.mu);
-    for (size_t route = 0; peer.generation() == generation && route < send.fragments.rails();
-         ++route) {
-      peer.rails()[route].bandwidth = send.fragments.Learned(route, peer.rails()[route].bandwidth);
+    std::span<runtime::RailHealth> health = peer.health();
+    for (size_t route = 0; route < send.fragments.rails(); ++route) {
+      health[route].bandwidth = send.fragments.Learned(route, health[route].bandwidth);
     }
   }
   if (!result.ok() && peer.state() != SendQueue::State::kFailed &&
@@ -173,19 +174,15 @@ Status Runtime::Impl::AwaitLongLocked(SendQueue& peer, std::unique_lock<std::mut
 // that broke or went silent give their fragments back, then fragments go
 // out until the best network's window is full or none is left to send.
 Status Runtime::Impl::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now) {
-  std::vector<PeerRail>& peer_rails = peer.rails();
-  std::vector<runtime::RailHealth> health(peer_rails.size());
-  for (size_t route = 0; route < peer_rails.size(); ++route) {
-    const PeerRail& rail = peer_rails[route];
-    health[route] = {rail.route->Broken(), rail.failed, rail.retry_at, rail.bandwidth};
+  const std::vector<PeerRail>& peer_rails = peer.rails();
+  std::span<runtime::RailHealth> health = peer.health();
+  for (size_t route = 0; route < health.size(); ++route) {
+    // Broken for good once Reroute or the route found it so.
+    health[route].broken = health[route].broken || peer_rails[route].route->Broken();
   }
   const auto failures = send.fragments.StartRound(health, now, Congested());
   bool any_live = false;
-  for (size_t route = 0; route < peer_rails.size(); ++route) {
-    peer_rails[route].failed = health[route].failed;
-    peer_rails[route].retry_at = health[route].retry_at;
-    any_live |= !health[route].failed;
-  }
+  for (const runtime::RailHealth& route_health : health) any_live |= !route_health.failed;
   for (const FragmentScheduler::Failure& failure : failures) {
     Rail& network = *rails[peer_rails[failure.rail].rail];
     if (failure.news) {
@@ -234,8 +231,7 @@ void Runtime::Impl::ProbeLocked(SendQueue& peer, const runtime::LongKey& key, si
                                 Clock::time_point now) {
   std::vector<int> live;
   for (size_t route = 0; route < peer.rails().size(); ++route) {
-    const PeerRail& rail = peer.rails()[route];
-    if ((!rail.failed || now >= rail.retry_at) && !rail.route->Broken()) {
+    if (peer.health()[route].UsableAt(now) && !peer.rails()[route].route->Broken()) {
       live.push_back(int(route));
     }
   }

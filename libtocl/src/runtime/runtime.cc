@@ -618,9 +618,13 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot
   int route = peer.default_route();
   if (network != Network::kFastest) {
     // The buffer's own network when it reaches the peer (no copy to
-    // another pool), else the default.
+    // another pool) and is usable, else the default. (The clock is read
+    // only for a network that failed.)
     const int own = peer.RouteOver(RailOfPool(slot->pool));
-    if (own >= 0 && !peer.rails()[own].failed) route = own;
+    if (own >= 0) {
+      const runtime::RailHealth& health = peer.health()[own];
+      if (!health.failed || health.UsableAt(Clock::now())) route = own;
+    }
   }
   TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
   peer.AwaitRoom(lock);  // back-pressure
@@ -728,14 +732,15 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
   std::shared_lock lock(dest_mu);
   for (auto& [raw, peer] : peers) {
     std::lock_guard peer_lock(peer->mu());
-    for (const runtime::PeerRail& rail : peer->rails()) {
+    for (size_t route = 0; route < peer->rails().size(); ++route) {
+      const runtime::PeerRail& rail = peer->rails()[route];
+      const runtime::RailHealth& health = peer->health()[route];
       tocl::NetworkStats& stats = out[rail.rail];
       stats.frames_sent += rail.frames_sent;
       stats.bytes_sent += rail.bytes_sent;
-      if (rail.fragments_sent == 0 && rail.bandwidth == 0) continue;
-      stats.peers.push_back(NetworkPeerStats{peer->process(), rail.bandwidth, rail.fragments_sent,
-                                             rail.fragments_resent,
-                                             rail.failed && now < rail.retry_at});
+      if (rail.fragments_sent == 0 && health.bandwidth == 0) continue;
+      stats.peers.push_back(NetworkPeerStats{peer->process(), health.bandwidth, rail.fragments_sent,
+                                             rail.fragments_resent, !health.UsableAt(now)});
     }
   }
   for (tocl::NetworkStats& stats : out) {

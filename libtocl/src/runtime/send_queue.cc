@@ -47,6 +47,7 @@ void SendQueue::AddRoute(int network, std::unique_ptr<subsystem::Route> route,
   peer_rail.route = std::move(route);
   peer_rail.pool = &pool;
   rails_.push_back(std::move(peer_rail));
+  health_.emplace_back();
 }
 
 void SendQueue::Ready() {
@@ -63,8 +64,8 @@ int SendQueue::RouteOver(int network) const {
 
 void SendQueue::AvoidRoute(int route) {
   if (default_route_ != route) return;
-  for (size_t other = 0; other < rails_.size(); ++other) {
-    if (!rails_[other].failed) {
+  for (size_t other = 0; other < health_.size(); ++other) {
+    if (!health_[other].failed) {
       default_route_ = static_cast<int>(other);
       return;
     }
@@ -231,11 +232,9 @@ bool SendQueue::Reroute(int broken) {
     }
   }
   if (alternative < 0) return false;
-  PeerRail& rail = rails_[broken];
-  if (!rail.failed) events_.Rerouted(*this, rail.rail, rails_[alternative].rail);
-  rail.failed = true;
-  rail.retry_at =
-      std::chrono::steady_clock::time_point::max();  // a broken route does not come back
+  RailHealth& health = health_[broken];
+  if (!health.failed) events_.Rerouted(*this, rails_[broken].rail, rails_[alternative].rail);
+  health.Break();
   if (default_route_ == broken) default_route_ = alternative;
   for (Pending& pending : queue_) {
     if (pending.route == broken) pending.route = alternative;
@@ -264,6 +263,7 @@ bool SendQueue::ResetAfterHostDown() {
   state_ = State::kUnresolved;
   failure_ = Status::Ok();
   rails_.clear();
+  health_.clear();
   default_route_ = -1;
   ++generation_;
   return true;

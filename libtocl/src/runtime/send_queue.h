@@ -14,17 +14,18 @@
 // Retry) posts it. So a frame is owned by the queue (a SlotRef) from the
 // moment it is taken until a route has it.
 //
-// Indexes: a `route` is an index into rails() (this queue's routes); a
-// `network` is an index into Runtime::Impl::rails (PeerRail::rail).
+// Indexes: a `route` is an index into rails() (this queue's routes, and
+// their health()); a `network` is an index into Runtime::Impl::rails
+// (PeerRail::rail).
 //
 // Failure: a route that breaks (Unavailable/FailedPrecondition from Post)
-// hands its frames to another live route of the process (Reroute); with
-// none left the process is failed: the frame being posted goes back to its
-// caller with the error (state kFailed), every queued frame ends kFailed
-// and is dropped, and every later post returns the failure. A control
-// frame that finds its route broken is not moved but dropped, and its error
-// returned when posted at once (its long message recovers by probes and
-// timeouts).
+// is failed for good in its health() and hands its frames to another live
+// route of the process (Reroute); with none left the process is failed:
+// the frame being posted goes back to its caller with the error (state
+// kFailed), every queued frame ends kFailed and is dropped, and every later
+// post returns the failure. A control frame that finds its route broken is
+// not moved but dropped, and its error returned when posted at once (its
+// long message recovers by probes and timeouts).
 //
 // Back-pressure: a sender whose short message leaves `depth` or more frames
 // waiting waits for room (AwaitRoom), making progress itself meanwhile.
@@ -55,6 +56,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/slot_ref.h"
+#include "runtime/fragment_scheduler.h"
 #include "subsystem/subsystem.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -62,7 +64,8 @@
 
 namespace tocl::runtime {
 
-// One network's route to the process, with what that network has shown.
+// One network's route to the process, with what it carried (its health,
+// what the network has shown, is SendQueue::health()).
 struct PeerRail {
   int rail = -1;  // the network: index in Runtime::Impl::rails
   std::unique_ptr<subsystem::Route> route;
@@ -73,10 +76,6 @@ struct PeerRail {
   uint64_t bytes_sent = 0;
   uint64_t fragments_sent = 0;
   uint64_t fragments_resent = 0;
-  double bandwidth = 0;  // bytes/s learned from acknowledgements; 0 = unknown
-  // Stopped acknowledging fragments (or broke): not used until retry_at.
-  bool failed = false;
-  std::chrono::steady_clock::time_point retry_at;
 
   // Route::PostRef and Route::PostCopy, counting what the route took: the
   // one place frames are counted.
@@ -138,9 +137,13 @@ class SendQueue {
   State state() const { return state_; }
   // Why kFailed (ok otherwise).
   const Status& failure() const { return failure_; }
-  // Fixed once kReady (but their health, which long sends update).
-  std::vector<PeerRail>& rails() { return rails_; }
+  // Fixed once kReady.
   const std::vector<PeerRail>& rails() const { return rails_; }
+  // The health of each route (parallel to rails()): failed by Reroute and
+  // by long sends (FragmentScheduler::StartRound), its bandwidth learned by
+  // them.
+  std::span<RailHealth> health() { return health_; }
+  std::span<const RailHealth> health() const { return health_; }
   // The route over `network`, or -1 when none goes over it.
   int RouteOver(int network) const;
   // Short messages and control frames go here unless told otherwise.
@@ -227,8 +230,8 @@ class SendQueue {
   // or queued); else the route's error or the failure, not taken.
   Status PostOrQueue(int route, buffers::SlotRef& slot);
   void Queue(buffers::SlotRef slot, int route);
-  // Route `broken` broke: later frames go over another (true), or there is
-  // none left (false).
+  // Route `broken` broke: failed for good, and later frames go over
+  // another (true), or there is none left (false).
   bool Reroute(int broken);
 
   const Gid process_;
@@ -243,6 +246,7 @@ class SendQueue {
   State state_ = State::kUnresolved;
   Status failure_;
   std::vector<PeerRail> rails_;
+  std::vector<RailHealth> health_;  // parallel to rails_
   int default_route_ = -1;
   std::unordered_map<uint64_t, uint64_t> next_seq_;  // by thread pair (node-based: stable)
   std::deque<Pending> queue_;

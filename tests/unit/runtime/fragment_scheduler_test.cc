@@ -231,6 +231,33 @@ TEST_CASE("a broken network fails at once, is reported once, and no network left
   CHECK_FALSE(scheduler.Next(rails).has_value());
 }
 
+TEST_CASE("a broken network stays failed with no news after retry_after_timeouts", "[fragments]") {
+  const FragmentScheduler::Limits limits = TestLimits();
+  FragmentScheduler scheduler(4 * kFragment, kFragment, 2, limits);
+  std::vector<RailHealth> rails(2);
+  rails[0].broken = true;
+  auto failures = scheduler.StartRound(rails, kStart, false);
+  REQUIRE(failures.size() == 1);
+  CHECK(failures[0].news);
+  CHECK(rails[0].failed);
+  CHECK(rails[0].retry_at == Clock::time_point::max());
+
+  // Long after a silent network would be tried again, the broken one is
+  // not: found again, no news, and nothing placed on it.
+  const Clock::time_point later =
+      kStart + 2 * limits.retry_after_timeouts * limits.fragment_timeout;
+  failures = scheduler.StartRound(rails, later, false);
+  REQUIRE(failures.size() == 1);
+  CHECK(failures[0].broken);
+  CHECK_FALSE(failures[0].news);
+  CHECK(rails[0].failed);
+  CHECK_FALSE(rails[0].UsableAt(later));
+  while (const auto placement = scheduler.Next(rails)) {
+    CHECK(placement->rail == 1);
+    scheduler.Posted(*placement, later);
+  }
+}
+
 TEST_CASE("a failed network is used again once its retry time has come", "[fragments]") {
   FragmentScheduler scheduler(8 * kFragment, kFragment, 2, TestLimits());
   std::vector<RailHealth> rails(2);

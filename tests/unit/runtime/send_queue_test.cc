@@ -5,9 +5,11 @@
 #include "runtime/send_queue.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
 #include "buffers/size_class.h"
+#include "runtime/fragment_scheduler.h"
 #include "wire/frame.h"
 
 namespace tocl::runtime {
@@ -261,7 +264,13 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
   CHECK(tcp.Seqs() == Seqs{0, 1});  // the messages, in order; not the grant
   for (auto& slot : watched) CHECK(StateOf(slot) == BufferState::kSent);
   CHECK(f.queue.default_route() == 1);
-  CHECK(f.queue.rails()[0].failed);
+  // Failed for good: no retry time ever comes.
+  const RailHealth& broken = f.queue.health()[0];
+  CHECK(broken.broken);
+  CHECK(broken.failed);
+  CHECK(broken.retry_at == RailHealth::Clock::time_point::max());
+  CHECK_FALSE(broken.UsableAt(RailHealth::Clock::now() + std::chrono::hours(24 * 365)));
+  CHECK(f.queue.health()[1].UsableAt(RailHealth::Clock::now()));
   CHECK(f.queue.rails()[0].frames_sent == 0);
   CHECK(f.queue.rails()[1].frames_sent == 2);
   CHECK(f.queue.state() == SendQueue::State::kReady);
@@ -270,6 +279,43 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
   CHECK(tcp.Seqs() == Seqs{0, 1, 2});
   CHECK(f.rerouted.size() == 1);  // reported once
   CHECK(f.InUse() == 2);          // the test's watched references
+}
+
+TEST_CASE("a route that broke stays failed for later long messages, with no news of it in between",
+          "[send_queue]") {
+  Fixture f;
+  FakeRoute& shm = f.AddRoute(3, FakeRoute::Mode::kBroken);
+  f.AddRoute(5);
+  (void)f.PostWatched(kAlice, kCarol);  // refused: the route is failed for good
+  REQUIRE(f.rerouted == std::vector<std::pair<int, int>>{{3, 5}});
+  // Long messages' rounds on the queue's health, as SendLong runs them,
+  // each long after a silent network would have been tried again (no news
+  // of the route in between).
+  FragmentScheduler::Limits limits;
+  limits.fragment_timeout = std::chrono::milliseconds(10);
+  FragmentScheduler scheduler(4 * kPayload, kPayload, 2, limits);
+  std::span<RailHealth> health = f.queue.health();
+  const RailHealth::Clock::time_point start = RailHealth::Clock::now();
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    const RailHealth::Clock::time_point now =
+        start + round * 2 * limits.retry_after_timeouts * limits.fragment_timeout;
+    health[0].broken = health[0].broken || shm.Broken();
+    const auto failures = scheduler.StartRound(health, now, false);
+    REQUIRE(failures.size() == 1);
+    CHECK(failures[0].rail == 0);
+    CHECK_FALSE(failures[0].news);  // told once, by the reroute
+    CHECK_FALSE(health[0].UsableAt(now));
+    while (const auto placement = scheduler.Next(health)) {
+      CHECK(placement->rail == 1);
+      scheduler.Posted(*placement, now);
+      // Acknowledged at once: the live route never goes silent.
+      CHECK(scheduler.Acknowledge(scheduler.Offset(placement->index),
+                                  scheduler.Length(placement->index), now) == 1);
+    }
+  }
+  CHECK(f.rerouted.size() == 1);
+  CHECK(f.queue.default_route() == 1);
 }
 
 TEST_CASE("a message its route refuses as broken waits for the other route, its number kept",
@@ -413,6 +459,7 @@ TEST_CASE("a process failed because its host went down is resolved again, and it
   CHECK(f.queue.state() == SendQueue::State::kUnresolved);
   CHECK(f.queue.failure().ok());
   CHECK(f.queue.rails().empty());
+  CHECK(f.queue.health().empty());
   CHECK(f.queue.generation() == 1);
   CHECK(f.queue.NextSeq(kAlice, kCarol) == 1);
 
