@@ -188,9 +188,10 @@ class ShmRoute final : public Route {
   Status Post(detail::BufferSlot* slot) override {
     const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + slot->header().length);
     std::byte* target = nullptr;
-    TOCL_RETURN_IF_ERROR(Reserve(slot->class_index, length, target));
+    Descriptor desc;
+    TOCL_RETURN_IF_ERROR(Reserve(slot->class_index, length, desc, target));
     std::memcpy(target, slot->bytes, length);
-    Publish();
+    Publish(desc);
     slot->set_state(BufferState::kSent);
     slot->pool->Unref(slot);
     return Status::Ok();
@@ -199,11 +200,12 @@ class ShmRoute final : public Route {
   Status PostCopy(const wire::Header& header, std::span<const std::byte> payload) override {
     const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + payload.size());
     std::byte* target = nullptr;
-    TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, target));
+    Descriptor desc;
+    TOCL_RETURN_IF_ERROR(Reserve(buffers::ClassFor(payload.size()), length, desc, target));
     wire::EncodeHeader(header, target);
     // memcpy from the null data() of an empty span is undefined, even for 0 bytes.
     if (!payload.empty()) std::memcpy(target + wire::kHeaderBytes, payload.data(), payload.size());
-    Publish();
+    Publish(desc);
     return Status::Ok();
   }
 
@@ -217,9 +219,9 @@ class ShmRoute final : public Route {
   // Finds a provided buffer of class >= `class_index` and room on the
   // arrival ring. TryAgain when there is none (the owner has not provided
   // yet, or is congested), Unavailable when the owner is gone.
-  // Fills in the next arrival entry (unpublished) and points `target` where
-  // the frame goes: the entry itself, or a provided buffer it describes.
-  Status Reserve(uint32_t class_index, uint32_t length, std::byte*& target) {
+  // `desc` says what Publish will announce, `target` where the frame goes:
+  // the next arrival entry itself, or the provided buffer `desc` names.
+  Status Reserve(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
     if (broken_) return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
     auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
     if (state != ChannelState::kReady) {
@@ -234,26 +236,23 @@ class ShmRoute final : public Route {
       arrival_head_cache_ = arrivals.head.value.load(std::memory_order_acquire);
       if (tail - arrival_head_cache_ >= arrivals.kSize) return Stall();
     }
-    ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
     if (length <= kInlineFrameBytes) {
       // In the arrival entry itself: no provided buffer needed.
-      entry.kind = ArrivalEntry::kInline;
-      entry.desc = Descriptor{0, length, 0};
-      target = entry.frame;
+      desc = Descriptor{0, length, 0};
+      target = arrivals.entries[tail % arrivals.kSize].frame;
       return Status::Ok();
     }
     if (class_index >= num_classes_) {
       return InvalidArgument(fmt::format("a {} byte frame is larger than {}'s largest buffer",
                                          length, peer_.ToString()));
     }
-    entry.kind = ArrivalEntry::kDescribed;
-    if (PopProvided(class_index, length, entry.desc, target)) return Status::Ok();
+    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
     if (broken_) return Fail("provided a buffer outside its segment");
     // None: ask the owner to ring our bell when it provides more, then look
     // once more (it may have provided between our look and the flag; it
     // stores its ring's tail and then loads the flag, both seq_cst).
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
-    if (PopProvided(class_index, length, entry.desc, target)) return Status::Ok();
+    if (PopProvided(class_index, length, desc, target)) return Status::Ok();
     if (broken_) return Fail("provided a buffer outside its segment");
     return Stall();
   }
@@ -282,12 +281,21 @@ class ShmRoute final : public Route {
     return false;
   }
 
-  // Publishes the entry Reserve filled in (its frame written by then).
-  void Publish() {
+  // Publishes the entry Reserve chose (its frame written by then): the
+  // frame inline when it fits, else the descriptor of the provided buffer.
+  // The entry's fields are written here, next to `seq`, not in Reserve:
+  // the owner spins on this cache line, and every store spread out before
+  // the frame's copy gives it a chance to take the line back in between
+  // (measured: ~170 ns more per 8 B one-way).
+  void Publish(const Descriptor& desc) {
     auto& arrivals = channel_.arrivals;
     const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
+    ArrivalEntry& entry = arrivals.entries[tail % arrivals.kSize];
+    entry.kind =
+        desc.length <= kInlineFrameBytes ? ArrivalEntry::kInline : ArrivalEntry::kDescribed;
+    entry.desc = desc;
     // The owner polls `seq` (release: the entry and frame before it).
-    arrivals.entries[tail % arrivals.kSize].seq.store(tail + 1, std::memory_order_release);
+    entry.seq.store(tail + 1, std::memory_order_release);
     // seq_cst store, then seq_cst load of `sleeping` in WakeOwner: the
     // owner does the mirror image (store sleeping, load tail), so one of
     // the two sees the other (Dekker).
