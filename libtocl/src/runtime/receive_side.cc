@@ -33,18 +33,22 @@ struct Expecting {
 thread_local Expecting expecting;
 
 // Says what this thread waits for while it lives. A receive returns right
-// after a look that empties `got`, so nothing is ever left in it.
+// after a look that empties `got`, so nothing is ever left in it. Should a
+// receive ever nest in another on the same thread, the outer's expectation
+// comes back whole: a message already handed to it is kept, not dropped.
 class ExpectingScope {
  public:
-  ExpectingScope(Mailbox* mailbox, const Selector& selector) {
-    expecting = Expecting{mailbox, selector, nullptr};
-  }
+  ExpectingScope(Mailbox* mailbox, const Selector& selector)
+      : outer_(std::exchange(expecting, Expecting{mailbox, selector, nullptr})) {}
   ~ExpectingScope() {
     assert(expecting.got == nullptr);
-    expecting = Expecting{};
+    expecting = outer_;
   }
   ExpectingScope(const ExpectingScope&) = delete;
   ExpectingScope& operator=(const ExpectingScope&) = delete;
+
+ private:
+  const Expecting outer_;
 };
 
 }  // namespace
