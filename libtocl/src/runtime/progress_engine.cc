@@ -97,7 +97,7 @@ int ProgressEngine::PollOnce() {
       next_reactor_poll_ = now + kReactorPollPeriod;
       events += reactor_.Wait(0);
     }
-    if (now >= next_housekeeping_) Housekeeping(now);
+    HousekeepingIfDue(now);
   }
   if (queued_hint_.load(std::memory_order_acquire)) {
     queued_hint_.store(false, std::memory_order_relaxed);
@@ -106,12 +106,8 @@ int ProgressEngine::PollOnce() {
   return events;
 }
 
-void ProgressEngine::HousekeepingIfDue() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now >= next_housekeeping_) Housekeeping(now);
-}
-
-void ProgressEngine::Housekeeping(std::chrono::steady_clock::time_point now) {
+void ProgressEngine::HousekeepingIfDue(std::chrono::steady_clock::time_point now) {
+  if (now < next_housekeeping_) return;
   next_housekeeping_ = now + kHousekeepingPeriod;
   for (auto* subsystem : subsystems_) subsystem->Housekeeping();
   queued_hint_.store(true, std::memory_order_relaxed);
@@ -136,7 +132,7 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline, Mailb
   }
   if (receiver != nullptr) receiver->SetPollerAsleep(nullptr);
   holder_sleeping_.store(false, std::memory_order_relaxed);
-  HousekeepingIfDue();
+  HousekeepingIfDue(std::chrono::steady_clock::now());
 }
 
 void ProgressEngine::SleepUntil(std::chrono::steady_clock::time_point until, bool queued) {

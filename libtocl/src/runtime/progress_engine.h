@@ -67,8 +67,7 @@ class ProgressEngine {
  private:
   void ThreadLoop();
   void SleepUntil(std::chrono::steady_clock::time_point until, bool queued);
-  void HousekeepingIfDue();
-  void Housekeeping(std::chrono::steady_clock::time_point now);
+  void HousekeepingIfDue(std::chrono::steady_clock::time_point now);
 
   EpollReactor& reactor_;
   std::function<bool()> flush_queued_;
