@@ -9,12 +9,6 @@ namespace tocl::runtime {
 
 namespace {
 
-// How long the token must lie unused before the progress thread takes it:
-// long enough that a thread in a send/recv loop never meets it.
-constexpr auto kIdleHandOver = std::chrono::milliseconds(2);
-// How often the progress thread looks at the token while someone holds it
-// (idle receivers rely on it once the last busy one has left).
-constexpr auto kProgressCheck = std::chrono::milliseconds(10);
 constexpr auto kHousekeepingPeriod = std::chrono::seconds(1);
 // How often a polling thread looks at the fds while only shm is in use:
 // what they announce (a new tcp connection, a peer's bell while it waits
@@ -25,7 +19,11 @@ constexpr uint32_t kWorkPerClockRead = 256;
 }  // namespace
 
 ProgressEngine::ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued)
-    : reactor_(reactor), flush_queued_(std::move(flush_queued)) {}
+    : ProgressEngine(reactor, std::move(flush_queued), Timing{}) {}
+
+ProgressEngine::ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued,
+                               Timing timing)
+    : reactor_(reactor), flush_queued_(std::move(flush_queued)), timing_(timing) {}
 
 ProgressEngine::~ProgressEngine() {
   Stop();
@@ -51,6 +49,15 @@ void ProgressEngine::Release() {
   if (waiter_count_.load(std::memory_order_seq_cst) == 0) return;
   std::lock_guard lock(waiters_mu_);
   if (!waiters_.empty()) waiters_.front()->Wake();
+}
+
+void ProgressEngine::ReleaseToProgressThread() {
+  Release();
+  // A token waiter was woken by Release and takes it itself.
+  if (waiter_count_.load(std::memory_order_seq_cst) != 0) return;
+  handed_over_.store(true, std::memory_order_seq_cst);
+  thread_signal_.fetch_add(1, std::memory_order_seq_cst);
+  FutexWakeAll(thread_signal_, FutexScope::kPrivate);
 }
 
 void ProgressEngine::AddTokenWaiter(Mailbox* mailbox) {
@@ -171,8 +178,9 @@ void ProgressEngine::ThreadLoop() {
       seen_releases = releases;
       unchanged_since = now;
     }
-    const bool idle = now - unchanged_since >= kIdleHandOver;
-    if (idle && waiter_count_.load() == 0 && TryAcquire()) {
+    const bool idle = now - unchanged_since >= timing_.idle_hand_over;
+    const bool handed = handed_over_.exchange(false, std::memory_order_acq_rel);
+    if ((idle || handed) && waiter_count_.load() == 0 && TryAcquire()) {
       while (!stop_.load(std::memory_order_acquire) && waiter_count_.load() == 0) {
         PollOnce();
         Sleep(std::chrono::steady_clock::now() + kHousekeepingPeriod);
@@ -183,9 +191,8 @@ void ProgressEngine::ThreadLoop() {
       unchanged_since = std::chrono::steady_clock::now();
       continue;
     }
-    auto wait = idle ? kProgressCheck
-                     : std::chrono::duration_cast<std::chrono::milliseconds>(kIdleHandOver) +
-                           std::chrono::milliseconds(1);
+    auto wait =
+        idle ? timing_.progress_check : timing_.idle_hand_over + std::chrono::milliseconds(1);
     FutexWait(thread_signal_, seen, std::chrono::steady_clock::now() + wait, FutexScope::kPrivate);
   }
 }

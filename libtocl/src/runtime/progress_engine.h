@@ -5,10 +5,12 @@
 // on the fast path); it spins for RuntimeOptions::spin, then sleeps in the
 // reactor (epoll) until a peer rings (shm bell, tcp data) or its deadline.
 // Other waiting receivers sleep on their mailboxes; the poller hands them
-// their messages. The progress thread takes the token only when nobody has
-// used it for a while (kIdleHandOver), so that unexpected messages, tcp
-// connections and queued sends still move while every thread computes, and
-// it sleeps in the reactor: an idle process costs no CPU.
+// their messages. The progress thread takes the token when nobody has used
+// it for a while (Timing::idle_hand_over), so that unexpected messages, tcp
+// connections and queued sends still move while every thread computes, or
+// at once when a receiver stops polling to sleep on its mailbox
+// (ReleaseToProgressThread); it sleeps in the reactor: an idle process
+// costs no CPU.
 //
 // Threading: TryAcquire/Release from any thread; PollOnce/Sleep only by the
 // token holder.
@@ -29,9 +31,20 @@ namespace tocl::runtime {
 
 class ProgressEngine {
  public:
+  // When the progress thread takes the token on its own.
+  struct Timing {
+    // How long the token must lie unused before the progress thread takes
+    // it: long enough that a thread in a send/recv loop never meets it.
+    std::chrono::milliseconds idle_hand_over{2};
+    // How often the progress thread looks at the token while someone holds
+    // it.
+    std::chrono::milliseconds progress_check{10};
+  };
+
   // `flush_queued` retries sends waiting in the send queues (called by the
   // poller; returns true when some are still waiting).
   ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued);
+  ProgressEngine(EpollReactor& reactor, std::function<bool()> flush_queued, Timing timing);
   ~ProgressEngine();
 
   void AddSubsystem(subsystem::Subsystem* subsystem) { subsystems_.push_back(subsystem); }
@@ -41,6 +54,12 @@ class ProgressEngine {
 
   bool TryAcquire() { return !token_.exchange(true, std::memory_order_acquire); }
   void Release();
+  // Release by a thread that stops polling to sleep elsewhere (an idle
+  // receiver on its mailbox): the progress thread takes the token now, not
+  // after Timing::idle_hand_over, so that an arrival still wakes a sleeping
+  // receiver at once (senders ring only a poller that sleeps in the
+  // reactor; nobody would be listening in between).
+  void ReleaseToProgressThread();
 
   // One non-blocking round: every subsystem, the reactor, the send queues.
   // Returns the number of events.
@@ -71,6 +90,7 @@ class ProgressEngine {
 
   EpollReactor& reactor_;
   std::function<bool()> flush_queued_;
+  const Timing timing_;
   std::vector<subsystem::Subsystem*> subsystems_;
 
   std::atomic<bool> token_{false};
@@ -90,6 +110,9 @@ class ProgressEngine {
   std::chrono::steady_clock::time_point next_housekeeping_{};
 
   std::atomic<bool> stop_{false};
+  // Set by ReleaseToProgressThread: the progress thread takes the token
+  // without waiting for it to lie idle.
+  std::atomic<bool> handed_over_{false};
   std::atomic<uint32_t> thread_signal_{0};
   std::thread thread_;
 };

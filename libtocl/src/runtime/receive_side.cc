@@ -219,9 +219,12 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
       // busy ones from polling for themselves. It looks once, then sleeps
       // on its mailbox; the poller of the moment (a busy receiver, else the
       // progress thread) hands it its messages.
+      // Whoever polls last before it sleeps hands the token to the progress
+      // thread: with nobody in the reactor, no sender rings and an arrival
+      // would wait for the progress thread's next look.
       if (progress_->TryAcquire()) {
         progress_->PollOnce();
-        progress_->Release();
+        progress_->ReleaseToProgressThread();
         if (try_match(*mailbox)) return Status::Ok();
       }
       mailbox->Wait(seen, std::min(deadline, Clock::now() + std::chrono::seconds(1)));

@@ -7,9 +7,11 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "buffers/buffer_pool.h"
 #include "core/posix.h"
@@ -28,6 +30,7 @@ class ShapedNetwork final : public subsystem::Subsystem {
  public:
   explicit ShapedNetwork(buffers::BufferPool& pool) : pool_(pool) {}
   int Poll() override {
+    polls.fetch_add(1, std::memory_order_relaxed);
     const auto until = Clock::now() + round_time;
     while (Clock::now() < until) {
     }
@@ -47,6 +50,7 @@ class ShapedNetwork final : public subsystem::Subsystem {
 
   int per_round = 0;
   std::chrono::microseconds round_time{0};
+  std::atomic<int> polls{0};  // by any thread that holds the token
 
  private:
   buffers::BufferPool& pool_;
@@ -112,6 +116,46 @@ TEST_CASE(
   network.round_time = 0us;
   CHECK(RoundsUntilSeen(engine, watch) >= 256);
   engine.Release();
+}
+
+TEST_CASE(
+    "a receiver that stops polling to sleep hands the token to the progress thread at once, "
+    "not after the idle hand-over",
+    "[progress]") {
+  buffers::PoolBudget budget(size_t{1} << 20);
+  buffers::AnonymousSlabMemory memory;
+  buffers::BufferPool pool(Network::kTcp, 1, memory, budget);
+  auto reactor = EpollReactor::Create();
+  REQUIRE(reactor.ok());
+  // An hour: the progress thread never takes an idle token on its own in
+  // this test, only one handed over.
+  ProgressEngine engine(
+      **reactor, [] { return false; },
+      ProgressEngine::Timing{.idle_hand_over = std::chrono::hours(1),
+                             .progress_check = std::chrono::hours(1)});
+  ShapedNetwork network(pool);
+  engine.AddSubsystem(&network);
+  engine.Start();
+
+  REQUIRE(engine.TryAcquire());
+  engine.PollOnce();
+  const int polled_by_receiver = network.polls.load();
+  SECTION("handed over: the progress thread polls (and then sleeps in the reactor)") {
+    engine.ReleaseToProgressThread();
+    const auto deadline = Clock::now() + 10s;
+    while (network.polls.load() == polled_by_receiver && Clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    CHECK(network.polls.load() > polled_by_receiver);
+    CHECK_FALSE(engine.TryAcquire());  // the progress thread holds it
+  }
+  SECTION("a plain release leaves the token to whoever comes") {
+    engine.Release();
+    CHECK(engine.TryAcquire());
+    CHECK(network.polls.load() == polled_by_receiver);
+    engine.Release();
+  }
+  engine.Stop();
 }
 
 }  // namespace
