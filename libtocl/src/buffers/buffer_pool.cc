@@ -32,7 +32,7 @@ bool PoolBudget::TryReserve(size_t bytes) {
 
 uint64_t PoolBudget::BeginWait() {
   std::lock_guard lock(mu_);
-  waiters_.fetch_add(1, std::memory_order_relaxed);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
   return epoch_;
 }
 
@@ -45,10 +45,10 @@ bool PoolBudget::WaitForRelease(std::chrono::steady_clock::time_point deadline,
 }
 
 void PoolBudget::NotifyRelease() {
-  // Called after the free-list lock: a getter that registered before it
-  // took that lock is seen here (the lock orders the two), one that
-  // registered after finds the buffer when it looks again.
-  if (waiters_.load(std::memory_order_relaxed) == 0) return;
+  // Called after the buffer was pushed (seq_cst): a getter that registered
+  // before is seen here, one that registered after finds the buffer when
+  // it looks again.
+  if (waiters_.load(std::memory_order_seq_cst) == 0) return;
   {
     std::lock_guard lock(mu_);
     ++epoch_;
@@ -124,12 +124,14 @@ bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
     slot.class_index = class_index;
     slot.index = first + static_cast<uint32_t>(i);
     table_[slot.index] = &slot;
-    slot.next_free = size_class.free_list;
-    size_class.free_list = &slot;
+    // Linked in table order; the last one's link is set by PushChain.
+    if (i > 0) storage[i - 1].next_free.store(slot.index + 1, std::memory_order_relaxed);
   }
+  detail::BufferSlot* chain_first = &storage[0];
+  detail::BufferSlot* chain_last = &storage[count - 1];
   slot_storage_.push_back(std::move(storage));
   slot_count_.store(first + static_cast<uint32_t>(count), std::memory_order_release);
-  size_class.free_count += count;
+  PushChain(size_class, chain_first, chain_last);
   size_class.total.fetch_add(count, std::memory_order_relaxed);
   size_class.grown.fetch_add(1, std::memory_order_relaxed);
   size_class.bytes_registered.fetch_add(slab_bytes, std::memory_order_relaxed);
@@ -141,20 +143,63 @@ detail::BufferSlot* BufferPool::TryGet(uint32_t class_index) {
   return TryGetMany(class_index, 1, &slot) == 1 ? slot : nullptr;
 }
 
+namespace {
+
+constexpr uint64_t kGeneration = uint64_t{1} << 32;
+
+uint32_t TopIndex(uint64_t top) {
+  return static_cast<uint32_t>(top);  // table index + 1, 0: empty
+}
+
+}  // namespace
+
+detail::BufferSlot* BufferPool::Pop(SizeClass& size_class) {
+  // seq_cst: the second look of a getter that asked for a release (see
+  // PoolBudget and WantRelease).
+  uint64_t top = size_class.free_top.load(std::memory_order_seq_cst);
+  for (;;) {
+    if (TopIndex(top) == 0) return nullptr;
+    // Every index on the list was published (slot_count_) before it was
+    // pushed; the push's release makes the table entry visible.
+    detail::BufferSlot* slot = table_[TopIndex(top) - 1];
+    const uint32_t next = slot->next_free.load(std::memory_order_relaxed);
+    const uint64_t desired = ((top & ~uint64_t{0xffffffff}) + kGeneration) | next;
+    if (size_class.free_top.compare_exchange_weak(top, desired, std::memory_order_seq_cst,
+                                                  std::memory_order_seq_cst)) {
+      return slot;
+    }
+  }
+}
+
+void BufferPool::PushChain(SizeClass& size_class, detail::BufferSlot* first,
+                           detail::BufferSlot* last) {
+  uint64_t top = size_class.free_top.load(std::memory_order_relaxed);
+  for (;;) {
+    last->next_free.store(TopIndex(top), std::memory_order_relaxed);
+    const uint64_t desired = ((top & ~uint64_t{0xffffffff}) + kGeneration) | (first->index + 1);
+    // Release: the slot's bytes and links before it is on the list;
+    // seq_cst: the releaser then reads who waits (see PoolBudget).
+    if (size_class.free_top.compare_exchange_weak(top, desired, std::memory_order_seq_cst,
+                                                  std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
 size_t BufferPool::TryGetMany(uint32_t class_index, size_t count, detail::BufferSlot** out) {
   if (class_index >= num_classes_) return 0;
   SizeClass& size_class = classes_[class_index];
   size_t got = 0;
-  {
-    std::lock_guard lock(size_class.mu);
-    while (got < count) {
-      if (size_class.free_list == nullptr && !GrowLocked(class_index, size_class)) break;
-      detail::BufferSlot* slot = size_class.free_list;
-      size_class.free_list = slot->next_free;
-      --size_class.free_count;
-      slot->next_free = nullptr;
-      out[got++] = slot;
+  while (got < count) {
+    detail::BufferSlot* slot = Pop(size_class);
+    if (slot == nullptr) {
+      // Empty: one grower; the others find its slab when they look again.
+      std::lock_guard lock(size_class.grow_mu);
+      slot = Pop(size_class);
+      if (slot == nullptr && GrowLocked(class_index, size_class)) slot = Pop(size_class);
+      if (slot == nullptr) break;
     }
+    out[got++] = slot;
   }
   for (size_t i = 0; i < got; ++i) {
     detail::BufferSlot* slot = out[i];
@@ -201,16 +246,10 @@ void BufferPool::Unref(detail::BufferSlot* slot) {
 }
 
 void BufferPool::Put(detail::BufferSlot* slot) {
-  SizeClass& size_class = classes_[slot->class_index];
-  {
-    std::lock_guard lock(size_class.mu);
-    slot->next_free = size_class.free_list;
-    size_class.free_list = slot;
-    ++size_class.free_count;
-  }
+  PushChain(classes_[slot->class_index], slot, slot);
   budget_.NotifyRelease();
-  // After the free-list lock, as NotifyRelease reads its waiters.
-  if (release_wanted_.load(std::memory_order_relaxed) &&
+  // After the push, as NotifyRelease reads its waiters.
+  if (release_wanted_.load(std::memory_order_seq_cst) &&
       release_wanted_.exchange(false, std::memory_order_relaxed) && on_release_) {
     on_release_();
   }
@@ -234,11 +273,15 @@ std::vector<PoolClassStats> BufferPool::Stats() const {
     PoolClassStats s;
     s.network = std::string(NetworkName(network_));
     s.class_bytes = ClassBytes(c);
-    {
-      std::lock_guard lock(size_class.mu);
-      s.free = size_class.free_count;
-    }
     const uint64_t total = size_class.total.load(std::memory_order_relaxed);
+    // Counted by walking the list (a count kept on every get and release
+    // would cost the message path an atomic): exact while nobody gets or
+    // releases, an estimate (at most `total`) while they do.
+    s.free = 0;
+    for (uint32_t at = TopIndex(size_class.free_top.load(std::memory_order_acquire));
+         at != 0 && s.free < total; ++s.free) {
+      at = table_[at - 1]->next_free.load(std::memory_order_relaxed);
+    }
     const int64_t provided = size_class.provided.load(std::memory_order_relaxed);
     s.provided = provided > 0 ? static_cast<uint64_t>(provided) : 0;
     s.in_use = total >= s.free + s.provided ? total - s.free - s.provided : 0;

@@ -6,8 +6,10 @@
 // per slab. A class that runs empty grows by one slab, as long as the
 // process-wide PoolBudget allows; slabs are kept until the pool dies.
 //
-// Threading: every method is safe from any thread. Each class has its own
-// mutex; the slot table is append-only and read lock-free.
+// Threading: every method is safe from any thread. Each class's free list is
+// a lock-free stack (a get or a release is one compare-and-swap: they are
+// on the path of every message); growing a class takes its mutex. The slot
+// table is append-only and read lock-free.
 #pragma once
 
 #include <sys/mman.h>
@@ -43,10 +45,10 @@ class PoolBudget {
   // wakes the sleepers (it may be of the class they want). A getter that
   // found nothing registers (BeginWait), looks once more, then waits or
   // cancels. A release costs nobody anything while no one waits: it reads
-  // `waiters_` after its class's free-list lock, and a getter of that class
-  // whose second look took the lock first is counted by then; one whose
-  // look came after sees the buffer. (Only a release of the getter's class
-  // can help it: slabs are never freed.)
+  // `waiters_` after it pushed the buffer (both seq_cst), and a getter
+  // counts itself before its second look at the list (both seq_cst): one
+  // of the two sees the other. (Only a release of the getter's class can
+  // help it: slabs are never freed.)
   uint64_t BeginWait();
   void CancelWait() { waiters_.fetch_sub(1, std::memory_order_relaxed); }
   // Ends the wait begun with BeginWait: false at the deadline.
@@ -116,9 +118,10 @@ class BufferPool {
   // A poller that found no buffer asks to be told of the next release:
   // `on_release` (set once, before any Get) runs on the releasing thread.
   // Ask, then TryGet once more: a release that the second look missed
-  // comes after the ask (the class's free-list lock orders the two).
+  // comes after the ask (the release pushes, then reads the ask; the asker
+  // stores, then reads the list: seq_cst both).
   void SetReleaseHook(std::function<void()> on_release) { on_release_ = std::move(on_release); }
-  void WantRelease() { release_wanted_.store(true, std::memory_order_relaxed); }
+  void WantRelease() { release_wanted_.store(true, std::memory_order_seq_cst); }
 
   // The slot with table index `index`, or nullptr when out of range (for
   // checking indexes that come from a peer).
@@ -132,16 +135,23 @@ class BufferPool {
 
  private:
   struct SizeClass {
-    mutable std::mutex mu;
-    detail::BufferSlot* free_list = nullptr;  // guarded by mu
-    uint64_t free_count = 0;                  // guarded by mu
+    // The free list's top: (generation << 32) | (table index + 1), 0 below
+    // when empty. The generation changes with every push and pop, so a
+    // getter that read a top which was taken and put back meanwhile fails
+    // its compare-and-swap (ABA).
+    std::atomic<uint64_t> free_top{0};
+    std::mutex grow_mu;  // one grower per class
     std::atomic<uint64_t> total{0};
     std::atomic<int64_t> provided{0};
     std::atomic<uint64_t> grown{0};
     std::atomic<uint64_t> bytes_registered{0};
   };
 
+  // Grows the class by a slab (grow_mu held); its slots go on the free list.
   bool GrowLocked(uint32_t class_index, SizeClass& size_class);
+  detail::BufferSlot* Pop(SizeClass& size_class);
+  // Pushes the chain first .. last (linked by next_free) in one step.
+  void PushChain(SizeClass& size_class, detail::BufferSlot* first, detail::BufferSlot* last);
   void Put(detail::BufferSlot* slot);
 
   const Network network_;

@@ -34,8 +34,10 @@ struct BufferSlot {
   // by bfstat (acquire).
   std::atomic<uint8_t> state{static_cast<uint8_t>(BufferState::kIdle)};
 
-  // Free-list link, guarded by the pool's class mutex.
-  BufferSlot* next_free = nullptr;
+  // Free-list link: the next free slot's table index + 1 (0: none). Atomic
+  // because a getter may read it while another takes the slot (its stale
+  // read then fails the list's compare-and-swap).
+  std::atomic<uint32_t> next_free{0};
 
   wire::Header& header() { return *reinterpret_cast<wire::Header*>(bytes); }
   std::byte* payload() { return bytes + wire::kHeaderBytes; }
