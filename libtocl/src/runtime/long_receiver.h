@@ -78,8 +78,9 @@ class LongReceiver {
     virtual void HousekeepingDue(bool wake) = 0;
   };
 
-  // `receive` and `events` must outlive this, and so must library memory's
-  // users: a message's memory tells this receiver when it is freed.
+  // `receive` and `events` must outlive this. The library memory it hands
+  // out tells it when it is freed, so all of it must be freed before this
+  // goes (the runtime: Clear, then its mailboxes leave).
   LongReceiver(Limits limits, ReceiveSide& receive, Events& events);
   ~LongReceiver() { Clear(); }
   LongReceiver(const LongReceiver&) = delete;

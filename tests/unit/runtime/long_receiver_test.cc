@@ -163,8 +163,8 @@ struct Fixture : PoolAndPoller, LongReceiver::Events {
 using Seqs = std::vector<uint64_t>;
 
 TEST_CASE(
-    "a start is granted while library memory allows; waiting starts are granted in the order "
-    "they came",
+    "a start is granted while library memory allows, and waiting starts are granted in the "
+    "order they came",
     "[long]") {
   Fixture f({.reassembly_cap = 3000});
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(0, 2000)).ok());
@@ -313,8 +313,8 @@ TEST_CASE("a grant that brings no fragment is sent again after fragment_timeout"
 }
 
 TEST_CASE(
-    "a sender's abort discards its message; one before its start skips it in the pair's "
-    "order",
+    "a sender's abort discards its message, or skips it in the pair's order before its "
+    "start",
     "[long]") {
   Fixture f;
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(0, 2000)).ok());
