@@ -17,7 +17,7 @@
 // unacknowledged fragments are sent again over the others (before fresh
 // ones).
 //
-// Plain data, no I/O and no clock of its own: the caller (SendLong) passes
+// Plain data, no I/O and no clock of its own: the caller (LongSender) passes
 // the peer's health of each network (SendQueue::health(), `broken` read
 // from the routes), posts what Next names, and reports Posted or Full; the
 // poller reports acknowledgements. Threading: none of its own (LongSend::mu

@@ -75,6 +75,19 @@ struct LongKeyHash {
 // kProbe's tag: which way it goes.
 inline constexpr Tag kProbeAsk = 0;      // sender to receiver
 inline constexpr Tag kProbeWaiting = 1;  // receiver to sender: the start waits for memory
+// kAbort's tag: who gives up.
+inline constexpr Tag kAbortBySender = 0;
+inline constexpr Tag kAbortByReceiver = 1;
+
+// A control frame from the sender of a message this process receives (its
+// abort, its probe: LongReceiver's); any other (grant, acknowledgement, the
+// receiver's abort or answer to a probe) is about a message this process
+// sends (LongSender's). A peer process may be on either side of a message,
+// so the kind and tag say which, not who sent the frame.
+inline bool FromSender(const wire::Header& header) {
+  return (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) ||
+         (header.kind == wire::FrameKind::kProbe && header.tag == kProbeAsk);
+}
 
 struct LongSend {
   LongKey key;

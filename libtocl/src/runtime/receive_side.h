@@ -110,7 +110,7 @@ class ReceiveSide {
   // Until `mailbox`'s signal moves on from `seen`: polls for it when the
   // token is free (up to `poll_deadline`), else sleeps on the mailbox (up
   // to `wait_deadline`) while the poller of the moment works. Also for a
-  // sending thread waiting for acknowledgements (long_send.cc).
+  // sending thread waiting for acknowledgements (long_sender.cc).
   void AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
                    Clock::time_point wait_deadline);
 

@@ -85,19 +85,28 @@ Runtime::Impl::Impl(RuntimeOptions opts)
       receive(options.unexpected_cap, options.spin, shutting_down,
               runtime::ReceiveSide::Hooks{
                   .wake_poller = [this] { reactor->Wake(); },
-                  .receive_posted =
-                      [this] {
-                        long_housekeeping.store(true);
-                        progress->NoteQueued();
-                        reactor->Wake();
-                      },
-                  .unbind_posted = [this](runtime::PostedReceive& post) { UnbindPosted(post); },
+                  .receive_posted = [this] { long_receiver.NoteReceivePosted(); },
+                  .unbind_posted =
+                      [this](runtime::PostedReceive& post) { long_receiver.UnbindPosted(post); },
               }),
       instance(next_instance.fetch_add(1)),
       pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
                  [this](Gid from_process, buffers::SlotRef slot) {
                    return DeliverInOrder(from_process, std::move(slot));
-                 }) {}
+                 }),
+      long_receiver(
+          runtime::LongReceiver::Limits{
+              .reassembly_cap = options.reassembly_cap,
+              .partial_timeout = options.partial_timeout,
+              .fragment_timeout = options.fragment_timeout,
+          },
+          receive, long_receiver_events),
+      long_sender(
+          runtime::LongSender::Limits{
+              .fragment_timeout = options.fragment_timeout,
+              .partial_timeout = options.partial_timeout,
+          },
+          receive, shutting_down, long_sender_events) {}
 
 Runtime::Impl::~Impl() {
   (void)Shutdown(std::chrono::milliseconds(0));
@@ -105,10 +114,7 @@ Runtime::Impl::~Impl() {
   // pools) go: peers first (queued sends), then mailboxes.
   peers.clear();
   pair_order.Clear();
-  for (auto& [key, message] : inbound) {
-    if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
-  }
-  inbound.clear();
+  long_receiver.Clear();
   receive.LeaveAll();
 }
 
@@ -117,6 +123,7 @@ Status Runtime::Impl::Open() {
   // `resolved` has what the environment fills in, for the networks.
   TOCL_ASSIGN_OR_RETURN(runtime::ResolvedOptions resolved, runtime::ResolveOptions(options));
   num_classes = resolved.num_classes;
+  long_sender.SetFragmentBytes(ShortMaxPayload());
   TOCL_ASSIGN_OR_RETURN(reactor, runtime::EpollReactor::Create());
 
   // The library's logger is built on first use (its sink's console mutex
@@ -165,7 +172,7 @@ Status Runtime::Impl::Open() {
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = FlushQueued();
-    return LongHousekeeping() || queued;
+    return long_receiver.Housekeeping() || queued;
   });
   receive.AttachProgress(*progress);
   peer_daemons = std::move(resolved.peer_daemons);
@@ -206,6 +213,7 @@ Status Runtime::Impl::Open() {
     reactor->SetWakeHook(
         [subsystem = rails.front()->subsystem.get()] { subsystem->WakeSleeper(); });
   }
+  if (!rails.empty()) long_receiver.AttachPool(rails.front()->subsystem->pool());
   networks_open.store(true, std::memory_order_release);
   for (auto& rail : rails) {
     TOCL_RETURN_IF_ERROR(link->PublishEndpoint(rail->spec.name, rail->published)
@@ -248,7 +256,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   // Flush: wait (polling when we can) until every queue and route is empty.
   const auto deadline = Clock::now() + flush_timeout;
   for (;;) {
-    FlushAcks();
+    long_receiver.FlushAcks();
     bool pending = false;
     {
       std::shared_lock dest_lock(dest_mu);
@@ -321,15 +329,21 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
     case wire::FrameKind::kLongStart:
       return pair_order.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
-      return OnFragment(rail, from_process, std::move(slot));
-    default:
-      return OnLongControl(rail, from_process, std::move(slot));
+      return long_receiver.OnFragment(rail, from_process, std::move(slot));
+    default: {
+      // Grant, ack, abort, probe: about a message we receive, or one we send.
+      const wire::Header header = slot->header();
+      slot.reset();
+      if (runtime::FromSender(header)) return long_receiver.OnControl(rail, from_process, header);
+      long_sender.OnControl(header);
+      return Status::Ok();
+    }
   }
 }
 
 Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
   if (slot->header().kind == wire::FrameKind::kLongStart) {
-    return OnLongStart(from_process, std::move(slot));
+    return long_receiver.OnLongStart(from_process, std::move(slot));
   }
   if (Status status = DeliverLocal(slot); !status.ok()) {
     // The sender was told the message left; the thread it was for is gone
@@ -337,6 +351,63 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
     Log().debug("tocl: dropping a message from {}: {}", from_process.ToString(), status.ToString());
   }
   return Status::Ok();
+}
+
+// --- long messages --------------------------------------------------------------
+
+Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+  if (payload.size() > kMaxMessageBytes) {
+    return InvalidArgument(fmt::format("a {} byte message is larger than the limit of {} bytes",
+                                       payload.size(), kMaxMessageBytes));
+  }
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  if (to.process() == process) return long_receiver.DeliverInProcess(from, to, tag, payload);
+  TOCL_ASSIGN_OR_RETURN(SendQueue * peer, PeerOf(to));
+  return long_sender.Send(*peer, from, to, tag, payload);
+}
+
+void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
+  auto found = impl_.PeerOfProcess(process);
+  if (!found.ok()) return;
+  SendQueue& peer = **found;
+  std::lock_guard lock(peer.mu());
+  if (Status status = impl_.ResolvePeerLocked(peer); !status.ok()) {
+    Log().debug("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
+    return;
+  }
+  // Over the default route when none goes over `network` (-1).
+  Status status = peer.PostControl(peer.RouteOver(network), header);
+  // Out of pool buffers is worth a word; a broken route or a failed process
+  // was told already, and the long message recovers by probes and timeouts.
+  if (status.code() == StatusCode::kResourceExhausted) {
+    Log().warn("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
+  }
+}
+
+Status LongReceiverEvents::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
+  return impl_.pair_order.Skip(from_process, key);
+}
+
+void LongReceiverEvents::HousekeepingDue(bool wake) {
+  impl_.progress->NoteQueued();
+  if (wake) impl_.reactor->Wake();
+}
+
+Status LongSenderEvents::ResolveLocked(SendQueue& peer) {
+  return impl_.ResolvePeerLocked(peer);
+}
+
+std::string LongSenderEvents::NetworkName(int network) const {
+  const subsystem::NetworkSpec& spec = impl_.rails[network]->spec;
+  return fmt::format("{} ({})", spec.name, spec.device);
+}
+
+void LongSenderEvents::NetworkFailed(int network) {
+  impl_.rails[network]->failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LongSenderEvents::ListenForBells(bool on) {
+  impl_.progress->ListenForBells(on);
 }
 
 // --- send side ----------------------------------------------------------------
@@ -751,22 +822,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 }
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
-  if (gid.is_process()) {
-    {
-      // Its long messages to us will not complete.
-      std::lock_guard inbound_lock(inbound_mu);
-      std::vector<runtime::InboundLong*> orphans;
-      for (auto& [key, message] : inbound) {
-        if (message->source_process == gid) orphans.push_back(message.get());
-      }
-      for (runtime::InboundLong* message : orphans) {
-        FinishInbound(*message,
-                      Unavailable(fmt::format("its sending process {} has exited ({})",
-                                              gid.ToString(), reason)),
-                      false);
-      }
-    }
-  }
+  if (gid.is_process()) long_receiver.SenderExited(gid, reason);
   std::shared_lock lock(dest_mu);
   if (gid.is_thread()) {
     auto it = dests.find(gid.raw());

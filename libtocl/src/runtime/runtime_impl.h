@@ -1,12 +1,25 @@
 // Runtime::Impl: the pieces of a process's runtime and how they meet.
 //
 //   Send ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
-//   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
-//                   (fragment_scheduler.h), posted through its SendQueue
+//   Send (long) ──> LongSender (long_sender.h): fragments over every Rail that reaches
+//                   the peer (fragment_scheduler.h), posted through its SendQueue
 //   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> ReceiveSide
-//                                            └──> long messages (long_receive.cc)
+//                                       │          └─ long starts ──> LongReceiver
+//                                       ├──> fragments, a sender's control ──> LongReceiver
+//                                       │    (long_receiver.h)
+//                                       └──> a receiver's answers ──> LongSender
 //   Recv ──> ReceiveSide (receive_side.h): the thread's Mailbox, polling
 //            through the ProgressEngine while it waits
+//
+// The parts see the runtime only through narrow events (SendQueue::Events,
+// LongReceiver::Events, LongSender::Events, the ReceiveSide's and
+// ProgressEngine's hooks), implemented here by small adapters: each part
+// is tested without a daemon, and none grows into the runtime's state.
+//
+// Lock order: dest_mu -> a peer's mu() -> LongSender's table -> a LongSend.
+// The LongReceiver's lock is never held while a peer is resolved (which
+// takes dest_mu and may ask the directory): the control frames it decides
+// are queued and sent once it is released.
 //
 // A Rail is one open network: one subsystem instance (a process may have
 // several tcp networks, one per NIC).
@@ -17,7 +30,6 @@
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +46,8 @@
 #include "runtime/epoll_reactor.h"
 #include "runtime/internal_threads.h"
 #include "runtime/long_message.h"
+#include "runtime/long_receiver.h"
+#include "runtime/long_sender.h"
 #include "runtime/mailbox.h"
 #include "runtime/pair_order.h"
 #include "runtime/progress_engine.h"
@@ -73,6 +87,33 @@ class QueueEvents final : public runtime::SendQueue::Events {
   void Rerouted(const runtime::SendQueue& queue, int broken_network,
                 int alternative_network) override;
   void AwaitProgress() override;
+
+ private:
+  Runtime::Impl& impl_;
+};
+
+// What the long-message receiver needs of the runtime: control frames to a
+// process (resolving it), its pair's order skipping a start, the poller.
+class LongReceiverEvents final : public runtime::LongReceiver::Events {
+ public:
+  explicit LongReceiverEvents(Runtime::Impl& impl) : impl_(impl) {}
+  void SendControl(Gid process, int network, const wire::Header& header) override;
+  Status SkipInOrder(Gid from_process, const runtime::LongKey& key) override;
+  void HousekeepingDue(bool wake) override;
+
+ private:
+  Runtime::Impl& impl_;
+};
+
+// What a long send needs of the runtime: the peer's routes, the rails'
+// names and failure counts, the poller listening for bells.
+class LongSenderEvents final : public runtime::LongSender::Events {
+ public:
+  explicit LongSenderEvents(Runtime::Impl& impl) : impl_(impl) {}
+  Status ResolveLocked(runtime::SendQueue& peer) override;
+  std::string NetworkName(int network) const override;
+  void NetworkFailed(int network) override;
+  void ListenForBells(bool on) override;
 
  private:
   Runtime::Impl& impl_;
@@ -157,13 +198,6 @@ struct Runtime::Impl final {
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  void ProbeLocked(runtime::SendQueue& peer, const runtime::LongKey& key, size_t round,
-                   std::chrono::steady_clock::time_point now);
-  // A control frame from the sending thread of long message `key` to its
-  // receiver (abort, probe) on the peer's route `route` (an index into
-  // peer.rails()).
-  void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
-                               const runtime::LongKey& key, Tag tag);
   // The peer of process `process` (resolved), for control frames.
   Result<runtime::SendQueue*> PeerOfProcess(Gid process);
   // The peer of process `process`, made on first use (dest_mu held
@@ -171,44 +205,11 @@ struct Runtime::Impl final {
   runtime::SendQueue& PeerOfProcessLocked(Gid process);
   int RailOfPool(const buffers::BufferPool* pool) const;
 
-  // --- long messages (long_send.cc, long_receive.cc) ---
+  // --- long messages (long_sender.h, long_receiver.h) ---
+  // A message over the short maximum: whole into a local thread's mailbox,
+  // or by long_sender to another process.
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  // SendLong once its start is posted: until the message is acknowledged
-  // or fails. `peer_lock` holds peer.mu() (released while it waits).
-  Status AwaitLongLocked(runtime::SendQueue& peer, std::unique_lock<std::mutex>& peer_lock,
-                         uint64_t generation, runtime::LongSend& send);
-  // One round of the fragment scheduler for `send` (its mu held): failed
-  // networks, then fragments posted until the windows are full.
-  Status PlaceFragmentsLocked(runtime::SendQueue& peer, runtime::LongSend& send,
-                              std::chrono::steady_clock::time_point now);
-  Status OnLongStart(Gid from_process, buffers::SlotRef slot);  // in pair order
-  Status OnFragment(int rail, Gid from_process, buffers::SlotRef slot);
-  Status OnLongControl(int rail, Gid from_process,
-                       buffers::SlotRef slot);  // grant, ack, abort, probe
 
-  // Grants waiting starts when memory or a RecvInto appeared; discards
-  // partial messages whose sender went silent. True while starts wait.
-  bool LongHousekeeping();
-  bool TryGrant(runtime::InboundLong& message, bool library);
-  void FinishInbound(runtime::InboundLong& message, Status status, bool tell_sender);
-  // Control frames decided under inbound_mu are sent after it is released
-  // (resolving a peer takes dest_mu and may ask the directory).
-  void QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
-                          const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
-  void FlushControls();
-  void FlushAcks();  // the acknowledgements held for the end of the round, and FlushControls
-  // Library memory for `message` (counted in reassembly_used), arriving
-  // (Take skips it), with one reference for the mailbox and one for us.
-  Result<buffers::LargeSlot*> NewMessageSlot(const runtime::InboundLong& message);
-  // `bytes` of library memory counted in reassembly_used; freeing it lets
-  // waiting starts be granted.
-  Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
-  // Over our network `network` (an index into rails) when it reaches the
-  // peer, else its default route.
-  void SendToPeer(Gid from_process, int network, wire::FrameKind kind,
-                  const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
-  // A RecvInto bound to a long message gave up (ReceiveSide's hook).
-  void UnbindPosted(runtime::PostedReceive& post);
   // Into a local thread's mailbox: Ok takes the reference in `slot`; on
   // error (no such thread, or it left) it is still the caller's.
   Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
@@ -266,34 +267,15 @@ struct Runtime::Impl final {
   std::vector<runtime::SendQueue*> flushing;  // the poll token holder's: blocked, being retried
 
   // Receive order per (source thread, destination thread) pair: the
-  // polling thread's (OnFrame, OnLongControl).
+  // polling thread's (OnFrame, long_receiver's skips).
   runtime::PairOrder pair_order;
 
-  // Long messages being sent (by their sending threads) and received (the
-  // poller's).
-  std::mutex outbound_mu;
-  std::unordered_map<runtime::LongKey, runtime::LongSend*, runtime::LongKeyHash>
-      outbound;           // guarded by outbound_mu
-  std::mutex inbound_mu;  // the poller, and RecvInto giving up
-  std::unordered_map<runtime::LongKey, std::unique_ptr<runtime::InboundLong>,
-                     runtime::LongKeyHash>
-      inbound;                                      // guarded by inbound_mu
-  std::deque<runtime::InboundLong*> waiting_grant;  // guarded by inbound_mu, FIFO
-  struct OutControl {
-    Gid peer_process;
-    int rail;
-    wire::FrameKind kind;
-    runtime::LongKey about;
-    uint64_t offset;
-    uint64_t length;
-  };
-  std::vector<OutControl> control_outbox;  // guarded by inbound_mu
-  std::vector<OutControl> pending_acks;  // guarded by inbound_mu: sent at the end of the poll round
-  std::unordered_set<runtime::LongKey, runtime::LongKeyHash> aborted_keys;  // guarded by inbound_mu
-  std::deque<runtime::LongKey> aborted_order;                               // guarded by inbound_mu
-  std::atomic<uint64_t> reassembly_used{0};
-  std::atomic<bool> long_housekeeping{false};                // something to grant or check
-  std::chrono::steady_clock::time_point next_partial_check;  // poller only
+  // Long messages being received (the poller's) and sent (by their sending
+  // threads); each after the events it holds, and after `receive`.
+  LongReceiverEvents long_receiver_events{*this};
+  runtime::LongReceiver long_receiver;
+  LongSenderEvents long_sender_events{*this};
+  runtime::LongSender long_sender;
 
   // Hosts the daemon says are down (by host index).
   mutable std::mutex hosts_mu;

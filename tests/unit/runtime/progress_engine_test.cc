@@ -15,6 +15,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "core/posix.h"
+#include "part_fixtures.h"
 #include "runtime/epoll_reactor.h"
 #include "subsystem/subsystem.h"
 
@@ -26,9 +27,9 @@ using namespace std::chrono_literals;
 
 // A network whose every round reports `per_round` deliveries and lasts at
 // least `round_time` (a burst of tcp frames in a loaded process).
-class ShapedNetwork final : public subsystem::Subsystem {
+class ShapedNetwork final : public FakeSubsystem {
  public:
-  explicit ShapedNetwork(buffers::BufferPool& pool) : pool_(pool) {}
+  explicit ShapedNetwork(buffers::BufferPool& pool) : FakeSubsystem(pool, Network::kTcp) {}
   int Poll() override {
     polls.fetch_add(1, std::memory_order_relaxed);
     const auto until = Clock::now() + round_time;
@@ -36,25 +37,10 @@ class ShapedNetwork final : public subsystem::Subsystem {
     }
     return per_round;
   }
-  Network network() const override { return Network::kTcp; }
-  const std::string& address() const override { return address_; }
-  buffers::BufferPool& pool() override { return pool_; }
-  bool Reaches(Gid, std::string_view) const override { return false; }
-  Result<std::unique_ptr<subsystem::Route>> Connect(Gid, std::string_view) override {
-    return Status(StatusCode::kUnimplemented, "shaped");
-  }
-  bool PrepareToSleep() override { return true; }
-  void FinishSleep() override {}
-  void Housekeeping() override {}
-  void Close() override {}
 
   int per_round = 0;
   std::chrono::microseconds round_time{0};
   std::atomic<int> polls{0};  // by any thread that holds the token
-
- private:
-  buffers::BufferPool& pool_;
-  const std::string address_ = "shaped";
 };
 
 // The read end of a pipe in the reactor: counts what epoll reports.

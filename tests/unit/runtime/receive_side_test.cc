@@ -14,6 +14,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/large_slot.h"
 #include "buffers/size_class.h"
+#include "part_fixtures.h"
 #include "runtime/epoll_reactor.h"
 #include "runtime/internal_threads.h"
 #include "subsystem/subsystem.h"
@@ -32,9 +33,9 @@ const size_t kFrameBytes = buffers::ClassBytes(0);
 
 // A network whose poll round delivers the frames a test put in it, on the
 // thread that polls (as shm's Drain does).
-class FakeNetwork final : public subsystem::Subsystem {
+class FakeNetwork final : public FakeSubsystem {
  public:
-  explicit FakeNetwork(buffers::BufferPool& pool) : pool_(pool) {}
+  explicit FakeNetwork(buffers::BufferPool& pool) : FakeSubsystem(pool) {}
   void Attach(ReceiveSide& receive) { receive_ = &receive; }
   void Arrive(buffers::SlotRef slot) {
     std::lock_guard lock(mu_);
@@ -52,40 +53,24 @@ class FakeNetwork final : public subsystem::Subsystem {
     }
     return static_cast<int>(round.size());
   }
-  Network network() const override { return Network::kShm; }
-  const std::string& address() const override { return address_; }
-  buffers::BufferPool& pool() override { return pool_; }
-  bool Reaches(Gid, std::string_view) const override { return false; }
-  Result<std::unique_ptr<subsystem::Route>> Connect(Gid, std::string_view) override {
-    return Status(StatusCode::kUnimplemented, "fake");
-  }
   bool PrepareToSleep() override {
     std::lock_guard lock(mu_);
     return frames_.empty();
   }
-  void FinishSleep() override {}
-  void Housekeeping() override {}
-  void Close() override {}
 
   std::atomic<int> refused{0};
 
  private:
-  buffers::BufferPool& pool_;
   ReceiveSide* receive_ = nullptr;
-  const std::string address_ = "fake";
   std::mutex mu_;
   std::vector<buffers::SlotRef> frames_;
 };
 
-struct Fixture {
+struct Fixture : PoolAndPoller {
   // `start_progress` false: no progress thread, so the receiving thread is
   // the only one that ever polls (the hand-off tests need that).
   explicit Fixture(size_t cap = 64 * kFrameBytes, bool start_progress = true)
-      : budget(size_t{4} << 20),
-        pool(Network::kShm, 9, memory, budget),
-        reactor(*EpollReactor::Create()),
-        progress(*reactor, [] { return false; }),
-        receive(cap, 50us, shutting_down,
+      : receive(cap, 50us, shutting_down,
                 ReceiveSide::Hooks{
                     .wake_poller = [this] { ++poller_wakes; },
                     .receive_posted = [this] { ++posted; },
@@ -124,11 +109,6 @@ struct Fixture {
   uint64_t InUse() const { return pool.Stats()[0].in_use; }
 
   static constexpr Gid kMe = Gid::Thread(1, 7, 1);
-  buffers::AnonymousSlabMemory memory;
-  buffers::PoolBudget budget;
-  buffers::BufferPool pool;
-  std::unique_ptr<EpollReactor> reactor;
-  ProgressEngine progress;
   std::atomic<bool> shutting_down{false};
   std::atomic<int> poller_wakes{0};
   std::atomic<int> posted{0};

@@ -1,0 +1,475 @@
+#include "runtime/long_receiver.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/logger.h"
+
+namespace tocl::runtime {
+
+namespace {
+
+// Fragments per message: 2^24 (1 TiB in 64 KiB fragments); a start asking
+// for more (tiny fragments) is a broken or hostile sender.
+constexpr uint64_t kMaxFragments = uint64_t{1} << 24;
+// Messages given up whose late fragments are answered with an abort.
+constexpr size_t kRememberAborted = 4096;
+
+}  // namespace
+
+LongReceiver::LongReceiver(Limits limits, ReceiveSide& receive, Events& events)
+    : limits_(limits), receive_(receive), events_(events) {}
+
+void LongReceiver::Clear() {
+  std::lock_guard lock(mu_);
+  for (auto& [key, message] : inbound_) {
+    if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
+  }
+  inbound_.clear();
+  waiting_grant_.clear();
+}
+
+// --- frames -------------------------------------------------------------------
+
+Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
+  const wire::Header header = slot->header();
+  slot.reset();
+  const Gid to = Gid::FromRaw(header.destination);
+  Mailbox* mailbox = receive_.Find(to);
+  if (mailbox == nullptr || mailbox->left()) {
+    SendControl(from_process, -1, wire::FrameKind::kAbort, KeyOf(header));
+    return Status::Ok();
+  }
+  const uint64_t fragments = (header.total + header.reserved - 1) / header.reserved;
+  if (fragments > kMaxFragments) {
+    return InvalidArgument(fmt::format("a {} byte message in {} fragments of {} bytes (limit {})",
+                                       header.total, fragments, header.reserved, kMaxFragments));
+  }
+  auto message = std::make_unique<InboundLong>();
+  message->key = KeyOf(header);
+  message->source_process = from_process;
+  message->total = header.total;
+  message->fragment_bytes = header.reserved;
+  message->tag = header.tag;
+  message->mailbox = mailbox;
+  message->have.assign(fragments, false);
+  message->last_activity = Clock::now();
+  InboundLong& ref = *message;
+  {
+    std::lock_guard lock(mu_);
+    if (!inbound_.emplace(message->key, std::move(message)).second) {
+      return InvalidArgument(fmt::format("long message {} started twice", header.seq));
+    }
+    // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
+    if (!TryGrantLocked(ref, waiting_grant_.empty())) {
+      if (ref.total > limits_.reassembly_cap) {
+        Log().warn(
+            "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
+            "bytes); receive it with RecvInto",
+            ref.total, Gid::FromRaw(header.source).ToString(), limits_.reassembly_cap);
+      }
+      waiting_grant_.push_back(&ref);
+    }
+  }
+  FlushControls();
+  return Status::Ok();
+}
+
+Status LongReceiver::OnFragment(int network, Gid from_process, buffers::SlotRef slot) {
+  const wire::Header header = slot->header();
+  const LongKey key = KeyOf(header);
+  Placed placed = Placed::kPlaced;
+  {
+    std::lock_guard lock(mu_);
+    TOCL_ASSIGN_OR_RETURN(placed, PlaceLocked(from_process, header, slot));
+  }
+  slot.reset();
+  if (placed == Placed::kAborted) {
+    FlushControls();
+    SendControl(from_process, network, wire::FrameKind::kAbort, key);
+    return Status::Ok();
+  }
+  {
+    // Acknowledgements wait for the end of this poll round (Housekeeping):
+    // fragments of one message that arrive together over one network, one
+    // after the other, are acknowledged by one frame.
+    std::lock_guard lock(mu_);
+    QueueAckLocked(from_process, network, header);
+  }
+  if (placed != Placed::kComplete) {
+    housekeeping_.store(true, std::memory_order_relaxed);
+    events_.HousekeepingDue(/*wake=*/false);
+    FlushControls();
+    return Status::Ok();
+  }
+  // The last fragment: its acknowledgements leave before the receiver
+  // learns (it may exit at once), then the message is handed over.
+  FlushAcks();
+  std::lock_guard lock(mu_);
+  auto it = inbound_.find(key);
+  if (it != inbound_.end()) FinishLocked(*it->second, Status::Ok(), false);
+  return Status::Ok();
+}
+
+Result<LongReceiver::Placed> LongReceiver::PlaceLocked(Gid from_process, const wire::Header& header,
+                                                       const buffers::SlotRef& slot) {
+  const LongKey key = KeyOf(header);
+  auto it = inbound_.find(key);
+  if (it == inbound_.end()) {
+    fragments_dropped_.fetch_add(1, std::memory_order_relaxed);
+    // Unknown: a duplicate of a fragment of a message that completed (its
+    // acknowledgement was lost with a network). Acknowledged all the same.
+    return aborted_keys_.count(key) != 0 ? Placed::kAborted : Placed::kUnknown;
+  }
+  InboundLong& message = *it->second;
+  const uint64_t fragment = message.fragment_bytes;
+  if (message.source_process != from_process || !message.granted || header.total != message.total ||
+      header.offset % fragment != 0 ||
+      header.length != std::min(fragment, message.total - header.offset)) {
+    return InvalidArgument(fmt::format(
+        "a fragment ({} bytes at {} of {}) that does not fit long message {} ({} bytes, "
+        "fragments of {}{})",
+        header.length, header.offset, header.total, header.seq, message.total, fragment,
+        message.granted ? "" : ", not granted yet"));
+  }
+  const uint64_t index = header.offset / fragment;
+  message.last_activity = Clock::now();
+  if (!message.have[index]) {
+    {
+      std::lock_guard placing(message.mu);
+      std::memcpy(message.dest + header.offset, slot->payload(), header.length);
+    }
+    message.have[index] = true;
+    ++message.received;
+  } else {
+    fragments_dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return message.received == message.have.size() ? Placed::kComplete : Placed::kPlaced;
+}
+
+void LongReceiver::QueueAckLocked(Gid from_process, int network, const wire::Header& fragment) {
+  const LongKey key = KeyOf(fragment);
+  OutControl* last = pending_acks_.empty() ? nullptr : &pending_acks_.back();
+  if (last != nullptr && last->peer_process == from_process && last->network == network &&
+      last->about == key && last->offset + last->length == fragment.offset) {
+    last->length += fragment.length;
+  } else {
+    pending_acks_.push_back(OutControl{from_process, network, wire::FrameKind::kAck, key,
+                                       fragment.offset, fragment.length});
+  }
+}
+
+Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header& header) {
+  // About a message we receive: key (their thread, our thread, seq).
+  const LongKey key = KeyOf(header);
+  if (header.kind == wire::FrameKind::kAbort && header.tag == kAbortBySender) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = inbound_.find(key);
+      if (it != inbound_.end()) {
+        FinishLocked(*it->second,
+                     Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
+                     false);
+        return Status::Ok();
+      }
+    }
+    // Outside mu_: what the skip lets through may be a start.
+    return events_.SkipInOrder(from_process, key);
+  }
+  if (header.kind == wire::FrameKind::kProbe && header.tag == kProbeAsk) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = inbound_.find(key);
+      if (it != inbound_.end() && it->second->source_process == from_process) {
+        // Answered over the network the probe came by: it works.
+        QueueControlLocked(from_process, network,
+                           it->second->granted ? wire::FrameKind::kGrant : wire::FrameKind::kProbe,
+                           key);
+      } else if (aborted_keys_.count(key) != 0) {
+        QueueControlLocked(from_process, network, wire::FrameKind::kAbort, key);
+      }
+      // Never seen: no answer; its sender gives up after partial_timeout.
+    }
+    FlushControls();
+  }
+  return Status::Ok();
+}
+
+// --- memory and grants ----------------------------------------------------------
+
+bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
+  const Gid source = Gid::FromRaw(message.key.source);
+  if (message.mailbox->HasPosted()) {
+    if (PostedReceive* post =
+            message.mailbox->BindPosted(source, message.tag, message.total, &message)) {
+      std::lock_guard lock(message.mu);
+      message.posted = post;
+      message.dest = post->out.data();
+    }
+  }
+  if (message.posted == nullptr) {
+    if (!library) return false;
+    const uint64_t used = reassembly_used_.load(std::memory_order_relaxed);
+    if (used + message.total > limits_.reassembly_cap) return false;
+    auto large = NewMessageSlot(message);
+    if (!large.ok()) {
+      Log().warn("tocl: {}", large.status().ToString());
+      return false;
+    }
+    buffers::LargeSlot* slot = *large;
+    {
+      std::lock_guard lock(message.mu);
+      message.slot = slot;
+      message.dest = slot->payload();
+    }
+    if (!message.mailbox->Deliver(slot)) {
+      slot->pool->Unref(slot);  // the mailbox's
+    }
+  }
+  message.granted = true;
+  message.last_activity = message.granted_at = Clock::now();
+  QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, message.key);
+  return true;
+}
+
+void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_sender) {
+  {
+    std::lock_guard lock(message.mu);
+    if (message.posted != nullptr) {
+      PostedReceive* post = message.posted;
+      post->info = MessageInfo{Gid::FromRaw(message.key.source), message.tag, message.total};
+      post->status = status;
+      post->done.store(true, std::memory_order_release);
+      message.posted = nullptr;
+    } else if (message.slot != nullptr) {
+      if (status.ok()) {
+        message.slot->set_state(BufferState::kIdle);
+      } else if (message.mailbox->Remove(message.slot)) {
+        message.slot->pool->Unref(message.slot);  // the mailbox's
+      }
+      message.slot->pool->Unref(message.slot);  // ours
+      message.slot = nullptr;
+    }
+    message.dest = nullptr;
+  }
+  message.mailbox->Wake();
+  if (!status.ok()) {
+    Log().warn("tocl: a {} byte message from {} to {} was discarded: {}", message.total,
+               Gid::FromRaw(message.key.source).ToString(),
+               Gid::FromRaw(message.key.destination).ToString(), status.message());
+  }
+  if (!status.ok() && tell_sender) {
+    QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, message.key);
+    RememberAbortedLocked(message.key);
+  }
+  std::erase(waiting_grant_, &message);
+  inbound_.erase(message.key);
+}
+
+void LongReceiver::RememberAbortedLocked(const LongKey& key) {
+  if (aborted_keys_.insert(key).second) aborted_order_.push_back(key);
+  if (aborted_order_.size() > kRememberAborted) {
+    aborted_keys_.erase(aborted_order_.front());
+    aborted_order_.pop_front();
+  }
+}
+
+Result<buffers::LargeSlot*> LongReceiver::NewReassemblySlot(uint64_t bytes) {
+  if (pool_ == nullptr) return FailedPrecondition("no network is open for library memory");
+  reassembly_used_.fetch_add(bytes, std::memory_order_relaxed);
+  auto large = buffers::NewLargeSlot(pool_, bytes, [this](uint64_t freed) {
+    // Memory for starts that wait: the poller grants.
+    reassembly_used_.fetch_sub(freed);
+    housekeeping_.store(true);
+    events_.HousekeepingDue(/*wake=*/true);
+  });
+  if (!large.ok()) reassembly_used_.fetch_sub(bytes, std::memory_order_relaxed);
+  return large;
+}
+
+Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& message) {
+  TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * slot, NewReassemblySlot(message.total));
+  slot->header() =
+      wire::WholeMessageHeader(Gid::FromRaw(message.key.source),
+                               Gid::FromRaw(message.key.destination), message.tag, message.total);
+  slot->set_state(BufferState::kInFlight);             // arriving: Take skips it
+  slot->refs.fetch_add(1, std::memory_order_relaxed);  // ours, until complete
+  return slot;
+}
+
+Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
+                                      std::span<const std::byte> payload) {
+  TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
+  large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
+  std::memcpy(large->payload(), payload.data(), payload.size());
+  buffers::SlotRef slot(large);
+  return receive_.Deliver(slot);  // an error drops `slot`
+}
+
+// --- the poller's round ---------------------------------------------------------
+
+bool LongReceiver::Housekeeping() {
+  const auto now = Clock::now();
+  const bool asked = housekeeping_.exchange(false);
+  if (!asked && now < next_partial_check_) {
+    std::lock_guard lock(mu_);
+    return !waiting_grant_.empty();
+  }
+  bool more = false;
+  {
+    std::lock_guard lock(mu_);
+    control_outbox_.insert(control_outbox_.end(), pending_acks_.begin(), pending_acks_.end());
+    pending_acks_.clear();
+    GrantWaitingLocked();
+    if (now >= next_partial_check_) {
+      next_partial_check_ = now + limits_.partial_check_period;
+      DiscardSilentLocked(now);
+    }
+    more = !waiting_grant_.empty() || !inbound_.empty();
+  }
+  FlushControls();
+  return more;
+}
+
+void LongReceiver::GrantWaitingLocked() {
+  // In arrival order: the first that can ever fit has the turn for library
+  // memory; any may go into a RecvInto buffer.
+  std::vector<InboundLong*> gone;
+  bool library_taken = false;
+  for (size_t i = 0; i < waiting_grant_.size();) {
+    InboundLong* message = waiting_grant_[i];
+    if (message->mailbox->left()) {
+      gone.push_back(message);
+      ++i;
+      continue;
+    }
+    const bool fits = message->total <= limits_.reassembly_cap;
+    if (TryGrantLocked(*message, fits && !library_taken)) {
+      waiting_grant_.erase(waiting_grant_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    library_taken = library_taken || fits;
+    ++i;
+  }
+  for (InboundLong* message : gone) {
+    FinishLocked(*message, FailedPrecondition("the receiving thread left"), true);
+  }
+}
+
+void LongReceiver::DiscardSilentLocked(Clock::time_point now) {
+  std::vector<InboundLong*> stale;
+  for (auto& [key, message] : inbound_) {
+    if (!message->granted) continue;
+    if (now - message->last_activity > limits_.partial_timeout) {
+      stale.push_back(message.get());
+    } else if (message->received == 0 && now - message->granted_at > limits_.fragment_timeout) {
+      // Nothing came since the grant: it may have been lost with a network.
+      message->granted_at = now;
+      QueueControlLocked(message->source_process, -1, wire::FrameKind::kGrant, message->key);
+    }
+  }
+  for (InboundLong* message : stale) {
+    FinishLocked(*message,
+                 Unavailable(fmt::format("{} of {} fragments arrived and then nothing for {} ms",
+                                         message->received, message->have.size(),
+                                         limits_.partial_timeout.count())),
+                 true);
+  }
+}
+
+void LongReceiver::FlushAcks() {
+  {
+    std::lock_guard lock(mu_);
+    control_outbox_.insert(control_outbox_.end(), pending_acks_.begin(), pending_acks_.end());
+    pending_acks_.clear();
+  }
+  FlushControls();
+}
+
+// --- other threads --------------------------------------------------------------
+
+void LongReceiver::NoteReceivePosted() {
+  housekeeping_.store(true);
+  events_.HousekeepingDue(/*wake=*/true);
+}
+
+void LongReceiver::UnbindPosted(PostedReceive& post) {
+  {
+    std::lock_guard lock(mu_);
+    if (post.done.load(std::memory_order_acquire)) return;
+    auto* message = static_cast<InboundLong*>(post.bound);
+    // Still arriving: move what came so far to library memory and let the
+    // rest land there; the message waits in the mailbox for a later receive.
+    auto large = NewMessageSlot(*message);
+    if (!large.ok()) {
+      FinishLocked(*message, large.status(), true);
+      return;
+    }
+    buffers::LargeSlot* slot = *large;
+    {
+      std::lock_guard placing(message->mu);
+      std::memcpy(slot->payload(), post.out.data(), message->total);
+      message->posted = nullptr;
+      message->slot = slot;
+      message->dest = slot->payload();
+    }
+    if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
+  }
+  FlushControls();
+}
+
+void LongReceiver::SenderExited(Gid process, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  std::vector<InboundLong*> orphans;
+  for (auto& [key, message] : inbound_) {
+    if (message->source_process == process) orphans.push_back(message.get());
+  }
+  for (InboundLong* message : orphans) {
+    FinishLocked(*message,
+                 Unavailable(fmt::format("its sending process {} has exited ({})",
+                                         process.ToString(), reason)),
+                 false);
+  }
+}
+
+// --- control frames ---------------------------------------------------------------
+
+void LongReceiver::QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
+                                      const LongKey& about, uint64_t offset, uint64_t length) {
+  control_outbox_.push_back(OutControl{peer_process, network, kind, about, offset, length});
+}
+
+void LongReceiver::FlushControls() {
+  std::vector<OutControl> out;
+  {
+    std::lock_guard lock(mu_);
+    if (control_outbox_.empty()) return;
+    out.swap(control_outbox_);
+  }
+  // Outside mu_: resolving a peer takes the runtime's dest_mu and may ask
+  // the directory.
+  for (const OutControl& frame : out) {
+    SendControl(frame.peer_process, frame.network, frame.kind, frame.about, frame.offset,
+                frame.length);
+  }
+}
+
+void LongReceiver::SendControl(Gid peer_process, int network, wire::FrameKind kind,
+                               const LongKey& about, uint64_t offset, uint64_t length) {
+  // Toward the sender (grant, ack, receiver's abort) or the receiver.
+  const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
+  const Gid from = Gid::FromRaw(to_sender ? about.destination : about.source);
+  const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
+  Tag tag = 0;
+  if (kind == wire::FrameKind::kAbort) {
+    tag = to_sender ? kAbortByReceiver : kAbortBySender;
+  } else if (kind == wire::FrameKind::kProbe) {
+    tag = to_sender ? kProbeWaiting : kProbeAsk;
+  }
+  events_.SendControl(peer_process, network,
+                      wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
+}
+
+}  // namespace tocl::runtime

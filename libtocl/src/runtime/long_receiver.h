@@ -1,0 +1,205 @@
+// The receiving side of long messages (long_message.h tells the protocol):
+// memory for each message (a RecvInto buffer, else library memory within
+// reassembly_cap, granted in the order the starts came), its fragments put
+// in place and acknowledged, and messages given up: by their sender, their
+// receiving thread, or silence (partial_timeout).
+//
+// What it needs of the runtime goes through Events: sending a control frame
+// to a process, a pair's order skipping a start that will not come, and the
+// poller calling Housekeeping. Messages are delivered through the
+// ReceiveSide (the receiving thread's mailbox, its posted RecvInto).
+//
+// Threading and lock order: mu_ guards every message being received and
+// the control frames decided about them. The poller (OnLongStart,
+// OnFragment, OnControl, Housekeeping), a RecvInto giving up
+// (UnbindPosted), the directory's watcher (SenderExited) and Shutdown
+// (FlushAcks) take it. Under mu_ it takes a message's InboundLong::mu and
+// its mailbox's lock, never a peer's: a control frame decided under mu_ is
+// queued, and sent after mu_ is released (Events::SendControl resolves the
+// peer: the runtime's dest_mu, the peer's mu(), maybe the directory). So
+// mu_ -> InboundLong::mu -> mailbox, and mu_ is never held in Events.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "buffers/buffer_pool.h"
+#include "buffers/large_slot.h"
+#include "buffers/slot_ref.h"
+#include "runtime/long_message.h"
+#include "runtime/mailbox.h"
+#include "runtime/receive_side.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+#include "wire/frame.h"
+
+namespace tocl::runtime {
+
+class LongReceiver {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Limits {
+    // Library memory for messages being received (RuntimeOptions).
+    uint64_t reassembly_cap = uint64_t{1} << 30;
+    // A granted message that brings nothing for this long is discarded.
+    std::chrono::milliseconds partial_timeout{10000};
+    // A grant followed by no fragment for this long is sent again.
+    std::chrono::milliseconds fragment_timeout{1000};
+    // How often Housekeeping looks for silent messages when not asked.
+    Clock::duration partial_check_period = std::chrono::milliseconds(200);
+  };
+
+  // What the receiver asks of the runtime. Never called with mu_ held.
+  class Events {
+   public:
+    virtual ~Events() = default;
+    // Posts a header-only control frame to `process`, over our network
+    // `network` (an index into the runtime's rails) when it reaches the
+    // process, else over its default route (also for -1). Best effort: the
+    // protocol recovers a lost one by probes and timeouts.
+    virtual void SendControl(Gid process, int network, const wire::Header& header) = 0;
+    // The sender of long message `key` gave up before its start came: the
+    // pair's order stops waiting for it (PairOrder::Skip). Its error is the
+    // frame's (a broken sender).
+    virtual Status SkipInOrder(Gid from_process, const LongKey& key) = 0;
+    // Housekeeping has work (memory or a RecvInto appeared, fragments
+    // wait to be acknowledged): the poller should run it soon. `wake`: from
+    // a thread other than the poller, which may be asleep.
+    virtual void HousekeepingDue(bool wake) = 0;
+  };
+
+  // `receive` and `events` must outlive this. The library memory it hands
+  // out tells it when it is freed, so all of it must be freed before this
+  // goes (the runtime: Clear, then its mailboxes leave).
+  LongReceiver(Limits limits, ReceiveSide& receive, Events& events);
+  ~LongReceiver() { Clear(); }
+  LongReceiver(const LongReceiver&) = delete;
+  LongReceiver& operator=(const LongReceiver&) = delete;
+
+  // The pool library memory is reported under (the first network's); set
+  // when the networks are open, before any message.
+  void AttachPool(buffers::BufferPool& pool) { pool_ = &pool; }
+
+  // --- frames (the poller) ---
+  // Each takes the frame's reference and drops it on every path; an error
+  // is the frame's (a broken or hostile sender: its connection closes).
+  // A start whose turn came in its pair's order: memory, a mailbox entry
+  // and the grant, or it waits.
+  Status OnLongStart(Gid from_process, buffers::SlotRef slot);
+  // A fragment that came over our network `network`: copied to its offset
+  // and acknowledged at the end of the poll round (FlushAcks).
+  Status OnFragment(int network, Gid from_process, buffers::SlotRef slot);
+  // A control frame from a sender (FromSender(header)): its abort, its
+  // probe, answered over the network it came by.
+  Status OnControl(int network, Gid from_process, const wire::Header& header);
+
+  // --- the poller's round ---
+  // Grants waiting starts when memory or a RecvInto appeared, sends the
+  // round's acknowledgements, discards granted messages whose sender went
+  // silent. True while starts wait or messages arrive.
+  bool Housekeeping();
+  // Sends the acknowledgements held for the end of the round now (the
+  // last fragment of a message, Shutdown), and every queued control frame.
+  void FlushAcks();
+
+  // --- other threads ---
+  // A RecvInto was posted: a waiting start may take its buffer.
+  void NoteReceivePosted();
+  // A RecvInto bound to a long message gave up (ReceiveSide's hook): what
+  // came so far moves to library memory, the message stays queued for a
+  // later receive.
+  void UnbindPosted(PostedReceive& post);
+  // Process `process` exited: its messages to us will not complete.
+  void SenderExited(Gid process, const std::string& reason);
+  // A long message from a thread of this process: one copy into library
+  // memory, delivered whole to thread `to`.
+  Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+
+  // Drops our references to the memory of messages still arriving (the
+  // runtime goes away; their mailboxes drop theirs).
+  void Clear();
+
+  // Library memory in use: messages arriving, and delivered ones not freed.
+  uint64_t reassembly_used() const { return reassembly_used_.load(std::memory_order_relaxed); }
+  // Fragments whose bytes were not used: duplicates, and fragments of no
+  // message being received (completed or given up).
+  uint64_t fragments_dropped() const { return fragments_dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct OutControl {
+    Gid peer_process;
+    int network;
+    wire::FrameKind kind;
+    LongKey about;
+    uint64_t offset;
+    uint64_t length;
+  };
+  // What a fragment was for.
+  enum class Placed { kPlaced, kComplete, kUnknown, kAborted };
+
+  // With mu_ held: library memory when `library` (its turn among the
+  // waiting), else only a RecvInto's buffer. True when granted.
+  bool TryGrantLocked(InboundLong& message, bool library);
+  // With mu_ held; erases `message`. A message given up here (not by its
+  // sender) is reported to the sender when `tell_sender`.
+  void FinishLocked(InboundLong& message, Status status, bool tell_sender);
+  // Its late fragments are answered with an abort, not acknowledged.
+  void RememberAbortedLocked(const LongKey& key);
+  // With mu_ held: the fragment in `slot` copied into its message.
+  Result<Placed> PlaceLocked(Gid from_process, const wire::Header& header,
+                             const buffers::SlotRef& slot);
+  // With mu_ held: an acknowledgement for the end of the round, merged
+  // with the last one when it continues it.
+  void QueueAckLocked(Gid from_process, int network, const wire::Header& fragment);
+  // Housekeeping's steps, with mu_ held.
+  void GrantWaitingLocked();
+  void DiscardSilentLocked(Clock::time_point now);
+
+  void QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind, const LongKey& about,
+                          uint64_t offset = 0, uint64_t length = 0);
+  // Sends what QueueControlLocked queued; mu_ not held.
+  void FlushControls();
+  // The control frame about `about` (sender about.source, receiver
+  // about.destination) to `peer_process`, its direction by which side that
+  // process is.
+  void SendControl(Gid peer_process, int network, wire::FrameKind kind, const LongKey& about,
+                   uint64_t offset = 0, uint64_t length = 0);
+
+  // Library memory for `message` (counted in reassembly_used_), arriving
+  // (Take skips it), with one reference for the mailbox and one for us.
+  Result<buffers::LargeSlot*> NewMessageSlot(const InboundLong& message);
+  // `bytes` of library memory counted in reassembly_used_; freeing it lets
+  // waiting starts be granted.
+  Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
+
+  const Limits limits_;
+  ReceiveSide& receive_;
+  Events& events_;
+  buffers::BufferPool* pool_ = nullptr;
+
+  std::mutex mu_;
+  std::unordered_map<LongKey, std::unique_ptr<InboundLong>, LongKeyHash>
+      inbound_;                             // guarded by mu_
+  std::deque<InboundLong*> waiting_grant_;  // guarded by mu_: FIFO
+  std::vector<OutControl> control_outbox_;  // guarded by mu_: sent once it is released
+  std::vector<OutControl> pending_acks_;    // guarded by mu_: sent at the end of the poll round
+  // Guarded by mu_: messages given up here, the last kRememberAborted.
+  std::unordered_set<LongKey, LongKeyHash> aborted_keys_;
+  std::deque<LongKey> aborted_order_;
+  std::atomic<uint64_t> reassembly_used_{0};
+  std::atomic<uint64_t> fragments_dropped_{0};
+  std::atomic<bool> housekeeping_{false};  // something to grant or check
+  Clock::time_point next_partial_check_;   // the poller's
+};
+
+}  // namespace tocl::runtime

@@ -1,0 +1,268 @@
+#include "runtime/long_sender.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/logger.h"
+
+namespace tocl::runtime {
+
+namespace {
+
+// Why a message nothing was heard about for partial_timeout failed.
+Status Silence(const LongSend& send, std::chrono::milliseconds partial_timeout) {
+  const Gid to = Gid::FromRaw(send.key.destination);
+  const FragmentScheduler& fragments = send.fragments;
+  return Unavailable(
+      send.granted ? fmt::format("nothing of the {} byte message to {} was acknowledged for {} ms "
+                                 "(partial_timeout); {} of {} fragments were not",
+                                 send.data.size(), to.ToString(), partial_timeout.count(),
+                                 fragments.count() - fragments.acked(), fragments.count())
+                   : fmt::format("{} answered nothing about the {} byte message for {} ms "
+                                 "(partial_timeout): its start was lost with a connection, or the "
+                                 "process does not read",
+                                 to.ToString(), send.data.size(), partial_timeout.count()));
+}
+
+}  // namespace
+
+LongSender::LongSender(Limits limits, ReceiveSide& receive, const std::atomic<bool>& shutting_down,
+                       Events& events)
+    : limits_(limits), receive_(receive), shutting_down_(shutting_down), events_(events) {}
+
+Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
+                        std::span<const std::byte> payload) {
+  LongSend send;
+  send.data = payload;
+  send.tag = tag;
+  send.wake = receive_.Find(from);
+  send.last_heard = Clock::now();  // before the poller can see it
+
+  std::unique_lock peer_lock(peer.mu());
+  TOCL_RETURN_IF_ERROR(events_.ResolveLocked(peer));
+  // A peer reset while we wait (its host went down and came back) has new
+  // routes: our indexes into them would be stale.
+  const uint64_t generation = peer.generation();
+  send.fragments = FragmentScheduler(payload.size(), fragment_bytes_, peer.rails().size(),
+                                     {.fragment_timeout = limits_.fragment_timeout});
+  // The number the start gets (peer.mu() is held until it is posted).
+  send.key = LongKey{from.raw(), to.raw(), peer.NextSeq(from, to)};
+  {
+    std::lock_guard lock(mu_);
+    outbound_[send.key] = &send;
+  }
+  // Out of the table before `send` goes (peer.mu() still held).
+  struct Unregister {
+    LongSender& sender;
+    LongKey key;
+    ~Unregister() {
+      std::lock_guard lock(sender.mu_);
+      sender.outbound_.erase(key);
+    }
+  } unregister{*this, send.key};
+
+  // The start travels in the pair's order, like a short message (and like
+  // one, moves to another network when its route breaks).
+  {
+    TOCL_ASSIGN_OR_RETURN(
+        buffers::SlotRef start,
+        peer.HeaderFrame(peer.default_route(),
+                         wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_)));
+    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_route()));
+  }
+  Status result = AwaitLocked(peer, peer_lock, generation, send);
+  if (peer.generation() == generation) {
+    LearnLocked(peer, send);
+    if (!result.ok() && peer.state() != SendQueue::State::kFailed) {
+      // Tell the receiver (best effort: its networks may be the ones gone).
+      PostControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send.key,
+                        kAbortBySender);
+    }
+  }
+  return result;
+}
+
+void LongSender::LearnLocked(SendQueue& peer, LongSend& send) {
+  std::lock_guard lock(send.mu);
+  std::span<RailHealth> health = peer.health();
+  for (size_t route = 0; route < send.fragments.rails(); ++route) {
+    health[route].bandwidth = send.fragments.Learned(route, health[route].bandwidth);
+  }
+}
+
+// Probes while the grant is missing, places fragments once granted, and
+// waits between rounds with the peer's lock released.
+Status LongSender::AwaitLocked(SendQueue& peer, std::unique_lock<std::mutex>& peer_lock,
+                               uint64_t generation, LongSend& send) {
+  // Several probes within partial_timeout: one may go over a dead network.
+  const auto probe_every = std::max<Clock::duration>(
+      std::min<Clock::duration>(limits_.fragment_timeout, limits_.partial_timeout / 4),
+      std::chrono::milliseconds(1));
+  auto next_probe = Clock::now() + probe_every;
+  size_t probes = 0;
+
+  // A network may have no room (shm: no buffer provided yet); its owner
+  // rings our bell when it provides more, so the poller must hear bells.
+  events_.ListenForBells(true);
+  struct StopListening {
+    Events& events;
+    ~StopListening() { events.ListenForBells(false); }
+  } stop_listening{events_};
+  for (;;) {
+    const uint32_t seen = send.wake->signal();
+    const auto now = Clock::now();
+    if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+    if (peer.generation() != generation) {
+      return Unavailable(fmt::format("the connection to {} was reset while the message was sent",
+                                     peer.process().ToString()));
+    }
+    if (shutting_down_.load(std::memory_order_relaxed)) {
+      return Unavailable("the runtime is shutting down");
+    }
+    std::unique_lock lock(send.mu);
+    if (!send.aborted.ok()) return send.aborted;
+    if (send.fragments.done()) return Status::Ok();
+    // While we do not read (congested), nothing can be heard.
+    if (receive_.Congested()) send.last_heard = now;
+    if (now - send.last_heard > limits_.partial_timeout) {
+      return Silence(send, limits_.partial_timeout);
+    }
+    const bool probe_due = !send.granted && now >= next_probe;
+    if (send.granted) TOCL_RETURN_IF_ERROR(PlaceFragmentsLocked(peer, send, now));
+    lock.unlock();
+    if (probe_due) {
+      next_probe = now + probe_every;
+      ProbeLocked(peer, send.key, probes++, now);
+    }
+    peer_lock.unlock();
+
+    // Wait for acknowledgements (or the grant), polling for them ourselves
+    // when nobody else does. Look again after 2 ms at most: a wake-up that
+    // goes astray (measured: rare 50 ms stalls over shm with a longer
+    // sleep) then costs little, and a waiting sender wakes 500 times a
+    // second, no more.
+    const auto until = Clock::now() + std::min<Clock::duration>(limits_.fragment_timeout / 4,
+                                                                std::chrono::milliseconds(2));
+    receive_.AwaitSignal(*send.wake, seen, until, until);
+    peer_lock.lock();
+  }
+}
+
+// Networks that broke or went silent give their fragments back, then
+// fragments go out until the best network's window is full or none is
+// left to send (fragment_scheduler.h).
+Status LongSender::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now) {
+  const std::vector<PeerRail>& peer_rails = peer.rails();
+  std::span<RailHealth> health = peer.health();
+  for (size_t route = 0; route < health.size(); ++route) {
+    // Broken for good once Reroute or the route found it so.
+    health[route].broken = health[route].broken || peer_rails[route].route->Broken();
+  }
+  const auto failures = send.fragments.StartRound(health, now, receive_.Congested());
+  bool any_live = false;
+  for (const RailHealth& route_health : health) any_live |= !route_health.failed;
+  ReportFailuresLocked(peer, failures, any_live);
+  if (!any_live) {
+    std::string names;
+    for (const PeerRail& failed_rail : peer_rails) {
+      names +=
+          fmt::format("{}{}", names.empty() ? "" : ", ", events_.NetworkName(failed_rail.rail));
+    }
+    const FragmentScheduler& fragments = send.fragments;
+    return Unavailable(
+        fmt::format("no network reaches {} any more ({} failed): {} of {} fragments of the {} byte "
+                    "message were not acknowledged in {} ms",
+                    peer.process().ToString(), names, fragments.count() - fragments.acked(),
+                    fragments.count(), send.data.size(), limits_.fragment_timeout.count()));
+  }
+  while (const auto placement = send.fragments.Next(health)) {
+    const uint64_t offset = send.fragments.Offset(placement->index);
+    const uint64_t length = send.fragments.Length(placement->index);
+    const wire::Header header = wire::FragmentHeader(
+        Gid::FromRaw(send.key.source), Gid::FromRaw(send.key.destination), send.tag, send.key.seq,
+        offset, static_cast<uint32_t>(length), send.data.size());
+    if (!peer.PostFragment(int(placement->rail), header, send.data.subspan(offset, length),
+                           placement->resent)) {
+      send.fragments.Full(placement->rail);
+      continue;
+    }
+    send.fragments.Posted(*placement, now);
+  }
+  return Status::Ok();
+}
+
+void LongSender::ReportFailuresLocked(SendQueue& peer,
+                                      const std::vector<FragmentScheduler::Failure>& failures,
+                                      bool any_live) {
+  for (const FragmentScheduler::Failure& failure : failures) {
+    const int network = peer.rails()[failure.rail].rail;
+    if (failure.news) {
+      Log().warn("tocl: network {} to {} {}; its {} unacknowledged fragments {}",
+                 events_.NetworkName(network), peer.process().ToString(),
+                 failure.broken ? "broke" : "acknowledged nothing in time", failure.unacknowledged,
+                 any_live ? "go over the other networks" : "have no other network to take");
+      events_.NetworkFailed(network);
+    }
+    peer.AvoidRoute(int(failure.rail));
+  }
+}
+
+// The network the start or the grant went by may be the one that died.
+void LongSender::ProbeLocked(SendQueue& peer, const LongKey& key, size_t round,
+                             Clock::time_point now) {
+  std::vector<int> live;
+  for (size_t route = 0; route < peer.rails().size(); ++route) {
+    if (peer.health()[route].UsableAt(now) && !peer.rails()[route].route->Broken()) {
+      live.push_back(int(route));
+    }
+  }
+  const int route = live.empty() ? peer.default_route() : live[round % live.size()];
+  PostControlLocked(peer, route, wire::FrameKind::kProbe, key, kProbeAsk);
+}
+
+// Best effort: a frame that cannot go now is dropped (the probe is sent
+// again next round; an abort the receiver misses ends by its partial_timeout).
+void LongSender::PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind,
+                                   const LongKey& key, Tag tag) {
+  (void)peer.PostControl(route, wire::ControlHeader(kind, Gid::FromRaw(key.source),
+                                                    Gid::FromRaw(key.destination), key.seq, tag));
+}
+
+void LongSender::OnControl(const wire::Header& header) {
+  std::lock_guard lock(mu_);
+  // About a message we send: key (our thread, their thread, seq).
+  auto it = outbound_.find(LongKey{header.destination, header.source, header.seq});
+  if (it == outbound_.end()) return;  // finished already
+  LongSend& send = *it->second;
+  {
+    std::lock_guard send_lock(send.mu);
+    switch (header.kind) {
+      case wire::FrameKind::kGrant:
+        send.granted = true;
+        send.last_heard = Clock::now();
+        break;
+      case wire::FrameKind::kProbe:  // the receiver waits for memory for it
+        send.last_heard = Clock::now();
+        break;
+      case wire::FrameKind::kAbort:
+        send.aborted = Unavailable(fmt::format(
+            "the receiver {} gave up the message (its thread left, or the message stopped "
+            "arriving for longer than its partial_timeout)",
+            Gid::FromRaw(header.source).ToString()));
+        break;
+      case wire::FrameKind::kAck: {
+        const auto now = Clock::now();
+        if (send.fragments.Acknowledge(header.offset, header.total, now) > 0) {
+          send.last_heard = now;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  send.wake->Wake();
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,124 @@
+// The sending side of long messages (long_message.h tells the protocol).
+// A sending thread's Send runs the whole conversation itself: the start in
+// its pair's order, probes while the grant is missing, fragments placed by
+// the fragment scheduler over the peer's networks, until every fragment is
+// acknowledged or the message fails. The poller hands it the receiver's
+// answers (OnControl), and it wakes the sending thread.
+//
+// What it needs of the runtime goes through Events (the peer's routes
+// opened, networks' names and failure counts, the poller listening for
+// bells); frames go through the destination's SendQueue, the sender waits
+// through the ReceiveSide (polling for its answers when nobody else does).
+//
+// Threading and lock order: a sending thread holds its peer's mu() while it
+// posts and places fragments, never while it waits. mu_ (the table of
+// messages being sent) is taken under a peer's mu() (Send registering and
+// removing its message) and by the poller (OnControl, which takes no peer
+// lock); a message's LongSend::mu under either. So peer mu() -> mu_ ->
+// LongSend::mu, and peer mu() -> LongSend::mu.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/long_message.h"
+#include "runtime/receive_side.h"
+#include "runtime/send_queue.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+#include "wire/frame.h"
+
+namespace tocl::runtime {
+
+class LongSender {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Limits {
+    // A network that acknowledges nothing for this long is failed for the
+    // peer; a missing grant is probed for this often (at most).
+    std::chrono::milliseconds fragment_timeout{1000};
+    // A message nothing is heard about for this long fails.
+    std::chrono::milliseconds partial_timeout{10000};
+  };
+
+  // What the sender asks of the runtime. Called by the sending thread.
+  class Events {
+   public:
+    virtual ~Events() = default;
+    // Opens the routes of `peer` if they are not (peer.mu() held): its
+    // error fails the send.
+    virtual Status ResolveLocked(SendQueue& peer) = 0;
+    // Network `network` (an index into the runtime's rails, PeerRail::rail)
+    // as log lines name it, and its failure count (a peer's route over it
+    // broke or went silent).
+    virtual std::string NetworkName(int network) const = 0;
+    virtual void NetworkFailed(int network) = 0;
+    // A sender waits for something only a bell announces (a shm peer
+    // providing buffers): the poller must hear bells. Calls nest.
+    virtual void ListenForBells(bool on) = 0;
+  };
+
+  // `receive`, `shutting_down` (ends every send) and `events` must outlive
+  // this.
+  LongSender(Limits limits, ReceiveSide& receive, const std::atomic<bool>& shutting_down,
+             Events& events);
+  LongSender(const LongSender&) = delete;
+  LongSender& operator=(const LongSender&) = delete;
+
+  // The fragment size (the largest pool class's payload), known once the
+  // runtime's pools are; set before any send.
+  void SetFragmentBytes(uint64_t bytes) { fragment_bytes_ = bytes; }
+
+  // Sends `payload` from local thread `from` to thread `to` of the process
+  // of `peer` (not this one): Ok once the receiver acknowledged every
+  // fragment. Blocks; `payload` must stay as it is until it returns. On
+  // failure the receiver is told (best effort).
+  Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+
+  // The poller: a receiver's grant, acknowledgement, abort or answer to a
+  // probe (!FromSender(header)). One about no message being sent (it
+  // finished) is dropped.
+  void OnControl(const wire::Header& header);
+
+ private:
+  // Until every fragment is acknowledged or the message fails. `peer_lock`
+  // holds peer.mu() (released while it waits).
+  Status AwaitLocked(SendQueue& peer, std::unique_lock<std::mutex>& peer_lock, uint64_t generation,
+                     LongSend& send);
+  // One round of the fragment scheduler for `send` (its mu held): failed
+  // networks, then fragments posted until the windows are full.
+  Status PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now);
+  // The failures the scheduler found this round, logged and counted.
+  void ReportFailuresLocked(SendQueue& peer,
+                            const std::vector<FragmentScheduler::Failure>& failures, bool any_live);
+  // What this message taught about each network, for the next message
+  // (the peer's routes are the same: its generation held).
+  void LearnLocked(SendQueue& peer, LongSend& send);
+  // Asks the receiver what became of long message `key`, over the peer's
+  // usable networks in turn (round `round`).
+  void ProbeLocked(SendQueue& peer, const LongKey& key, size_t round, Clock::time_point now);
+  // A control frame from the sending thread of long message `key` to its
+  // receiver (abort, probe) on the peer's route `route` (an index into
+  // peer.rails()).
+  void PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind, const LongKey& key,
+                         Tag tag);
+
+  const Limits limits_;
+  ReceiveSide& receive_;
+  const std::atomic<bool>& shutting_down_;
+  Events& events_;
+  uint64_t fragment_bytes_ = 0;
+
+  std::mutex mu_;
+  // Guarded by mu_: the messages being sent, each its sending thread's.
+  std::unordered_map<LongKey, LongSend*, LongKeyHash> outbound_;
+};
+
+}  // namespace tocl::runtime
