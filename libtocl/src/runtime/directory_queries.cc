@@ -140,7 +140,7 @@ namespace tocl {
 
 Result<Entity> Runtime::Lookup(Gid gid) {
   if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
-  return impl_->Lookup(gid);
+  return impl_->daemons->Lookup(gid);
 }
 
 Result<std::vector<Entity>> Runtime::Query(std::string_view expression, size_t limit) {

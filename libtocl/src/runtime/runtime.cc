@@ -15,6 +15,7 @@
 #include "buffers/large_slot.h"
 #include "core/environment.h"
 #include "core/logger.h"
+#include "runtime/cluster_events.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -33,16 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::atomic<uint64_t> next_instance{1};
-
-// The last destination a thread sent to, so that a send loop skips the maps.
-struct SendCache {
-  uint64_t instance = 0;
-  uint64_t to = 0;
-  DestThread* dest = nullptr;
-};
-thread_local SendCache send_cache;
-
 // The file name of argv[0] (as a spawn's default name is the file name of
 // the executable it was given: the same, and not cut to 15 bytes as
 // /proc/self/comm is).
@@ -59,6 +50,18 @@ Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
   return now + timeout;
+}
+
+// A buffer of `pool`'s class `class_index` holding a copy of `payload`
+// (its length in the header), waited for at the pool's cap until `deadline`.
+Result<buffers::SlotRef> CopyToBuffer(buffers::BufferPool& pool, uint32_t class_index,
+                                      std::span<const std::byte> payload,
+                                      Clock::time_point deadline) {
+  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got, pool.Get(class_index, AtCap::kWait, deadline));
+  buffers::SlotRef slot(got);
+  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
+  slot->header().length = static_cast<uint32_t>(payload.size());
+  return slot;
 }
 
 // $TOCL_PARENT: the thread that spawned this process (set by the daemon
@@ -93,7 +96,10 @@ Runtime::Impl::Impl(RuntimeOptions opts)
                       },
                   .unbind_posted = [this](runtime::PostedReceive& post) { UnbindPosted(post); },
               }),
-      instance(next_instance.fetch_add(1)),
+      routes(
+          runtime::PeerRoutes::Settings{.queue_depth = options.send_queue_depth,
+                                        .connect_timeout = options.connect_timeout},
+          [this](Gid gid) { return daemons->Lookup(gid); }, queue_events, shutting_down),
       pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
                  [this](Gid from_process, buffers::SlotRef slot) {
                    return DeliverInOrder(from_process, std::move(slot));
@@ -102,8 +108,8 @@ Runtime::Impl::Impl(RuntimeOptions opts)
 Runtime::Impl::~Impl() {
   (void)Shutdown(std::chrono::milliseconds(0));
   // Held buffers go back to their pools before the subsystems (and their
-  // pools) go: peers first (queued sends), then mailboxes.
-  peers.clear();
+  // pools) go: the peers' queued sends (`routes`, a member after `rails`),
+  // and held frames and mailboxes here.
   pair_order.Clear();
   for (auto& [key, message] : inbound) {
     if (message->slot != nullptr) message->slot->pool->Unref(message->slot);
@@ -126,7 +132,7 @@ Status Runtime::Impl::Open() {
   (void)Log();
   TOCL_ASSIGN_OR_RETURN(parent, ParentFromEnvironment());
   notifier = std::make_unique<runtime::Notifier>(runtime::NotifierHooks{
-      .lookup = [this](Gid gid) { return Lookup(gid); },
+      .lookup = [this](Gid gid) { return daemons->Lookup(gid); },
       .deliver =
           [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
             return DeliverNotice(self, source, tag, payload);
@@ -138,7 +144,9 @@ Status Runtime::Impl::Open() {
   enroll.attributes = options.attributes;
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
-  events.on_change = [this](const ChangeEvent& event) { OnChange(event); };
+  events.on_change = [this](const ChangeEvent& event) {
+    runtime::ApplyClusterChange(event, routes, *spawn_service, *notifier);
+  };
   // The registrar reports from its own thread, which starts with the link,
   // before the networks below are opened: until they are, there is nothing
   // to report (and `rails` is still being filled).
@@ -154,6 +162,9 @@ Status Runtime::Impl::Open() {
                                                       options.stats_interval, std::move(events)));
   process = link->process();
   receive.SetProcess(process);
+  routes.SetProcess(process);
+  daemons = std::make_unique<runtime::HostDaemons>(link->client(), process,
+                                                   std::move(resolved.peer_daemons));
   {
     const std::string secret = link->data_plane_secret();
     auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
@@ -168,7 +179,6 @@ Status Runtime::Impl::Open() {
     return LongHousekeeping() || queued;
   });
   receive.AttachProgress(*progress);
-  peer_daemons = std::move(resolved.peer_daemons);
   std::string networks = resolved.options.networks;
   if (networks.empty()) {
     // The host's default (toclsd's `networks`), else every interface.
@@ -196,10 +206,10 @@ Status Runtime::Impl::Open() {
       break;
     }
   }
-  resolve_order.resize(rails.size());
-  std::iota(resolve_order.begin(), resolve_order.end(), size_t{0});
-  std::stable_partition(resolve_order.begin(), resolve_order.end(),
-                        [&](size_t index) { return rails[index]->transport->host_local; });
+  std::vector<runtime::OwnNetwork> own;
+  for (const auto& rail : rails)
+    own.push_back({rail->spec, rail->transport, rail->subsystem.get()});
+  routes.SetNetworks(std::move(own));
   post_copy = std::any_of(rails.begin(), rails.end(),
                           [](const auto& rail) { return rail->transport->post_copy; });
   if (rails.size() == 1 && rails.front()->transport->sleeps_alone) {
@@ -249,15 +259,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   const auto deadline = Clock::now() + flush_timeout;
   for (;;) {
     FlushAcks();
-    bool pending = false;
-    {
-      std::shared_lock dest_lock(dest_mu);
-      for (auto& [raw, peer] : peers) {
-        std::lock_guard peer_lock(peer->mu());
-        if (!peer->Drained()) pending = true;
-      }
-    }
-    if (!pending) break;
+    if (routes.Drained()) break;
     if (Clock::now() >= deadline) {
       result = DeadlineExceeded("messages were still being sent when the runtime shut down");
       break;
@@ -278,13 +280,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (!progress->TryAcquire() && Clock::now() < until) std::this_thread::yield();
   }
-  {
-    std::unique_lock dest_lock(dest_mu);
-    for (auto& [raw, peer] : peers) {
-      std::lock_guard peer_lock(peer->mu());
-      peer->Close(Unavailable("the runtime shut down"));
-    }
-  }
+  routes.Close(Unavailable("the runtime shut down"));
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
   // return; they may still leave (the link is open).
   if (notifier) notifier->Stop();
@@ -381,194 +377,6 @@ Status Runtime::Impl::CheckSender(Gid from) const {
   return Status::Ok();
 }
 
-Status Runtime::Impl::ResolvePeerLocked(SendQueue& peer) {
-  if (peer.state() == SendQueue::State::kReady) return Status::Ok();
-  if (peer.state() == SendQueue::State::kFailed) return peer.failure();
-  auto entity = Lookup(peer.process());
-  if (!entity.ok()) {
-    if (entity.status().code() == StatusCode::kNotFound) {
-      Status missing = NotFound(fmt::format("no process {}", peer.process().ToString()));
-      // Another host's process reaches this host's daemon by replication,
-      // a few milliseconds after it enrolled: one that sent to us first
-      // (a long message's start, to be granted) may not be known here yet.
-      // Failing it for good would drop every later answer to it; the next
-      // send looks it up again. Only this host's daemon's "no" is final.
-      if (peer.process().host() != process.host()) {
-        // Unless its host is down: that answer is as final as after a
-        // lookup that found it.
-        if (Status down = HostDownStatus(peer.process().host()); !down.ok()) {
-          peer.Fail(down, /*host_down=*/true);
-          return peer.failure();
-        }
-        return missing;
-      }
-      peer.Fail(std::move(missing));
-      return peer.failure();
-    }
-    return entity.status().WithContext(fmt::format("look up {}", peer.process().ToString()));
-  }
-  if (entity->state == EntityState::kExited) {
-    peer.Fail(FailedPrecondition(
-        fmt::format("process {} has exited ({})", peer.process().ToString(), entity->exit_reason)));
-    return peer.failure();
-  }
-  // Checked after the lookup, under peer.mu(): a host that goes down
-  // meanwhile either is seen here or fails this peer after we are done.
-  Status down = UnreachableStatus(*entity);
-  if (down.ok()) down = HostDownStatus(peer.process().host());
-  if (!down.ok()) {
-    peer.Fail(down, /*host_down=*/true);
-    return peer.failure();
-  }
-  // One route per network that reaches it. On the same host a host-local
-  // network (shm) alone when both have it (the others would add no
-  // bandwidth, only copies); each of our networks bound to an IP pairs with
-  // one of the peer's of its kind in its subnet.
-  const bool same_host = peer.process().host() == process.host();
-  std::vector<bool> used(entity->endpoints.size(), false);
-  // Host-local first (resolve_order): whether it connects decides about
-  // the others.
-  for (size_t index : resolve_order) {
-    Rail& rail = *rails[index];
-    // (A host-local route that could not open, e.g. no channel left in the
-    // peer's shm segment, leaves the others to carry same-host traffic.)
-    if (!rail.transport->host_local && same_host && !peer.rails().empty() &&
-        rails[peer.rails().front().rail]->transport->host_local) {
-      continue;
-    }
-    if (subsystem::IsLoopback(rail.spec) && !same_host) continue;
-    for (size_t e = 0; e < entity->endpoints.size(); ++e) {
-      const Endpoint& endpoint = entity->endpoints[e];
-      if (used[e] || subsystem::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
-      std::optional<std::string> connect =
-          rail.transport->connect_address(rail.spec, endpoint.address);
-      if (!connect) continue;
-      const std::string& address = *connect;
-      if (!rail.subsystem->Reaches(peer.process(), address)) continue;
-      auto route = rail.subsystem->Connect(peer.process(), address);
-      if (!route.ok()) {
-        Log().warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
-                   peer.process().ToString(), route.status().ToString());
-        continue;
-      }
-      used[e] = true;
-      peer.AddRoute(static_cast<int>(index), std::move(*route), rail.subsystem->pool());
-      break;
-    }
-  }
-  if (peer.rails().empty()) {
-    return Unavailable(fmt::format("no network of this process reaches {} (its endpoints: {})",
-                                   peer.process().ToString(), entity->endpoints.size()));
-  }
-  peer.Ready();  // the first route the default: the host-local network when it connected
-  return Status::Ok();
-}
-
-Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
-  if (send_cache.instance == instance && send_cache.to == to.raw()) return send_cache.dest;
-  DestThread* dest = nullptr;
-  {
-    std::shared_lock lock(dest_mu);
-    auto it = dests.find(to.raw());
-    if (it != dests.end()) dest = it->second.get();
-  }
-  if (dest == nullptr) {
-    if (shutting_down.load()) return Unavailable("the runtime is shutting down");
-    // First send to this thread: the directory says whether it runs. A
-    // thread is registered in the background a few milliseconds after it
-    // enrolled, so one the directory does not know yet is waited for (up to
-    // connect_timeout) while its process runs. The runtime's own mailboxes
-    // are never registered: their process's lookup (ResolvePeerLocked) is
-    // all there is to check.
-    TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
-    std::unique_lock lock(dest_mu);
-    auto& slot = dests[to.raw()];
-    if (!slot) {
-      slot = std::make_unique<DestThread>();
-      slot->peer = &PeerOfProcessLocked(to.process());
-    }
-    dest = slot.get();
-  }
-  send_cache = SendCache{instance, to.raw(), dest};
-  return dest;
-}
-
-Status Runtime::Impl::AwaitRegistration(Gid to) {
-  const auto deadline = Clock::now() + options.connect_timeout;
-  auto delay = std::chrono::milliseconds(1);
-  // The runtime's own mailboxes are never registered: their process is all
-  // there is to wait for.
-  const bool internal = runtime::IsInternalThread(to);
-  // Another host's processes reach this host's daemon by replication, a
-  // few milliseconds after they enrolled there: a Gid handed over faster
-  // than that (a reply, a spawn's result) names a process not known here
-  // yet. Only this host's daemon may say "no such process" at once.
-  const bool remote = to.host() != process.host();
-  bool host_known = !remote;
-  for (;;) {
-    TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
-    if (!internal) {
-      auto thread = Lookup(to);
-      if (thread.ok()) {
-        if (thread->state == EntityState::kExited) {
-          return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
-        }
-        return UnreachableStatus(*thread);
-      }
-      if (thread.status().code() != StatusCode::kNotFound) {
-        return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
-      }
-    }
-    auto owner = Lookup(to.process());
-    const bool owner_unknown = !owner.ok() && owner.status().code() == StatusCode::kNotFound;
-    if (!owner.ok() && !owner_unknown) {
-      return owner.status().WithContext(fmt::format("look up {}", to.process().ToString()));
-    }
-    if (owner_unknown && !remote) {
-      return NotFound(fmt::format("no process {}", to.process().ToString()));
-    }
-    if (owner_unknown && !host_known) {
-      TOCL_RETURN_IF_ERROR(CheckHostKnown(to.host()));
-      host_known = true;
-    }
-    if (owner.ok()) {
-      if (owner->state == EntityState::kExited) {
-        return FailedPrecondition(
-            fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
-      }
-      TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
-      if (internal) return Status::Ok();
-    }
-    if (Clock::now() + delay > deadline) {
-      if (owner_unknown) {
-        return NotFound(
-            fmt::format("no process {}: the daemon of this host has not heard of it "
-                        "within {} ms",
-                        to.process().ToString(), options.connect_timeout.count()));
-      }
-      return NotFound(
-          fmt::format("no thread {}: its process runs but has not registered it", to.ToString()));
-    }
-    std::this_thread::sleep_for(delay);
-    delay = std::min(delay * 2, std::chrono::milliseconds(100));
-  }
-}
-
-Status Runtime::Impl::CheckHostKnown(Gid host) {
-  // Replication may lag behind a Gid handed over; membership hardly does:
-  // every daemon has a host row for each member it knows, and learns of a
-  // new member within a heartbeat of its join, before it could replicate
-  // any of its processes. A host the directory does not have is (but in
-  // that first heartbeat) not in the cluster, and waiting would not bring it.
-  auto known = Lookup(host);
-  if (known.ok()) return Status::Ok();
-  if (known.status().code() != StatusCode::kNotFound) {
-    return known.status().WithContext(fmt::format("look up {}", host.ToString()));
-  }
-  return NotFound(fmt::format("no host {} in the cluster (the daemon of {} knows no such host)",
-                              host.ToString(), process.host().ToString()));
-}
-
 bool Runtime::Impl::FlushQueued() {
   // Swapping with the poller's own vector keeps both capacities: no
   // allocation per poll round while sends wait.
@@ -594,14 +402,6 @@ Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
   return Status::Ok();
 }
 
-Result<SendQueue*> Runtime::Impl::PeerOf(Gid to) {
-  TOCL_ASSIGN_OR_RETURN(DestThread * dest, ResolveDestination(to));
-  if (dest->exited.load(std::memory_order_acquire)) {
-    return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
-  }
-  return dest->peer;
-}
-
 Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   return PostSlot(from, to, tag, slot, network);
@@ -611,10 +411,10 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot
   slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
   if (to.process() == process) return DeliverLocal(slot);
 
-  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes.PeerOf(to));
   SendQueue& peer = *destination;
   std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
+  TOCL_RETURN_IF_ERROR(routes.ResolvePeerLocked(peer));
   int route = peer.default_route();
   if (network != Network::kFastest) {
     // The buffer's own network when it reaches the peer (no copy to
@@ -637,59 +437,32 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   // The fast path (shm): straight into the buffer the receiver provided.
   if (post_copy && to.process() != process) {
-    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
+    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes.PeerOf(to));
     SendQueue& peer = *destination;
     std::lock_guard lock(peer.mu());
-    TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
+    TOCL_RETURN_IF_ERROR(routes.ResolvePeerLocked(peer));
     if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
   }
-  subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
-  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got,
-                        subsystem->pool().Get(class_index, AtCap::kWait, Clock::time_point::max()));
-  buffers::SlotRef slot(got);
-  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
-  slot->header().length = static_cast<uint32_t>(payload.size());
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
+                        CopyToBuffer(SubsystemFor(Network::kFastest)->pool(), class_index, payload,
+                                     Clock::time_point::max()));
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
-Result<Entity> Runtime::Impl::Lookup(Gid gid) {
-  const uint32_t host = gid.host_index();
-  auto daemon = peer_daemons.find(host);
-  if (host == process.host_index() || daemon == peer_daemons.end()) {
-    return link->client().Lookup(gid);
+Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
+                                    std::span<const std::byte> payload) {
+  subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
+  if (subsystem == nullptr) return Unavailable("no network is open");
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes) {
+    return InvalidArgument(fmt::format("a {} byte notice does not fit a message", payload.size()));
   }
-  DirectoryClient* client = nullptr;
-  {
-    std::lock_guard lock(peer_clients_mu);
-    auto& entry = peer_clients[host];
-    if (!entry) {
-      TOCL_ASSIGN_OR_RETURN(entry, DirectoryClient::Connect(daemon->second));
-    }
-    client = entry.get();
-  }
-  return client->Lookup(gid);
-}
-
-Result<SendQueue*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
-  SendQueue* peer = nullptr;
-  {
-    std::shared_lock lock(dest_mu);
-    auto it = peers.find(peer_process.raw());
-    if (it != peers.end()) peer = it->second.get();
-  }
-  if (peer == nullptr) {
-    std::unique_lock lock(dest_mu);
-    peer = &PeerOfProcessLocked(peer_process);
-  }
-  return peer;
-}
-
-SendQueue& Runtime::Impl::PeerOfProcessLocked(Gid peer_process) {
-  auto& entry = peers[peer_process.raw()];
-  if (!entry) {
-    entry = std::make_unique<SendQueue>(peer_process, options.send_queue_depth, queue_events);
-  }
-  return *entry;
+  // Bounded: the notification thread must not wait for ever at the pool cap.
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
+                        CopyToBuffer(subsystem->pool(), class_index, payload,
+                                     Clock::now() + std::chrono::seconds(1)));
+  slot->header() = wire::MessageHeader(source, self, tag, static_cast<uint32_t>(payload.size()));
+  return DeliverLocal(slot);  // an error drops `slot`
 }
 
 void QueueEvents::Queued(SendQueue& queue, bool list) {
@@ -728,21 +501,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
     if (rail->add_stats) rail->add_stats(stats);
     out.push_back(std::move(stats));
   }
-  const auto now = Clock::now();
-  std::shared_lock lock(dest_mu);
-  for (auto& [raw, peer] : peers) {
-    std::lock_guard peer_lock(peer->mu());
-    for (size_t route = 0; route < peer->rails().size(); ++route) {
-      const runtime::PeerRail& rail = peer->rails()[route];
-      const runtime::RailHealth& health = peer->health()[route];
-      tocl::NetworkStats& stats = out[rail.rail];
-      stats.frames_sent += rail.frames_sent;
-      stats.bytes_sent += rail.bytes_sent;
-      if (rail.fragments_sent == 0 && health.bandwidth == 0) continue;
-      stats.peers.push_back(NetworkPeerStats{peer->process(), health.bandwidth, rail.fragments_sent,
-                                             rail.fragments_resent, !health.UsableAt(now)});
-    }
-  }
+  routes.AddSentStats(out);
   for (tocl::NetworkStats& stats : out) {
     std::sort(stats.peers.begin(), stats.peers.end(),
               [](const auto& a, const auto& b) { return a.fragments_sent > b.fragments_sent; });
@@ -767,21 +526,7 @@ void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
       }
     }
   }
-  std::shared_lock lock(dest_mu);
-  if (gid.is_thread()) {
-    auto it = dests.find(gid.raw());
-    if (it != dests.end()) it->second->exited.store(true, std::memory_order_release);
-    return;
-  }
-  if (!gid.is_process()) return;
-  for (auto& [raw, dest] : dests) {
-    if (Gid::FromRaw(raw).process() == gid) dest->exited.store(true, std::memory_order_release);
-  }
-  auto it = peers.find(gid.raw());
-  if (it == peers.end()) return;
-  std::lock_guard peer_lock(it->second->mu());
-  it->second->Fail(
-      FailedPrecondition(fmt::format("process {} has exited ({})", gid.ToString(), reason)));
+  routes.Exited(gid, reason);
 }
 
 // --- Runtime ------------------------------------------------------------------

@@ -1,15 +1,32 @@
-// Runtime::Impl: the pieces of a process's runtime and how they meet.
+// Runtime::Impl: the pieces of a process's runtime and how they meet. Each
+// piece is a type of its own that sees only what it is given (callbacks, a
+// small Events interface, the parts it works on), never Impl; Impl owns
+// them, wires them together in Open and takes them down in Shutdown. So
+// only runtime.cc includes this header (and long_send.cc, long_receive.cc
+// until long messages are types of their own).
 //
-//   Send ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
+//   Send ──> PeerRoutes (peer_routes.h: the destination thread, the
+//            SendQueue of its process, its routes chosen from the directory)
+//        ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
 //   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
 //                   (fragment_scheduler.h), posted through its SendQueue
 //   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> ReceiveSide
 //                                            └──> long messages (long_receive.cc)
 //   Recv ──> ReceiveSide (receive_side.h): the thread's Mailbox, polling
 //            through the ProgressEngine while it waits
+//   Directory: DirectoryLink (our daemon: enrollment, registrations, the
+//            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
+//            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
+//            (host_daemons.h) answers lookups
 //
 // A Rail is one open network: one subsystem instance (a process may have
 // several tcp networks, one per NIC).
+//
+// Locks, in the order they are taken: PeerRoutes' dest_mu ──>
+// SendQueue::mu() ──> blocked_mu (QueueEvents::Queued), outbound_mu
+// (SendLong), a LongSend's mu, PeerRoutes' hosts_mu and directory lookups.
+// inbound_mu is never held while a peer is resolved (control frames wait in
+// control_outbox until it is released).
 //
 // Member order is destruction order reversed: the reactor outlives the
 // subsystems (their fds), the subsystems (their pools) outlive the
@@ -19,10 +36,8 @@
 #include <atomic>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <stop_token>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,10 +47,12 @@
 #include "buffers/slot_ref.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
+#include "runtime/host_daemons.h"
 #include "runtime/internal_threads.h"
 #include "runtime/long_message.h"
 #include "runtime/mailbox.h"
 #include "runtime/pair_order.h"
+#include "runtime/peer_routes.h"
 #include "runtime/progress_engine.h"
 #include "runtime/receive_side.h"
 #include "runtime/send_queue.h"
@@ -119,38 +136,23 @@ struct Runtime::Impl final {
   runtime::Mailbox* NewInternalMailbox(uint32_t index) { return receive.AddInternal(index); }
   size_t ShortMaxPayload() const;
 
-  // --- directory ---
-  // Looks `gid` up at its own host's daemon (peer_daemons) or ours.
-  Result<Entity> Lookup(Gid gid);
-  // A change from the daemon's stream (the watcher thread).
-  void OnChange(const ChangeEvent& event);
-  // Hosts that stop answering heartbeats (host_reachability.cc): their
-  // peers fail, sends to them fail at once until they come back.
-  void OnHostUnreachable(Gid host);
-  void OnHostReachable(Gid host);
-  // Unavailable "host h3 is down (no heartbeat)" while it is; ok otherwise.
-  Status HostDownStatus(Gid host) const;
-  // The failure a looked-up entity in `entity.state` means for sends, or ok.
-  Status UnreachableStatus(const Entity& entity) const;
+  // --- notifications ---
   // A message from `source` (any gid) put straight into local thread
   // `self`'s mailbox: exit notices.
   Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
 
   // --- send side ---
-  Result<runtime::DestThread*> ResolveDestination(Gid to);
-  // Waits until the directory knows thread `to` (or says it exited, or
-  // that its process does not run): the first send to a thread.
-  Status AwaitRegistration(Gid to);
-  // NotFound at once for a host the directory does not know (not a member).
-  Status CheckHostKnown(Gid host);
-  Status ResolvePeerLocked(runtime::SendQueue& peer);
   Status CheckSender(Gid from) const;
   // Everything about a send that does not need the destination: the
   // sender, the tag, the destination's form, the runtime's state.
   Status CheckSend(Gid from, Gid to, Tag tag) const;
-  // The peer of thread `to` (looked up on first use); FailedPrecondition
-  // when the thread has exited.
-  Result<runtime::SendQueue*> PeerOf(Gid to);
+  // PeerRoutes' own, under the names long_send.cc and long_receive.cc
+  // call them by.
+  Result<runtime::SendQueue*> PeerOf(Gid to) { return routes.PeerOf(to); }
+  Result<runtime::SendQueue*> PeerOfProcess(Gid peer_process) {
+    return routes.PeerOfProcess(peer_process);
+  }
+  Status ResolvePeerLocked(runtime::SendQueue& peer) { return routes.ResolvePeerLocked(peer); }
   // Sends the reference in `slot` (header length set): Ok takes it (`slot`
   // is left empty); on error it is still in `slot`, the caller's.
   // PostSlot skips CheckSend.
@@ -164,11 +166,6 @@ struct Runtime::Impl final {
   // peer.rails()).
   void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
                                const runtime::LongKey& key, Tag tag);
-  // The peer of process `process` (resolved), for control frames.
-  Result<runtime::SendQueue*> PeerOfProcess(Gid process);
-  // The peer of process `process`, made on first use (dest_mu held
-  // exclusively).
-  runtime::SendQueue& PeerOfProcessLocked(Gid process);
   int RailOfPool(const buffers::BufferPool* pool) const;
 
   // --- long messages (long_send.cc, long_receive.cc) ---
@@ -192,7 +189,7 @@ struct Runtime::Impl final {
   bool TryGrant(runtime::InboundLong& message, bool library);
   void FinishInbound(runtime::InboundLong& message, Status status, bool tell_sender);
   // Control frames decided under inbound_mu are sent after it is released
-  // (resolving a peer takes dest_mu and may ask the directory).
+  // (resolving a peer takes PeerRoutes' dest_mu and may ask the directory).
   void QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
                           const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
   void FlushControls();
@@ -214,6 +211,8 @@ struct Runtime::Impl final {
   Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
   // Retries queued sends (the poller). True when some still wait.
   bool FlushQueued();
+  // A process or thread exited (the link's watcher thread): its long
+  // messages to us fail, sends to it fail.
   void OnExited(Gid gid, const std::string& reason);
   subsystem::Subsystem* SubsystemFor(Network network) const;
   std::vector<PoolClassStats> PoolStats() const;
@@ -228,9 +227,6 @@ struct Runtime::Impl final {
   // What Network::kFastest means: the first open kind in the transport
   // registry's order (fastest first). Set in Open.
   subsystem::Subsystem* fastest = nullptr;
-  // The indexes of `rails` in the order ResolvePeerLocked tries them: the
-  // host-local ones first, each group as listed. Set in Open.
-  std::vector<size_t> resolve_order;
   // Some open network copies straight into receivers' buffers
   // (Transport::post_copy): SendCopy tries Route::PostCopy first.
   bool post_copy = false;
@@ -239,9 +235,8 @@ struct Runtime::Impl final {
   // The cluster's data-plane secret from the enrollment (none without
   // credentials): networks that connect prove it on every connection.
   security::ClusterKey data_plane_key;
-  std::map<uint32_t, std::string> peer_daemons;
-  std::mutex peer_clients_mu;
-  std::map<uint32_t, std::unique_ptr<DirectoryClient>> peer_clients;  // guarded by peer_clients_mu
+  // Where a gid is looked up (set in Open, after the link).
+  std::unique_ptr<runtime::HostDaemons> daemons;
 
   std::atomic<uint32_t> next_thread{1};
   std::atomic<bool> networks_open{false};  // release/acquire: `rails` is complete
@@ -253,13 +248,11 @@ struct Runtime::Impl final {
   std::stop_source query_stop;
   std::mutex shutdown_mu;
 
-  // Destinations: peers by process, threads by gid. Entries are never
-  // removed while the runtime lives (their addresses are cached).
-  mutable std::shared_mutex dest_mu;
-  QueueEvents queue_events{*this};  // before `peers`: each of them holds it
-  std::unordered_map<uint64_t, std::unique_ptr<runtime::SendQueue>> peers;   // guarded by dest_mu
-  std::unordered_map<uint64_t, std::unique_ptr<runtime::DestThread>> dests;  // guarded by dest_mu
-  const uint64_t instance;  // tells thread-local caches of different runtimes apart
+  QueueEvents queue_events{*this};  // before `routes`: each of its queues holds it
+  // Destination threads and processes, their send queues and routes, the
+  // hosts that are down. After `rails` and `receive`: its queues' frames
+  // go back to the rails' pools as it goes.
+  runtime::PeerRoutes routes;
 
   std::mutex blocked_mu;
   std::vector<runtime::SendQueue*> blocked;   // guarded by blocked_mu: peers with queued sends
@@ -294,12 +287,6 @@ struct Runtime::Impl final {
   std::atomic<uint64_t> reassembly_used{0};
   std::atomic<bool> long_housekeeping{false};                // something to grant or check
   std::chrono::steady_clock::time_point next_partial_check;  // poller only
-
-  // Hosts the daemon says are down (by host index).
-  mutable std::mutex hosts_mu;
-  std::unordered_set<uint32_t> down_hosts;  // guarded by hosts_mu
-  // down_hosts.size(), read without the lock on the send path.
-  std::atomic<size_t> down_host_count{0};
 
   Gid parent;  // $TOCL_PARENT
   // Last: they use everything above, and are stopped by Shutdown.
