@@ -16,6 +16,7 @@
 #include "core/environment.h"
 #include "core/logger.h"
 #include "runtime/cluster_events.h"
+#include "runtime/directory_queries.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -137,7 +138,17 @@ Status Runtime::Impl::Open() {
           [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
             return DeliverNotice(self, source, tag, payload);
           }});
-  spawn_service = std::make_unique<runtime::ThreadService>(*this);
+  spawn_service = std::make_unique<runtime::ThreadService>(
+      receive, runtime::ThreadServiceHooks{
+                   .enroll =
+                       [this](std::string name, Attributes attributes) {
+                         return EnrollThread(std::move(name), std::move(attributes));
+                       },
+                   .leave = [this](Gid thread) { LeaveThread(thread); },
+                   .send =
+                       [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                         return SendCopy(from, to, tag, payload);
+                       }});
 
   EnrollOptions enroll;
   enroll.name = options.name.empty() ? ProgramName() : options.name;
@@ -172,7 +183,7 @@ Status Runtime::Impl::Open() {
     data_plane_key = *key;
   }
   // Before the endpoints are published: requests may come as soon as they are.
-  spawn_service->Open();
+  spawn_service->Open(process, ShortMaxPayload());
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = FlushQueued();
@@ -706,6 +717,22 @@ Result<MessageInfo> Runtime::RecvIntoFor(Gid self, std::span<std::byte> out,
 
 std::vector<NetworkStats> Runtime::Networks() const {
   return impl_->Networks();
+}
+
+Result<Entity> Runtime::Lookup(Gid gid) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return impl_->daemons->Lookup(gid);
+}
+
+Result<std::vector<Entity>> Runtime::Query(std::string_view expression, size_t limit) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return runtime::QueryEntities(impl_->link->client(), expression, limit);
+}
+
+Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, size_t count,
+                                                  std::chrono::milliseconds timeout) {
+  return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
+                               impl_->query_stop.get_token());
 }
 
 Gid Runtime::parent() const {

@@ -132,8 +132,6 @@ struct Runtime::Impl final {
   // The thread leaves (idempotent): its mailbox, its directory entry, its
   // notification watches.
   void LeaveThread(Gid thread);
-  // A mailbox at a reserved index (internal_threads.h), never registered.
-  runtime::Mailbox* NewInternalMailbox(uint32_t index) { return receive.AddInternal(index); }
   size_t ShortMaxPayload() const;
 
   // --- notifications ---
