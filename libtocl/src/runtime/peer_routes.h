@@ -28,7 +28,7 @@
 // dest_mu_ is never taken with a queue's mu() held, nor held across a
 // directory lookup; ResolvePeerLocked runs under the queue's mu() and asks
 // the directory there. (SendQueue::Events::Queued, called under mu(),
-// takes the runtime's blocked_mu after it.)
+// takes QueueEvents' waiting_mu after it.)
 //
 // Threading: every method is safe from any thread; those named *Locked
 // want the queue's mu() held.

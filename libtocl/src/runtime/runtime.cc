@@ -1,19 +1,12 @@
 #include "tocl/runtime.h"
 
-#include <errno.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <numeric>
-#include <sstream>
 #include <thread>
 
 #include "buffers/large_slot.h"
-#include "core/environment.h"
 #include "core/logger.h"
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
@@ -35,18 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The file name of argv[0] (as a spawn's default name is the file name of
-// the executable it was given: the same, and not cut to 15 bytes as
-// /proc/self/comm is).
-std::string ProgramName() {
-  std::string name = program_invocation_short_name;
-  if (name.empty() || !ValidateName("process", name).ok()) {
-    std::ifstream in("/proc/self/comm");
-    std::getline(in, name);
-  }
-  return name.empty() ? "tocl" : name;
-}
-
 Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
@@ -63,20 +44,6 @@ Result<buffers::SlotRef> CopyToBuffer(buffers::BufferPool& pool, uint32_t class_
   if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
   slot->header().length = static_cast<uint32_t>(payload.size());
   return slot;
-}
-
-// $TOCL_PARENT: the thread that spawned this process (set by the daemon
-// that spawned it), in text form; unset or empty for none.
-Result<Gid> ParentFromEnvironment() {
-  const std::string text = FromEnvironment("TOCL_PARENT");
-  if (text.empty()) return Gid();
-  auto parent = Gid::Parse(text);
-  if (!parent.ok() || !parent->is_thread()) {
-    return InvalidArgument(
-        fmt::format("TOCL_PARENT='{}' is not a thread id (h1.p2.t3): {}", text,
-                    parent.ok() ? "it names a host or process" : parent.status().message()));
-  }
-  return *parent;
 }
 
 }  // namespace
@@ -131,7 +98,7 @@ Status Runtime::Impl::Open() {
   // here, before the runtime's threads start, ThreadSanitizer sees it happen
   // before their first log line.
   (void)Log();
-  TOCL_ASSIGN_OR_RETURN(parent, ParentFromEnvironment());
+  TOCL_ASSIGN_OR_RETURN(parent, runtime::ParentFromEnvironment());
   notifier = std::make_unique<runtime::Notifier>(runtime::NotifierHooks{
       .lookup = [this](Gid gid) { return daemons->Lookup(gid); },
       .deliver =
@@ -151,7 +118,7 @@ Status Runtime::Impl::Open() {
                        }});
 
   EnrollOptions enroll;
-  enroll.name = options.name.empty() ? ProgramName() : options.name;
+  enroll.name = options.name.empty() ? runtime::ProgramName() : options.name;
   enroll.attributes = options.attributes;
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
@@ -162,7 +129,7 @@ Status Runtime::Impl::Open() {
   // before the networks below are opened: until they are, there is nothing
   // to report (and `rails` is still being filled).
   events.pool_stats = [this] {
-    return networks_open.load(std::memory_order_acquire) ? PoolStats()
+    return networks_open.load(std::memory_order_acquire) ? rails.PoolStats()
                                                          : std::vector<PoolClassStats>{};
   };
   events.network_stats = [this] {
@@ -186,10 +153,17 @@ Status Runtime::Impl::Open() {
   spawn_service->Open(process, ShortMaxPayload());
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
-    const bool queued = FlushQueued();
+    const bool queued = queue_events.RetryWaiting();
     return LongHousekeeping() || queued;
   });
   receive.AttachProgress(*progress);
+  queue_events.AttachProgress(*progress);
+  TOCL_RETURN_IF_ERROR(OpenNetworks(resolved));
+  progress->Start();
+  return Status::Ok();
+}
+
+Status Runtime::Impl::OpenNetworks(const runtime::ResolvedOptions& resolved) {
   std::string networks = resolved.options.networks;
   if (networks.empty()) {
     // The host's default (toclsd's `networks`), else every interface.
@@ -200,29 +174,20 @@ Status Runtime::Impl::Open() {
     }
     if (networks.empty()) networks = "auto";
   }
-  const subsystem::TransportRegistry& transports = subsystem::CompiledTransports();
-  TOCL_ASSIGN_OR_RETURN(
-      std::vector<subsystem::NetworkSpec> specs,
-      transports.ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
-  for (const subsystem::NetworkSpec& spec : specs) {
-    TOCL_RETURN_IF_ERROR(
-        OpenRail(spec, resolved.options).WithContext(fmt::format("open network {}", spec.name)));
-  }
-  // The rails are fixed from here on, and so is what is chosen among them.
-  for (const subsystem::Transport& transport : transports.transports()) {
-    auto rail = std::find_if(rails.begin(), rails.end(),
-                             [&](const auto& open) { return open->transport == &transport; });
-    if (rail != rails.end()) {
-      fastest = (*rail)->subsystem.get();
-      break;
-    }
-  }
+  Status opened = rails.Open(networks,
+                             runtime::Rails::Context{.self_process = process,
+                                                     .num_classes = num_classes,
+                                                     .options = resolved.options,
+                                                     .key = data_plane_key,
+                                                     .reactor = *reactor,
+                                                     .budget = budget},
+                             [this](int rail) { return std::make_unique<RailSink>(*this, rail); });
+  for (auto& rail : rails) progress->AddSubsystem(rail->subsystem.get());
+  TOCL_RETURN_IF_ERROR(opened);
   std::vector<runtime::OwnNetwork> own;
   for (const auto& rail : rails)
     own.push_back({rail->spec, rail->transport, rail->subsystem.get()});
   routes.SetNetworks(std::move(own));
-  post_copy = std::any_of(rails.begin(), rails.end(),
-                          [](const auto& rail) { return rail->transport->post_copy; });
   if (rails.size() == 1 && rails.front()->transport->sleeps_alone) {
     reactor->SetWakeHook(
         [subsystem = rails.front()->subsystem.get()] { subsystem->WakeSleeper(); });
@@ -232,31 +197,6 @@ Status Runtime::Impl::Open() {
     TOCL_RETURN_IF_ERROR(link->PublishEndpoint(rail->spec.name, rail->published)
                              .WithContext(fmt::format("publish the {} endpoint", rail->spec.name)));
   }
-  progress->Start();
-  return Status::Ok();
-}
-
-Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec,
-                               const RuntimeOptions& resolved_options) {
-  auto rail = std::make_unique<Rail>();
-  rail->spec = spec;
-  TOCL_ASSIGN_OR_RETURN(rail->transport, subsystem::CompiledTransports().Find(spec.kind));
-  rail->sink = std::make_unique<RailSink>(*this, static_cast<int>(rails.size()));
-  TOCL_ASSIGN_OR_RETURN(subsystem::OpenNetwork network,
-                        rail->transport->open(spec, subsystem::OpenContext{
-                                                        .self_process = process,
-                                                        .num_classes = num_classes,
-                                                        .options = resolved_options,
-                                                        .key = data_plane_key,
-                                                        .reactor = *reactor,
-                                                        .sink = *rail->sink,
-                                                        .budget = budget,
-                                                    }));
-  rail->subsystem = std::move(network.subsystem);
-  rail->published = std::move(network.published);
-  rail->add_stats = std::move(network.add_stats);
-  progress->AddSubsystem(rail->subsystem.get());
-  rails.push_back(std::move(rail));
   return Status::Ok();
 }
 
@@ -296,7 +236,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   // return; they may still leave (the link is open).
   if (notifier) notifier->Stop();
   if (spawn_service) spawn_service->Stop();
-  for (auto& rail : rails) rail->subsystem->Close();
+  rails.Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
     Status closed = link->Close();
@@ -348,32 +288,6 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
 
 // --- send side ----------------------------------------------------------------
 
-std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
-  std::vector<PoolClassStats> stats;
-  for (auto& rail : rails) {
-    auto more = rail->subsystem->pool().Stats();
-    for (auto& entry : more) entry.network = rail->spec.name;
-    stats.insert(stats.end(), more.begin(), more.end());
-  }
-  return stats;
-}
-
-subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
-  if (network == Network::kFastest) return fastest;
-  // The first open network of that kind.
-  for (auto& rail : rails) {
-    if (rail->transport->network == network) return rail->subsystem.get();
-  }
-  return nullptr;
-}
-
-int Runtime::Impl::RailOfPool(const buffers::BufferPool* pool) const {
-  for (size_t i = 0; i < rails.size(); ++i) {
-    if (&rails[i]->subsystem->pool() == pool) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 Status Runtime::Impl::CheckSender(Gid from) const {
   if (!from.is_thread() || from.process() != process) {
     return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
@@ -386,21 +300,6 @@ Status Runtime::Impl::CheckSender(Gid from) const {
   if (mailbox->left())
     return FailedPrecondition(fmt::format("the sender {} has left", from.ToString()));
   return Status::Ok();
-}
-
-bool Runtime::Impl::FlushQueued() {
-  // Swapping with the poller's own vector keeps both capacities: no
-  // allocation per poll round while sends wait.
-  {
-    std::lock_guard lock(blocked_mu);
-    flushing.swap(blocked);
-  }
-  std::erase_if(flushing, [](SendQueue* peer) { return !peer->Retry(); });
-  if (flushing.empty()) return false;
-  std::lock_guard lock(blocked_mu);
-  blocked.insert(blocked.end(), flushing.begin(), flushing.end());
-  flushing.clear();
-  return true;
 }
 
 Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
@@ -431,7 +330,7 @@ Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot
     // The buffer's own network when it reaches the peer (no copy to
     // another pool) and is usable, else the default. (The clock is read
     // only for a network that failed.)
-    const int own = peer.RouteOver(RailOfPool(slot->pool));
+    const int own = peer.RouteOver(rails.IndexOfPool(slot->pool));
     if (own >= 0) {
       const runtime::RailHealth& health = peer.health()[own];
       if (!health.failed || health.UsableAt(Clock::now())) route = own;
@@ -447,22 +346,21 @@ Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::b
   if (class_index >= num_classes) return SendLong(from, to, tag, payload);
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   // The fast path (shm): straight into the buffer the receiver provided.
-  if (post_copy && to.process() != process) {
+  if (rails.post_copy() && to.process() != process) {
     TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes.PeerOf(to));
     SendQueue& peer = *destination;
     std::lock_guard lock(peer.mu());
     TOCL_RETURN_IF_ERROR(routes.ResolvePeerLocked(peer));
     if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
   }
-  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
-                        CopyToBuffer(SubsystemFor(Network::kFastest)->pool(), class_index, payload,
-                                     Clock::time_point::max()));
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails.fastest()->pool(), class_index,
+                                                            payload, Clock::time_point::max()));
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
 Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
                                     std::span<const std::byte> payload) {
-  subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
+  subsystem::Subsystem* subsystem = rails.fastest();
   if (subsystem == nullptr) return Unavailable("no network is open");
   const uint32_t class_index = buffers::ClassFor(payload.size());
   if (class_index >= num_classes) {
@@ -476,42 +374,8 @@ Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
   return DeliverLocal(slot);  // an error drops `slot`
 }
 
-void QueueEvents::Queued(SendQueue& queue, bool list) {
-  if (list) {
-    std::lock_guard blocked_lock(impl_.blocked_mu);
-    impl_.blocked.push_back(&queue);
-  }
-  impl_.progress->NoteQueued();
-}
-
-void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
-  Log().warn("tocl: network {} to {} broke; its frames go over {}",
-             impl_.rails[broken_network]->spec.name, queue.process().ToString(),
-             impl_.rails[alternative_network]->spec.name);
-  impl_.rails[broken_network]->failures.fetch_add(1, std::memory_order_relaxed);
-}
-
-void QueueEvents::AwaitProgress() {
-  if (impl_.progress->TryAcquire()) {
-    impl_.progress->PollOnce();
-    impl_.progress->Release();
-  }
-}
-
 std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
-  std::vector<tocl::NetworkStats> out;
-  for (auto& rail : rails) {
-    tocl::NetworkStats stats;
-    stats.name = rail->spec.name;
-    stats.kind = rail->spec.kind;
-    stats.device = rail->spec.device;
-    stats.address = rail->published;
-    stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
-    stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
-    stats.failures = rail->failures.load(std::memory_order_relaxed);
-    if (rail->add_stats) rail->add_stats(stats);
-    out.push_back(std::move(stats));
-  }
+  std::vector<tocl::NetworkStats> out = rails.Stats();
   routes.AddSentStats(out);
   for (tocl::NetworkStats& stats : out) {
     std::sort(stats.peers.begin(), stats.peers.end(),
@@ -606,7 +470,7 @@ Status Runtime::LeaveThread(Gid thread) {
 
 Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
                                   std::chrono::milliseconds timeout) {
-  subsystem::Subsystem* subsystem = impl_->SubsystemFor(network);
+  subsystem::Subsystem* subsystem = impl_->rails.SubsystemFor(network);
   if (subsystem == nullptr) {
     return InvalidArgument(
         fmt::format("network {} is not enabled in this process", NetworkName(network)));
@@ -624,7 +488,7 @@ Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
 }
 
 std::vector<PoolClassStats> Runtime::PoolStats() const {
-  return impl_->PoolStats();
+  return impl_->rails.PoolStats();
 }
 
 size_t Runtime::short_max_payload() const {

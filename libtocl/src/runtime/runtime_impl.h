@@ -23,7 +23,7 @@
 // several tcp networks, one per NIC).
 //
 // Locks, in the order they are taken: PeerRoutes' dest_mu ──>
-// SendQueue::mu() ──> blocked_mu (QueueEvents::Queued), outbound_mu
+// SendQueue::mu() ──> QueueEvents' waiting_mu (Queued), outbound_mu
 // (SendLong), a LongSend's mu, PeerRoutes' hosts_mu and directory lookups.
 // inbound_mu is never held while a peer is resolved (control frames wait in
 // control_outbox until it is released).
@@ -54,7 +54,10 @@
 #include "runtime/pair_order.h"
 #include "runtime/peer_routes.h"
 #include "runtime/progress_engine.h"
+#include "runtime/queue_events.h"
+#include "runtime/rails.h"
 #include "runtime/receive_side.h"
+#include "runtime/runtime_options.h"
 #include "runtime/send_queue.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
@@ -80,42 +83,17 @@ class RailSink final : public subsystem::Sink {
   const int rail_;
 };
 
-// What the send queues need of the runtime: the poller's list of queues
-// with waiting frames, the network failure count, progress while a sender
-// waits for room.
-class QueueEvents final : public runtime::SendQueue::Events {
- public:
-  explicit QueueEvents(Runtime::Impl& impl) : impl_(impl) {}
-  void Queued(runtime::SendQueue& queue, bool list) override;
-  void Rerouted(const runtime::SendQueue& queue, int broken_network,
-                int alternative_network) override;
-  void AwaitProgress() override;
-
- private:
-  Runtime::Impl& impl_;
-};
-
-struct Rail {
-  subsystem::NetworkSpec spec;
-  const subsystem::Transport* transport = nullptr;  // its kind, in CompiledTransports()
-  std::unique_ptr<RailSink> sink;
-  std::unique_ptr<subsystem::Subsystem> subsystem;
-  std::string published;                         // the address in the directory
-  std::function<void(NetworkStats&)> add_stats;  // what only its kind reports; may be empty
-  // Counted by the polling thread, read by Networks().
-  std::atomic<uint64_t> frames_received{0};
-  std::atomic<uint64_t> bytes_received{0};
-  std::atomic<uint64_t> failures{0};
-};
+// The record of one open network (rails.h), by the name long_send.cc uses.
+using runtime::Rail;
 
 struct Runtime::Impl final {
   explicit Impl(RuntimeOptions opts);
   ~Impl();
 
   Status Open();
-  // `resolved_options`: ResolvedOptions::options, what the network's kind
-  // takes its settings from.
-  Status OpenRail(const subsystem::NetworkSpec& spec, const RuntimeOptions& resolved_options);
+  // Opens the networks (Open's second half, once enrolled and polling can
+  // start): the rails, what routes are chosen from, the endpoints published.
+  Status OpenNetworks(const runtime::ResolvedOptions& resolved);
   Status Shutdown(std::chrono::milliseconds flush_timeout);
 
   // --- arrivals (the polling thread) ---
@@ -164,7 +142,6 @@ struct Runtime::Impl final {
   // peer.rails()).
   void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
                                const runtime::LongKey& key, Tag tag);
-  int RailOfPool(const buffers::BufferPool* pool) const;
 
   // --- long messages (long_send.cc, long_receive.cc) ---
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
@@ -207,13 +184,9 @@ struct Runtime::Impl final {
   // Into a local thread's mailbox: Ok takes the reference in `slot`; on
   // error (no such thread, or it left) it is still the caller's.
   Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
-  // Retries queued sends (the poller). True when some still wait.
-  bool FlushQueued();
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
   void OnExited(Gid gid, const std::string& reason);
-  subsystem::Subsystem* SubsystemFor(Network network) const;
-  std::vector<PoolClassStats> PoolStats() const;
   std::vector<tocl::NetworkStats> Networks() const;
 
   RuntimeOptions options;  // as the application gave them (Runtime::options())
@@ -221,13 +194,7 @@ struct Runtime::Impl final {
   std::unique_ptr<runtime::DirectoryLink> link;
   std::unique_ptr<runtime::EpollReactor> reactor;
   buffers::PoolBudget budget;
-  std::vector<std::unique_ptr<Rail>> rails;  // fixed after Open
-  // What Network::kFastest means: the first open kind in the transport
-  // registry's order (fastest first). Set in Open.
-  subsystem::Subsystem* fastest = nullptr;
-  // Some open network copies straight into receivers' buffers
-  // (Transport::post_copy): SendCopy tries Route::PostCopy first.
-  bool post_copy = false;
+  runtime::Rails rails;  // fixed after Open
   std::unique_ptr<runtime::ProgressEngine> progress;
   uint32_t num_classes = 0;
   // The cluster's data-plane secret from the enrollment (none without
@@ -246,15 +213,11 @@ struct Runtime::Impl final {
   std::stop_source query_stop;
   std::mutex shutdown_mu;
 
-  QueueEvents queue_events{*this};  // before `routes`: each of its queues holds it
+  runtime::QueueEvents queue_events{rails};  // before `routes`: each of its queues holds it
   // Destination threads and processes, their send queues and routes, the
   // hosts that are down. After `rails` and `receive`: its queues' frames
   // go back to the rails' pools as it goes.
   runtime::PeerRoutes routes;
-
-  std::mutex blocked_mu;
-  std::vector<runtime::SendQueue*> blocked;   // guarded by blocked_mu: peers with queued sends
-  std::vector<runtime::SendQueue*> flushing;  // the poll token holder's: blocked, being retried
 
   // Receive order per (source thread, destination thread) pair: the
   // polling thread's (OnFrame, OnLongControl).
