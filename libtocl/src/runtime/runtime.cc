@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <thread>
 
 #include "buffers/large_slot.h"
@@ -19,11 +18,9 @@ namespace tocl {
 
 static_assert(kMaxMessageBytes == wire::kMaxMessageBytes);
 
-using runtime::DestThread;
 using runtime::Mailbox;
 using runtime::ReservedThread;
 using runtime::Selector;
-using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -32,18 +29,6 @@ Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
   return now + timeout;
-}
-
-// A buffer of `pool`'s class `class_index` holding a copy of `payload`
-// (its length in the header), waited for at the pool's cap until `deadline`.
-Result<buffers::SlotRef> CopyToBuffer(buffers::BufferPool& pool, uint32_t class_index,
-                                      std::span<const std::byte> payload,
-                                      Clock::time_point deadline) {
-  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got, pool.Get(class_index, AtCap::kWait, deadline));
-  buffers::SlotRef slot(got);
-  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
-  slot->header().length = static_cast<uint32_t>(payload.size());
-  return slot;
 }
 
 }  // namespace
@@ -68,6 +53,10 @@ Runtime::Impl::Impl(RuntimeOptions opts)
           runtime::PeerRoutes::Settings{.queue_depth = options.send_queue_depth,
                                         .connect_timeout = options.connect_timeout},
           [this](Gid gid) { return daemons->Lookup(gid); }, queue_events, shutting_down),
+      send_side(receive, routes, rails, shutting_down,
+                [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                  return SendLong(from, to, tag, payload);
+                }),
       pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
                  [this](Gid from_process, buffers::SlotRef slot) {
                    return DeliverInOrder(from_process, std::move(slot));
@@ -103,7 +92,7 @@ Status Runtime::Impl::Open() {
       .lookup = [this](Gid gid) { return daemons->Lookup(gid); },
       .deliver =
           [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
-            return DeliverNotice(self, source, tag, payload);
+            return send_side.DeliverNotice(self, source, tag, payload);
           }});
   spawn_service = std::make_unique<runtime::ThreadService>(
       receive, runtime::ThreadServiceHooks{
@@ -114,7 +103,7 @@ Status Runtime::Impl::Open() {
                    .leave = [this](Gid thread) { LeaveThread(thread); },
                    .send =
                        [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-                         return SendCopy(from, to, tag, payload);
+                         return send_side.SendCopy(from, to, tag, payload);
                        }});
 
   EnrollOptions enroll;
@@ -141,6 +130,7 @@ Status Runtime::Impl::Open() {
   process = link->process();
   receive.SetProcess(process);
   routes.SetProcess(process);
+  send_side.Open(process, num_classes);
   daemons = std::make_unique<runtime::HostDaemons>(link->client(), process,
                                                    std::move(resolved.peer_daemons));
   {
@@ -257,12 +247,7 @@ bool RailSink::Congested() const {
 }
 
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
-  Rail& network = *rails[rail];
-  network.frames_received.store(network.frames_received.load(std::memory_order_relaxed) + 1,
-                                std::memory_order_relaxed);
-  network.bytes_received.store(network.bytes_received.load(std::memory_order_relaxed) +
-                                   wire::kHeaderBytes + slot->header().length,
-                               std::memory_order_relaxed);
+  rails[rail]->CountReceived(wire::kHeaderBytes + slot->header().length);
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
@@ -278,100 +263,12 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
   if (slot->header().kind == wire::FrameKind::kLongStart) {
     return OnLongStart(from_process, std::move(slot));
   }
-  if (Status status = DeliverLocal(slot); !status.ok()) {
+  if (Status status = receive.Deliver(slot); !status.ok()) {
     // The sender was told the message left; the thread it was for is gone
     // (the frame is dropped with `slot`).
     Log().debug("tocl: dropping a message from {}: {}", from_process.ToString(), status.ToString());
   }
   return Status::Ok();
-}
-
-// --- send side ----------------------------------------------------------------
-
-Status Runtime::Impl::CheckSender(Gid from) const {
-  if (!from.is_thread() || from.process() != process) {
-    return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
-                                       from.ToString(), process.ToString()));
-  }
-  Mailbox* mailbox = receive.Find(from);
-  if (mailbox == nullptr) {
-    return InvalidArgument(fmt::format("the sender {} was never enrolled", from.ToString()));
-  }
-  if (mailbox->left())
-    return FailedPrecondition(fmt::format("the sender {} has left", from.ToString()));
-  return Status::Ok();
-}
-
-Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
-  TOCL_RETURN_IF_ERROR(CheckSender(from));
-  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
-  if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
-  if (shutting_down.load(std::memory_order_relaxed)) {
-    return Unavailable("the runtime is shutting down");
-  }
-  return Status::Ok();
-}
-
-Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  return PostSlot(from, to, tag, slot, network);
-}
-
-Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
-  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
-  if (to.process() == process) return DeliverLocal(slot);
-
-  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes.PeerOf(to));
-  SendQueue& peer = *destination;
-  std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(routes.ResolvePeerLocked(peer));
-  int route = peer.default_route();
-  if (network != Network::kFastest) {
-    // The buffer's own network when it reaches the peer (no copy to
-    // another pool) and is usable, else the default. (The clock is read
-    // only for a network that failed.)
-    const int own = peer.RouteOver(rails.IndexOfPool(slot->pool));
-    if (own >= 0) {
-      const runtime::RailHealth& health = peer.health()[own];
-      if (!health.failed || health.UsableAt(Clock::now())) route = own;
-    }
-  }
-  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
-  peer.AwaitRoom(lock);  // back-pressure
-  return Status::Ok();
-}
-
-Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-  const uint32_t class_index = buffers::ClassFor(payload.size());
-  if (class_index >= num_classes) return SendLong(from, to, tag, payload);
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  // The fast path (shm): straight into the buffer the receiver provided.
-  if (rails.post_copy() && to.process() != process) {
-    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes.PeerOf(to));
-    SendQueue& peer = *destination;
-    std::lock_guard lock(peer.mu());
-    TOCL_RETURN_IF_ERROR(routes.ResolvePeerLocked(peer));
-    if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
-  }
-  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails.fastest()->pool(), class_index,
-                                                            payload, Clock::time_point::max()));
-  return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
-}
-
-Status Runtime::Impl::DeliverNotice(Gid self, Gid source, Tag tag,
-                                    std::span<const std::byte> payload) {
-  subsystem::Subsystem* subsystem = rails.fastest();
-  if (subsystem == nullptr) return Unavailable("no network is open");
-  const uint32_t class_index = buffers::ClassFor(payload.size());
-  if (class_index >= num_classes) {
-    return InvalidArgument(fmt::format("a {} byte notice does not fit a message", payload.size()));
-  }
-  // Bounded: the notification thread must not wait for ever at the pool cap.
-  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
-                        CopyToBuffer(subsystem->pool(), class_index, payload,
-                                     Clock::now() + std::chrono::seconds(1)));
-  slot->header() = wire::MessageHeader(source, self, tag, static_cast<uint32_t>(payload.size()));
-  return DeliverLocal(slot);  // an error drops `slot`
 }
 
 std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
@@ -508,7 +405,7 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
   }
   // The buffer's reference goes with the send; a failed send gives it back.
   buffers::SlotRef ref(buffer.Detach());
-  Status status = impl_->SendSlot(from, to, tag, ref, slot->pool->network());
+  Status status = impl_->send_side.SendSlot(from, to, tag, ref, slot->pool->network());
   if (!status.ok()) buffer = Buffer(ref.release());
   return status;
 }
@@ -540,13 +437,13 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
   // A reference of the runtime's; the caller's Buffer keeps its own. An
   // error drops the runtime's.
   buffers::SlotRef shared = buffers::SlotRef::Share(slot);
-  return impl_->SendSlot(from, to, tag, shared, slot->pool->network());
+  return impl_->send_side.SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
   if (runtime::IsInternalThread(to)) return ReservedThread(to);
-  return impl_->SendCopy(from, to, tag, payload);
+  return impl_->send_side.SendCopy(from, to, tag, payload);
 }
 
 Result<Buffer> Runtime::Recv(Gid self, Gid source, Tag tag) {
@@ -604,7 +501,7 @@ Gid Runtime::parent() const {
 }
 
 Result<SpawnedProcess> Runtime::SpawnProcess(Gid from, SpawnOptions options) {
-  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
   options.parent = from;
   return impl_->link->client().SpawnProcess(options);
@@ -614,7 +511,7 @@ Result<Gid> Runtime::SpawnThread(Gid from, Gid process, std::string_view entry,
                                  std::span<const std::byte> payload,
                                  std::chrono::milliseconds timeout) {
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
-  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
   if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
   return impl_->spawn_service->SpawnThread(from, process, entry, payload, timeout);
 }

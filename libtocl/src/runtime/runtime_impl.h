@@ -3,11 +3,14 @@
 // small Events interface, the parts it works on), never Impl; Impl owns
 // them, wires them together in Open and takes them down in Shutdown. So
 // only runtime.cc includes this header (and long_send.cc, long_receive.cc
-// until long messages are types of their own).
+// until long messages are types of their own: the few Impl methods that
+// only forward to a part are kept for them).
 //
-//   Send ──> PeerRoutes (peer_routes.h: the destination thread, the
+//   Send ──> SendSide (send_side.h: checks; local mailbox, or)
+//        ──> PeerRoutes (peer_routes.h: the destination thread, the
 //            SendQueue of its process, its routes chosen from the directory)
 //        ──> SendQueue (send_queue.h: FIFO queue, seq per thread pair) ──> Route of a Rail
+//            (frames that wait are retried by the poller: QueueEvents)
 //   Send (long) ──> LongSend: fragments over every Rail that reaches the peer
 //                   (fragment_scheduler.h), posted through its SendQueue
 //   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> ReceiveSide
@@ -20,7 +23,8 @@
 //            (host_daemons.h) answers lookups
 //
 // A Rail is one open network: one subsystem instance (a process may have
-// several tcp networks, one per NIC).
+// several tcp networks, one per NIC); Rails (rails.h) holds them, and a
+// rail's index is what routes and statistics call a network.
 //
 // Locks, in the order they are taken: PeerRoutes' dest_mu ──>
 // SendQueue::mu() ──> QueueEvents' waiting_mu (Queued), outbound_mu
@@ -59,6 +63,7 @@
 #include "runtime/receive_side.h"
 #include "runtime/runtime_options.h"
 #include "runtime/send_queue.h"
+#include "runtime/send_side.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/transport_registry.h"
@@ -112,36 +117,15 @@ struct Runtime::Impl final {
   void LeaveThread(Gid thread);
   size_t ShortMaxPayload() const;
 
-  // --- notifications ---
-  // A message from `source` (any gid) put straight into local thread
-  // `self`'s mailbox: exit notices.
-  Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
-
-  // --- send side ---
-  Status CheckSender(Gid from) const;
-  // Everything about a send that does not need the destination: the
-  // sender, the tag, the destination's form, the runtime's state.
-  Status CheckSend(Gid from, Gid to, Tag tag) const;
-  // PeerRoutes' own, under the names long_send.cc and long_receive.cc
-  // call them by.
+  // Parts' own, under the names long_send.cc and long_receive.cc call
+  // them by (peer_routes.h, send_side.h).
   Result<runtime::SendQueue*> PeerOf(Gid to) { return routes.PeerOf(to); }
   Result<runtime::SendQueue*> PeerOfProcess(Gid peer_process) {
     return routes.PeerOfProcess(peer_process);
   }
   Status ResolvePeerLocked(runtime::SendQueue& peer) { return routes.ResolvePeerLocked(peer); }
-  // Sends the reference in `slot` (header length set): Ok takes it (`slot`
-  // is left empty); on error it is still in `slot`, the caller's.
-  // PostSlot skips CheckSend.
-  Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
-  Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
-  Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  void ProbeLocked(runtime::SendQueue& peer, const runtime::LongKey& key, size_t round,
-                   std::chrono::steady_clock::time_point now);
-  // A control frame from the sending thread of long message `key` to its
-  // receiver (abort, probe) on the peer's route `route` (an index into
-  // peer.rails()).
-  void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
-                               const runtime::LongKey& key, Tag tag);
+  Status CheckSend(Gid from, Gid to, Tag tag) const { return send_side.CheckSend(from, to, tag); }
+  Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
 
   // --- long messages (long_send.cc, long_receive.cc) ---
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
@@ -153,6 +137,13 @@ struct Runtime::Impl final {
   // networks, then fragments posted until the windows are full.
   Status PlaceFragmentsLocked(runtime::SendQueue& peer, runtime::LongSend& send,
                               std::chrono::steady_clock::time_point now);
+  void ProbeLocked(runtime::SendQueue& peer, const runtime::LongKey& key, size_t round,
+                   std::chrono::steady_clock::time_point now);
+  // A control frame from the sending thread of long message `key` to its
+  // receiver (abort, probe) on the peer's route `route` (an index into
+  // peer.rails()).
+  void PostSenderControlLocked(runtime::SendQueue& peer, int route, wire::FrameKind kind,
+                               const runtime::LongKey& key, Tag tag);
   Status OnLongStart(Gid from_process, buffers::SlotRef slot);  // in pair order
   Status OnFragment(int rail, Gid from_process, buffers::SlotRef slot);
   Status OnLongControl(int rail, Gid from_process,
@@ -181,9 +172,6 @@ struct Runtime::Impl final {
                   const runtime::LongKey& about, uint64_t offset = 0, uint64_t length = 0);
   // A RecvInto bound to a long message gave up (ReceiveSide's hook).
   void UnbindPosted(runtime::PostedReceive& post);
-  // Into a local thread's mailbox: Ok takes the reference in `slot`; on
-  // error (no such thread, or it left) it is still the caller's.
-  Status DeliverLocal(buffers::SlotRef& slot) { return receive.Deliver(slot); }
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
   void OnExited(Gid gid, const std::string& reason);
@@ -218,6 +206,8 @@ struct Runtime::Impl final {
   // hosts that are down. After `rails` and `receive`: its queues' frames
   // go back to the rails' pools as it goes.
   runtime::PeerRoutes routes;
+  // Checks of a send, the way of a short message (send_side.h).
+  runtime::SendSide send_side;
 
   // Receive order per (source thread, destination thread) pair: the
   // polling thread's (OnFrame, OnLongControl).
