@@ -280,6 +280,16 @@ Status PeerRoutes::HostDownStatus(Gid host) const {
   return Unavailable(HostDownReason(host.host()));
 }
 
+template <typename Fn>
+void PeerRoutes::ForEachQueueOn(Gid host, Fn&& fn) {
+  std::shared_lock lock(dest_mu_);
+  for (auto& [raw, peer] : peers_) {
+    if (peer->process().host() != host) continue;
+    std::lock_guard peer_lock(peer->mu());
+    fn(*peer);
+  }
+}
+
 void PeerRoutes::HostDown(Gid host, const Status& why) {
   {
     std::lock_guard lock(hosts_mu_);
@@ -288,13 +298,10 @@ void PeerRoutes::HostDown(Gid host, const Status& why) {
     }
   }
   Log().warn("tocl: {}: failing sends to its processes", why.message());
-  std::shared_lock lock(dest_mu_);
-  for (auto& [raw, peer] : peers_) {
-    if (peer->process().host() != host) continue;
-    std::lock_guard peer_lock(peer->mu());
-    if (peer->state() == SendQueue::State::kFailed) continue;  // exited: stays so
-    peer->Fail(why, /*host_down=*/true);
-  }
+  ForEachQueueOn(host, [&](SendQueue& peer) {
+    if (peer.state() == SendQueue::State::kFailed) return;  // exited: stays so
+    peer.Fail(why, /*host_down=*/true);
+  });
 }
 
 void PeerRoutes::HostUp(Gid host) {
@@ -306,12 +313,7 @@ void PeerRoutes::HostUp(Gid host) {
   Log().info("tocl: host {} answers again", host.ToString());
   // The next send looks its peers up and connects again. Their sequence
   // numbers go on: a process that lived through the outage keeps its order.
-  std::shared_lock lock(dest_mu_);
-  for (auto& [raw, peer] : peers_) {
-    if (peer->process().host() != host) continue;
-    std::lock_guard peer_lock(peer->mu());
-    (void)peer->ResetAfterHostDown();
-  }
+  ForEachQueueOn(host, [](SendQueue& peer) { (void)peer.ResetAfterHostDown(); });
 }
 
 void PeerRoutes::Exited(Gid gid, const std::string& reason) {

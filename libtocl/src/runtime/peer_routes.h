@@ -148,6 +148,10 @@ class PeerRoutes {
   // Routes to `peer` over each of our networks that reaches one of
   // `endpoints`; with none, Unavailable and the queue stays unresolved.
   Status ConnectRoutesLocked(SendQueue& peer, const std::vector<Endpoint>& endpoints);
+  // Calls `fn(queue)` for the queue of each process on `host`, with its
+  // mu() held.
+  template <typename Fn>
+  void ForEachQueueOn(Gid host, Fn&& fn);
 
   const Settings settings_;
   const Lookup lookup_;
