@@ -7,8 +7,6 @@
 #include <mutex>
 #include <optional>
 
-#include "runtime/runtime_impl.h"
-
 namespace tocl::runtime {
 namespace {
 
@@ -135,23 +133,3 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
 }
 
 }  // namespace tocl::runtime
-
-namespace tocl {
-
-Result<Entity> Runtime::Lookup(Gid gid) {
-  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
-  return impl_->Lookup(gid);
-}
-
-Result<std::vector<Entity>> Runtime::Query(std::string_view expression, size_t limit) {
-  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
-  return runtime::QueryEntities(impl_->link->client(), expression, limit);
-}
-
-Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, size_t count,
-                                                  std::chrono::milliseconds timeout) {
-  return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
-                               impl_->query_stop.get_token());
-}
-
-}  // namespace tocl

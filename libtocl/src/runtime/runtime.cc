@@ -1,20 +1,14 @@
 #include "tocl/runtime.h"
 
-#include <errno.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <numeric>
-#include <sstream>
 #include <thread>
 
 #include "buffers/large_slot.h"
-#include "core/environment.h"
 #include "core/logger.h"
+#include "runtime/cluster_events.h"
+#include "runtime/directory_queries.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -24,55 +18,17 @@ namespace tocl {
 
 static_assert(kMaxMessageBytes == wire::kMaxMessageBytes);
 
-using runtime::DestThread;
 using runtime::Mailbox;
 using runtime::ReservedThread;
 using runtime::Selector;
-using runtime::SendQueue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::atomic<uint64_t> next_instance{1};
-
-// The last destination a thread sent to, so that a send loop skips the maps.
-struct SendCache {
-  uint64_t instance = 0;
-  uint64_t to = 0;
-  DestThread* dest = nullptr;
-};
-thread_local SendCache send_cache;
-
-// The file name of argv[0] (as a spawn's default name is the file name of
-// the executable it was given: the same, and not cut to 15 bytes as
-// /proc/self/comm is).
-std::string ProgramName() {
-  std::string name = program_invocation_short_name;
-  if (name.empty() || !ValidateName("process", name).ok()) {
-    std::ifstream in("/proc/self/comm");
-    std::getline(in, name);
-  }
-  return name.empty() ? "tocl" : name;
-}
 
 Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
   auto now = Clock::now();
   if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
   return now + timeout;
-}
-
-// $TOCL_PARENT: the thread that spawned this process (set by the daemon
-// that spawned it), in text form; unset or empty for none.
-Result<Gid> ParentFromEnvironment() {
-  const std::string text = FromEnvironment("TOCL_PARENT");
-  if (text.empty()) return Gid();
-  auto parent = Gid::Parse(text);
-  if (!parent.ok() || !parent->is_thread()) {
-    return InvalidArgument(
-        fmt::format("TOCL_PARENT='{}' is not a thread id (h1.p2.t3): {}", text,
-                    parent.ok() ? "it names a host or process" : parent.status().message()));
-  }
-  return *parent;
 }
 
 }  // namespace
@@ -89,7 +45,14 @@ Runtime::Impl::Impl(RuntimeOptions opts)
                   .unbind_posted =
                       [this](runtime::PostedReceive& post) { long_receiver.UnbindPosted(post); },
               }),
-      instance(next_instance.fetch_add(1)),
+      routes(
+          runtime::PeerRoutes::Settings{.queue_depth = options.send_queue_depth,
+                                        .connect_timeout = options.connect_timeout},
+          [this](Gid gid) { return daemons->Lookup(gid); }, queue_events, shutting_down),
+      send_side(receive, routes, rails, shutting_down,
+                [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                  return SendLong(from, to, tag, payload);
+                }),
       pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
                  [this](Gid from_process, buffers::SlotRef slot) {
                    return DeliverInOrder(from_process, std::move(slot));
@@ -111,8 +74,8 @@ Runtime::Impl::Impl(RuntimeOptions opts)
 Runtime::Impl::~Impl() {
   (void)Shutdown(std::chrono::milliseconds(0));
   // Held buffers go back to their pools before the subsystems (and their
-  // pools) go: peers first (queued sends), then mailboxes.
-  peers.clear();
+  // pools) go: the peers' queued sends (`routes`, a member after `rails`),
+  // and held frames and mailboxes here.
   pair_order.Clear();
   long_receiver.Clear();
   receive.LeaveAll();
@@ -131,26 +94,38 @@ Status Runtime::Impl::Open() {
   // here, before the runtime's threads start, ThreadSanitizer sees it happen
   // before their first log line.
   (void)Log();
-  TOCL_ASSIGN_OR_RETURN(parent, ParentFromEnvironment());
+  TOCL_ASSIGN_OR_RETURN(parent, runtime::ParentFromEnvironment());
   notifier = std::make_unique<runtime::Notifier>(runtime::NotifierHooks{
-      .lookup = [this](Gid gid) { return Lookup(gid); },
+      .lookup = [this](Gid gid) { return daemons->Lookup(gid); },
       .deliver =
           [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
-            return DeliverNotice(self, source, tag, payload);
+            return send_side.DeliverNotice(self, source, tag, payload);
           }});
-  spawn_service = std::make_unique<runtime::ThreadService>(*this);
+  spawn_service = std::make_unique<runtime::ThreadService>(
+      receive, runtime::ThreadServiceHooks{
+                   .enroll =
+                       [this](std::string name, Attributes attributes) {
+                         return EnrollThread(std::move(name), std::move(attributes));
+                       },
+                   .leave = [this](Gid thread) { LeaveThread(thread); },
+                   .send =
+                       [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                         return send_side.SendCopy(from, to, tag, payload);
+                       }});
 
   EnrollOptions enroll;
-  enroll.name = options.name.empty() ? ProgramName() : options.name;
+  enroll.name = options.name.empty() ? runtime::ProgramName() : options.name;
   enroll.attributes = options.attributes;
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
-  events.on_change = [this](const ChangeEvent& event) { OnChange(event); };
+  events.on_change = [this](const ChangeEvent& event) {
+    runtime::ApplyClusterChange(event, routes, *spawn_service, *notifier);
+  };
   // The registrar reports from its own thread, which starts with the link,
   // before the networks below are opened: until they are, there is nothing
   // to report (and `rails` is still being filled).
   events.pool_stats = [this] {
-    return networks_open.load(std::memory_order_acquire) ? PoolStats()
+    return networks_open.load(std::memory_order_acquire) ? rails.PoolStats()
                                                          : std::vector<PoolClassStats>{};
   };
   events.network_stats = [this] {
@@ -161,6 +136,10 @@ Status Runtime::Impl::Open() {
                                                       options.stats_interval, std::move(events)));
   process = link->process();
   receive.SetProcess(process);
+  routes.SetProcess(process);
+  send_side.Open(process, num_classes);
+  daemons = std::make_unique<runtime::HostDaemons>(link->client(), process,
+                                                   std::move(resolved.peer_daemons));
   {
     const std::string secret = link->data_plane_secret();
     auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
@@ -168,14 +147,20 @@ Status Runtime::Impl::Open() {
     data_plane_key = *key;
   }
   // Before the endpoints are published: requests may come as soon as they are.
-  spawn_service->Open();
+  spawn_service->Open(process, ShortMaxPayload());
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
-    const bool queued = FlushQueued();
+    const bool queued = queue_events.RetryWaiting();
     return long_receiver.Housekeeping() || queued;
   });
   receive.AttachProgress(*progress);
-  peer_daemons = std::move(resolved.peer_daemons);
+  queue_events.AttachProgress(*progress);
+  TOCL_RETURN_IF_ERROR(OpenNetworks(resolved));
+  progress->Start();
+  return Status::Ok();
+}
+
+Status Runtime::Impl::OpenNetworks(const runtime::ResolvedOptions& resolved) {
   std::string networks = resolved.options.networks;
   if (networks.empty()) {
     // The host's default (toclsd's `networks`), else every interface.
@@ -186,29 +171,20 @@ Status Runtime::Impl::Open() {
     }
     if (networks.empty()) networks = "auto";
   }
-  const subsystem::TransportRegistry& transports = subsystem::CompiledTransports();
-  TOCL_ASSIGN_OR_RETURN(
-      std::vector<subsystem::NetworkSpec> specs,
-      transports.ParseNetworks(networks, /*loopback_only=*/data_plane_key.none()));
-  for (const subsystem::NetworkSpec& spec : specs) {
-    TOCL_RETURN_IF_ERROR(
-        OpenRail(spec, resolved.options).WithContext(fmt::format("open network {}", spec.name)));
-  }
-  // The rails are fixed from here on, and so is what is chosen among them.
-  for (const subsystem::Transport& transport : transports.transports()) {
-    auto rail = std::find_if(rails.begin(), rails.end(),
-                             [&](const auto& open) { return open->transport == &transport; });
-    if (rail != rails.end()) {
-      fastest = (*rail)->subsystem.get();
-      break;
-    }
-  }
-  resolve_order.resize(rails.size());
-  std::iota(resolve_order.begin(), resolve_order.end(), size_t{0});
-  std::stable_partition(resolve_order.begin(), resolve_order.end(),
-                        [&](size_t index) { return rails[index]->transport->host_local; });
-  post_copy = std::any_of(rails.begin(), rails.end(),
-                          [](const auto& rail) { return rail->transport->post_copy; });
+  Status opened = rails.Open(networks,
+                             runtime::Rails::Context{.self_process = process,
+                                                     .num_classes = num_classes,
+                                                     .options = resolved.options,
+                                                     .key = data_plane_key,
+                                                     .reactor = *reactor,
+                                                     .budget = budget},
+                             [this](int rail) { return std::make_unique<RailSink>(*this, rail); });
+  for (auto& rail : rails) progress->AddSubsystem(rail->subsystem.get());
+  TOCL_RETURN_IF_ERROR(opened);
+  std::vector<runtime::OwnNetwork> own;
+  for (const auto& rail : rails)
+    own.push_back({rail->spec, rail->transport, rail->subsystem.get()});
+  routes.SetNetworks(std::move(own));
   if (rails.size() == 1 && rails.front()->transport->sleeps_alone) {
     reactor->SetWakeHook(
         [subsystem = rails.front()->subsystem.get()] { subsystem->WakeSleeper(); });
@@ -219,31 +195,6 @@ Status Runtime::Impl::Open() {
     TOCL_RETURN_IF_ERROR(link->PublishEndpoint(rail->spec.name, rail->published)
                              .WithContext(fmt::format("publish the {} endpoint", rail->spec.name)));
   }
-  progress->Start();
-  return Status::Ok();
-}
-
-Status Runtime::Impl::OpenRail(const subsystem::NetworkSpec& spec,
-                               const RuntimeOptions& resolved_options) {
-  auto rail = std::make_unique<Rail>();
-  rail->spec = spec;
-  TOCL_ASSIGN_OR_RETURN(rail->transport, subsystem::CompiledTransports().Find(spec.kind));
-  rail->sink = std::make_unique<RailSink>(*this, static_cast<int>(rails.size()));
-  TOCL_ASSIGN_OR_RETURN(subsystem::OpenNetwork network,
-                        rail->transport->open(spec, subsystem::OpenContext{
-                                                        .self_process = process,
-                                                        .num_classes = num_classes,
-                                                        .options = resolved_options,
-                                                        .key = data_plane_key,
-                                                        .reactor = *reactor,
-                                                        .sink = *rail->sink,
-                                                        .budget = budget,
-                                                    }));
-  rail->subsystem = std::move(network.subsystem);
-  rail->published = std::move(network.published);
-  rail->add_stats = std::move(network.add_stats);
-  progress->AddSubsystem(rail->subsystem.get());
-  rails.push_back(std::move(rail));
   return Status::Ok();
 }
 
@@ -257,15 +208,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   const auto deadline = Clock::now() + flush_timeout;
   for (;;) {
     long_receiver.FlushAcks();
-    bool pending = false;
-    {
-      std::shared_lock dest_lock(dest_mu);
-      for (auto& [raw, peer] : peers) {
-        std::lock_guard peer_lock(peer->mu());
-        if (!peer->Drained()) pending = true;
-      }
-    }
-    if (!pending) break;
+    if (routes.Drained()) break;
     if (Clock::now() >= deadline) {
       result = DeadlineExceeded("messages were still being sent when the runtime shut down");
       break;
@@ -286,18 +229,12 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (!progress->TryAcquire() && Clock::now() < until) std::this_thread::yield();
   }
-  {
-    std::unique_lock dest_lock(dest_mu);
-    for (auto& [raw, peer] : peers) {
-      std::lock_guard peer_lock(peer->mu());
-      peer->Close(Unavailable("the runtime shut down"));
-    }
-  }
+  routes.Close(Unavailable("the runtime shut down"));
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
   // return; they may still leave (the link is open).
   if (notifier) notifier->Stop();
   if (spawn_service) spawn_service->Stop();
-  for (auto& rail : rails) rail->subsystem->Close();
+  rails.Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
     Status closed = link->Close();
@@ -318,12 +255,7 @@ bool RailSink::Congested() const {
 }
 
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
-  Rail& network = *rails[rail];
-  network.frames_received.store(network.frames_received.load(std::memory_order_relaxed) + 1,
-                                std::memory_order_relaxed);
-  network.bytes_received.store(network.bytes_received.load(std::memory_order_relaxed) +
-                                   wire::kHeaderBytes + slot->header().length,
-                               std::memory_order_relaxed);
+  rails[rail]->CountReceived(wire::kHeaderBytes + slot->header().length);
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
@@ -345,7 +277,7 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
   if (slot->header().kind == wire::FrameKind::kLongStart) {
     return long_receiver.OnLongStart(from_process, std::move(slot));
   }
-  if (Status status = DeliverLocal(slot); !status.ok()) {
+  if (Status status = receive.Deliver(slot); !status.ok()) {
     // The sender was told the message left; the thread it was for is gone
     // (the frame is dropped with `slot`).
     Log().debug("tocl: dropping a message from {}: {}", from_process.ToString(), status.ToString());
@@ -360,18 +292,18 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
     return InvalidArgument(fmt::format("a {} byte message is larger than the limit of {} bytes",
                                        payload.size(), kMaxMessageBytes));
   }
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  TOCL_RETURN_IF_ERROR(send_side.CheckSend(from, to, tag));
   if (to.process() == process) return long_receiver.DeliverInProcess(from, to, tag, payload);
-  TOCL_ASSIGN_OR_RETURN(SendQueue * peer, PeerOf(to));
+  TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
   return long_sender.Send(*peer, from, to, tag, payload);
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
-  auto found = impl_.PeerOfProcess(process);
+  auto found = impl_.routes.PeerOfProcess(process);
   if (!found.ok()) return;
-  SendQueue& peer = **found;
+  runtime::SendQueue& peer = **found;
   std::lock_guard lock(peer.mu());
-  if (Status status = impl_.ResolvePeerLocked(peer); !status.ok()) {
+  if (Status status = impl_.routes.ResolvePeerLocked(peer); !status.ok()) {
     Log().debug("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
     return;
   }
@@ -393,8 +325,8 @@ void LongReceiverEvents::HousekeepingDue(bool wake) {
   if (wake) impl_.reactor->Wake();
 }
 
-Status LongSenderEvents::ResolveLocked(SendQueue& peer) {
-  return impl_.ResolvePeerLocked(peer);
+Status LongSenderEvents::ResolveLocked(runtime::SendQueue& peer) {
+  return impl_.routes.ResolvePeerLocked(peer);
 }
 
 std::string LongSenderEvents::NetworkName(int network) const {
@@ -410,410 +342,9 @@ void LongSenderEvents::ListenForBells(bool on) {
   impl_.progress->ListenForBells(on);
 }
 
-// --- send side ----------------------------------------------------------------
-
-std::vector<PoolClassStats> Runtime::Impl::PoolStats() const {
-  std::vector<PoolClassStats> stats;
-  for (auto& rail : rails) {
-    auto more = rail->subsystem->pool().Stats();
-    for (auto& entry : more) entry.network = rail->spec.name;
-    stats.insert(stats.end(), more.begin(), more.end());
-  }
-  return stats;
-}
-
-subsystem::Subsystem* Runtime::Impl::SubsystemFor(Network network) const {
-  if (network == Network::kFastest) return fastest;
-  // The first open network of that kind.
-  for (auto& rail : rails) {
-    if (rail->transport->network == network) return rail->subsystem.get();
-  }
-  return nullptr;
-}
-
-int Runtime::Impl::RailOfPool(const buffers::BufferPool* pool) const {
-  for (size_t i = 0; i < rails.size(); ++i) {
-    if (&rails[i]->subsystem->pool() == pool) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-Status Runtime::Impl::CheckSender(Gid from) const {
-  if (!from.is_thread() || from.process() != process) {
-    return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
-                                       from.ToString(), process.ToString()));
-  }
-  Mailbox* mailbox = receive.Find(from);
-  if (mailbox == nullptr) {
-    return InvalidArgument(fmt::format("the sender {} was never enrolled", from.ToString()));
-  }
-  if (mailbox->left())
-    return FailedPrecondition(fmt::format("the sender {} has left", from.ToString()));
-  return Status::Ok();
-}
-
-Status Runtime::Impl::ResolvePeerLocked(SendQueue& peer) {
-  if (peer.state() == SendQueue::State::kReady) return Status::Ok();
-  if (peer.state() == SendQueue::State::kFailed) return peer.failure();
-  auto entity = Lookup(peer.process());
-  if (!entity.ok()) {
-    if (entity.status().code() == StatusCode::kNotFound) {
-      Status missing = NotFound(fmt::format("no process {}", peer.process().ToString()));
-      // Another host's process reaches this host's daemon by replication,
-      // a few milliseconds after it enrolled: one that sent to us first
-      // (a long message's start, to be granted) may not be known here yet.
-      // Failing it for good would drop every later answer to it; the next
-      // send looks it up again. Only this host's daemon's "no" is final.
-      if (peer.process().host() != process.host()) {
-        // Unless its host is down: that answer is as final as after a
-        // lookup that found it.
-        if (Status down = HostDownStatus(peer.process().host()); !down.ok()) {
-          peer.Fail(down, /*host_down=*/true);
-          return peer.failure();
-        }
-        return missing;
-      }
-      peer.Fail(std::move(missing));
-      return peer.failure();
-    }
-    return entity.status().WithContext(fmt::format("look up {}", peer.process().ToString()));
-  }
-  if (entity->state == EntityState::kExited) {
-    peer.Fail(FailedPrecondition(
-        fmt::format("process {} has exited ({})", peer.process().ToString(), entity->exit_reason)));
-    return peer.failure();
-  }
-  // Checked after the lookup, under peer.mu(): a host that goes down
-  // meanwhile either is seen here or fails this peer after we are done.
-  Status down = UnreachableStatus(*entity);
-  if (down.ok()) down = HostDownStatus(peer.process().host());
-  if (!down.ok()) {
-    peer.Fail(down, /*host_down=*/true);
-    return peer.failure();
-  }
-  // One route per network that reaches it. On the same host a host-local
-  // network (shm) alone when both have it (the others would add no
-  // bandwidth, only copies); each of our networks bound to an IP pairs with
-  // one of the peer's of its kind in its subnet.
-  const bool same_host = peer.process().host() == process.host();
-  std::vector<bool> used(entity->endpoints.size(), false);
-  // Host-local first (resolve_order): whether it connects decides about
-  // the others.
-  for (size_t index : resolve_order) {
-    Rail& rail = *rails[index];
-    // (A host-local route that could not open, e.g. no channel left in the
-    // peer's shm segment, leaves the others to carry same-host traffic.)
-    if (!rail.transport->host_local && same_host && !peer.rails().empty() &&
-        rails[peer.rails().front().rail]->transport->host_local) {
-      continue;
-    }
-    if (subsystem::IsLoopback(rail.spec) && !same_host) continue;
-    for (size_t e = 0; e < entity->endpoints.size(); ++e) {
-      const Endpoint& endpoint = entity->endpoints[e];
-      if (used[e] || subsystem::KindOf(endpoint.subsystem) != rail.spec.kind) continue;
-      std::optional<std::string> connect =
-          rail.transport->connect_address(rail.spec, endpoint.address);
-      if (!connect) continue;
-      const std::string& address = *connect;
-      if (!rail.subsystem->Reaches(peer.process(), address)) continue;
-      auto route = rail.subsystem->Connect(peer.process(), address);
-      if (!route.ok()) {
-        Log().warn("tocl: cannot open a {} route to {}: {}", rail.spec.name,
-                   peer.process().ToString(), route.status().ToString());
-        continue;
-      }
-      used[e] = true;
-      peer.AddRoute(static_cast<int>(index), std::move(*route), rail.subsystem->pool());
-      break;
-    }
-  }
-  if (peer.rails().empty()) {
-    return Unavailable(fmt::format("no network of this process reaches {} (its endpoints: {})",
-                                   peer.process().ToString(), entity->endpoints.size()));
-  }
-  peer.Ready();  // the first route the default: the host-local network when it connected
-  return Status::Ok();
-}
-
-Result<DestThread*> Runtime::Impl::ResolveDestination(Gid to) {
-  if (send_cache.instance == instance && send_cache.to == to.raw()) return send_cache.dest;
-  DestThread* dest = nullptr;
-  {
-    std::shared_lock lock(dest_mu);
-    auto it = dests.find(to.raw());
-    if (it != dests.end()) dest = it->second.get();
-  }
-  if (dest == nullptr) {
-    if (shutting_down.load()) return Unavailable("the runtime is shutting down");
-    // First send to this thread: the directory says whether it runs. A
-    // thread is registered in the background a few milliseconds after it
-    // enrolled, so one the directory does not know yet is waited for (up to
-    // connect_timeout) while its process runs. The runtime's own mailboxes
-    // are never registered: their process's lookup (ResolvePeerLocked) is
-    // all there is to check.
-    TOCL_RETURN_IF_ERROR(AwaitRegistration(to));
-    std::unique_lock lock(dest_mu);
-    auto& slot = dests[to.raw()];
-    if (!slot) {
-      slot = std::make_unique<DestThread>();
-      slot->peer = &PeerOfProcessLocked(to.process());
-    }
-    dest = slot.get();
-  }
-  send_cache = SendCache{instance, to.raw(), dest};
-  return dest;
-}
-
-Status Runtime::Impl::AwaitRegistration(Gid to) {
-  const auto deadline = Clock::now() + options.connect_timeout;
-  auto delay = std::chrono::milliseconds(1);
-  // The runtime's own mailboxes are never registered: their process is all
-  // there is to wait for.
-  const bool internal = runtime::IsInternalThread(to);
-  // Another host's processes reach this host's daemon by replication, a
-  // few milliseconds after they enrolled there: a Gid handed over faster
-  // than that (a reply, a spawn's result) names a process not known here
-  // yet. Only this host's daemon may say "no such process" at once.
-  const bool remote = to.host() != process.host();
-  bool host_known = !remote;
-  for (;;) {
-    TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
-    if (!internal) {
-      auto thread = Lookup(to);
-      if (thread.ok()) {
-        if (thread->state == EntityState::kExited) {
-          return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
-        }
-        return UnreachableStatus(*thread);
-      }
-      if (thread.status().code() != StatusCode::kNotFound) {
-        return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
-      }
-    }
-    auto owner = Lookup(to.process());
-    const bool owner_unknown = !owner.ok() && owner.status().code() == StatusCode::kNotFound;
-    if (!owner.ok() && !owner_unknown) {
-      return owner.status().WithContext(fmt::format("look up {}", to.process().ToString()));
-    }
-    if (owner_unknown && !remote) {
-      return NotFound(fmt::format("no process {}", to.process().ToString()));
-    }
-    if (owner_unknown && !host_known) {
-      TOCL_RETURN_IF_ERROR(CheckHostKnown(to.host()));
-      host_known = true;
-    }
-    if (owner.ok()) {
-      if (owner->state == EntityState::kExited) {
-        return FailedPrecondition(
-            fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
-      }
-      TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
-      if (internal) return Status::Ok();
-    }
-    if (Clock::now() + delay > deadline) {
-      if (owner_unknown) {
-        return NotFound(
-            fmt::format("no process {}: the daemon of this host has not heard of it "
-                        "within {} ms",
-                        to.process().ToString(), options.connect_timeout.count()));
-      }
-      return NotFound(
-          fmt::format("no thread {}: its process runs but has not registered it", to.ToString()));
-    }
-    std::this_thread::sleep_for(delay);
-    delay = std::min(delay * 2, std::chrono::milliseconds(100));
-  }
-}
-
-Status Runtime::Impl::CheckHostKnown(Gid host) {
-  // Replication may lag behind a Gid handed over; membership hardly does:
-  // every daemon has a host row for each member it knows, and learns of a
-  // new member within a heartbeat of its join, before it could replicate
-  // any of its processes. A host the directory does not have is (but in
-  // that first heartbeat) not in the cluster, and waiting would not bring it.
-  auto known = Lookup(host);
-  if (known.ok()) return Status::Ok();
-  if (known.status().code() != StatusCode::kNotFound) {
-    return known.status().WithContext(fmt::format("look up {}", host.ToString()));
-  }
-  return NotFound(fmt::format("no host {} in the cluster (the daemon of {} knows no such host)",
-                              host.ToString(), process.host().ToString()));
-}
-
-bool Runtime::Impl::FlushQueued() {
-  // Swapping with the poller's own vector keeps both capacities: no
-  // allocation per poll round while sends wait.
-  {
-    std::lock_guard lock(blocked_mu);
-    flushing.swap(blocked);
-  }
-  std::erase_if(flushing, [](SendQueue* peer) { return !peer->Retry(); });
-  if (flushing.empty()) return false;
-  std::lock_guard lock(blocked_mu);
-  blocked.insert(blocked.end(), flushing.begin(), flushing.end());
-  flushing.clear();
-  return true;
-}
-
-Status Runtime::Impl::CheckSend(Gid from, Gid to, Tag tag) const {
-  TOCL_RETURN_IF_ERROR(CheckSender(from));
-  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
-  if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
-  if (shutting_down.load(std::memory_order_relaxed)) {
-    return Unavailable("the runtime is shutting down");
-  }
-  return Status::Ok();
-}
-
-Result<SendQueue*> Runtime::Impl::PeerOf(Gid to) {
-  TOCL_ASSIGN_OR_RETURN(DestThread * dest, ResolveDestination(to));
-  if (dest->exited.load(std::memory_order_acquire)) {
-    return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
-  }
-  return dest->peer;
-}
-
-Status Runtime::Impl::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  return PostSlot(from, to, tag, slot, network);
-}
-
-Status Runtime::Impl::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
-  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
-  if (to.process() == process) return DeliverLocal(slot);
-
-  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
-  SendQueue& peer = *destination;
-  std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-  int route = peer.default_route();
-  if (network != Network::kFastest) {
-    // The buffer's own network when it reaches the peer (no copy to
-    // another pool) and is usable, else the default. (The clock is read
-    // only for a network that failed.)
-    const int own = peer.RouteOver(RailOfPool(slot->pool));
-    if (own >= 0) {
-      const runtime::RailHealth& health = peer.health()[own];
-      if (!health.failed || health.UsableAt(Clock::now())) route = own;
-    }
-  }
-  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
-  peer.AwaitRoom(lock);  // back-pressure
-  return Status::Ok();
-}
-
-Status Runtime::Impl::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-  const uint32_t class_index = buffers::ClassFor(payload.size());
-  if (class_index >= num_classes) return SendLong(from, to, tag, payload);
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  // The fast path (shm): straight into the buffer the receiver provided.
-  if (post_copy && to.process() != process) {
-    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, PeerOf(to));
-    SendQueue& peer = *destination;
-    std::lock_guard lock(peer.mu());
-    TOCL_RETURN_IF_ERROR(ResolvePeerLocked(peer));
-    if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
-  }
-  subsystem::Subsystem* subsystem = SubsystemFor(Network::kFastest);
-  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got,
-                        subsystem->pool().Get(class_index, AtCap::kWait, Clock::time_point::max()));
-  buffers::SlotRef slot(got);
-  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
-  slot->header().length = static_cast<uint32_t>(payload.size());
-  return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
-}
-
-Result<Entity> Runtime::Impl::Lookup(Gid gid) {
-  const uint32_t host = gid.host_index();
-  auto daemon = peer_daemons.find(host);
-  if (host == process.host_index() || daemon == peer_daemons.end()) {
-    return link->client().Lookup(gid);
-  }
-  DirectoryClient* client = nullptr;
-  {
-    std::lock_guard lock(peer_clients_mu);
-    auto& entry = peer_clients[host];
-    if (!entry) {
-      TOCL_ASSIGN_OR_RETURN(entry, DirectoryClient::Connect(daemon->second));
-    }
-    client = entry.get();
-  }
-  return client->Lookup(gid);
-}
-
-Result<SendQueue*> Runtime::Impl::PeerOfProcess(Gid peer_process) {
-  SendQueue* peer = nullptr;
-  {
-    std::shared_lock lock(dest_mu);
-    auto it = peers.find(peer_process.raw());
-    if (it != peers.end()) peer = it->second.get();
-  }
-  if (peer == nullptr) {
-    std::unique_lock lock(dest_mu);
-    peer = &PeerOfProcessLocked(peer_process);
-  }
-  return peer;
-}
-
-SendQueue& Runtime::Impl::PeerOfProcessLocked(Gid peer_process) {
-  auto& entry = peers[peer_process.raw()];
-  if (!entry) {
-    entry = std::make_unique<SendQueue>(peer_process, options.send_queue_depth, queue_events);
-  }
-  return *entry;
-}
-
-void QueueEvents::Queued(SendQueue& queue, bool list) {
-  if (list) {
-    std::lock_guard blocked_lock(impl_.blocked_mu);
-    impl_.blocked.push_back(&queue);
-  }
-  impl_.progress->NoteQueued();
-}
-
-void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
-  Log().warn("tocl: network {} to {} broke; its frames go over {}",
-             impl_.rails[broken_network]->spec.name, queue.process().ToString(),
-             impl_.rails[alternative_network]->spec.name);
-  impl_.rails[broken_network]->failures.fetch_add(1, std::memory_order_relaxed);
-}
-
-void QueueEvents::AwaitProgress() {
-  if (impl_.progress->TryAcquire()) {
-    impl_.progress->PollOnce();
-    impl_.progress->Release();
-  }
-}
-
 std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
-  std::vector<tocl::NetworkStats> out;
-  for (auto& rail : rails) {
-    tocl::NetworkStats stats;
-    stats.name = rail->spec.name;
-    stats.kind = rail->spec.kind;
-    stats.device = rail->spec.device;
-    stats.address = rail->published;
-    stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
-    stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
-    stats.failures = rail->failures.load(std::memory_order_relaxed);
-    if (rail->add_stats) rail->add_stats(stats);
-    out.push_back(std::move(stats));
-  }
-  const auto now = Clock::now();
-  std::shared_lock lock(dest_mu);
-  for (auto& [raw, peer] : peers) {
-    std::lock_guard peer_lock(peer->mu());
-    for (size_t route = 0; route < peer->rails().size(); ++route) {
-      const runtime::PeerRail& rail = peer->rails()[route];
-      const runtime::RailHealth& health = peer->health()[route];
-      tocl::NetworkStats& stats = out[rail.rail];
-      stats.frames_sent += rail.frames_sent;
-      stats.bytes_sent += rail.bytes_sent;
-      if (rail.fragments_sent == 0 && health.bandwidth == 0) continue;
-      stats.peers.push_back(NetworkPeerStats{peer->process(), health.bandwidth, rail.fragments_sent,
-                                             rail.fragments_resent, !health.UsableAt(now)});
-    }
-  }
+  std::vector<tocl::NetworkStats> out = rails.Stats();
+  routes.AddSentStats(out);
   for (tocl::NetworkStats& stats : out) {
     std::sort(stats.peers.begin(), stats.peers.end(),
               [](const auto& a, const auto& b) { return a.fragments_sent > b.fragments_sent; });
@@ -823,21 +354,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   if (gid.is_process()) long_receiver.SenderExited(gid, reason);
-  std::shared_lock lock(dest_mu);
-  if (gid.is_thread()) {
-    auto it = dests.find(gid.raw());
-    if (it != dests.end()) it->second->exited.store(true, std::memory_order_release);
-    return;
-  }
-  if (!gid.is_process()) return;
-  for (auto& [raw, dest] : dests) {
-    if (Gid::FromRaw(raw).process() == gid) dest->exited.store(true, std::memory_order_release);
-  }
-  auto it = peers.find(gid.raw());
-  if (it == peers.end()) return;
-  std::lock_guard peer_lock(it->second->mu());
-  it->second->Fail(
-      FailedPrecondition(fmt::format("process {} has exited ({})", gid.ToString(), reason)));
+  routes.Exited(gid, reason);
 }
 
 // --- Runtime ------------------------------------------------------------------
@@ -906,7 +423,7 @@ Status Runtime::LeaveThread(Gid thread) {
 
 Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
                                   std::chrono::milliseconds timeout) {
-  subsystem::Subsystem* subsystem = impl_->SubsystemFor(network);
+  subsystem::Subsystem* subsystem = impl_->rails.SubsystemFor(network);
   if (subsystem == nullptr) {
     return InvalidArgument(
         fmt::format("network {} is not enabled in this process", NetworkName(network)));
@@ -924,7 +441,7 @@ Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
 }
 
 std::vector<PoolClassStats> Runtime::PoolStats() const {
-  return impl_->PoolStats();
+  return impl_->rails.PoolStats();
 }
 
 size_t Runtime::short_max_payload() const {
@@ -944,7 +461,7 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
   }
   // The buffer's reference goes with the send; a failed send gives it back.
   buffers::SlotRef ref(buffer.Detach());
-  Status status = impl_->SendSlot(from, to, tag, ref, slot->pool->network());
+  Status status = impl_->send_side.SendSlot(from, to, tag, ref, slot->pool->network());
   if (!status.ok()) buffer = Buffer(ref.release());
   return status;
 }
@@ -976,13 +493,13 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
   // A reference of the runtime's; the caller's Buffer keeps its own. An
   // error drops the runtime's.
   buffers::SlotRef shared = buffers::SlotRef::Share(slot);
-  return impl_->SendSlot(from, to, tag, shared, slot->pool->network());
+  return impl_->send_side.SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
   if (runtime::IsInternalThread(to)) return ReservedThread(to);
-  return impl_->SendCopy(from, to, tag, payload);
+  return impl_->send_side.SendCopy(from, to, tag, payload);
 }
 
 Result<Buffer> Runtime::Recv(Gid self, Gid source, Tag tag) {
@@ -1019,12 +536,28 @@ std::vector<NetworkStats> Runtime::Networks() const {
   return impl_->Networks();
 }
 
+Result<Entity> Runtime::Lookup(Gid gid) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return impl_->daemons->Lookup(gid);
+}
+
+Result<std::vector<Entity>> Runtime::Query(std::string_view expression, size_t limit) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return runtime::QueryEntities(impl_->link->client(), expression, limit);
+}
+
+Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, size_t count,
+                                                  std::chrono::milliseconds timeout) {
+  return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
+                               impl_->query_stop.get_token());
+}
+
 Gid Runtime::parent() const {
   return impl_->parent;
 }
 
 Result<SpawnedProcess> Runtime::SpawnProcess(Gid from, SpawnOptions options) {
-  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
   options.parent = from;
   return impl_->link->client().SpawnProcess(options);
@@ -1034,7 +567,7 @@ Result<Gid> Runtime::SpawnThread(Gid from, Gid process, std::string_view entry,
                                  std::span<const std::byte> payload,
                                  std::chrono::milliseconds timeout) {
   if (runtime::IsInternalThread(from)) return ReservedThread(from);
-  TOCL_RETURN_IF_ERROR(impl_->CheckSender(from));
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
   if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
   return impl_->spawn_service->SpawnThread(from, process, entry, payload, timeout);
 }

@@ -1,8 +1,10 @@
 #include "runtime/runtime_options.h"
 
+#include <errno.h>
 #include <fmt/format.h>
 
 #include <bit>
+#include <fstream>
 #include <optional>
 
 #include "buffers/size_class.h"
@@ -11,6 +13,7 @@
 #include "core/split_list.h"
 #include "subsystem/transport_registry.h"
 #include "tocl/directory_client.h"
+#include "tocl/entity.h"
 
 namespace tocl::runtime {
 
@@ -74,6 +77,27 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
                     options.partial_timeout.count(), options.fragment_timeout.count()));
   }
   return resolved;
+}
+
+std::string ProgramName() {
+  std::string name = program_invocation_short_name;
+  if (name.empty() || !ValidateName("process", name).ok()) {
+    std::ifstream in("/proc/self/comm");
+    std::getline(in, name);
+  }
+  return name.empty() ? "tocl" : name;
+}
+
+Result<Gid> ParentFromEnvironment() {
+  const std::string text = FromEnvironment("TOCL_PARENT");
+  if (text.empty()) return Gid();
+  auto parent = Gid::Parse(text);
+  if (!parent.ok() || !parent->is_thread()) {
+    return InvalidArgument(
+        fmt::format("TOCL_PARENT='{}' is not a thread id (h1.p2.t3): {}", text,
+                    parent.ok() ? "it names a host or process" : parent.status().message()));
+  }
+  return *parent;
 }
 
 }  // namespace tocl::runtime

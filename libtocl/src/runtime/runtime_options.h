@@ -5,7 +5,9 @@
 #include <map>
 #include <string>
 
+#include "tocl/gid.h"
 #include "tocl/runtime_options.h"
+#include "tocl/status.h"
 
 namespace tocl::runtime {
 
@@ -26,5 +28,15 @@ struct ResolvedOptions {
 // $TOCL_VIA_MAX_VIS) where the options leave them empty; InvalidArgument
 // names the bad option.
 Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options);
+
+// The process's name when the options give none: the file name of argv[0]
+// (as a spawn's default name is the file name of the executable it was
+// given: the same, and not cut to 15 bytes as /proc/self/comm is).
+std::string ProgramName();
+
+// $TOCL_PARENT: the thread that spawned this process (set by the daemon
+// that spawned it), in text form; unset or empty for none. InvalidArgument
+// for anything but a thread id.
+Result<Gid> ParentFromEnvironment();
 
 }  // namespace tocl::runtime

@@ -7,7 +7,6 @@
 #include "core/logger.h"
 #include "runtime/entry_registry.h"
 #include "runtime/internal_threads.h"
-#include "runtime/runtime_impl.h"
 #include "runtime/spawn_protocol.h"
 
 namespace tocl::runtime {
@@ -27,8 +26,10 @@ ThreadService::~ThreadService() {
   Stop();
 }
 
-void ThreadService::Open() {
-  service_ = impl_.NewInternalMailbox(kServiceThread);
+void ThreadService::Open(Gid process, size_t max_message) {
+  process_ = process;
+  max_message_ = max_message;
+  service_ = receive_.AddInternal(kServiceThread);
 }
 
 void ThreadService::Start(Runtime& runtime) {
@@ -59,7 +60,7 @@ void ThreadService::Stop() {
 void ThreadService::Serve() {
   const Selector requests{Gid(), kSpawnThreadRequestTag};
   for (;;) {
-    auto request = impl_.receive.ReceiveOn(*service_, requests, Clock::time_point::max(), {});
+    auto request = receive_.ReceiveOn(*service_, requests, Clock::time_point::max(), {});
     if (!request.ok()) {
       // Cancelled: the runtime is shutting down.
       if (request.status().code() != StatusCode::kCancelled) {
@@ -91,14 +92,14 @@ void ThreadService::Handle(Buffer message) {
         InvalidArgument(fmt::format("the spawner {} is not a thread of {}",
                                     request->spawner.ToString(), source.process().ToString()));
   } else if (auto fn = FindEntry(request->entry); !fn) {
-    reply.status = NotFound(fmt::format("process {} has no entry named '{}' (registered: {})",
-                                        impl_.process.ToString(), request->entry,
-                                        EntryNames(kMaxNamesInError)));
+    reply.status =
+        NotFound(fmt::format("process {} has no entry named '{}' (registered: {})",
+                             process_.ToString(), request->entry, EntryNames(kMaxNamesInError)));
   } else {
     // Enrolled before the reply leaves: the spawner may send to it at once.
     const std::string name(request->entry);
-    auto self = impl_.EnrollThread(
-        name, Attributes{{"entry", name}, {"spawner", request->spawner.ToString()}});
+    auto self =
+        hooks_.enroll(name, Attributes{{"entry", name}, {"spawner", request->spawner.ToString()}});
     if (self.ok()) {
       reply.thread = *self;
       launch = Launch{*self, request->spawner,
@@ -110,7 +111,7 @@ void ThreadService::Handle(Buffer message) {
   }
   const std::vector<std::byte> bytes = EncodeSpawnReply(reply);
   message.Release();  // before sending: the pool may be at its cap
-  Status sent = impl_.SendCopy(ServiceOf(impl_.process), source, kSpawnThreadReplyTag, bytes);
+  Status sent = hooks_.send(ServiceOf(process_), source, kSpawnThreadReplyTag, bytes);
   if (!sent.ok()) {
     Log().debug("tocl: spawn service: no reply to {}: {}", source.ToString(), sent.ToString());
   }
@@ -121,7 +122,7 @@ void ThreadService::StartEntry(Launch launch) {
   const Gid self = launch.self;
   std::lock_guard lock(entries_mu_);
   if (stopping_) {
-    impl_.LeaveThread(self);
+    hooks_.leave(self);
     return;
   }
   const uint64_t key = next_entry_++;
@@ -133,7 +134,7 @@ void ThreadService::StartEntry(Launch launch) {
                      }));
   } catch (const std::system_error& error) {
     Log().error("tocl: cannot start thread {}: {}", self.ToString(), error.what());
-    impl_.LeaveThread(self);
+    hooks_.leave(self);
   }
 }
 
@@ -150,7 +151,7 @@ void ThreadService::RunEntry(uint64_t key, Launch launch) {
     }
     launch.fn = nullptr;  // its captures go while the runtime is certainly alive
   }
-  impl_.LeaveThread(self);
+  hooks_.leave(self);
   std::lock_guard lock(entries_mu_);
   auto node = running_.extract(key);
   finished_.push_back(std::move(node.mapped()));
@@ -179,12 +180,12 @@ Result<Mailbox*> ThreadService::AcquireReplyMailbox() {
     return ResourceExhausted(
         fmt::format("{} SpawnThread calls of this process are waiting already", kReplyMailboxes));
   }
-  return impl_.NewInternalMailbox(kFirstInternalThread + replies_made_++);
+  return receive_.AddInternal(kFirstInternalThread + replies_made_++);
 }
 
 void ThreadService::ReleaseReplyMailbox(Mailbox* mailbox) {
   // A late reply (after a timeout) must not linger, holding a buffer.
-  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) impl_.receive.Release(stale);
+  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) receive_.Release(stale);
   std::lock_guard lock(calls_mu_);
   pending_.erase(mailbox);
   free_replies_.push_back(mailbox);
@@ -207,7 +208,7 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
     return InvalidArgument(fmt::format("spawn thread: {} is not a process id", process.ToString()));
   }
   TOCL_RETURN_IF_ERROR(ValidateEntryName(entry));
-  const size_t max_payload = impl_.ShortMaxPayload() - kSpawnThreadOverhead;
+  const size_t max_payload = max_message_ - kSpawnThreadOverhead;
   if (payload.size() > max_payload) {
     return InvalidArgument(fmt::format(
         "spawn thread: a payload of {} bytes is larger than one message allows ({} bytes)",
@@ -231,7 +232,7 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
   request.payload = payload;
   const Gid service = ServiceOf(process);
   TOCL_RETURN_IF_ERROR(
-      impl_.SendCopy(mailbox->gid(), service, kSpawnThreadRequestTag, EncodeSpawnRequest(request)));
+      hooks_.send(mailbox->gid(), service, kSpawnThreadRequestTag, EncodeSpawnRequest(request)));
 
   auto failure = [&] {
     std::lock_guard lock(calls_mu_);
@@ -239,7 +240,7 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
   };
   const Selector replies{service, kSpawnThreadReplyTag};
   for (;;) {
-    auto message = impl_.receive.ReceiveOn(*mailbox, replies, deadline, failure);
+    auto message = receive_.ReceiveOn(*mailbox, replies, deadline, failure);
     if (!message.ok()) {
       if (message.status().code() == StatusCode::kDeadlineExceeded) {
         return DeadlineExceeded(fmt::format(

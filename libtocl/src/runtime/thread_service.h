@@ -8,6 +8,9 @@
 // while it waits for the reply, and the service replies before anything else
 // (the entry thread is already running then).
 //
+// It sees the runtime through the receive side (its mailboxes) and its
+// hooks.
+//
 // Threading: SpawnThread and FailPending from any thread; Start and Stop
 // from Runtime::Start and Runtime::Impl::Shutdown.
 #pragma once
@@ -16,31 +19,47 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/mailbox.h"
+#include "runtime/receive_side.h"
 #include "tocl/buffer.h"
 #include "tocl/entry.h"
 #include "tocl/runtime.h"
 
 namespace tocl::runtime {
 
+struct ThreadServiceHooks {
+  // Numbers and enrolls a thread of this process (Runtime::EnrollThread
+  // without the public checks).
+  std::function<Result<Gid>(std::string name, Attributes attributes)> enroll;
+  // The thread leaves (idempotent).
+  std::function<void(Gid thread)> leave;
+  // Sends a copy of `payload` (Runtime::Send).
+  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)> send;
+};
+
 class ThreadService {
  public:
-  explicit ThreadService(Runtime::Impl& impl) : impl_(impl) {}
+  // `receive` must outlive this.
+  ThreadService(ReceiveSide& receive, ThreadServiceHooks hooks)
+      : receive_(receive), hooks_(std::move(hooks)) {}
   ~ThreadService();
   ThreadService(const ThreadService&) = delete;
   ThreadService& operator=(const ThreadService&) = delete;
 
-  // Creates the service mailbox: requests that arrive before Start wait in
-  // it. Before the endpoints are published.
-  void Open();
+  // Creates the service mailbox of `process`: requests that arrive before
+  // Start wait in it. Before the endpoints are published. `max_message`:
+  // the largest payload one message carries (Runtime::short_max_payload).
+  void Open(Gid process, size_t max_message);
   // Starts serving; entries get `runtime` in their ThreadContext.
   void Start(Runtime& runtime);
   // The service thread ends (the runtime is shutting down and has woken the
@@ -80,7 +99,10 @@ class ThreadService {
   Result<Mailbox*> AcquireReplyMailbox();
   void ReleaseReplyMailbox(Mailbox* mailbox);
 
-  Runtime::Impl& impl_;
+  ReceiveSide& receive_;
+  const ThreadServiceHooks hooks_;
+  Gid process_;                 // set by Open
+  size_t max_message_ = 0;      // set by Open
   Runtime* runtime_ = nullptr;  // set by Start
   Mailbox* service_ = nullptr;  // owned by the thread table
   std::thread server_;

@@ -1,0 +1,44 @@
+#include "runtime/queue_events.h"
+
+#include "core/logger.h"
+
+namespace tocl::runtime {
+
+void QueueEvents::Queued(SendQueue& queue, bool list) {
+  if (list) {
+    std::lock_guard lock(waiting_mu_);
+    waiting_.push_back(&queue);
+  }
+  progress_->NoteQueued();
+}
+
+void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
+  Log().warn("tocl: network {} to {} broke; its frames go over {}",
+             rails_[broken_network]->spec.name, queue.process().ToString(),
+             rails_[alternative_network]->spec.name);
+  rails_[broken_network]->failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+void QueueEvents::AwaitProgress() {
+  if (progress_->TryAcquire()) {
+    progress_->PollOnce();
+    progress_->Release();
+  }
+}
+
+bool QueueEvents::RetryWaiting() {
+  // Swapping with the poller's own vector keeps both capacities: no
+  // allocation per poll round while sends wait.
+  {
+    std::lock_guard lock(waiting_mu_);
+    retrying_.swap(waiting_);
+  }
+  std::erase_if(retrying_, [](SendQueue* peer) { return !peer->Retry(); });
+  if (retrying_.empty()) return false;
+  std::lock_guard lock(waiting_mu_);
+  waiting_.insert(waiting_.end(), retrying_.begin(), retrying_.end());
+  retrying_.clear();
+  return true;
+}
+
+}  // namespace tocl::runtime

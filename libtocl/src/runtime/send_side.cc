@@ -1,0 +1,113 @@
+#include "runtime/send_side.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "buffers/size_class.h"
+
+namespace tocl::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A buffer of `pool`'s class `class_index` holding a copy of `payload`
+// (its length in the header), waited for at the pool's cap until `deadline`.
+Result<buffers::SlotRef> CopyToBuffer(buffers::BufferPool& pool, uint32_t class_index,
+                                      std::span<const std::byte> payload,
+                                      Clock::time_point deadline) {
+  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * got, pool.Get(class_index, AtCap::kWait, deadline));
+  buffers::SlotRef slot(got);
+  if (!payload.empty()) std::memcpy(slot->payload(), payload.data(), payload.size());
+  slot->header().length = static_cast<uint32_t>(payload.size());
+  return slot;
+}
+
+}  // namespace
+
+Status SendSide::CheckSender(Gid from) const {
+  if (!from.is_thread() || from.process() != process_) {
+    return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
+                                       from.ToString(), process_.ToString()));
+  }
+  Mailbox* mailbox = receive_.Find(from);
+  if (mailbox == nullptr) {
+    return InvalidArgument(fmt::format("the sender {} was never enrolled", from.ToString()));
+  }
+  if (mailbox->left())
+    return FailedPrecondition(fmt::format("the sender {} has left", from.ToString()));
+  return Status::Ok();
+}
+
+Status SendSide::CheckSend(Gid from, Gid to, Tag tag) const {
+  TOCL_RETURN_IF_ERROR(CheckSender(from));
+  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  return Status::Ok();
+}
+
+Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  return PostSlot(from, to, tag, slot, network);
+}
+
+Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
+  if (to.process() == process_) return receive_.Deliver(slot);
+
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
+  SendQueue& peer = *destination;
+  std::unique_lock lock(peer.mu());
+  TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
+  int route = peer.default_route();
+  if (network != Network::kFastest) {
+    // The buffer's own network when it reaches the peer (no copy to
+    // another pool) and is usable, else the default. (The clock is read
+    // only for a network that failed.)
+    const int own = peer.RouteOver(rails_.IndexOfPool(slot->pool));
+    if (own >= 0) {
+      const RailHealth& health = peer.health()[own];
+      if (!health.failed || health.UsableAt(Clock::now())) route = own;
+    }
+  }
+  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
+  peer.AwaitRoom(lock);  // back-pressure
+  return Status::Ok();
+}
+
+Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes_) return send_long_(from, to, tag, payload);
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  // The fast path (shm): straight into the buffer the receiver provided.
+  if (rails_.post_copy() && to.process() != process_) {
+    TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
+    SendQueue& peer = *destination;
+    std::lock_guard lock(peer.mu());
+    TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
+    if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
+  }
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
+                                                            payload, Clock::time_point::max()));
+  return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
+}
+
+Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
+  subsystem::Subsystem* subsystem = rails_.fastest();
+  if (subsystem == nullptr) return Unavailable("no network is open");
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes_) {
+    return InvalidArgument(fmt::format("a {} byte notice does not fit a message", payload.size()));
+  }
+  // Bounded: the notification thread must not wait for ever at the pool cap.
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
+                        CopyToBuffer(subsystem->pool(), class_index, payload,
+                                     Clock::now() + std::chrono::seconds(1)));
+  slot->header() = wire::MessageHeader(source, self, tag, static_cast<uint32_t>(payload.size()));
+  return receive_.Deliver(slot);  // an error drops `slot`
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,86 @@
+// The send side of a process for short messages (the ToCL paper's §4.2,
+// the receive side's counterpart): what every send checks, and the way of
+// one message that fits a size class. To a thread of this process it goes
+// straight into the mailbox; to another process through the SendQueue of
+// its destination (PeerRoutes), over the buffer's own network when that
+// reaches the peer (no copy to another pool). A copied payload goes
+// straight into a receiver's buffer where a network offers that (shm,
+// Transport::post_copy), else through a buffer of the fastest network's
+// pool. A payload too large for a class is a long message: the `send_long`
+// hook's.
+//
+// It sees the runtime only through the parts it is given and its hook.
+//
+// Threading: every method from any thread, once Open returned. A sender
+// may wait in SendSlot/SendCopy for room in its destination's queue
+// (back-pressure) and for a pool buffer at the pool's cap.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "buffers/slot_ref.h"
+#include "runtime/peer_routes.h"
+#include "runtime/rails.h"
+#include "runtime/receive_side.h"
+#include "tocl/gid.h"
+#include "tocl/runtime.h"
+#include "tocl/status.h"
+
+namespace tocl::runtime {
+
+class SendSide {
+ public:
+  // A payload larger than the short maximum (Runtime::Impl::SendLong).
+  using SendLong =
+      std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)>;
+
+  // Each part must outlive this.
+  SendSide(ReceiveSide& receive, PeerRoutes& routes, const Rails& rails,
+           const std::atomic<bool>& shutting_down, SendLong send_long)
+      : receive_(receive),
+        routes_(routes),
+        rails_(rails),
+        shutting_down_(shutting_down),
+        send_long_(std::move(send_long)) {}
+  SendSide(const SendSide&) = delete;
+  SendSide& operator=(const SendSide&) = delete;
+
+  // The process once enrolled, the classes once resolved: before any send.
+  void Open(Gid process, uint32_t num_classes) {
+    process_ = process;
+    num_classes_ = num_classes;
+  }
+
+  // InvalidArgument unless `from` is an enrolled thread of this process;
+  // FailedPrecondition once it has left.
+  Status CheckSender(Gid from) const;
+  // Everything about a send that does not need the destination: the
+  // sender, the tag, the destination's form, the runtime's state.
+  Status CheckSend(Gid from, Gid to, Tag tag) const;
+
+  // Sends the reference in `slot` (header length set) over `network`'s
+  // route when it reaches the destination: Ok takes it (`slot` is left
+  // empty); on error it is still in `slot`, the caller's. PostSlot skips
+  // CheckSend.
+  Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
+  Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
+  // Sends a copy of `payload` (a long message when it fits no class).
+  Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // A message from `source` (any gid) put straight into local thread
+  // `self`'s mailbox: exit notices. Waits at most a second for a buffer.
+  Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
+
+ private:
+  ReceiveSide& receive_;
+  PeerRoutes& routes_;
+  const Rails& rails_;
+  const std::atomic<bool>& shutting_down_;
+  const SendLong send_long_;
+  Gid process_;               // set by Open
+  uint32_t num_classes_ = 0;  // set by Open
+};
+
+}  // namespace tocl::runtime
