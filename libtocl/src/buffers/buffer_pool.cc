@@ -95,7 +95,8 @@ BufferPool::~BufferPool() {
   if (table_ != nullptr) munmap(table_, table_capacity_ * sizeof(detail::BufferSlot*));
 }
 
-bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
+bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class,
+                            detail::BufferSlot*& first_out, detail::BufferSlot*& last_out) {
   const size_t class_bytes = ClassBytes(class_index);
   const size_t slab_bytes = SlabBytes(class_index);
   const size_t count = slab_bytes / class_bytes;
@@ -127,11 +128,11 @@ bool BufferPool::GrowLocked(uint32_t class_index, SizeClass& size_class) {
     // Linked in table order; the last one's link is set by PushChain.
     if (i > 0) storage[i - 1].next_free.store(slot.index + 1, std::memory_order_relaxed);
   }
-  detail::BufferSlot* chain_first = &storage[0];
-  detail::BufferSlot* chain_last = &storage[count - 1];
+  storage[count - 1].next_free.store(0, std::memory_order_relaxed);
+  first_out = &storage[0];
+  last_out = &storage[count - 1];
   slot_storage_.push_back(std::move(storage));
   slot_count_.store(first + static_cast<uint32_t>(count), std::memory_order_release);
-  PushChain(size_class, chain_first, chain_last);
   size_class.total.fetch_add(count, std::memory_order_relaxed);
   size_class.grown.fetch_add(1, std::memory_order_relaxed);
   size_class.bytes_registered.fetch_add(slab_bytes, std::memory_order_relaxed);
@@ -191,15 +192,30 @@ size_t BufferPool::TryGetMany(uint32_t class_index, size_t count, detail::Buffer
   SizeClass& size_class = classes_[class_index];
   size_t got = 0;
   while (got < count) {
-    detail::BufferSlot* slot = Pop(size_class);
-    if (slot == nullptr) {
-      // Empty: one grower; the others find its slab when they look again.
-      std::lock_guard lock(size_class.grow_mu);
-      slot = Pop(size_class);
-      if (slot == nullptr && GrowLocked(class_index, size_class)) slot = Pop(size_class);
-      if (slot == nullptr) break;
+    if (detail::BufferSlot* slot = Pop(size_class)) {
+      out[got++] = slot;
+      continue;
     }
-    out[got++] = slot;
+    // Empty: one grower; the others find its slab when they look again.
+    std::lock_guard lock(size_class.grow_mu);
+    if (detail::BufferSlot* slot = Pop(size_class)) {
+      out[got++] = slot;
+      continue;
+    }
+    detail::BufferSlot* first = nullptr;
+    detail::BufferSlot* last = nullptr;
+    if (!GrowLocked(class_index, size_class, first, last)) break;
+    // What this call wants of the new slab, then the rest on the list.
+    while (got < count) {
+      detail::BufferSlot* slot = first;
+      out[got++] = slot;
+      if (slot == last) {
+        first = nullptr;
+        break;
+      }
+      first = table_[slot->next_free.load(std::memory_order_relaxed) - 1];
+    }
+    if (first != nullptr) PushChain(size_class, first, last);
   }
   for (size_t i = 0; i < got; ++i) {
     detail::BufferSlot* slot = out[i];
@@ -280,7 +296,11 @@ std::vector<PoolClassStats> BufferPool::Stats() const {
     s.free = 0;
     for (uint32_t at = TopIndex(size_class.free_top.load(std::memory_order_acquire));
          at != 0 && s.free < total; ++s.free) {
-      at = table_[at - 1]->next_free.load(std::memory_order_relaxed);
+      // A link read while others take and release may name a slot of a
+      // slab grown since: SlotAt's acquire makes its table entry visible.
+      const detail::BufferSlot* slot = SlotAt(at - 1);
+      if (slot == nullptr) break;
+      at = slot->next_free.load(std::memory_order_relaxed);
     }
     const int64_t provided = size_class.provided.load(std::memory_order_relaxed);
     s.provided = provided > 0 ? static_cast<uint64_t>(provided) : 0;

@@ -104,8 +104,8 @@ class BufferPool {
   // A free buffer of `class_index` with refs = 1, growing the class when it
   // is empty; nullptr when the budget is spent (or the slab memory failed).
   detail::BufferSlot* TryGet(uint32_t class_index);
-  // Up to `count` buffers of one class under one lock (providing receive
-  // buffers in batches); returns how many were written to `out`.
+  // Up to `count` buffers of one class (providing receive buffers in
+  // batches); returns how many were written to `out`.
   size_t TryGetMany(uint32_t class_index, size_t count, detail::BufferSlot** out);
   // TryGet, or waits for a release until `deadline` (kWait) or fails at
   // once (kFail): ResourceExhausted / DeadlineExceeded name the cap.
@@ -147,8 +147,12 @@ class BufferPool {
     std::atomic<uint64_t> bytes_registered{0};
   };
 
-  // Grows the class by a slab (grow_mu held); its slots go on the free list.
-  bool GrowLocked(uint32_t class_index, SizeClass& size_class);
+  // A new slab for the class (grow_mu held): its slots linked first ..
+  // last, not yet on the free list, so that the grower gets the ones it
+  // grew for (other getters do not take the list's lock). False when the
+  // budget is spent or the slab memory failed.
+  bool GrowLocked(uint32_t class_index, SizeClass& size_class, detail::BufferSlot*& first,
+                  detail::BufferSlot*& last);
   detail::BufferSlot* Pop(SizeClass& size_class);
   // Pushes the chain first .. last (linked by next_free) in one step.
   void PushChain(SizeClass& size_class, detail::BufferSlot* first, detail::BufferSlot* last);

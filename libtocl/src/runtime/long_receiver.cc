@@ -403,19 +403,20 @@ void LongReceiver::UnbindPosted(PostedReceive& post) {
     // Still arriving: move what came so far to library memory and let the
     // rest land there; the message waits in the mailbox for a later receive.
     auto large = NewMessageSlot(*message);
-    if (!large.ok()) {
+    if (large.ok()) {
+      buffers::LargeSlot* slot = *large;
+      {
+        std::lock_guard placing(message->mu);
+        std::memcpy(slot->payload(), post.out.data(), message->total);
+        message->posted = nullptr;
+        message->slot = slot;
+        message->dest = slot->payload();
+      }
+      if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
+    } else {
+      // Its abort is queued: sent below, not at the next housekeeping.
       FinishLocked(*message, large.status(), true);
-      return;
     }
-    buffers::LargeSlot* slot = *large;
-    {
-      std::lock_guard placing(message->mu);
-      std::memcpy(slot->payload(), post.out.data(), message->total);
-      message->posted = nullptr;
-      message->slot = slot;
-      message->dest = slot->payload();
-    }
-    if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
   }
   FlushControls();
 }

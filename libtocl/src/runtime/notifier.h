@@ -29,7 +29,7 @@
 namespace tocl::runtime {
 
 struct NotifierHooks {
-  // The directory's entry for a gid (Runtime::Impl::Lookup).
+  // The directory's entry for a gid (HostDaemons::Lookup).
   std::function<Result<Entity>(Gid gid)> lookup;
   // Puts a message from `source` with `tag` in local thread `self`'s mailbox.
   std::function<Status(Gid self, Gid source, Tag tag, std::span<const std::byte> payload)> deliver;

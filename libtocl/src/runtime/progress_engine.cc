@@ -179,8 +179,12 @@ void ProgressEngine::ThreadLoop() {
       unchanged_since = now;
     }
     const bool idle = now - unchanged_since >= timing_.idle_hand_over;
-    const bool handed = handed_over_.exchange(false, std::memory_order_acq_rel);
+    // A hand-over is kept until the token is ours: a thread that took it
+    // in between for one round (a non-blocking receive, a sender waiting
+    // for room) may let it go with a plain Release.
+    const bool handed = handed_over_.load(std::memory_order_acquire);
     if ((idle || handed) && waiter_count_.load() == 0 && TryAcquire()) {
+      handed_over_.store(false, std::memory_order_relaxed);
       while (!stop_.load(std::memory_order_acquire) && waiter_count_.load() == 0) {
         PollOnce();
         Sleep(std::chrono::steady_clock::now() + kHousekeepingPeriod);

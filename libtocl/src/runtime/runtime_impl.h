@@ -3,9 +3,9 @@
 // small Events interface, the parts it works on), never Impl; Impl owns
 // them, wires them together in Open and takes them down in Shutdown. So
 // only runtime.cc includes this header. The Events a part needs of the
-// others are implemented here by small adapters (QueueEvents,
-// LongReceiverEvents, LongSenderEvents): each part is tested without a
-// daemon, and none grows into the runtime's state.
+// others are small adapters (QueueEvents in queue_events.h;
+// LongReceiverEvents and LongSenderEvents here): each part is tested
+// without a daemon, and none grows into the runtime's state.
 //
 //   Send ──> SendSide (send_side.h: checks; local mailbox, or)
 //        ──> PeerRoutes (peer_routes.h: the destination thread, the
