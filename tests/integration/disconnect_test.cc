@@ -118,12 +118,19 @@ TEST_CASE("a thousand clients that drop their enroll streams abruptly leave the 
                   std::chrono::milliseconds(50)));
   CHECK(RunningProcesses(*client) == 0);
   int not_exited = 0;
+  std::string first_not_exited;
   for (Gid gid : enrolled) {
     auto entity = client->Lookup(gid);
     if (!entity.ok() || entity->state != EntityState::kExited || entity->exit_reason.empty()) {
-      ++not_exited;
+      if (++not_exited == 1) {
+        first_not_exited = gid.ToString() + ": " +
+                           (entity.ok() ? std::string(EntityStateName(entity->state)) +
+                                              ", reason '" + entity->exit_reason + "'"
+                                        : entity.status().ToString());
+      }
     }
   }
+  INFO("first not marked exited: " << first_not_exited);
   CHECK(not_exited == 0);
 
   // Healthy, and what the streams held is given back.

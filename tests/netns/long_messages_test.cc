@@ -287,7 +287,16 @@ TEST_CASE("a slow receiver with a small reassembly cap gets every message in bou
     CHECK(message.Field("sha256") == digests.at("0/" + message.Field("seq")));
   }
   // 16 MiB of reassembly plus the pools; unbounded it grows by ~57 MiB here.
-  CHECK(peak_kib - baseline_kib < 32 * 1024);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's shadow memory and allocator caches grow with what the
+  // worker touches: bounded, it measured ~90 MiB under TSan. The bound is
+  // checked for what it is in the plain builds; here it only catches
+  // growth far past that.
+  constexpr int64_t kBoundKib = 160 * 1024;
+#else
+  constexpr int64_t kBoundKib = 32 * 1024;
+#endif
+  CHECK(peak_kib - baseline_kib < kBoundKib);
 }
 
 }  // namespace
