@@ -10,6 +10,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -73,20 +74,34 @@ int RoundsUntilSeen(ProgressEngine& engine, PipeWatch& watch) {
   return rounds;
 }
 
+// A progress engine with nothing to flush over one shaped network.
+struct ShapedEngine {
+  explicit ShapedEngine(ProgressEngine::Timing timing = {})
+      : pool(Network::kTcp, 1, memory, budget),
+        reactor(*EpollReactor::Create()),
+        engine(
+            *reactor, [] { return false; }, timing),
+        network(pool) {
+    engine.AddSubsystem(&network);
+  }
+
+  buffers::PoolBudget budget{size_t{1} << 20};
+  buffers::AnonymousSlabMemory memory;
+  buffers::BufferPool pool;
+  std::unique_ptr<EpollReactor> reactor;
+  ProgressEngine engine;
+  ShapedNetwork network;
+};
+
 TEST_CASE(
     "a poller looks at the fds by work and time: at once after slow busy rounds, "
     "every 256th empty round",
     "[progress]") {
-  buffers::PoolBudget budget(size_t{1} << 20);
-  buffers::AnonymousSlabMemory memory;
-  buffers::BufferPool pool(Network::kTcp, 1, memory, budget);
-  auto reactor = EpollReactor::Create();
-  REQUIRE(reactor.ok());
-  ProgressEngine engine(**reactor, [] { return false; });
-  ShapedNetwork network(pool);
-  engine.AddSubsystem(&network);
+  ShapedEngine shaped;
+  ProgressEngine& engine = shaped.engine;
+  ShapedNetwork& network = shaped.network;
   PipeWatch watch;
-  REQUIRE((*reactor)->Add(watch.fds[0], EPOLLIN, &watch).ok());
+  REQUIRE(shaped.reactor->Add(watch.fds[0], EPOLLIN, &watch).ok());
   REQUIRE(engine.TryAcquire());
 
   // Rounds that each delivered a burst and took longer than the poll
@@ -108,19 +123,12 @@ TEST_CASE(
     "a receiver that stops polling to sleep hands the token to the progress thread at once, "
     "not after the idle hand-over",
     "[progress]") {
-  buffers::PoolBudget budget(size_t{1} << 20);
-  buffers::AnonymousSlabMemory memory;
-  buffers::BufferPool pool(Network::kTcp, 1, memory, budget);
-  auto reactor = EpollReactor::Create();
-  REQUIRE(reactor.ok());
   // An hour: the progress thread never takes an idle token on its own in
   // this test, only one handed over.
-  ProgressEngine engine(
-      **reactor, [] { return false; },
-      ProgressEngine::Timing{.idle_hand_over = std::chrono::hours(1),
-                             .progress_check = std::chrono::hours(1)});
-  ShapedNetwork network(pool);
-  engine.AddSubsystem(&network);
+  ShapedEngine shaped(ProgressEngine::Timing{.idle_hand_over = std::chrono::hours(1),
+                                             .progress_check = std::chrono::hours(1)});
+  ProgressEngine& engine = shaped.engine;
+  ShapedNetwork& network = shaped.network;
   engine.Start();
 
   REQUIRE(engine.TryAcquire());
