@@ -205,17 +205,10 @@ size_t BufferPool::TryGetMany(uint32_t class_index, size_t count, detail::Buffer
     detail::BufferSlot* first = nullptr;
     detail::BufferSlot* last = nullptr;
     if (!GrowLocked(class_index, size_class, first, last)) break;
-    // What this call wants of the new slab, then the rest on the list.
-    while (got < count) {
-      detail::BufferSlot* slot = first;
-      out[got++] = slot;
-      if (slot == last) {
-        first = nullptr;
-        break;
-      }
-      first = table_[slot->next_free.load(std::memory_order_relaxed) - 1];
-    }
-    if (first != nullptr) PushChain(size_class, first, last);
+    // What this call wants of the new slab (its slots are one array,
+    // linked in order), then the rest on the list.
+    while (got < count && first <= last) out[got++] = first++;
+    if (first <= last) PushChain(size_class, first, last);
   }
   for (size_t i = 0; i < got; ++i) {
     detail::BufferSlot* slot = out[i];

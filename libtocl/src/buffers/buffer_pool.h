@@ -147,10 +147,10 @@ class BufferPool {
     std::atomic<uint64_t> bytes_registered{0};
   };
 
-  // A new slab for the class (grow_mu held): its slots linked first ..
-  // last, not yet on the free list, so that the grower gets the ones it
-  // grew for (other getters do not take the list's lock). False when the
-  // budget is spent or the slab memory failed.
+  // A new slab for the class (grow_mu held): its slots, one array from
+  // `first` to `last` linked in order, not yet on the free list, so that the grower gets the ones
+  // it grew for (other getters do not take the list's lock). False when the budget is spent or the
+  // slab memory failed.
   bool GrowLocked(uint32_t class_index, SizeClass& size_class, detail::BufferSlot*& first,
                   detail::BufferSlot*& last);
   detail::BufferSlot* Pop(SizeClass& size_class);

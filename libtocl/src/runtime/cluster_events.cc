@@ -13,9 +13,7 @@ void ApplyClusterChange(const ChangeEvent& event, PeerRoutes& routes, ThreadServ
   switch (event.op) {
     case ChangeOp::kExited:
       if (event.gid.is_process()) {
-        spawns.FailPending(event.gid, FailedPrecondition(fmt::format("process {} has exited ({})",
-                                                                     event.gid.ToString(),
-                                                                     event.entity.exit_reason)));
+        spawns.FailPending(event.gid, ProcessExitedStatus(event.gid, event.entity.exit_reason));
       }
       break;
     case ChangeOp::kUnreachable:

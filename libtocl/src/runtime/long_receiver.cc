@@ -310,8 +310,7 @@ Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
 
 // --- the poller's round ---------------------------------------------------------
 
-bool LongReceiver::Housekeeping() {
-  const auto now = Clock::now();
+bool LongReceiver::Housekeeping(Clock::time_point now) {
   const bool asked = housekeeping_.exchange(false);
   if (!asked && now < next_partial_check_) {
     std::lock_guard lock(mu_);
@@ -320,8 +319,7 @@ bool LongReceiver::Housekeeping() {
   bool more = false;
   {
     std::lock_guard lock(mu_);
-    control_outbox_.insert(control_outbox_.end(), pending_acks_.begin(), pending_acks_.end());
-    pending_acks_.clear();
+    MoveAcksToOutboxLocked();
     GrantWaitingLocked();
     if (now >= next_partial_check_) {
       next_partial_check_ = now + limits_.partial_check_period;
@@ -382,10 +380,14 @@ void LongReceiver::DiscardSilentLocked(Clock::time_point now) {
 void LongReceiver::FlushAcks() {
   {
     std::lock_guard lock(mu_);
-    control_outbox_.insert(control_outbox_.end(), pending_acks_.begin(), pending_acks_.end());
-    pending_acks_.clear();
+    MoveAcksToOutboxLocked();
   }
   FlushControls();
+}
+
+void LongReceiver::MoveAcksToOutboxLocked() {
+  control_outbox_.insert(control_outbox_.end(), pending_acks_.begin(), pending_acks_.end());
+  pending_acks_.clear();
 }
 
 // --- other threads --------------------------------------------------------------

@@ -106,8 +106,9 @@ class LongReceiver {
   // --- the poller's round ---
   // Grants waiting starts when memory or a RecvInto appeared, sends the
   // round's acknowledgements, discards granted messages whose sender went
-  // silent. True while starts wait or messages arrive.
-  bool Housekeeping();
+  // silent (by `now`, which the caller reads). True while starts wait or
+  // messages arrive.
+  bool Housekeeping(Clock::time_point now);
   // Sends the acknowledgements held for the end of the round now (the
   // last fragment of a message, Shutdown), and every queued control frame.
   void FlushAcks();
@@ -162,6 +163,7 @@ class LongReceiver {
   // with the last one when it continues it.
   void QueueAckLocked(Gid from_process, int network, const wire::Header& fragment);
   // Housekeeping's steps, with mu_ held.
+  void MoveAcksToOutboxLocked();  // the round's acknowledgements, to be sent
   void GrantWaitingLocked();
   void DiscardSilentLocked(Clock::time_point now);
 

@@ -32,6 +32,10 @@ Status UnreachableStatus(const Entity& entity) {
 
 }  // namespace
 
+Status ProcessExitedStatus(Gid process, std::string_view reason) {
+  return FailedPrecondition(fmt::format("process {} has exited ({})", process.ToString(), reason));
+}
+
 PeerRoutes::PeerRoutes(Settings settings, Lookup lookup, SendQueue::Events& queue_events,
                        const std::atomic<bool>& shutting_down)
     : settings_(settings),
@@ -134,8 +138,7 @@ Status PeerRoutes::ResolvePeerLocked(SendQueue& peer) {
     return entity.status().WithContext(fmt::format("look up {}", peer.process().ToString()));
   }
   if (entity->state == EntityState::kExited) {
-    peer.Fail(FailedPrecondition(
-        fmt::format("process {} has exited ({})", peer.process().ToString(), entity->exit_reason)));
+    peer.Fail(ProcessExitedStatus(peer.process(), entity->exit_reason));
     return peer.failure();
   }
   // Checked after the lookup, under peer.mu(): a host that goes down
@@ -235,8 +238,7 @@ Status PeerRoutes::AwaitRegistration(Gid to) {
     }
     if (owner.ok()) {
       if (owner->state == EntityState::kExited) {
-        return FailedPrecondition(
-            fmt::format("process {} has exited ({})", to.process().ToString(), owner->exit_reason));
+        return ProcessExitedStatus(to.process(), owner->exit_reason);
       }
       TOCL_RETURN_IF_ERROR(UnreachableStatus(*owner));
       if (internal) return Status::Ok();
@@ -274,7 +276,8 @@ Status PeerRoutes::CheckHostKnown(Gid host) {
 // --- the directory's news ---------------------------------------------------------
 
 Status PeerRoutes::HostDownStatus(Gid host) const {
-  if (down_host_count_.load(std::memory_order_acquire) == 0) return Status::Ok();
+  // Only before a peer is ready (its first send, a reconnect): no lock on
+  // the path of every message.
   std::lock_guard lock(hosts_mu_);
   if (down_hosts_.count(host.host_index()) == 0) return Status::Ok();
   return Unavailable(HostDownReason(host.host()));
@@ -293,9 +296,7 @@ void PeerRoutes::ForEachQueueOn(Gid host, Fn&& fn) {
 void PeerRoutes::HostDown(Gid host, const Status& why) {
   {
     std::lock_guard lock(hosts_mu_);
-    if (down_hosts_.insert(host.host_index()).second) {
-      down_host_count_.store(down_hosts_.size(), std::memory_order_release);
-    }
+    down_hosts_.insert(host.host_index());
   }
   Log().warn("tocl: {}: failing sends to its processes", why.message());
   ForEachQueueOn(host, [&](SendQueue& peer) {
@@ -308,7 +309,6 @@ void PeerRoutes::HostUp(Gid host) {
   {
     std::lock_guard lock(hosts_mu_);
     down_hosts_.erase(host.host_index());
-    down_host_count_.store(down_hosts_.size(), std::memory_order_release);
   }
   Log().info("tocl: host {} answers again", host.ToString());
   // The next send looks its peers up and connects again. Their sequence
@@ -330,8 +330,7 @@ void PeerRoutes::Exited(Gid gid, const std::string& reason) {
   auto it = peers_.find(gid.raw());
   if (it == peers_.end()) return;
   std::lock_guard peer_lock(it->second->mu());
-  it->second->Fail(
-      FailedPrecondition(fmt::format("process {} has exited ({})", gid.ToString(), reason)));
+  it->second->Fail(ProcessExitedStatus(gid, reason));
 }
 
 // --- every queue --------------------------------------------------------------------

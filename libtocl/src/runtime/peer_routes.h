@@ -57,6 +57,10 @@
 
 namespace tocl::runtime {
 
+// FailedPrecondition "process h1.p3 has exited (reason)": what sends to an
+// exited process (and spawns waiting on it) end with.
+Status ProcessExitedStatus(Gid process, std::string_view reason);
+
 // One of this process's networks as the choice of routes sees it (the
 // runtime's Rail): its index in the list given to SetNetworks is the
 // `network` of PeerRail::rail.
@@ -115,8 +119,6 @@ class PeerRoutes {
   // The runtime's internal threads are never registered: for them, their
   // process is all there is to wait for.
   Status AwaitRegistration(Gid to);
-  // NotFound at once for a host the directory does not know (not a member).
-  Status CheckHostKnown(Gid host);
 
   // --- the directory's news ---
   // Unavailable "host h3 is down (no heartbeat)" while it is; ok otherwise.
@@ -148,6 +150,8 @@ class PeerRoutes {
   // Routes to `peer` over each of our networks that reaches one of
   // `endpoints`; with none, Unavailable and the queue stays unresolved.
   Status ConnectRoutesLocked(SendQueue& peer, const std::vector<Endpoint>& endpoints);
+  // NotFound at once for a host the directory does not know (not a member).
+  Status CheckHostKnown(Gid host);
   // Calls `fn(queue)` for the queue of each process on `host`, with its
   // mu() held.
   template <typename Fn>
@@ -176,8 +180,6 @@ class PeerRoutes {
   // Hosts the daemon says are down (by host index).
   mutable std::mutex hosts_mu_;
   std::unordered_set<uint32_t> down_hosts_;  // guarded by hosts_mu_
-  // down_hosts_.size(), read without the lock on the send path.
-  std::atomic<size_t> down_host_count_{0};
 };
 
 }  // namespace tocl::runtime

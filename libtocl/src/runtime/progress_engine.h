@@ -64,6 +64,14 @@ class ProgressEngine {
   // One non-blocking round: every subsystem, the reactor, the send queues.
   // Returns the number of events.
   int PollOnce();
+  // One round if the token is free (a thread that wants progress without
+  // waiting for it); false when someone else polls.
+  bool TryPollOnce() {
+    if (!TryAcquire()) return false;
+    PollOnce();
+    Release();
+    return true;
+  }
   // Sleeps in the reactor until woken or `deadline` (unless something is
   // already there). A receiver that polls for its own message passes its
   // mailbox and the signal it last saw: a delivery to it since, or during

@@ -14,16 +14,13 @@ void QueueEvents::Queued(SendQueue& queue, bool list) {
 
 void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
   Log().warn("tocl: network {} to {} broke; its frames go over {}",
-             rails_[broken_network]->spec.name, queue.process().ToString(),
-             rails_[alternative_network]->spec.name);
-  rails_[broken_network]->failures.fetch_add(1, std::memory_order_relaxed);
+             rails_[broken_network]->Describe(), queue.process().ToString(),
+             rails_[alternative_network]->Describe());
+  rails_[broken_network]->NoteFailure();
 }
 
 void QueueEvents::AwaitProgress() {
-  if (progress_->TryAcquire()) {
-    progress_->PollOnce();
-    progress_->Release();
-  }
+  progress_->TryPollOnce();
 }
 
 bool QueueEvents::RetryWaiting() {

@@ -63,13 +63,6 @@ subsystem::Subsystem* Rails::SubsystemFor(Network network) const {
   return nullptr;
 }
 
-int Rails::IndexOfPool(const buffers::BufferPool* pool) const {
-  for (size_t i = 0; i < rails_.size(); ++i) {
-    if (&rails_[i]->subsystem->pool() == pool) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 std::vector<PoolClassStats> Rails::PoolStats() const {
   std::vector<PoolClassStats> stats;
   for (auto& rail : rails_) {

@@ -43,6 +43,13 @@ struct Rail {
   std::atomic<uint64_t> bytes_received{0};
   std::atomic<uint64_t> failures{0};  // any thread
 
+  // Its name for warnings and errors: "tcp-1 (eth1)", "shm".
+  std::string Describe() const {
+    return spec.device.empty() ? spec.name : spec.name + " (" + spec.device + ")";
+  }
+  // A route over it broke (any thread).
+  void NoteFailure() { failures.fetch_add(1, std::memory_order_relaxed); }
+
   // One frame of `bytes` (header included) arrived. The polling thread's
   // alone: a load and a store, no read-modify-write.
   void CountReceived(uint64_t bytes) {
@@ -95,8 +102,6 @@ class Rails {
   // The first open network of kind `network` (kFastest: fastest()), or
   // nullptr.
   subsystem::Subsystem* SubsystemFor(Network network) const;
-  // The index of the rail whose subsystem owns `pool`, or -1.
-  int IndexOfPool(const buffers::BufferPool* pool) const;
 
   std::vector<PoolClassStats> PoolStats() const;
   // Each rail's statistics but what went to peers (PeerRoutes::AddSentStats).

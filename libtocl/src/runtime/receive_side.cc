@@ -198,11 +198,7 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
       return Status(StatusCode::kCancelled, "the runtime is shutting down");
     }
     if (!blocking) {
-      if (progress_->TryAcquire()) {
-        progress_->PollOnce();
-        progress_->Release();
-        if (try_match(*mailbox)) return Status::Ok();
-      }
+      if (progress_->TryPollOnce() && try_match(*mailbox)) return Status::Ok();
       return Status(StatusCode::kTryAgain, "no matching message");
     }
     const auto now = Clock::now();

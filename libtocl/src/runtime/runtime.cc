@@ -151,7 +151,7 @@ Status Runtime::Impl::Open() {
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = queue_events.RetryWaiting();
-    return long_receiver.Housekeeping() || queued;
+    return long_receiver.Housekeeping(std::chrono::steady_clock::now()) || queued;
   });
   receive.AttachProgress(*progress);
   queue_events.AttachProgress(*progress);
@@ -213,10 +213,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
       result = DeadlineExceeded("messages were still being sent when the runtime shut down");
       break;
     }
-    if (progress && progress->TryAcquire()) {
-      progress->PollOnce();
-      progress->Release();
-    } else {
+    if (!progress || !progress->TryPollOnce()) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -330,12 +327,11 @@ Status LongSenderEvents::ResolveLocked(runtime::SendQueue& peer) {
 }
 
 std::string LongSenderEvents::NetworkName(int network) const {
-  const subsystem::NetworkSpec& spec = impl_.rails[network]->spec;
-  return fmt::format("{} ({})", spec.name, spec.device);
+  return impl_.rails[network]->Describe();
 }
 
 void LongSenderEvents::NetworkFailed(int network) {
-  impl_.rails[network]->failures.fetch_add(1, std::memory_order_relaxed);
+  impl_.rails[network]->NoteFailure();
 }
 
 void LongSenderEvents::ListenForBells(bool on) {
@@ -575,7 +571,7 @@ Result<Gid> Runtime::SpawnThread(Gid from, Gid process, std::string_view entry,
 Result<uint64_t> Runtime::Notify(Gid self, Gid target, Tag tag) {
   TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, impl_->receive.LocalMailbox(self));
   (void)mailbox;
-  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  TOCL_RETURN_IF_ERROR(runtime::CheckSendableTag(tag));
   if (runtime::IsInternalThread(target)) return ReservedThread(target);
   return impl_->notifier->Watch(target, self, tag, {});
 }

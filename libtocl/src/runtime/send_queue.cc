@@ -62,6 +62,13 @@ int SendQueue::RouteOver(int network) const {
   return -1;
 }
 
+int SendQueue::RouteOfPool(const buffers::BufferPool* pool) const {
+  for (size_t route = 0; route < rails_.size(); ++route) {
+    if (rails_[route].pool == pool) return static_cast<int>(route);
+  }
+  return -1;
+}
+
 void SendQueue::AvoidRoute(int route) {
   if (default_route_ != route) return;
   for (size_t other = 0; other < health_.size(); ++other) {

@@ -146,6 +146,8 @@ class SendQueue {
   std::span<const RailHealth> health() const { return health_; }
   // The route over `network`, or -1 when none goes over it.
   int RouteOver(int network) const;
+  // The route whose network owns `pool` (a buffer's own network), or -1.
+  int RouteOfPool(const buffers::BufferPool* pool) const;
   // Short messages and control frames go here unless told otherwise.
   int default_route() const { return default_route_; }
   // `route` failed (a long send's finding): the default moves to the first

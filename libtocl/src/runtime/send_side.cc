@@ -25,6 +25,11 @@ Result<buffers::SlotRef> CopyToBuffer(buffers::BufferPool& pool, uint32_t class_
 
 }  // namespace
 
+Status CheckSendableTag(Tag tag) {
+  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  return Status::Ok();
+}
+
 Status SendSide::CheckSender(Gid from) const {
   if (!from.is_thread() || from.process() != process_) {
     return InvalidArgument(fmt::format("the sender {} is not a thread of this process ({})",
@@ -41,7 +46,7 @@ Status SendSide::CheckSender(Gid from) const {
 
 Status SendSide::CheckSend(Gid from, Gid to, Tag tag) const {
   TOCL_RETURN_IF_ERROR(CheckSender(from));
-  if (tag == kAnyTag) return InvalidArgument("kAnyTag matches any tag in Recv; it cannot be sent");
+  TOCL_RETURN_IF_ERROR(CheckSendableTag(tag));
   if (!to.is_thread()) return InvalidArgument(fmt::format("{} is not a thread id", to.ToString()));
   if (shutting_down_.load(std::memory_order_relaxed)) {
     return Unavailable("the runtime is shutting down");
@@ -67,7 +72,7 @@ Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Net
     // The buffer's own network when it reaches the peer (no copy to
     // another pool) and is usable, else the default. (The clock is read
     // only for a network that failed.)
-    const int own = peer.RouteOver(rails_.IndexOfPool(slot->pool));
+    const int own = peer.RouteOfPool(slot->pool);
     if (own >= 0) {
       const RailHealth& health = peer.health()[own];
       if (!health.failed || health.UsableAt(Clock::now())) route = own;

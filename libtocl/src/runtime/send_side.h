@@ -31,6 +31,10 @@
 
 namespace tocl::runtime {
 
+// InvalidArgument for kAnyTag (it matches any tag in Recv; nothing is sent
+// with it), ok for every other tag.
+Status CheckSendableTag(Tag tag);
+
 class SendSide {
  public:
   // A payload larger than the short maximum (Runtime::Impl::SendLong).

@@ -13,7 +13,6 @@
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "buffers/buffer_pool.h"
@@ -178,7 +177,7 @@ TEST_CASE(
   // 2000 more would pass the cap; 500 would not, but waits behind them.
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(1, 2000)).ok());
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(2, 500)).ok());
-  CHECK(f.receiver.Housekeeping());  // starts wait
+  CHECK(f.receiver.Housekeeping(Clock::now()));  // starts wait
   CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{0});
 
   // Message 0 arrives, is received and freed: its memory goes to the next.
@@ -191,7 +190,7 @@ TEST_CASE(
   }
   CHECK(f.woken.load() >= 1);  // the freed memory asks the poller to grant
   CHECK(f.receiver.reassembly_used() == 0);
-  f.receiver.Housekeeping();
+  f.receiver.Housekeeping(Clock::now());
   CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{0, 1, 2});
   CHECK(f.receiver.reassembly_used() == 2500);
 }
@@ -253,7 +252,7 @@ TEST_CASE("acknowledgements wait for the end of the round, one for fragments tha
   REQUIRE(f.Arrive(0, 4000, 3, 'd').ok());
   CHECK(f.sent.empty());
   CHECK(f.noted.load() == 3);  // the poller is asked for its housekeeping
-  f.receiver.Housekeeping();
+  f.receiver.Housekeeping(Clock::now());
   REQUIRE(f.sent.size() == 2);
   CHECK(f.sent[0].header.offset == 0);
   CHECK(f.sent[0].header.total == 2000);
@@ -276,13 +275,13 @@ TEST_CASE(
              .fragment_timeout = 10s,
              .partial_check_period = 1ms});
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(0, 2000)).ok());
+  const auto arrived = Clock::now();
   REQUIRE(f.Arrive(0, 2000, 0, 'a').ok());
-  CHECK(f.receiver.Housekeeping());
+  CHECK(f.receiver.Housekeeping(arrived));
   CHECK(f.SentSeqs(wire::FrameKind::kAbort).empty());  // not before its time
   CHECK(f.receiver.reassembly_used() == 2000);
 
-  std::this_thread::sleep_for(300ms);
-  CHECK_FALSE(f.receiver.Housekeeping());  // nothing left
+  CHECK_FALSE(f.receiver.Housekeeping(Clock::now() + 300ms));  // nothing left
   REQUIRE(f.SentSeqs(wire::FrameKind::kAbort) == Seqs{0});
   const Sent& abort = f.sent.back();
   CHECK(abort.process == kSenderProcess);
@@ -304,11 +303,11 @@ TEST_CASE("a grant that brings no fragment is sent again after fragment_timeout"
              .partial_timeout = 10s,
              .fragment_timeout = 100ms,
              .partial_check_period = 1ms});
+  const auto started = Clock::now();
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(0, 2000)).ok());
-  f.receiver.Housekeeping();
+  f.receiver.Housekeeping(started);
   CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{0});
-  std::this_thread::sleep_for(150ms);
-  f.receiver.Housekeeping();
+  f.receiver.Housekeeping(Clock::now() + 150ms);
   CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{0, 0});
 }
 
@@ -395,7 +394,7 @@ TEST_CASE("a waiting start whose thread left is given up and its sender told", "
   REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(0, 2000)).ok());  // over the cap: waits
   CHECK(f.sent.empty());
   REQUIRE(f.receive.Leave(kMe));
-  CHECK_FALSE(f.receiver.Housekeeping());
+  CHECK_FALSE(f.receiver.Housekeeping(Clock::now()));
   CHECK(f.SentSeqs(wire::FrameKind::kAbort) == Seqs{0});
 }
 
@@ -406,7 +405,7 @@ TEST_CASE("a sending process that exits takes its messages being received with i
   f.receiver.SenderExited(kSenderProcess, "killed");
   CHECK(f.receiver.reassembly_used() == 0);
   CHECK(f.TryReceive().status().code() == StatusCode::kTryAgain);
-  CHECK_FALSE(f.receiver.Housekeeping());
+  CHECK_FALSE(f.receiver.Housekeeping(Clock::now()));
 }
 
 TEST_CASE("a long message within the process is delivered whole in library memory", "[long]") {

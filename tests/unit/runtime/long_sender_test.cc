@@ -252,8 +252,14 @@ TEST_CASE(
   // The poller heard bells while the sender waited, and stops after.
   CHECK(f.listened == 1);
   CHECK(f.listening == 0);
-  // A late acknowledgement finds no message and changes nothing.
+  // A late acknowledgement finds no message and changes nothing: nothing
+  // is sent, no network is blamed.
+  const size_t taken0 = f.routes[0]->taken.size();
+  const size_t taken1 = f.routes[1]->taken.size();
   f.Answer(wire::FrameKind::kAck, start.seq, 0, 0, kFragment);
+  CHECK(f.routes[0]->taken.size() == taken0);
+  CHECK(f.routes[1]->taken.size() == taken1);
+  CHECK(f.failed_networks.empty());
 }
 
 TEST_CASE("a receiver's abort fails the send with a status that says so", "[long]") {
@@ -315,7 +321,8 @@ TEST_CASE(
   };
   const std::vector<std::byte> data = Pattern(2500);
   REQUIRE(f.Send(data).ok());
-  CHECK(Clock::now() - started >= 375ms);
+  // It kept probing past partial_timeout (each probe answered "waiting").
+  CHECK(answered >= 2);
   CHECK(f.peer.message == data);
 }
 
