@@ -8,10 +8,12 @@
 
 namespace tocl::runtime {
 
-PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver)
+PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver,
+                     Broken broken)
     : process_cap_(process_cap),
       unexpected_bytes_(unexpected_bytes),
-      deliver_(std::move(deliver)) {}
+      deliver_(std::move(deliver)),
+      broken_(std::move(broken)) {}
 
 Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   const PairKey key{slot->header().source, slot->header().destination};
@@ -39,6 +41,7 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
       slot.reset();
       const uint64_t expected = pair.next_seq;
       DropProcess(from_process);
+      if (broken_) broken_(from_process);
       return InvalidArgument(fmt::format(
           "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
           seq, expected, process_cap_));

@@ -41,9 +41,14 @@ class PairOrder {
   // and is returned to the network that brought the frame.
   using Deliver = std::function<Status(Gid from_process, buffers::SlotRef slot)>;
 
+  // Told when a sending process is found broken (its held frames would
+  // exceed process_cap), once its pairs here are dropped.
+  using Broken = std::function<void(Gid from_process)>;
+
   // `unexpected_bytes` (the runtime's, read by other threads for flow
   // control) must outlive this; held frames are added to it.
-  PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver);
+  PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver,
+            Broken broken = {});
   ~PairOrder() { Clear(); }
   PairOrder(const PairOrder&) = delete;
   PairOrder& operator=(const PairOrder&) = delete;
@@ -62,6 +67,8 @@ class PairOrder {
 
   // Drops every held frame (their references, their accounting).
   void Clear();
+  // Drops `from_process`'s pairs and what they hold.
+  void DropProcess(Gid from_process);
 
   // Bytes held for `from_process`'s pairs.
   size_t HeldBytes(Gid from_process) const;
@@ -87,12 +94,11 @@ class PairOrder {
   // Takes a frame out of `pair.held`, with its memory accounting.
   buffers::SlotRef TakeHeld(Gid from_process, Pair& pair,
                             std::map<uint64_t, buffers::SlotRef>::iterator it);
-  // The sending process broke: drops its pairs and what they held.
-  void DropProcess(Gid from_process);
 
   const size_t process_cap_;
   std::atomic<size_t>& unexpected_bytes_;
   const Deliver deliver_;
+  const Broken broken_;
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in pairs_, by source process
   // The last pair looked up (node pointers stay valid until erased).

@@ -72,6 +72,17 @@ class ProgressEngine {
     Release();
     return true;
   }
+  // Drains receive lane `lane` (wire/lanes.h) of every network unless
+  // another thread does: a receiver of that lane polls for itself while
+  // another thread holds the token. Any thread; no token needed.
+  int PollLane(uint32_t lane) {
+    int delivered = 0;
+    for (auto* subsystem : subsystems_) delivered += subsystem->PollLane(lane);
+    return delivered;
+  }
+  // The token holder sleeps in the reactor (AddTokenWaiter wakes it).
+  bool HolderAsleep() const { return holder_sleeping_.load(std::memory_order_seq_cst); }
+
   // Sleeps in the reactor until woken or `deadline` (unless something is
   // already there). A receiver that polls for its own message passes its
   // mailbox and the signal it last saw: a delivery to it since, or during

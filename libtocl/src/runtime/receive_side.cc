@@ -1,6 +1,7 @@
 #include "runtime/receive_side.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cassert>
@@ -12,6 +13,7 @@
 #include "buffers/large_slot.h"
 #include "runtime/internal_threads.h"
 #include "wire/frame.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -135,15 +137,43 @@ void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point
     progress_->Release();
     return;
   }
-  // Someone else polls: sleep on the mailbox; the poller hands over what
-  // wakes us, or the token when it leaves.
-  progress_->AddTokenWaiter(&mailbox);
-  if (progress_->TryAcquire()) {
-    progress_->RemoveTokenWaiter(&mailbox);
+  // Someone else polls. For the spin budget, drain our own lane (the
+  // poller drains the lanes nobody else does, and hands us what came by
+  // other ways), yielding the CPU now and then (a sender or the poller may
+  // need it), and take the token if it comes free; then sleep on the
+  // mailbox. A token waiter is handed the token when the holder lets go; a
+  // holder asleep in the reactor lets go at once (while it sleeps our
+  // senders would ring its bell for every message).
+  const uint32_t lane = wire::LaneOf(mailbox.gid());
+  bool waiting_for_token = false;
+  auto poll_with_token = [&] {
+    if (waiting_for_token) progress_->RemoveTokenWaiter(&mailbox);
     PollFor(mailbox, seen, poll_deadline);
     progress_->Release();
-    return;
+  };
+  Clock::time_point spin_until = Clock::time_point::min();
+  for (uint32_t round = 1; spin_.count() != 0; ++round) {
+    if (!waiting_for_token && progress_->HolderAsleep()) {
+      progress_->AddTokenWaiter(&mailbox);
+      waiting_for_token = true;
+    }
+    if (progress_->TryAcquire()) return poll_with_token();
+    progress_->PollLane(lane);
+    if (mailbox.signal() != seen || shutting_down_.load(std::memory_order_relaxed)) {
+      if (waiting_for_token) progress_->RemoveTokenWaiter(&mailbox);
+      return;
+    }
+    if (round % 4 == 0) sched_yield();
+    if (round % 64 != 0) continue;
+    const auto now = Clock::now();
+    if (spin_until == Clock::time_point::min()) spin_until = std::min(now + spin_, wait_deadline);
+    if (now >= spin_until) break;
   }
+  if (!waiting_for_token) {
+    progress_->AddTokenWaiter(&mailbox);
+    waiting_for_token = true;
+  }
+  if (progress_->TryAcquire()) return poll_with_token();
   mailbox.Wait(seen, wait_deadline);
   progress_->RemoveTokenWaiter(&mailbox);
 }

@@ -53,10 +53,10 @@ Runtime::Impl::Impl(RuntimeOptions opts)
                 [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
                   return SendLong(from, to, tag, payload);
                 }),
-      pair_order(options.unexpected_cap / 2, receive.unexpected_bytes(),
-                 [this](Gid from_process, buffers::SlotRef slot) {
-                   return DeliverInOrder(from_process, std::move(slot));
-                 }),
+      lanes(options.unexpected_cap / 2, receive.unexpected_bytes(),
+            [this](Gid from_process, buffers::SlotRef slot) {
+              return DeliverInOrder(from_process, std::move(slot));
+            }),
       long_receiver(
           runtime::LongReceiver::Limits{
               .reassembly_cap = options.reassembly_cap,
@@ -76,7 +76,7 @@ Runtime::Impl::~Impl() {
   // Held buffers go back to their pools before the subsystems (and their
   // pools) go: the peers' queued sends (`routes`, a member after `rails`),
   // and held frames and mailboxes here.
-  pair_order.Clear();
+  lanes.Clear();
   long_receiver.Clear();
   receive.LeaveAll();
 }
@@ -151,6 +151,7 @@ Status Runtime::Impl::Open() {
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = queue_events.RetryWaiting();
+    lanes.DropBroken();
     return long_receiver.Housekeeping(std::chrono::steady_clock::now()) || queued;
   });
   receive.AttachProgress(*progress);
@@ -251,12 +252,24 @@ bool RailSink::Congested() const {
   return impl_.Congested();
 }
 
+bool RailSink::TryEnterLane(uint32_t lane) {
+  return impl_.lanes.TryEnter(lane);
+}
+
+void RailSink::EnterLane(uint32_t lane) {
+  impl_.lanes.Enter(lane);
+}
+
+void RailSink::LeaveLane(uint32_t lane) {
+  impl_.lanes.Leave(lane);
+}
+
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
   rails[rail]->CountReceived(wire::kHeaderBytes + slot->header().length);
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
-      return pair_order.OnOrdered(from_process, std::move(slot));
+      return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));
     default: {
@@ -314,7 +327,7 @@ void LongReceiverEvents::SendControl(Gid process, int network, const wire::Heade
 }
 
 Status LongReceiverEvents::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
-  return impl_.pair_order.Skip(from_process, key);
+  return impl_.lanes.Skip(from_process, key);
 }
 
 void LongReceiverEvents::HousekeepingDue(bool wake) {

@@ -14,7 +14,7 @@
 //            (frames that wait are retried by the poller: QueueEvents)
 //   Send (long) ──> LongSender (long_sender.h): fragments over every Rail that reaches
 //                   the peer (fragment_scheduler.h), posted through its SendQueue
-//   Rail's Subsystem ──> RailSink ──> OnFrame ──> PairOrder (pair_order.h) ──> ReceiveSide
+//   Rail's Subsystem ──> RailSink ──> OnFrame ──> ReceiveLanes (receive_lanes.h) ──> ReceiveSide
 //                                       │          └─ long starts ──> LongReceiver
 //                                       ├──> fragments, a sender's control ──> LongReceiver
 //                                       │    (long_receiver.h)
@@ -58,11 +58,11 @@
 #include "runtime/long_receiver.h"
 #include "runtime/long_sender.h"
 #include "runtime/mailbox.h"
-#include "runtime/pair_order.h"
 #include "runtime/peer_routes.h"
 #include "runtime/progress_engine.h"
 #include "runtime/queue_events.h"
 #include "runtime/rails.h"
+#include "runtime/receive_lanes.h"
 #include "runtime/receive_side.h"
 #include "runtime/runtime_options.h"
 #include "runtime/send_queue.h"
@@ -85,6 +85,9 @@ class RailSink final : public subsystem::Sink {
   RailSink(Runtime::Impl& impl, int rail) : impl_(impl), rail_(rail) {}
   Status OnMessage(Gid from_process, buffers::SlotRef slot) override;
   bool Congested() const override;
+  bool TryEnterLane(uint32_t lane) override;
+  void EnterLane(uint32_t lane) override;
+  void LeaveLane(uint32_t lane) override;
 
  private:
   Runtime::Impl& impl_;
@@ -186,9 +189,10 @@ struct Runtime::Impl final {
   // Checks of a send, the way of a short message (send_side.h).
   runtime::SendSide send_side;
 
-  // Receive order per (source thread, destination thread) pair: the
-  // polling thread's (OnFrame, long_receiver's skips).
-  runtime::PairOrder pair_order;
+  // Receive order per (source thread, destination thread) pair, in the
+  // lanes of the receiving threads (OnFrame, long_receiver's skips); the
+  // lanes' locks are the subsystems' (RailSink).
+  runtime::ReceiveLanes lanes;
 
   // Long messages being received (the poller's) and sent (by their sending
   // threads); each after the events it holds, and after `receive`.

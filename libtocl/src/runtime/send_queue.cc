@@ -7,6 +7,7 @@
 
 #include "buffers/size_class.h"
 #include "core/logger.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -128,14 +129,21 @@ Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int route) {
   return status;
 }
 
-bool SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
-  if (!FlushAndCheckReady() || !queue_.empty()) return false;
+Status SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
+  if (!FlushAndCheckReady() || !queue_.empty()) {
+    return Status(StatusCode::kFailedPrecondition, "frames wait");
+  }
   uint64_t& seq = SeqOf(from, to);
   const wire::Header header =
       wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  if (!rails_[default_route_].PostCopy(header, payload).ok()) return false;
-  ++seq;
-  return true;
+  // On the receiving thread's lane where the route has lanes; a full lane
+  // is the receiver's back-pressure, as a full ring is.
+  Status status = rails_[default_route_].PostLane(wire::LaneOf(to), header, payload);
+  if (status.code() == StatusCode::kUnimplemented) {
+    status = rails_[default_route_].PostCopy(header, payload);
+  }
+  if (status.ok()) ++seq;
+  return status;
 }
 
 Result<buffers::SlotRef> SendQueue::HeaderFrame(int route, const wire::Header& header) {

@@ -90,6 +90,11 @@ struct PeerRail {
     if (status.ok()) Count(header.length);
     return status;
   }
+  Status PostLane(uint32_t lane, const wire::Header& header, std::span<const std::byte> payload) {
+    Status status = route->PostLane(lane, header, payload);
+    if (status.ok()) Count(header.length);
+    return status;
+  }
 
  private:
   void Count(uint32_t payload_bytes) {
@@ -169,10 +174,14 @@ class SendQueue {
   // number is not used.
   Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route);
   // A short message copied straight from `payload` on the default route
-  // (shm: into the buffer the receiver provided), numbered like Post. False
-  // (nothing sent, no number used) when frames wait or the route cannot
-  // take it now: the caller posts it through a pool buffer instead.
-  bool PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload);
+  // (shm: onto the receiving thread's lane, or into the buffer the
+  // receiver provided), numbered like Post. Not Ok: nothing sent, no number
+  // used; TryAgain when the route has no room now (worth a retry after
+  // progress), another error when frames wait or the route cannot take it:
+  // the caller posts it through a pool buffer instead.
+  Status PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload);
+  // Lets the runtime make progress (mu() not held), as AwaitRoom does.
+  void AwaitProgress() { events_.AwaitProgress(); }
   // A header-only frame made from `header` in the pool of `route`'s
   // network (ResourceExhausted at the pool's cap).
   Result<buffers::SlotRef> HeaderFrame(int route, const wire::Header& header);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <thread>
 
 #include "buffers/size_class.h"
 
@@ -10,6 +11,10 @@ namespace tocl::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Rounds of progress and yielding a copying send waits for room in a full
+// ring or lane before it takes the queue's way.
+constexpr int kFullRounds = 256;
 
 // A buffer of `pool`'s class `class_index` holding a copy of `payload`
 // (its length in the header), waited for at the pool's cap until `deadline`.
@@ -91,9 +96,21 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   if (rails_.post_copy() && to.process() != process_) {
     TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
     SendQueue& peer = *destination;
-    std::lock_guard lock(peer.mu());
-    TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
-    if (peer.PostCopy(from, to, tag, payload)) return Status::Ok();
+    // A full ring or lane is the receiver's back-pressure: wait a little
+    // for room (making progress meanwhile) before the slower way, whose
+    // frames would overtake what waits on the lane.
+    for (int round = 0;; ++round) {
+      Status posted;
+      {
+        std::lock_guard lock(peer.mu());
+        TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
+        posted = peer.PostCopy(from, to, tag, payload);
+      }
+      if (posted.ok()) return Status::Ok();
+      if (posted.code() != StatusCode::kTryAgain || round == kFullRounds) break;
+      peer.AwaitProgress();
+      std::this_thread::yield();
+    }
   }
   TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
                                                             payload, Clock::time_point::max()));

@@ -55,6 +55,16 @@ class Sink {
   // Whether the receive side wants no more unexpected messages now
   // (flow control: subsystems stop providing buffers / reading sockets).
   virtual bool Congested() const = 0;
+
+  // Receive lanes (wire/lanes.h): a subsystem drains a lane's own arrivals
+  // (Subsystem::PollLane, and its Poll) only while it holds that lane, and
+  // every frame it then hands to OnMessage is a short message for a thread
+  // of that lane. TryEnterLane does not wait (another thread drains the
+  // lane: nothing to do); EnterLane does (closing a channel). A holder
+  // enters no other lane.
+  virtual bool TryEnterLane(uint32_t lane) = 0;
+  virtual void EnterLane(uint32_t lane) = 0;
+  virtual void LeaveLane(uint32_t lane) = 0;
 };
 
 // The way to one remote process.
@@ -82,6 +92,18 @@ class Route {
   // pool buffer on the sending side). Unimplemented if the subsystem has no
   // such path (the runtime then copies into a pool buffer and Posts).
   virtual Status PostCopy(const wire::Header& header, std::span<const std::byte> payload) = 0;
+  // A short message for a thread of receive lane `lane` (wire/lanes.h),
+  // copied from `header` and `payload` onto that lane's own way to the peer
+  // (shm: the lane's ring). Unlike the other methods, one thread at a time
+  // per lane, not per route: the caller holds its lock of that lane, and
+  // other lanes and the other methods may run at once. Unimplemented when
+  // the route has no lanes or the frame does not fit one (post it the
+  // other way); TryAgain when the lane is full; Unavailable when the route
+  // is broken. Nothing is taken unless Ok.
+  virtual Status PostLane(uint32_t /*lane*/, const wire::Header& /*header*/,
+                          std::span<const std::byte> /*payload*/) {
+    return Status(StatusCode::kUnimplemented, "no receive lanes");
+  }
   // Nothing posted is still waiting for the network (for a flushing Shutdown).
   virtual bool Drained() const = 0;
   // The route is broken for good (peer died, connection lost).
@@ -106,6 +128,12 @@ class Subsystem {
   // re-providing receive buffers, resuming reads paused by congestion).
   // Returns the number of messages handed to the sink.
   virtual int Poll() = 0;
+  // Drains what arrived on receive lane `lane` (wire/lanes.h) if another
+  // thread is not doing so already: from any thread of the process (a
+  // receiver of that lane polls for itself while another thread holds the
+  // poll token), also during Poll, and safely after Close (nothing).
+  // Returns the number of messages handed to the sink.
+  virtual int PollLane(uint32_t /*lane*/) { return 0; }
   // Whether the polling thread must look at the reactor every round: this
   // subsystem has fds whose events only the reactor reports now (a via VI,
   // a tcp connection connecting, waiting for its handshake answer or for

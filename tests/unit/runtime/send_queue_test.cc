@@ -229,16 +229,17 @@ TEST_CASE("PostCopy sends from the caller's memory at once, but never past frame
   Fixture f;
   FakeRoute& route = f.AddRoute(0, FakeRoute::Mode::kAccept, /*copies=*/true);
   const std::vector<std::byte> payload(kPayload, std::byte{1});
-  CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload));
+  CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload).ok());
   CHECK(route.taken.back().length == kPayload);
   CHECK(f.queue.rails()[0].frames_sent == 1);
   CHECK(f.queue.rails()[0].bytes_sent == kFrameBytes);
 
   route.mode = FakeRoute::Mode::kTryAgain;
-  CHECK_FALSE(f.queue.PostCopy(kAlice, kCarol, 7, payload));  // no number used
-  (void)f.Post(kAlice, kCarol);                               // queued
+  // No room: worth a retry (TryAgain), no number used.
+  CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload).code() == StatusCode::kTryAgain);
+  (void)f.Post(kAlice, kCarol);  // queued
   route.mode = FakeRoute::Mode::kAccept;
-  CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload));  // after the queued one
+  CHECK(f.queue.PostCopy(kAlice, kCarol, 7, payload).ok());  // after the queued one
   CHECK(route.Seqs() == Seqs{0, 1, 2});
   CHECK(f.queue.rails()[0].frames_sent == 3);
 }

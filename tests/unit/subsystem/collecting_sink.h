@@ -14,6 +14,7 @@
 #include "buffers/buffer_slot.h"
 #include "subsystem/subsystem.h"
 #include "wire/frame.h"
+#include "wire/lanes.h"
 
 namespace tocl::subsystem::testing {
 
@@ -41,6 +42,9 @@ class CollectingSink final : public Sink {
     return Status::Ok();
   }
   bool Congested() const override { return congested.load(); }
+  bool TryEnterLane(uint32_t lane) override { return lanes_[lane].try_lock(); }
+  void EnterLane(uint32_t lane) override { lanes_[lane].lock(); }
+  void LeaveLane(uint32_t lane) override { lanes_[lane].unlock(); }
 
   size_t size() const {
     std::lock_guard lock(mu_);
@@ -64,6 +68,7 @@ class CollectingSink final : public Sink {
  private:
   mutable std::mutex mu_;
   std::vector<Arrival> arrivals_;
+  std::mutex lanes_[wire::kReceiveLanes];
 };
 
 }  // namespace tocl::subsystem::testing

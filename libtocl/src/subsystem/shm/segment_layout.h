@@ -1,10 +1,17 @@
 // The layout of a process's shared-memory segment (/dev/shm/tocl.PID.START.N.seg).
 //
 // The owner (the receiver) creates it; any process on the same host that
-// sends to the owner maps it and claims one Channel. A channel is a pair of
+// sends to the owner maps it and claims one Channel. A channel is a set of
 // single-producer single-consumer rings:
-//   - arrivals: the frames of that sender (sender produces, owner
-//     consumes), in the order they were sent. A small frame (up to
+//   - lanes[k]: the short messages (inline frames, below) of that sender
+//     for the owner's threads of receive lane k (wire/lanes.h), in the
+//     order they were sent. The holder of the owner's lane k drains them
+//     (its own receiver, or the owner's poller); the sender posts to a lane
+//     under that lane's lock only, so its threads sending to different
+//     lanes do not wait on each other;
+//   - arrivals: the sender's other frames (long-message starts, control
+//     frames, messages in provided buffers), in the order they were sent,
+//     drained by the owner's poller. A small frame (up to
 //     kInlineFrameBytes, header included) travels in the ring entry: the owner
 //     finds it by looking at the entry (its `seq`), in the cache lines the
 //     sender just wrote, as UCX's mm transport does. A bigger one is in a
@@ -15,6 +22,10 @@
 // the owner's shm buffer pool. A big message therefore costs one copy, into
 // memory the receiver hands to the application as it is; a small one two
 // (the second, into the owner's pool, touches only its own cache).
+//
+// A pair's frames on a lane and on the arrivals ring may come out in either
+// order: the wire header's per-pair sequence numbers restore it
+// (runtime/pair_order.h).
 //
 //   [SegmentHeader 4 KiB][Channel x kMaxChannels][data region (pool slabs)]
 //
@@ -27,13 +38,15 @@
 #include <cstdint>
 
 #include "buffers/size_class.h"
+#include "wire/lanes.h"
 
 namespace tocl::subsystem::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31564D4853'4C434FULL;  // "OCLSHMV1"-ish
-inline constexpr uint32_t kSegmentVersion = 2;
+inline constexpr uint32_t kSegmentVersion = 3;
 inline constexpr uint32_t kMaxChannels = 64;
 inline constexpr uint32_t kArrivalSlots = 512;
+inline constexpr uint32_t kLaneSlots = 256;  // per lane and channel
 inline constexpr uint32_t kProvideSlots = 128;
 inline constexpr size_t kPathBytes = 96;
 
@@ -90,6 +103,8 @@ struct alignas(64) Channel {
   uint64_t sender_start = 0;  // /proc starttime, against pid reuse
   char sender_segment[kPathBytes] = {};
   Ring<kArrivalSlots, ArrivalEntry> arrivals;
+  // Inline entries only (kind kInline).
+  Ring<kLaneSlots, ArrivalEntry> lanes[wire::kReceiveLanes];
   Ring<kProvideSlots> provides[buffers::kMaxClasses];
 };
 

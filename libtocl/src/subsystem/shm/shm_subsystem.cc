@@ -11,6 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -139,6 +141,10 @@ void RingBell(int bell_fd) {
   [[maybe_unused]] ssize_t n = send(bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+// Why frames wait in a ring (a drain stopped before them): nothing, our
+// receivers are congested, or our pool has no buffer for the next one.
+enum class Stall : uint32_t { kNone, kCongested, kNoBuffer };
+
 // Carves pool slabs out of our segment's data region.
 class SegmentSlabMemory final : public buffers::SlabMemory {
  public:
@@ -209,8 +215,45 @@ class ShmRoute final : public Route {
     return Status::Ok();
   }
 
+  Status PostLane(uint32_t lane, const wire::Header& header,
+                  std::span<const std::byte> payload) override {
+    const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + payload.size());
+    if (lane >= wire::kReceiveLanes || length > kInlineFrameBytes) {
+      return Status(StatusCode::kUnimplemented, "not a frame for a lane");
+    }
+    if (broken_.load(std::memory_order_relaxed)) {
+      return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
+    }
+    // A channel not ready (yet, or any more): the arrivals ring's way
+    // finds out why, under the route's lock.
+    if (channel_.state.load(std::memory_order_acquire) !=
+        static_cast<uint32_t>(ChannelState::kReady)) {
+      return Status(StatusCode::kTryAgain, "channel not ready");
+    }
+    auto& ring = channel_.lanes[lane];
+    uint32_t& head_cache = lane_head_cache_[lane].value;
+    const uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+    if (tail - head_cache >= ring.kSize) {
+      head_cache = ring.head.value.load(std::memory_order_acquire);
+      if (tail - head_cache >= ring.kSize) {
+        return Status(StatusCode::kTryAgain, "lane full");  // short: no allocation
+      }
+    }
+    ArrivalEntry& entry = ring.entries[tail % ring.kSize];
+    wire::EncodeHeader(header, entry.frame);
+    if (!payload.empty())
+      std::memcpy(entry.frame + wire::kHeaderBytes, payload.data(), payload.size());
+    entry.kind = ArrivalEntry::kInline;
+    entry.desc = Descriptor{0, length, 0};
+    entry.seq.store(tail + 1, std::memory_order_release);
+    ring.tail.value.store(tail + 1,
+                          std::memory_order_seq_cst);  // Dekker with `sleeping`, as Publish
+    WakeOwner();
+    return Status::Ok();
+  }
+
   bool Drained() const override { return true; }  // a frame is done when Post returns
-  bool Broken() const override { return broken_; }
+  bool Broken() const override { return broken_.load(std::memory_order_relaxed); }
   // Wakes the owner however it sleeps (bell or futex), e.g. to adopt a
   // channel just claimed.
   void WakeOwnerNow() { WakeOwner(); }
@@ -222,7 +265,9 @@ class ShmRoute final : public Route {
   // `desc` says what Publish will announce, `target` where the frame goes:
   // the next arrival entry itself, or the provided buffer `desc` names.
   Status Reserve(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
-    if (broken_) return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
+    if (broken_.load(std::memory_order_relaxed)) {
+      return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
+    }
     auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
     if (state != ChannelState::kReady) {
       if (state != ChannelState::kClaimed || !OwnerAliveThrottled()) {
@@ -247,13 +292,15 @@ class ShmRoute final : public Route {
                                          length, peer_.ToString()));
     }
     if (PopProvided(class_index, length, desc, target)) return Status::Ok();
-    if (broken_) return Fail("provided a buffer outside its segment");
+    if (broken_.load(std::memory_order_relaxed))
+      return Fail("provided a buffer outside its segment");
     // None: ask the owner to ring our bell when it provides more, then look
     // once more (it may have provided between our look and the flag; it
     // stores its ring's tail and then loads the flag, both seq_cst).
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
     if (PopProvided(class_index, length, desc, target)) return Status::Ok();
-    if (broken_) return Fail("provided a buffer outside its segment");
+    if (broken_.load(std::memory_order_relaxed))
+      return Fail("provided a buffer outside its segment");
     return Stall();
   }
 
@@ -271,7 +318,7 @@ class ShmRoute final : public Route {
       desc = ring.entries[head % ring.kSize];
       ring.head.value.store(head + 1, std::memory_order_release);
       if (desc.offset + buffers::ClassBytes(c) > data_bytes_ || length > buffers::ClassBytes(c)) {
-        broken_ = true;
+        broken_.store(true, std::memory_order_relaxed);
         return false;
       }
       desc.length = length;
@@ -323,7 +370,9 @@ class ShmRoute final : public Route {
   Status Stall() {
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
     if (!OwnerAliveThrottled()) return Fail("exited");
-    return Status(StatusCode::kTryAgain, "no receive buffer provided");
+    // A message short enough for the string's own buffer: this is the
+    // stream's every-message path while the receiver is behind.
+    return Status(StatusCode::kTryAgain, "no room yet");
   }
 
   bool OwnerAliveThrottled() {
@@ -332,7 +381,7 @@ class ShmRoute final : public Route {
   }
 
   Status Fail(std::string_view why) {
-    broken_ = true;
+    broken_.store(true, std::memory_order_relaxed);
     return Unavailable(fmt::format("process {} {}", peer_.ToString(), why));
   }
 
@@ -346,11 +395,16 @@ class ShmRoute final : public Route {
   std::byte* data_;
   uint64_t data_bytes_;
   // Consumer/producer caches: only this side writes them (under the
-  // runtime's per-destination lock).
+  // runtime's per-destination lock; a lane's under that lane's lock).
   uint32_t arrival_head_cache_ = 0;
   uint32_t provide_tail_cache_[buffers::kMaxClasses] = {};
+  struct alignas(64) LaneCache {
+    uint32_t value = 0;
+  };
+  LaneCache lane_head_cache_[wire::kReceiveLanes];
   uint64_t stalls_ = 0;
-  bool broken_ = false;
+  // Set by the route's lock holder, read by lane posters too.
+  std::atomic<bool> broken_{false};
 };
 
 class ShmSubsystemImpl final : public Subsystem, public FdHandler {
@@ -440,10 +494,34 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     int delivered = 0;
     for (auto& in : inbound_) {
       if (in.index == kNone) continue;
+      if (lanes_[in.index].broken.load(std::memory_order_acquire)) {
+        ProtocolError(in, "a bad frame on a receive lane (logged above)");
+        continue;
+      }
       delivered += Drain(in);
+    }
+    // One look at every lane of every channel, then a drain of those with
+    // something (the poller's every round: it must stay short).
+    uint32_t waiting = 0;  // bit k: lane k has arrivals
+    for (uint64_t channels = lane_channels_.load(std::memory_order_acquire); channels != 0;
+         channels &= channels - 1) {
+      waiting |= LanesWithArrivals(static_cast<uint32_t>(std::countr_zero(channels)));
+    }
+    for (; waiting != 0; waiting &= waiting - 1) {
+      delivered += DrainLaneIfFree(static_cast<uint32_t>(std::countr_zero(waiting)));
     }
     if (!topup_.empty() && !sink_.Congested()) TopUpAll();
     return delivered;
+  }
+
+  int PollLane(uint32_t lane) override {
+    if (lane >= wire::kReceiveLanes) return 0;
+    for (uint64_t channels = lane_channels_.load(std::memory_order_acquire); channels != 0;
+         channels &= channels - 1) {
+      const uint32_t i = static_cast<uint32_t>(std::countr_zero(channels));
+      if ((LanesWithArrivals(i) & (1u << lane)) != 0) return DrainLaneIfFree(lane);
+    }
+    return 0;
   }
 
   bool PrepareToSleep() override { return AnnounceSleep(kInEpoll); }
@@ -481,10 +559,26 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       // Frames left waiting while congested: receiving below the cap wakes
       // us (Sink::Congested's contract), not the sender.
       // Frames left waiting for a buffer: the pool's release hook wakes us.
-      if (in.stall == Inbound::Stall::kCongested && sink_.Congested()) continue;
-      if (in.stall == Inbound::Stall::kNoBuffer) continue;
+      if (in.stall == Stall::kCongested && sink_.Congested()) continue;
+      if (in.stall == Stall::kNoBuffer) continue;
       Channel& channel = mapping_.channel(in.index);
       if (channel.arrivals.tail.value.load(std::memory_order_seq_cst) != in.head) return false;
+    }
+    // A lane's frames wait for its holder, who may be about to stop
+    // polling: sleep only when a stall's own wake-up is due (as above).
+    for (uint64_t channels = lane_channels_.load(std::memory_order_seq_cst); channels != 0;
+         channels &= channels - 1) {
+      const uint32_t i = static_cast<uint32_t>(std::countr_zero(channels));
+      for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+        if (mapping_.channel(i).lanes[lane].tail.value.load(std::memory_order_seq_cst) ==
+            lanes_[i].head[lane].load(std::memory_order_seq_cst)) {
+          continue;
+        }
+        const Stall stall = lanes_[i].stall[lane].load(std::memory_order_relaxed);
+        if (stall == Stall::kCongested && sink_.Congested()) continue;
+        if (stall == Stall::kNoBuffer) continue;
+        return false;
+      }
     }
     return true;
   }
@@ -509,7 +603,18 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         // What it published before it went is delivered (once there is
         // memory for it: a stalled channel is released later).
         Drain(in);
-        if (in.index != kNone && in.stall == Inbound::Stall::kNone) {
+        if (in.index == kNone) continue;  // closed for a protocol error
+        bool lanes_stalled = false;
+        for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+          sink_.EnterLane(lane);
+          DrainLane(in.index, lane);
+          lanes_stalled = lanes_stalled || lanes_[in.index].stall[lane].load(
+                                               std::memory_order_relaxed) != Stall::kNone;
+          sink_.LeaveLane(lane);
+        }
+        if (lanes_[in.index].broken.load(std::memory_order_acquire)) {
+          ProtocolError(in, "a bad frame on a receive lane (logged above)");
+        } else if (in.stall == Stall::kNone && !lanes_stalled) {
           Release(in, /*free_channel=*/true);
         }
       }
@@ -519,6 +624,12 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
   void Close() override {
     if (closed_) return;
     closed_ = true;
+    // No lane drain is running or starts once every lane was entered.
+    closing_.store(true, std::memory_order_seq_cst);
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      sink_.EnterLane(lane);
+      sink_.LeaveLane(lane);
+    }
     for (uint32_t i = 0; i < kMaxChannels; ++i) {
       mapping_.channel(i).state.store(static_cast<uint32_t>(ChannelState::kClosed),
                                       std::memory_order_release);
@@ -548,9 +659,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     int sender_bell = -1;
     uint32_t head = 0;  // our copy of the arrival ring's head
     uint32_t provided[buffers::kMaxClasses] = {};
-    // Why frames wait in the ring (Drain stopped before them): nothing, our
-    // receivers are congested, or our pool has no buffer for the next one.
-    enum class Stall { kNone, kCongested, kNoBuffer } stall = Stall::kNone;
+    Stall stall = Stall::kNone;
     bool took_provided = false;  // since the last TopUp
   };
 
@@ -585,6 +694,9 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         *slot = in;
       }
       TopUp(*slot);
+      // Its lanes are empty (a new segment, or Release reset them).
+      lanes_[i].sender.store(in.sender.raw(), std::memory_order_release);
+      lane_channels_.fetch_or(uint64_t{1} << i, std::memory_order_seq_cst);
       channel.state.store(static_cast<uint32_t>(ChannelState::kReady), std::memory_order_release);
       RingBell(slot->sender_bell);
     }
@@ -602,29 +714,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     const Descriptor desc = entry.desc;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     length = desc.length;
-    if (kind == ArrivalEntry::kInline) {
-      if (length < wire::kHeaderBytes || length > kInlineFrameBytes) {
-        error = InvalidArgument(fmt::format("an inline frame of {} bytes", length));
-        return nullptr;
-      }
-      if (sink_.Congested()) {
-        in.stall = Inbound::Stall::kCongested;
-        return nullptr;
-      }
-      const uint32_t class_index = buffers::ClassFor(length - wire::kHeaderBytes);
-      detail::BufferSlot* slot = pool_.TryGet(class_index);
-      if (slot == nullptr) {
-        // Ask to be woken by the next release, then look once more.
-        pool_.WantRelease();
-        slot = pool_.TryGet(class_index);
-      }
-      if (slot == nullptr) {
-        in.stall = Inbound::Stall::kNoBuffer;
-        return nullptr;
-      }
-      std::memcpy(slot->bytes, entry.frame, length);
-      return slot;
-    }
+    if (kind == ArrivalEntry::kInline) return TakeInline(entry, length, in.stall, error);
     if (kind != ArrivalEntry::kDescribed) {
       error = InvalidArgument(fmt::format("an arrival of unknown kind {}", kind));
       return nullptr;
@@ -642,6 +732,50 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     return slot;
   }
 
+  // The inline frame of `entry` (`length` bytes as the entry says, read
+  // once) copied into a buffer of our pool; nullptr with `error` ok when it
+  // must wait (`stall` says why).
+  detail::BufferSlot* TakeInline(const ArrivalEntry& entry, uint32_t length, Stall& stall,
+                                 Status& error) {
+    if (length < wire::kHeaderBytes || length > kInlineFrameBytes) {
+      error = InvalidArgument(fmt::format("an inline frame of {} bytes", length));
+      return nullptr;
+    }
+    if (sink_.Congested()) {
+      stall = Stall::kCongested;
+      return nullptr;
+    }
+    const uint32_t class_index = buffers::ClassFor(length - wire::kHeaderBytes);
+    detail::BufferSlot* slot = pool_.TryGet(class_index);
+    if (slot == nullptr) {
+      // Ask to be woken by the next release, then look once more.
+      pool_.WantRelease();
+      slot = pool_.TryGet(class_index);
+    }
+    if (slot == nullptr) {
+      stall = Stall::kNoBuffer;
+      return nullptr;
+    }
+    std::memcpy(slot->bytes, entry.frame, length);
+    return slot;
+  }
+
+  // The checks of a frame taken from a channel of `sender`: a valid header
+  // that matches the entry's length, from that sender to us.
+  Status ValidateFrame(Gid sender, detail::BufferSlot& slot, uint32_t length) const {
+    const wire::Header& header = slot.header();
+    TOCL_RETURN_IF_ERROR(wire::ValidateHeader(header, limits_));
+    if (length != wire::kHeaderBytes + header.length ||
+        length > buffers::ClassBytes(slot.class_index)) {
+      return InvalidArgument("frame length does not match its descriptor");
+    }
+    if (header.kind == wire::FrameKind::kHello || Gid::FromRaw(header.source).process() != sender ||
+        Gid::FromRaw(header.destination).process() != options_.self_process) {
+      return InvalidArgument("a frame with a foreign source or destination");
+    }
+    return Status::Ok();
+  }
+
   // `in` waits for memory (congestion, our pool at its cap): the next
   // polls look at it again.
   void NoteShort(Inbound& in) {
@@ -655,7 +789,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     auto& arrivals = channel.arrivals;
     int delivered = 0;
     uint32_t head = in.head;
-    in.stall = Inbound::Stall::kNone;
+    in.stall = Stall::kNone;
     for (;; ++head) {
       ArrivalEntry& entry = arrivals.entries[head % arrivals.kSize];
       if (entry.seq.load(std::memory_order_acquire) != head + 1) break;
@@ -669,17 +803,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         ProtocolError(in, valid.message());
         return delivered;
       }
-      const wire::Header& header = slot->header();
-      valid = wire::ValidateHeader(header, limits_);
-      if (valid.ok() && (length != wire::kHeaderBytes + header.length ||
-                         length > buffers::ClassBytes(slot->class_index))) {
-        valid = InvalidArgument("frame length does not match its descriptor");
-      }
-      if (valid.ok() && (header.kind == wire::FrameKind::kHello ||
-                         Gid::FromRaw(header.source).process() != in.sender ||
-                         Gid::FromRaw(header.destination).process() != options_.self_process)) {
-        valid = InvalidArgument("a frame with a foreign source or destination");
-      }
+      valid = ValidateFrame(in.sender, *slot, length);
       if (!valid.ok()) {
         pool_.Unref(slot);
         arrivals.head.value.store(head + 1, std::memory_order_release);
@@ -696,7 +820,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       }
     }
     if (head == in.head) {
-      if (in.stall != Inbound::Stall::kNone) NoteShort(in);
+      if (in.stall != Stall::kNone) NoteShort(in);
       return 0;
     }
     in.head = head;
@@ -709,6 +833,116 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       TopUp(in);
     }
     return delivered;
+  }
+
+  // Lane `lane` of channel `i`: what its sender posted for our threads of
+  // that lane, delivered in order. By the holder of the lane only.
+  int DrainLane(uint32_t i, uint32_t lane) {
+    ChannelLanes& channel_lanes = lanes_[i];
+    const uint64_t sender_raw = channel_lanes.sender.load(std::memory_order_acquire);
+    if (sender_raw == 0 || channel_lanes.broken.load(std::memory_order_relaxed)) return 0;
+    const Gid sender = Gid::FromRaw(sender_raw);
+    auto& ring = mapping_.channel(i).lanes[lane];
+    const uint32_t first = channel_lanes.head[lane].load(std::memory_order_relaxed);
+    uint32_t head = first;
+    Stall stall = Stall::kNone;
+    int delivered = 0;
+    for (;; ++head) {
+      ArrivalEntry& entry = ring.entries[head % ring.kSize];
+      if (entry.seq.load(std::memory_order_acquire) != head + 1) break;
+      // The sender can still write the entry: read what is checked once.
+      const uint32_t kind = entry.kind;
+      const uint32_t length = entry.desc.length;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      Status error;
+      detail::BufferSlot* slot = nullptr;
+      if (kind != ArrivalEntry::kInline) {
+        error = InvalidArgument("a described frame on a receive lane");
+      } else {
+        slot = TakeInline(entry, length, stall, error);
+        if (slot == nullptr && error.ok()) break;  // waits in the ring: nothing is lost
+      }
+      if (slot != nullptr) {
+        error = ValidateFrame(sender, *slot, length);
+        const wire::Header& header = slot->header();
+        if (error.ok() && (header.kind != wire::FrameKind::kMessage ||
+                           wire::LaneOf(Gid::FromRaw(header.destination)) != lane)) {
+          error = InvalidArgument(fmt::format("a frame for another receive lane on lane {}", lane));
+        }
+        if (error.ok()) {
+          ++delivered;
+          error = sink_.OnMessage(sender, buffers::SlotRef(slot));
+        } else {
+          pool_.Unref(slot);
+        }
+      }
+      if (!error.ok()) {
+        // The poller closes the channel (it owns the channel's state).
+        Log().warn("tocl shm: a bad frame from {} on receive lane {}: {}", sender.ToString(), lane,
+                   error.message());
+        channel_lanes.broken.store(true, std::memory_order_release);
+        reactor_.Wake();
+        ++head;
+        break;
+      }
+    }
+    channel_lanes.stall[lane].store(stall, std::memory_order_relaxed);
+    if (head != first) {
+      channel_lanes.head[lane].store(head, std::memory_order_relaxed);
+      ring.head.value.store(head, std::memory_order_release);
+    }
+    return delivered;
+  }
+
+  // The lanes of channel `i` where a frame waits (bit k: lane k): a look at
+  // their next entries only, the sender's cache lines a drain reads anyway.
+  uint32_t LanesWithArrivals(uint32_t i) const {
+    const Channel& channel = mapping_.channel(i);
+    const ChannelLanes& channel_lanes = lanes_[i];
+    uint32_t waiting = 0;
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      const uint32_t head = channel_lanes.head[lane].load(std::memory_order_relaxed);
+      const auto& ring = channel.lanes[lane];
+      if (ring.entries[head % ring.kSize].seq.load(std::memory_order_relaxed) == head + 1) {
+        waiting |= 1u << lane;
+      }
+    }
+    return waiting;
+  }
+
+  // Drains lane `lane` of every channel unless another thread does.
+  int DrainLaneIfFree(uint32_t lane) {
+    if (closing_.load(std::memory_order_acquire) || !sink_.TryEnterLane(lane)) return 0;
+    int delivered = 0;
+    if (!closing_.load(std::memory_order_acquire)) {
+      for (uint64_t channels = lane_channels_.load(std::memory_order_acquire); channels != 0;
+           channels &= channels - 1) {
+        delivered += DrainLane(static_cast<uint32_t>(std::countr_zero(channels)), lane);
+      }
+    }
+    sink_.LeaveLane(lane);
+    return delivered;
+  }
+
+  // Channel `i`'s lanes stop being drained (no holder of a lane is inside
+  // them once this returns) and are empty for its next sender. Undrained
+  // frames are dropped with the channel.
+  void ReleaseLanes(uint32_t i) {
+    ChannelLanes& channel_lanes = lanes_[i];
+    lane_channels_.fetch_and(~(uint64_t{1} << i), std::memory_order_seq_cst);
+    channel_lanes.sender.store(0, std::memory_order_seq_cst);
+    Channel& channel = mapping_.channel(i);
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      sink_.EnterLane(lane);
+      auto& ring = channel.lanes[lane];
+      ring.head.value.store(0, std::memory_order_relaxed);
+      ring.tail.value.store(0, std::memory_order_relaxed);
+      for (auto& entry : ring.entries) entry.seq.store(0, std::memory_order_relaxed);
+      channel_lanes.head[lane].store(0, std::memory_order_relaxed);
+      channel_lanes.stall[lane].store(Stall::kNone, std::memory_order_relaxed);
+      sink_.LeaveLane(lane);
+    }
+    channel_lanes.broken.store(false, std::memory_order_relaxed);
   }
 
   void TopUp(Inbound& in) {
@@ -790,6 +1024,7 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       ring.tail.value.store(0, std::memory_order_relaxed);
     }
     channel.sender_waiting.store(0, std::memory_order_relaxed);
+    ReleaseLanes(in.index);
     if (in.sender_bell >= 0) close(in.sender_bell);
     if (free_channel && !closed_) {
       channel.state.store(static_cast<uint32_t>(ChannelState::kFree), std::memory_order_release);
@@ -810,6 +1045,24 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
 
   // WakeSleeper (any thread) came since the last SleepAlone ended.
   std::atomic<bool> wake_pending_{false};
+
+  // The receive lanes of each channel, as we drained them. A lane's `head`
+  // and `stall` are written by the holder of that lane only (the poller
+  // reads them as hints before it sleeps).
+  struct alignas(64) ChannelLanes {
+    // The sender's Gid once adopted (release), 0 before and after.
+    std::atomic<uint64_t> sender{0};
+    // A lane drain found a bad frame: the poller closes the channel.
+    std::atomic<bool> broken{false};
+    // Per lane: our copy of the lane ring's head, and why a drain stopped.
+    // Together, so that the poller's look at every lane reads one line.
+    std::atomic<uint32_t> head[wire::kReceiveLanes] = {};
+    std::atomic<Stall> stall[wire::kReceiveLanes] = {};
+  };
+  static_assert(kMaxChannels <= 64, "lane_channels_ is a bit set");
+  std::array<ChannelLanes, kMaxChannels> lanes_;  // by channel index
+  std::atomic<uint64_t> lane_channels_{0};        // bit i: channel i's lanes are drained
+  std::atomic<bool> closing_{false};
 
   // Poller-only state.
   uint32_t seen_attach_seq_ = 0;

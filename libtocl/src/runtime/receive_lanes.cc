@@ -1,0 +1,114 @@
+#include "runtime/receive_lanes.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+namespace tocl::runtime {
+
+namespace {
+
+// Its address names the calling thread (unique among live threads).
+thread_local char this_thread_tag;
+
+}  // namespace
+
+ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
+                           const PairOrder::Deliver& deliver) {
+  const size_t lane_cap = std::max<size_t>(process_cap / wire::kReceiveLanes, 1);
+  for (auto& lane : lanes_) {
+    lane = std::make_unique<Lane>(lane_cap, unexpected_bytes, deliver, [this](Gid from_process) {
+      std::lock_guard lock(broken_mu_);
+      broken_.push_back(from_process);
+      any_broken_.store(true, std::memory_order_release);
+    });
+  }
+}
+
+bool ReceiveLanes::TryEnter(uint32_t lane) {
+  Lane& l = *lanes_[lane];
+  // A look first: a held lane costs no write to its cache line.
+  if (l.busy.load(std::memory_order_relaxed) || l.busy.exchange(true, std::memory_order_acquire)) {
+    return false;
+  }
+  l.holder.store(&this_thread_tag, std::memory_order_relaxed);
+  return true;
+}
+
+void ReceiveLanes::Enter(uint32_t lane) {
+  // Holders hold a lane for one drain or one delivery: yield the CPU to one
+  // that was preempted rather than sleep.
+  while (!TryEnter(lane)) std::this_thread::yield();
+}
+
+void ReceiveLanes::Leave(uint32_t lane) {
+  Lane& l = *lanes_[lane];
+  l.holder.store(nullptr, std::memory_order_relaxed);
+  l.busy.store(false, std::memory_order_release);
+}
+
+bool ReceiveLanes::HeldByThisThread(uint32_t lane) const {
+  // Only this thread stores its own tag: reading it back means we hold it.
+  return lanes_[lane]->holder.load(std::memory_order_relaxed) == &this_thread_tag;
+}
+
+template <typename F>
+auto ReceiveLanes::WithLane(uint32_t lane, F&& f) {
+  Lane& l = *lanes_[lane];
+  if (HeldByThisThread(lane)) return f(l.order);
+  Enter(lane);
+  auto result = f(l.order);
+  Leave(lane);
+  return result;
+}
+
+Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
+  DropBroken();
+  const uint32_t lane = wire::LaneOf(Gid::FromRaw(slot->header().destination));
+  return WithLane(lane,
+                  [&](PairOrder& order) { return order.OnOrdered(from_process, std::move(slot)); });
+}
+
+Status ReceiveLanes::Skip(Gid from_process, const LongKey& key) {
+  DropBroken();
+  return WithLane(wire::LaneOf(Gid::FromRaw(key.destination)),
+                  [&](PairOrder& order) { return order.Skip(from_process, key); });
+}
+
+void ReceiveLanes::DropBroken() {
+  if (!any_broken_.load(std::memory_order_acquire)) return;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    if (HeldByThisThread(lane)) return;  // a holder enters no other lane
+  }
+  std::vector<Gid> broken;
+  {
+    std::lock_guard lock(broken_mu_);
+    broken.swap(broken_);
+    any_broken_.store(false, std::memory_order_relaxed);
+  }
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [&](PairOrder& order) {
+      for (Gid process : broken) order.DropProcess(process);
+      return 0;
+    });
+  }
+}
+
+void ReceiveLanes::Clear() {
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [](PairOrder& order) {
+      order.Clear();
+      return 0;
+    });
+  }
+}
+
+size_t ReceiveLanes::HeldBytes(Gid from_process) {
+  size_t bytes = 0;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    bytes += WithLane(lane, [&](PairOrder& order) { return order.HeldBytes(from_process); });
+  }
+  return bytes;
+}
+
+}  // namespace tocl::runtime

@@ -1,0 +1,88 @@
+// The receive lanes of a process (wire/lanes.h): its threads in groups, each
+// group with its own lock and its own share of the pair order, so that the
+// short messages of different groups are drained and put in order by
+// different threads at once: a receiver polling its own lane, the poller the
+// others.
+//
+// A lane's lock is held by whoever drains that lane's rings (a subsystem,
+// through Sink::TryEnterLane) and, briefly, by a delivery to one of its
+// threads from elsewhere (tcp, the shm arrivals ring, via), which takes it
+// here. The lane's PairOrder keeps the pairs whose receiving thread is in
+// the lane; its frames are delivered with the lock held (the callback must
+// not enter another lane).
+//
+// Memory: each lane holds at most process_cap / kReceiveLanes bytes for one
+// sending process, so all of them together at most process_cap (as one
+// PairOrder would). A sending process found broken in one lane is dropped
+// from every lane: at once by a caller that holds no lane, else by the next
+// call that holds none (a lane holder never waits for another lane).
+//
+// Threading: any thread; a thread holding a lane may call OnOrdered and Skip
+// for that lane without waiting for itself.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "buffers/slot_ref.h"
+#include "runtime/long_message.h"
+#include "runtime/pair_order.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+#include "wire/lanes.h"
+
+namespace tocl::runtime {
+
+class ReceiveLanes {
+ public:
+  ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
+               const PairOrder::Deliver& deliver);
+  ReceiveLanes(const ReceiveLanes&) = delete;
+  ReceiveLanes& operator=(const ReceiveLanes&) = delete;
+
+  bool TryEnter(uint32_t lane);
+  void Enter(uint32_t lane);
+  void Leave(uint32_t lane);
+
+  // PairOrder::OnOrdered in the lane of the frame's receiving thread.
+  Status OnOrdered(Gid from_process, buffers::SlotRef slot);
+  // PairOrder::Skip in the lane of the message's receiving thread.
+  Status Skip(Gid from_process, const LongKey& key);
+  // Sending processes found broken are dropped from every lane (when this
+  // thread holds none; else later). Also done by OnOrdered and Skip.
+  void DropBroken();
+  // Every lane's held frames dropped (the runtime goes away).
+  void Clear();
+  // Bytes held for `from_process`'s pairs, in every lane.
+  size_t HeldBytes(Gid from_process);
+
+ private:
+  struct alignas(64) Lane {
+    Lane(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
+         const PairOrder::Deliver& deliver, PairOrder::Broken broken)
+        : order(process_cap, unexpected_bytes, deliver, std::move(broken)) {}
+    std::atomic<bool> busy{false};  // the lock
+    // The holder's thread tag (this thread's address of a thread_local), so
+    // that a holder does not wait for itself.
+    std::atomic<const void*> holder{nullptr};
+    PairOrder order;  // guarded by busy
+  };
+
+  bool HeldByThisThread(uint32_t lane) const;
+  // Runs `f(order)` holding `lane` (already held by this thread, or taken
+  // for the call).
+  template <typename F>
+  auto WithLane(uint32_t lane, F&& f);
+
+  std::array<std::unique_ptr<Lane>, wire::kReceiveLanes> lanes_;
+  std::mutex broken_mu_;
+  std::vector<Gid> broken_;  // guarded by broken_mu_: to drop from every lane
+  std::atomic<bool> any_broken_{false};
+};
+
+}  // namespace tocl::runtime
