@@ -249,8 +249,10 @@ void LaneStreams(uint32_t receivers) {
                  << us(busy_worst) << " us at worst of " << kBusy
                  << "; once idle, one message took " << us(idle.front()) << " to "
                  << us(idle.back()) << " us (median " << us(idle[kIdle / 2]) << ")");
-  CHECK(busy_worst < seconds(1));
-  CHECK(idle.back() < seconds(1));
+  // Sanitized, 34 busy threads on two cores took up to 0.32 s.
+  const auto bound = SanitizedBuild() ? seconds(5) : seconds(1);
+  CHECK(busy_worst < bound);
+  CHECK(idle.back() < bound);
   CHECK(idle[kIdle / 2] < milliseconds(250));
 }
 
