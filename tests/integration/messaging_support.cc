@@ -65,6 +65,8 @@ std::vector<std::string> MsgWorkerCommand(const std::string& daemon_address,
     argv.insert(argv.end(), {"--duration-ms", std::to_string(args.duration_ms)});
   }
   if (args.track) argv.push_back("--track");
+  if (args.copy) argv.push_back("--copy");
+  if (args.pairwise) argv.push_back("--pairwise");
   if (args.linger) argv.push_back("--linger");
   argv.insert(argv.end(), args.extra.begin(), args.extra.end());
   return argv;

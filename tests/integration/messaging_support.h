@@ -60,6 +60,8 @@ struct MsgWorkerArgs {
   MsgWorkerArgs& SendQueueDepth(size_t value) { return Set(send_queue_depth, value); }
   MsgWorkerArgs& DurationMs(uint32_t value) { return Set(duration_ms, value); }
   MsgWorkerArgs& Track() { return Set(track, true); }
+  MsgWorkerArgs& Copy() { return Set(copy, true); }
+  MsgWorkerArgs& Pairwise() { return Set(pairwise, true); }
   MsgWorkerArgs& Linger() { return Set(linger, true); }
 
   std::string role;
@@ -77,6 +79,8 @@ struct MsgWorkerArgs {
   size_t send_queue_depth = 0;
   uint32_t duration_ms = 0;
   bool track = false;
+  bool copy = false;
+  bool pairwise = false;
   bool linger = false;
   std::vector<std::string> extra;
 

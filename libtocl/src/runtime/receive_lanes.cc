@@ -73,8 +73,12 @@ auto ReceiveLanes::WithLane(uint32_t lane, F&& f) {
 Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   DropBroken();
   const uint32_t lane = wire::LaneOf(Gid::FromRaw(slot->header().destination));
-  return WithLane(lane,
-                  [&](PairOrder& order) { return order.OnOrdered(from_process, std::move(slot)); });
+  Status status = WithLane(
+      lane, [&](PairOrder& order) { return order.OnOrdered(from_process, std::move(slot)); });
+  // A sender found broken just now leaves the other lanes at once (unless
+  // this thread holds a lane: then the next call holding none does it).
+  if (!status.ok()) DropBroken();
+  return status;
 }
 
 Status ReceiveLanes::Skip(Gid from_process, const LongKey& key) {

@@ -24,9 +24,12 @@
 //           thread; every thread receives and checks everything the peer's
 //           threads send it: checksums, exactly once, per-pair order.
 //   source  every thread sends its share of --count messages (0: until stdin
-//           closes) to the --to threads (or the peer's) in turn; with
-//           --track it sends through a ring of lvalue buffers and watches
-//           their state, stopping at the first kFailed or Send error.
+//           closes) to the --to threads (or the peer's) in turn (with
+//           --pairwise: thread i to peer i % peers only); with --track it
+//           sends through a ring of lvalue buffers and watches their state,
+//           stopping at the first kFailed or Send error; with --copy it
+//           sends from its own memory (Send of a span: over shm, short
+//           messages take the receiving thread's lane).
 //   sink    every thread receives and checks per-source order until stdin
 //           closes (or --count messages arrived).
 //   idle    does nothing until stdin closes.
@@ -95,6 +98,8 @@ struct Options {
   uint32_t duration_ms = 0;     // spread the sends over at least this long
   uint32_t recv_timeout_ms = 30000;
   bool track = false;
+  bool copy = false;      // source: Send from a span, not from a pool buffer
+  bool pairwise = false;  // source: thread i sends to peer i % peers only
   bool linger = false;
 };
 
@@ -414,6 +419,7 @@ void Worker::Source(size_t index) {
   const uint64_t count = ShareOf(index);
   std::mt19937_64 random(self.raw());
   std::vector<uint64_t> next_seq(peers_.size(), 0);
+  std::vector<std::byte> payload;  // --copy
   constexpr size_t kRing = 32;
   std::vector<tocl::Buffer> ring(options_.track ? kRing : 0);
   auto fail = [&](uint64_t i, const std::string& how) {
@@ -428,11 +434,15 @@ void Worker::Source(size_t index) {
       if (!failed_.empty()) return;
     }
     Pace(start, i, count);
-    const size_t peer = i % peers_.size();
+    const size_t peer = (options_.pairwise ? index : i) % peers_.size();
     const Gid to = peers_[peer];
     const size_t size = PayloadSize(random);
     tocl::Status sent;
-    if (!options_.track) {
+    if (options_.copy) {
+      payload.resize(size);
+      FillPayload(payload, self, to, next_seq[peer]);
+      sent = runtime_->Send(self, to, options_.tag, std::span<const std::byte>(payload));
+    } else if (!options_.track) {
       sent = SendPayload(self, to, next_seq[peer], size, PayloadKind::kData);
     } else {
       tocl::Buffer& buffer = ring[i % kRing];
@@ -666,7 +676,11 @@ int main(int argc, char** argv) {
   app.add_option("--duration-ms", options.duration_ms, "spread the sends over this long");
   app.add_option("--recv-timeout-ms", options.recv_timeout_ms,
                  "ping, stream: how long to wait for one message");
-  app.add_flag("--track", options.track, "source: send lvalue buffers and watch their state");
+  auto* track =
+      app.add_flag("--track", options.track, "source: send lvalue buffers and watch their state");
+  app.add_flag("--copy", options.copy, "source: send from the thread's own memory (a span)")
+      ->excludes(track);
+  app.add_flag("--pairwise", options.pairwise, "source: thread i sends to peer i % peers only");
   app.add_flag("--linger", options.linger, "after the role, wait for stdin to close");
   try {
     app.parse(argc, argv);

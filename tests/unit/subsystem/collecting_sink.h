@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,12 +30,13 @@ struct Arrival {
   wire::Header header;
   bool intact = false;                 // the payload matches the checksum in the tag
   detail::BufferSlot* slot = nullptr;  // when the sink keeps what arrives
+  std::thread::id by;                  // the thread that delivered it
 };
 
 class CollectingSink final : public Sink {
  public:
   Status OnMessage(Gid from, buffers::SlotRef slot) override {
-    Arrival arrival{from, slot->header(), false, nullptr};
+    Arrival arrival{from, slot->header(), false, nullptr, std::this_thread::get_id()};
     arrival.intact = Checksum({slot->payload(), slot->header().length}) == slot->header().tag;
     if (keep.load()) arrival.slot = slot.release();  // dropped by ReleaseKept
     std::lock_guard lock(mu_);

@@ -21,16 +21,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -45,6 +50,7 @@
 #include "runtime/epoll_reactor.h"
 #include "subsystem/shm/segment_layout.h"
 #include "wire/frame.h"
+#include "wire/lanes.h"
 
 namespace tocl::subsystem::shm {
 namespace {
@@ -840,6 +846,725 @@ TEST_CASE("a frame with an invalid header closes its channel naming the problem"
   CHECK_THAT(text, Catch::Matchers::Contains("reserved header bits are set"));
   CHECK(t.receiver.sink.size() == 1);
   CHECK(t.receiver.PoolInUse() == 0);
+}
+
+// --- Receive lanes -------------------------------------------------------------
+//
+// Each channel has an inline-only ring per receive lane (wire/lanes.h) for
+// the sender's short messages to the receiver's threads of that lane,
+// drained only by the holder of the lane (Sink::TryEnterLane): the poller
+// in Poll, or any thread in PollLane.
+
+// The largest payload a lane carries (its frame travels in the entry).
+constexpr uint32_t kLanePayloadMax = kInlineFrameBytes - wire::kHeaderBytes;
+
+// Thread `index` of the receiver, in lane index % kReceiveLanes.
+constexpr Gid ReceiverThread(uint32_t index) {
+  return Gid::Thread(kReceiver, index);
+}
+
+// A short message as a sender hands it to PostLane, its payload's checksum
+// in the tag.
+struct LaneMessage {
+  wire::Header header;
+  std::vector<std::byte> payload;
+
+  // Header and payload as they travel (what a forger writes into an entry).
+  std::vector<std::byte> Frame() const {
+    std::vector<std::byte> frame(wire::kHeaderBytes + payload.size());
+    wire::EncodeHeader(header, frame.data());
+    if (!payload.empty())
+      std::memcpy(frame.data() + wire::kHeaderBytes, payload.data(), payload.size());
+    return frame;
+  }
+};
+
+LaneMessage MakeLaneMessage(Gid from, Gid to, uint64_t seq, size_t payload) {
+  LaneMessage message;
+  message.payload.resize(payload);
+  FillPayload(message.payload.data(), payload, seq);
+  message.header =
+      wire::MessageHeader(from, to, Checksum(message.payload), static_cast<uint32_t>(payload), seq);
+  return message;
+}
+
+// Posts `message` on `lane`, calling `meanwhile` (the receiver's progress)
+// while the lane is full, until `deadline`.
+Status PostLaneRetrying(Route& route, uint32_t lane, const LaneMessage& message,
+                        Clock::time_point deadline, const std::function<void()>& meanwhile) {
+  for (;;) {
+    Status status = route.PostLane(lane, message.header, message.payload);
+    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
+    meanwhile();
+  }
+}
+
+// Posts `message` on `lane`, pumping the receiver while the lane is full.
+Status PostLanePumping(Route& route, uint32_t lane, const LaneMessage& message, Node& receiver) {
+  return PostLaneRetrying(route, lane, message, Clock::now() + 20s, [&] { receiver.PumpOnce(); });
+}
+
+// Looks at `done` every millisecond until it holds or `timeout` passes.
+bool Eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 30s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+// What arrived for receiver thread `to`, in the order it was delivered.
+std::vector<Arrival> ArrivalsTo(const CollectingSink& sink, Gid to) {
+  std::vector<Arrival> mine;
+  for (const Arrival& arrival : sink.arrivals()) {
+    if (Gid::FromRaw(arrival.header.destination) == to) mine.push_back(arrival);
+  }
+  return mine;
+}
+
+// `arrivals` are messages 0 .. count-1 of the pair (from, to), whole, each once.
+void CheckPair(const std::vector<Arrival>& arrivals, Gid from, Gid to, uint64_t count,
+               uint64_t first_seq = 0) {
+  INFO("the pair " << from.ToString() << " -> " << to.ToString());
+  REQUIRE(arrivals.size() == count);
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    const Arrival& arrival = arrivals[i];
+    INFO("arrival " << i << " seq " << arrival.header.seq);
+    REQUIRE(arrival.header.seq == first_seq + i);
+    REQUIRE(arrival.from == from.process());
+    REQUIRE(Gid::FromRaw(arrival.header.source) == from);
+    REQUIRE(Gid::FromRaw(arrival.header.destination) == to);
+    REQUIRE(arrival.intact);
+  }
+}
+
+// Publishes an entry on `lane` of `channel` as a sender would: `frame`'s
+// bytes in the entry, announced as `length` bytes of kind `kind`.
+void PublishOnLane(Channel& channel, uint32_t lane, std::span<const std::byte> frame,
+                   uint32_t length, uint32_t kind = ArrivalEntry::kInline) {
+  auto& ring = channel.lanes[lane];
+  const uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+  ArrivalEntry& entry = ring.entries[tail % ring.kSize];
+  std::memcpy(entry.frame, frame.data(), std::min(frame.size(), sizeof(entry.frame)));
+  entry.kind = kind;
+  entry.desc = Descriptor{0, length, 0};
+  entry.seq.store(tail + 1, std::memory_order_release);
+  ring.tail.value.store(tail + 1, std::memory_order_seq_cst);
+}
+
+// Holds lane `lane` of `sink` on a thread of its own (a lane's lock is the
+// holding thread's) until destroyed.
+class LaneHolder {
+ public:
+  LaneHolder(CollectingSink& sink, uint32_t lane)
+      : thread_([this, &sink, lane] {
+          sink.EnterLane(lane);
+          held_.store(true);
+          while (!release_.load()) std::this_thread::yield();
+          sink.LeaveLane(lane);
+        }) {
+    REQUIRE(Eventually([&] { return held_.load(); }));
+  }
+  ~LaneHolder() {
+    release_.store(true);
+    thread_.join();
+  }
+  LaneHolder(const LaneHolder&) = delete;
+  LaneHolder& operator=(const LaneHolder&) = delete;
+
+ private:
+  std::atomic<bool> held_{false};
+  std::atomic<bool> release_{false};
+  std::thread thread_;
+};
+
+// The index of the channel `sender` holds (claimed or ready) in `view`'s segment.
+std::optional<uint32_t> ChannelIndexOf(SegmentView& view, Gid sender) {
+  for (uint32_t i = 0; i < kMaxChannels; ++i) {
+    const uint32_t state = view.channel(i).state.load();
+    if ((state == static_cast<uint32_t>(ChannelState::kClaimed) ||
+         state == static_cast<uint32_t>(ChannelState::kReady)) &&
+        view.channel(i).sender_process == sender.raw()) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+TEST_CASE(
+    "short messages on every receive lane arrive whole, once and in order per pair, whoever "
+    "drains the lanes",
+    "[shm][lanes]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  const size_t before = t.receiver.sink.size();
+  // Two receiving threads per lane (indexes lane + 8 and lane + 16), each
+  // fed by its own sending thread; one posting thread per lane (PostLane's
+  // contract), the eight of them at once.
+  constexpr uint32_t kPairsPerLane = 2;
+  constexpr uint64_t kPerPair = 2000;
+  constexpr uint64_t kTotal = wire::kReceiveLanes * kPairsPerLane * kPerPair;
+  auto to_of = [](uint32_t lane, uint32_t pair) {
+    return ReceiverThread(lane + wire::kReceiveLanes * (pair + 1));
+  };
+  auto from_of = [](uint32_t lane, uint32_t pair) {
+    return Gid::Thread(kSender, 1 + lane * kPairsPerLane + pair);
+  };
+
+  enum class Drainers { kPoller, kLaneThreads, kBoth };
+  Drainers drainers = Drainers::kPoller;
+  uint32_t threads_per_lane = 0;
+  std::string how;
+  SECTION("the poller drains them (Poll)") {
+    drainers = Drainers::kPoller;
+    how = "Poll";
+  }
+  SECTION("each lane's own thread drains it (PollLane)") {
+    drainers = Drainers::kLaneThreads;
+    threads_per_lane = 1;
+    how = "PollLane";
+  }
+  SECTION("the poller and two threads per lane drain them at once") {
+    drainers = Drainers::kBoth;
+    threads_per_lane = 2;
+    how = "Poll and PollLane";
+  }
+  INFO("drained by " << how);
+
+  const auto deadline = Clock::now() + 60s;
+  std::atomic<bool> stop{false};
+  std::vector<Status> posted(wire::kReceiveLanes);
+  std::vector<std::thread> posters;
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    posters.emplace_back([&, lane] {
+      for (uint64_t n = 0; n < kPerPair; ++n) {
+        for (uint32_t pair = 0; pair < kPairsPerLane; ++pair) {
+          const LaneMessage message = MakeLaneMessage(from_of(lane, pair), to_of(lane, pair), n,
+                                                      (n * 7 + pair) % (kLanePayloadMax + 1));
+          Status status =
+              PostLaneRetrying(*route, lane, message, deadline, [] { std::this_thread::yield(); });
+          if (!status.ok()) {
+            posted[lane] = status;
+            return;
+          }
+        }
+      }
+    });
+  }
+  std::vector<std::thread> lane_threads;
+  std::vector<std::thread::id> drainer_of(wire::kReceiveLanes);
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    for (uint32_t i = 0; i < threads_per_lane; ++i) {
+      lane_threads.emplace_back([&, lane] {
+        while (!stop.load()) {
+          if (t.receiver.shm->PollLane(lane) == 0) std::this_thread::yield();
+        }
+      });
+      drainer_of[lane] = lane_threads.back().get_id();
+    }
+  }
+  auto all_arrived = [&] { return t.receiver.sink.size() >= before + kTotal; };
+  bool arrived = false;
+  if (drainers == Drainers::kLaneThreads) {
+    arrived = Eventually(all_arrived, 60s);
+  } else {
+    arrived = t.receiver.PollUntil(all_arrived, 60s);
+  }
+  stop.store(true);
+  for (auto& thread : posters) thread.join();
+  for (auto& thread : lane_threads) thread.join();
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    INFO("lane " << lane << ": " << posted[lane].ToString());
+    CHECK(posted[lane].ok());
+  }
+  INFO("arrived " << t.receiver.sink.size() - before << " of " << kTotal);
+  REQUIRE(arrived);
+  // Nothing more comes, however long the lanes are polled.
+  for (int i = 0; i < 20; ++i) {
+    t.receiver.PumpOnce();
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) t.receiver.shm->PollLane(lane);
+  }
+  CHECK(t.receiver.sink.size() == before + kTotal);
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    for (uint32_t pair = 0; pair < kPairsPerLane; ++pair) {
+      const auto arrivals = ArrivalsTo(t.receiver.sink, to_of(lane, pair));
+      CheckPair(arrivals, from_of(lane, pair), to_of(lane, pair), kPerPair);
+      if (drainers == Drainers::kLaneThreads) {
+        // PollLane(k) drains lane k only: all of it came through k's thread.
+        for (const Arrival& arrival : arrivals) REQUIRE(arrival.by == drainer_of[lane]);
+      }
+    }
+  }
+  CHECK(t.receiver.PoolInUse() == 0);
+}
+
+TEST_CASE("PostLane on a full lane says TryAgain and takes nothing, and takes again after a drain",
+          "[shm][lanes]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  SegmentView view(t.receiver.shm->address());
+  Channel& channel = view.ChannelOf(kSender);
+  const size_t before = t.receiver.sink.size();
+  const Gid from = Gid::Thread(kSender, 1);
+  const Gid to = ReceiverThread(3);  // lane 3
+  // Nobody drains: the lane fills up.
+  uint64_t lane_seq = 0;
+  for (; lane_seq < kLaneSlots; ++lane_seq) {
+    const LaneMessage message = MakeLaneMessage(from, to, lane_seq, lane_seq % 100);
+    REQUIRE(route->PostLane(3, message.header, message.payload).ok());
+  }
+  const LaneMessage refused = MakeLaneMessage(from, to, lane_seq, 60);
+  Status full = route->PostLane(3, refused.header, refused.payload);
+  CHECK(full.code() == StatusCode::kTryAgain);
+  CHECK_FALSE(route->Broken());
+  CHECK(channel.lanes[3].tail.value.load() == kLaneSlots);  // nothing written past the ring
+  // The other lanes have their own room.
+  const LaneMessage other = MakeLaneMessage(from, ReceiverThread(4), 0, 8);
+  REQUIRE(route->PostLane(4, other.header, other.payload).ok());
+
+  REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == before + kLaneSlots + 1; }));
+  for (int i = 0; i < 5; ++i) t.receiver.PumpOnce();
+  CHECK(t.receiver.sink.size() == before + kLaneSlots + 1);  // the refused one was not taken
+  CheckPair(ArrivalsTo(t.receiver.sink, to), from, to, kLaneSlots);
+
+  REQUIRE(route->PostLane(3, refused.header, refused.payload).ok());
+  REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == before + kLaneSlots + 2; }));
+  CheckPair(ArrivalsTo(t.receiver.sink, to), from, to, kLaneSlots + 1);
+}
+
+TEST_CASE("a bad frame on a receive lane closes its channel with a log line, others keep working",
+          "[shm][lanes]") {
+  // Drained by the poller (Poll), or by another thread (PollLane).
+  const bool by_lane_thread = GENERATE(false, true);
+  INFO((by_lane_thread ? "drained by PollLane from another thread" : "drained by Poll"));
+  Trio t;
+  uint64_t seq = 0;
+  uint64_t second_seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  auto second = ConnectReady(t.second, kSecondSender, t.receiver, second_seq);
+  SegmentView view(t.receiver.shm->address());
+  Channel& channel = view.ChannelOf(kSender);
+  const size_t before = t.receiver.sink.size();
+  constexpr uint32_t kLane = 2;
+  const Gid from = Gid::Thread(kSender, 1);
+  const Gid to = ReceiverThread(kLane + wire::kReceiveLanes);
+  // A good message first on the lane: it is delivered.
+  const LaneMessage good = MakeLaneMessage(from, to, 0, 30);
+  REQUIRE(route->PostLane(kLane, good.header, good.payload).ok());
+
+  std::string expected;
+  SECTION("a frame for a thread of another lane") {
+    const auto frame = MakeLaneMessage(from, ReceiverThread(5), 0, 30).Frame();
+    PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()));
+    expected = "a frame for another receive lane on lane 2";
+  }
+  SECTION("an entry that describes a buffer") {
+    const auto frame = MakeLaneMessage(from, to, 1, 30).Frame();
+    PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()),
+                  ArrivalEntry::kDescribed);
+    expected = "a described frame on a receive lane";
+  }
+  SECTION("a frame from a foreign source") {
+    const auto frame = MakeLaneMessage(Gid::Thread(kSecondSender, 1), to, 0, 30).Frame();
+    PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()));
+    expected = "a frame with a foreign source or destination";
+  }
+  SECTION("an inline frame longer than an entry") {
+    const auto frame = MakeLaneMessage(from, to, 1, 30).Frame();
+    PublishOnLane(channel, kLane, frame, kInlineFrameBytes + 1);
+    expected = fmt::format("an inline frame of {} bytes", kInlineFrameBytes + 1);
+  }
+  LogCapture log;
+  if (by_lane_thread) {
+    std::thread([&] { t.receiver.shm->PollLane(kLane); }).join();
+    // The lane's drainer only marks the channel; the poller closes it.
+    CHECK(channel.state.load() == static_cast<uint32_t>(ChannelState::kReady));
+  }
+  REQUIRE(t.receiver.PollUntil(
+      [&] { return channel.state.load() == static_cast<uint32_t>(ChannelState::kClosed); }, 10s));
+  const std::string text = log.Text();
+  INFO(text);
+  CHECK_THAT(text, Catch::Matchers::Contains("a bad frame from h1.p1 on receive lane 2"));
+  CHECK_THAT(text, Catch::Matchers::Contains(expected));
+  CHECK_THAT(text, Catch::Matchers::Contains("closing the channel from h1.p1"));
+  CheckPair(ArrivalsTo(t.receiver.sink, to), from, to, 1);
+  CHECK(t.receiver.sink.size() == before + 1);
+
+  // The forger's route is dead...
+  detail::BufferSlot* slot = NewFrame(t.sender, kSender, kReceiver, seq, 10);
+  CHECK(route->Post(slot).code() == StatusCode::kUnavailable);
+  t.sender.shm->pool().Unref(slot);
+
+  // ...the other sender's is not, on its lanes or its arrival ring.
+  constexpr uint64_t kEach = 100;
+  const Gid second_from = Gid::Thread(kSecondSender, 1);
+  for (uint64_t n = 0; n < kEach; ++n) {
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      REQUIRE(PostLanePumping(*second, lane,
+                              MakeLaneMessage(second_from, ReceiverThread(lane + 16), n, n % 100),
+                              t.receiver)
+                  .ok());
+    }
+    REQUIRE(PostPumping(*second, NewFrame(t.second, kSecondSender, kReceiver, second_seq++, 500),
+                        t.receiver)
+                .ok());
+  }
+  REQUIRE(t.receiver.PollUntil(
+      [&] { return t.receiver.sink.size() == before + 1 + kEach * (wire::kReceiveLanes + 1); }));
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    CheckPair(ArrivalsTo(t.receiver.sink, ReceiverThread(lane + 16)), second_from,
+              ReceiverThread(lane + 16), kEach);
+  }
+  std::vector<Arrival> on_ring;  // the second sender's frames on its arrival ring
+  for (const Arrival& arrival : ArrivalsTo(t.receiver.sink, Gid::Thread(kReceiver, 1))) {
+    if (arrival.from == kSecondSender) on_ring.push_back(arrival);
+  }
+  CheckInOrder(on_ring, kSecondSender, kReceiver);
+  CHECK(on_ring.size() == second_seq);
+
+  second.reset();
+  t.receiver.shm->Housekeeping();
+  CHECK(t.receiver.PoolInUse() == 0);
+}
+
+TEST_CASE("lane frames wait in their rings while the receiver is congested and all arrive after",
+          "[shm][lanes]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  const size_t before = t.receiver.sink.size();
+  const Gid from = Gid::Thread(kSender, 1);
+  t.receiver.sink.congested.store(true);
+  // Lanes 1 and 6 full, lane 4 with a few (threads lane + 8): the congested receiver takes none.
+  const std::pair<uint32_t, uint64_t> posts[] = {{1, kLaneSlots}, {6, kLaneSlots}, {4, 10}};
+  uint64_t total = 0;
+  for (auto [lane, count] : posts) {
+    for (uint64_t n = 0; n < count; ++n) {
+      const LaneMessage message = MakeLaneMessage(from, ReceiverThread(lane + 8), n, n % 100);
+      REQUIRE(route->PostLane(lane, message.header, message.payload).ok());
+    }
+    total += count;
+  }
+  for (int i = 0; i < 20; ++i) {
+    t.receiver.PumpOnce();
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) t.receiver.shm->PollLane(lane);
+  }
+  CHECK(t.receiver.sink.size() == before);
+  const LaneMessage more = MakeLaneMessage(from, ReceiverThread(9), kLaneSlots, 8);
+  CHECK(route->PostLane(1, more.header, more.payload).code() == StatusCode::kTryAgain);
+  CHECK_FALSE(route->Broken());
+  // The frames wait for the congestion's end, whose wake-up is the receive
+  // side's (Sink::Congested's contract): the poller may sleep now...
+  CHECK(t.receiver.shm->PrepareToSleep());
+  t.receiver.shm->FinishSleep();
+  // ...but not once it has ended.
+  t.receiver.sink.congested.store(false);
+  CHECK_FALSE(t.receiver.shm->PrepareToSleep());
+  t.receiver.shm->FinishSleep();
+
+  REQUIRE(PostLanePumping(*route, 1, more, t.receiver).ok());
+  ++total;
+  REQUIRE(t.receiver.PollUntil([&] { return t.receiver.sink.size() == before + total; }));
+  CheckPair(ArrivalsTo(t.receiver.sink, ReceiverThread(9)), from, ReceiverThread(9),
+            kLaneSlots + 1);
+  CheckPair(ArrivalsTo(t.receiver.sink, ReceiverThread(14)), from, ReceiverThread(14), kLaneSlots);
+  CheckPair(ArrivalsTo(t.receiver.sink, ReceiverThread(12)), from, ReceiverThread(12), 10);
+  CHECK(t.receiver.PoolInUse() == 0);
+}
+
+TEST_CASE(
+    "what a sender left on its lanes is delivered when it goes, and the channel's next sender "
+    "starts from empty lanes",
+    "[shm][lanes]") {
+  Trio t;
+  SegmentView view(t.receiver.shm->address());
+  constexpr uint64_t kEach = 100;  // per lane, fewer than a lane holds
+  // The leaver's messages go to threads lane + 8, the next sender's to lane + 16.
+  auto leaver_to = [](uint32_t lane) { return ReceiverThread(lane + 8); };
+  auto next_to = [](uint32_t lane) { return ReceiverThread(lane + 16); };
+  Gid leaver;
+  uint32_t index = kMaxChannels;
+  size_t before = 0;
+
+  SECTION("it closes its route") {
+    leaver = kSender;
+    uint64_t seq = 0;
+    auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+    index = ChannelIndexOf(view, kSender).value_or(kMaxChannels);
+    before = t.receiver.sink.size();
+    for (uint64_t n = 0; n < kEach; ++n) {
+      for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+        const LaneMessage message =
+            MakeLaneMessage(Gid::Thread(leaver, 1), leaver_to(lane), n, (n + lane) % 100);
+        REQUIRE(route->PostLane(lane, message.header, message.payload).ok());
+      }
+    }
+    route.reset();  // nobody polled: everything waits on the lanes
+  }
+  SECTION("its process exits") {
+    leaver = kSecondSender;
+    int ready[2];
+    int go[2];
+    REQUIRE(pipe2(ready, O_CLOEXEC | O_NONBLOCK) == 0);
+    REQUIRE(pipe2(go, O_CLOEXEC) == 0);
+    const std::string directory = t.dir.Sub("tocl.b");
+    const std::string address = t.receiver.shm->address();
+    std::cout.flush();  // the child must not write the parent's buffered output again
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // No Catch2 in here: the exit code says what went wrong.
+      buffers::PoolBudget budget(kBudgetBytes);
+      auto reactor = runtime::EpollReactor::Create();
+      if (!reactor.ok()) _exit(2);
+      CollectingSink sink;
+      ShmOptions options;
+      options.self_process = kSecondSender;
+      options.num_classes = kClasses;
+      options.directory = directory;
+      auto shm = OpenShm(options, **reactor, sink, budget);
+      if (!shm.ok()) _exit(3);
+      auto route = (*shm)->Connect(kReceiver, address);
+      if (!route.ok()) _exit(4);
+      // The first message goes once the receiver adopted the channel.
+      const auto deadline = Clock::now() + 20s;
+      for (uint64_t n = 0; n < kEach; ++n) {
+        for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+          const LaneMessage message =
+              MakeLaneMessage(Gid::Thread(leaver, 1), leaver_to(lane), n, (n + lane) % 100);
+          Status status =
+              PostLaneRetrying(**route, lane, message, deadline, [] { std::this_thread::yield(); });
+          if (!status.ok()) _exit(5);
+          if (n == 0 && lane == 0) {
+            // Adopted: the rest waits on the lanes until the parent says go.
+            char byte = 1;
+            char answer = 0;
+            if (write(ready[1], &byte, 1) != 1 || read(go[0], &answer, 1) != 1) _exit(6);
+          }
+        }
+      }
+      _exit(0);  // no destructors: the route is not closed, as when a process is killed
+    }
+    close(ready[1]);
+    close(go[0]);
+    char byte = 0;
+    // Polls (adopting the channel, taking the first message) until the child is ready.
+    REQUIRE(t.receiver.PollUntil([&] { return read(ready[0], &byte, 1) == 1; }));
+    index = ChannelIndexOf(view, kSecondSender).value_or(kMaxChannels);
+    REQUIRE(write(go[1], &byte, 1) == 1);
+    int wstatus = 0;
+    REQUIRE(waitpid(child, &wstatus, 0) == child);
+    close(ready[0]);
+    close(go[1]);
+    REQUIRE(WIFEXITED(wstatus));
+    REQUIRE(WEXITSTATUS(wstatus) == 0);
+    before = t.receiver.sink.size() - 1;  // the first message came before it left
+  }
+  REQUIRE(index < kMaxChannels);
+  INFO("the leaver " << leaver.ToString() << " had channel " << index);
+
+  // Housekeeping finds it gone: it drains the lanes first, then frees the channel.
+  t.receiver.shm->Housekeeping();
+  CHECK(t.receiver.sink.size() == before + kEach * wire::kReceiveLanes);
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    CheckPair(ArrivalsTo(t.receiver.sink, leaver_to(lane)), Gid::Thread(leaver, 1), leaver_to(lane),
+              kEach);
+  }
+  CHECK(view.channel(index).state.load() == static_cast<uint32_t>(ChannelState::kFree));
+  CHECK(t.receiver.PoolInUse() == 0);
+
+  // The next sender gets that channel, with empty lanes: nothing arrives
+  // before it posts, then exactly what it posts.
+  const size_t left = t.receiver.sink.size();
+  auto next = t.sender.shm->Connect(kReceiver, t.receiver.shm->address());
+  REQUIRE(next.ok());
+  REQUIRE(ChannelIndexOf(view, kSender) == index);
+  REQUIRE(t.receiver.PollUntil([&] {
+    return view.channel(index).state.load() == static_cast<uint32_t>(ChannelState::kReady);
+  }));
+  for (int i = 0; i < 5; ++i) {
+    t.receiver.PumpOnce();
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) t.receiver.shm->PollLane(lane);
+  }
+  CHECK(t.receiver.sink.size() == left);
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    INFO("lane " << lane);
+    CHECK(view.channel(index).lanes[lane].head.value.load() == 0);
+    CHECK(view.channel(index).lanes[lane].tail.value.load() == 0);
+  }
+  CHECK(t.receiver.shm->PrepareToSleep());
+  t.receiver.shm->FinishSleep();
+  constexpr uint64_t kNext = 3;
+  for (uint64_t n = 0; n < kNext; ++n) {
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      REQUIRE(PostLanePumping(**next, lane,
+                              MakeLaneMessage(Gid::Thread(kSender, 2), next_to(lane), n, 16),
+                              t.receiver)
+                  .ok());
+    }
+  }
+  REQUIRE(t.receiver.PollUntil(
+      [&] { return t.receiver.sink.size() >= left + kNext * wire::kReceiveLanes; }));
+  for (int i = 0; i < 5; ++i) t.receiver.PumpOnce();
+  CHECK(t.receiver.sink.size() == left + kNext * wire::kReceiveLanes);
+  for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+    CheckPair(ArrivalsTo(t.receiver.sink, next_to(lane)), Gid::Thread(kSender, 2), next_to(lane),
+              kNext);
+  }
+}
+
+TEST_CASE("a receiver does not sleep past a frame on a lane, and a post on a lane wakes it",
+          "[shm][lanes]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  t.receiver.shm->Poll();
+  t.receiver.DrainBell();
+  SegmentView view(t.receiver.shm->address());
+  const size_t before = t.receiver.sink.size();
+  constexpr uint32_t kLane = 5;
+  const Gid from = Gid::Thread(kSender, 1);
+  const Gid to = ReceiverThread(kLane);
+  const LaneMessage message = MakeLaneMessage(from, to, 0, 50);
+  // SegmentHeader::sleeping: how the owner sleeps (shm_subsystem.cc).
+  constexpr uint32_t kInEpoll = 1;
+  constexpr uint32_t kOnFutex = 2;
+
+  SECTION("PrepareToSleep says no while a lane holds a frame nobody drained") {
+    REQUIRE(t.receiver.shm->PrepareToSleep());
+    t.receiver.shm->FinishSleep();
+    REQUIRE(route->PostLane(kLane, message.header, message.payload).ok());
+    CHECK_FALSE(t.receiver.shm->PrepareToSleep());
+    t.receiver.shm->FinishSleep();
+    {
+      // The lane's holder is another thread, which may stop polling before
+      // it looks again: the poller cannot drain the lane, and must not sleep.
+      LaneHolder holder(t.receiver.sink, kLane);
+      CHECK(t.receiver.shm->Poll() == 0);
+      CHECK_FALSE(t.receiver.shm->PrepareToSleep());
+      t.receiver.shm->FinishSleep();
+      CHECK(t.receiver.sink.size() == before);
+    }
+    CHECK(t.receiver.shm->Poll() == 1);
+    CHECK(t.receiver.shm->PrepareToSleep());
+    t.receiver.shm->FinishSleep();
+  }
+  SECTION("a post on a lane rings the bell of a receiver asleep in its reactor") {
+    REQUIRE(t.receiver.shm->PrepareToSleep());
+    Status posted = Internal("not posted");
+    std::thread poster([&] {
+      if (Eventually([&] { return view.header().sleeping.load() == kInEpoll; }, 10s)) {
+        posted = route->PostLane(kLane, message.header, message.payload);
+      }
+    });
+    const auto start = Clock::now();
+    const int handled = t.receiver.reactor->Wait(15000);
+    const auto slept = Clock::now() - start;
+    poster.join();
+    t.receiver.shm->FinishSleep();
+    INFO(posted.ToString());
+    REQUIRE(posted.ok());
+    CHECK(handled == 1);
+    CHECK(slept < 10s);
+    CHECK(t.receiver.shm->Poll() == 1);
+  }
+  SECTION("a post on a lane wakes a receiver asleep on its futex") {
+    Status posted = Internal("not posted");
+    std::thread poster([&] {
+      if (Eventually([&] { return view.header().sleeping.load() == kOnFutex; }, 10s)) {
+        posted = route->PostLane(kLane, message.header, message.payload);
+      }
+    });
+    const auto start = Clock::now();
+    const bool slept_alone = t.receiver.shm->SleepAlone(start + 15s);
+    const auto slept = Clock::now() - start;
+    poster.join();
+    INFO(posted.ToString());
+    REQUIRE(posted.ok());
+    CHECK(slept_alone);
+    CHECK(slept < 10s);
+    CHECK(t.receiver.shm->Poll() == 1);
+  }
+  CheckPair(ArrivalsTo(t.receiver.sink, to), from, to, 1);
+}
+
+TEST_CASE("PollLane after Close delivers nothing and does no harm", "[shm][lanes]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  const Gid from = Gid::Thread(kSender, 1);
+  // Not a lane: nothing, before Close or after.
+  CHECK(t.receiver.shm->PollLane(wire::kReceiveLanes) == 0);
+  CHECK(t.receiver.shm->PollLane(~0u) == 0);
+
+  SECTION("frames left on the lanes at Close stay there") {
+    for (uint64_t n = 0; n < 20; ++n) {
+      for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+        const LaneMessage message = MakeLaneMessage(from, ReceiverThread(lane + 8), n, 20);
+        REQUIRE(route->PostLane(lane, message.header, message.payload).ok());
+      }
+    }
+    const size_t at_close = t.receiver.sink.size();
+    t.receiver.shm->Close();
+    std::atomic<int> delivered{0};
+    std::vector<std::thread> pollers;
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      pollers.emplace_back([&, lane] {
+        for (int i = 0; i < 100; ++i) delivered += t.receiver.shm->PollLane(lane);
+      });
+    }
+    for (auto& poller : pollers) poller.join();
+    CHECK(delivered.load() == 0);
+    CHECK(t.receiver.sink.size() == at_close);
+  }
+  SECTION("threads polling their lanes while Close runs stop delivering when it returns") {
+    std::atomic<bool> stop{false};
+    std::atomic<bool> closed{false};
+    std::atomic<int> after_close{0};  // delivered by PollLane calls begun after Close
+    std::atomic<uint32_t> polls_after_close{0};
+    std::thread poster([&] {
+      for (uint64_t n = 0; !stop.load(); ++n) {
+        for (uint32_t lane = 0; lane < wire::kReceiveLanes && !stop.load(); ++lane) {
+          const LaneMessage message = MakeLaneMessage(from, ReceiverThread(lane + 8), n, 20);
+          while (!stop.load() && route->PostLane(lane, message.header, message.payload).code() ==
+                                     StatusCode::kTryAgain) {
+            std::this_thread::yield();
+          }
+        }
+      }
+    });
+    std::vector<std::thread> pollers;
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      pollers.emplace_back([&, lane] {
+        while (!stop.load()) {
+          const bool after = closed.load();
+          const int got = t.receiver.shm->PollLane(lane);
+          if (after) {
+            after_close += got;
+            ++polls_after_close;
+          }
+          if (got == 0) std::this_thread::yield();
+        }
+      });
+    }
+    const bool flowing = Eventually([&] { return t.receiver.sink.size() > 2000; });
+    t.receiver.shm->Close();
+    const size_t at_close = t.receiver.sink.size();
+    closed.store(true);
+    const bool polled = Eventually([&] { return polls_after_close.load() >= 800; });
+    stop.store(true);
+    poster.join();
+    for (auto& poller : pollers) poller.join();
+    REQUIRE(flowing);
+    REQUIRE(polled);
+    CHECK(after_close.load() == 0);
+    CHECK(t.receiver.sink.size() == at_close);
+  }
+  CHECK(t.receiver.shm->PollLane(0) == 0);
 }
 
 }  // namespace
