@@ -4,8 +4,9 @@
 // Recv takes it and polls for its own message (no hand-off between threads
 // on the fast path); it spins for RuntimeOptions::spin, then sleeps in the
 // reactor (epoll) until a peer rings (shm bell, tcp data) or its deadline.
-// Other waiting receivers sleep on their mailboxes; the poller hands them
-// their messages. The progress thread takes the token when nobody has used
+// Other waiting receivers drain their own receive lanes (PollLane, no
+// token needed) for a while, then sleep on their mailboxes; the poller
+// drains the lanes nobody else does and hands them their messages. The progress thread takes the token when nobody has used
 // it for a while (Timing::idle_hand_over), so that unexpected messages, tcp
 // connections and queued sends still move while every thread computes, or
 // at once when a receiver stops polling to sleep on its mailbox

@@ -6,6 +6,18 @@
 
 namespace tocl::runtime {
 
+uint64_t Rail::frames_received() const {
+  uint64_t sum = 0;
+  for (const Received& r : received_) sum += r.frames.load(std::memory_order_relaxed);
+  return sum;
+}
+
+uint64_t Rail::bytes_received() const {
+  uint64_t sum = 0;
+  for (const Received& r : received_) sum += r.bytes.load(std::memory_order_relaxed);
+  return sum;
+}
+
 Status Rails::Open(std::string_view list, const Context& context, const MakeSink& make_sink) {
   const subsystem::TransportRegistry& transports = subsystem::CompiledTransports();
   TOCL_ASSIGN_OR_RETURN(std::vector<subsystem::NetworkSpec> specs,
@@ -81,8 +93,8 @@ std::vector<NetworkStats> Rails::Stats() const {
     stats.kind = rail->spec.kind;
     stats.device = rail->spec.device;
     stats.address = rail->published;
-    stats.frames_received = rail->frames_received.load(std::memory_order_relaxed);
-    stats.bytes_received = rail->bytes_received.load(std::memory_order_relaxed);
+    stats.frames_received = rail->frames_received();
+    stats.bytes_received = rail->bytes_received();
     stats.failures = rail->failures.load(std::memory_order_relaxed);
     if (rail->add_stats) rail->add_stats(stats);
     out.push_back(std::move(stats));

@@ -28,6 +28,7 @@
 #include "subsystem/transport_registry.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -38,10 +39,7 @@ struct Rail {
   std::unique_ptr<subsystem::Subsystem> subsystem;
   std::string published;                         // the address in the directory
   std::function<void(NetworkStats&)> add_stats;  // what only its kind reports; may be empty
-  // Counted by the polling thread, read by Stats().
-  std::atomic<uint64_t> frames_received{0};
-  std::atomic<uint64_t> bytes_received{0};
-  std::atomic<uint64_t> failures{0};  // any thread
+  std::atomic<uint64_t> failures{0};             // any thread
 
   // Its name for warnings and errors: "tcp-1 (eth1)", "shm".
   std::string Describe() const {
@@ -50,14 +48,25 @@ struct Rail {
   // A route over it broke (any thread).
   void NoteFailure() { failures.fetch_add(1, std::memory_order_relaxed); }
 
-  // One frame of `bytes` (header included) arrived. The polling thread's
-  // alone: a load and a store, no read-modify-write.
-  void CountReceived(uint64_t bytes) {
-    frames_received.store(frames_received.load(std::memory_order_relaxed) + 1,
-                          std::memory_order_relaxed);
-    bytes_received.store(bytes_received.load(std::memory_order_relaxed) + bytes,
-                         std::memory_order_relaxed);
+  // Who counts an arrival: the polling thread (kPollerCounter), or the
+  // holder of receive lane k (k + 1) for frames it drains from the lane.
+  static constexpr uint32_t kPollerCounter = 0;
+  // One frame of `bytes` (header included) arrived. Each counter has one
+  // writer at a time: a load and a store, no read-modify-write.
+  void CountReceived(uint32_t counter, uint64_t bytes) {
+    Received& r = received_[counter];
+    r.frames.store(r.frames.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    r.bytes.store(r.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }
+  uint64_t frames_received() const;
+  uint64_t bytes_received() const;
+
+ private:
+  struct alignas(64) Received {
+    std::atomic<uint64_t> frames{0};
+    std::atomic<uint64_t> bytes{0};
+  };
+  Received received_[1 + wire::kReceiveLanes];
 };
 
 class Rails {

@@ -1,6 +1,7 @@
 #include "runtime/receive_lanes.h"
 
 #include <algorithm>
+#include <cassert>
 #include <thread>
 #include <utility>
 
@@ -8,8 +9,12 @@ namespace tocl::runtime {
 
 namespace {
 
-// Its address names the calling thread (unique among live threads).
-thread_local char this_thread_tag;
+// The lane this thread holds (of which runtime's lanes), if any.
+struct HeldLane {
+  const ReceiveLanes* owner = nullptr;
+  uint32_t lane = 0;
+};
+thread_local HeldLane held;
 
 }  // namespace
 
@@ -26,12 +31,13 @@ ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_b
 }
 
 bool ReceiveLanes::TryEnter(uint32_t lane) {
+  assert(held.owner == nullptr);  // one lane at a time
   Lane& l = *lanes_[lane];
   // A look first: a held lane costs no write to its cache line.
   if (l.busy.load(std::memory_order_relaxed) || l.busy.exchange(true, std::memory_order_acquire)) {
     return false;
   }
-  l.holder.store(&this_thread_tag, std::memory_order_relaxed);
+  held = HeldLane{this, lane};
   return true;
 }
 
@@ -42,14 +48,16 @@ void ReceiveLanes::Enter(uint32_t lane) {
 }
 
 void ReceiveLanes::Leave(uint32_t lane) {
-  Lane& l = *lanes_[lane];
-  l.holder.store(nullptr, std::memory_order_relaxed);
-  l.busy.store(false, std::memory_order_release);
+  held = HeldLane{};
+  lanes_[lane]->busy.store(false, std::memory_order_release);
 }
 
 bool ReceiveLanes::HeldByThisThread(uint32_t lane) const {
-  // Only this thread stores its own tag: reading it back means we hold it.
-  return lanes_[lane]->holder.load(std::memory_order_relaxed) == &this_thread_tag;
+  return held.owner == this && held.lane == lane;
+}
+
+uint32_t ReceiveLanes::CounterOfThisThread() const {
+  return held.owner == this ? held.lane + 1 : 0;
 }
 
 template <typename F>
@@ -81,9 +89,7 @@ Status ReceiveLanes::Skip(Gid from_process, const LongKey& key) {
 
 void ReceiveLanes::DropBroken() {
   if (!any_broken_.load(std::memory_order_acquire)) return;
-  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
-    if (HeldByThisThread(lane)) return;  // a holder enters no other lane
-  }
+  if (held.owner != nullptr) return;  // a holder enters no other lane
   std::vector<Gid> broken;
   {
     std::lock_guard lock(broken_mu_);

@@ -18,7 +18,8 @@
 // call that holds none (a lane holder never waits for another lane).
 //
 // Threading: any thread; a thread holding a lane may call OnOrdered and Skip
-// for that lane without waiting for itself.
+// for that lane without waiting for itself. A thread holds at most one lane
+// (of one runtime) at a time.
 #pragma once
 
 #include <array>
@@ -48,6 +49,9 @@ class ReceiveLanes {
   bool TryEnter(uint32_t lane);
   void Enter(uint32_t lane);
   void Leave(uint32_t lane);
+  // 1 + the lane this thread holds, or 0 (a per-writer counter's index:
+  // each lane has one holder at a time, the rest is the poller's).
+  uint32_t CounterOfThisThread() const;
 
   // PairOrder::OnOrdered in the lane of the frame's receiving thread.
   Status OnOrdered(Gid from_process, buffers::SlotRef slot);
@@ -67,10 +71,7 @@ class ReceiveLanes {
          const PairOrder::Deliver& deliver, PairOrder::Broken broken)
         : order(process_cap, unexpected_bytes, deliver, std::move(broken)) {}
     std::atomic<bool> busy{false};  // the lock
-    // The holder's thread tag (this thread's address of a thread_local), so
-    // that a holder does not wait for itself.
-    std::atomic<const void*> holder{nullptr};
-    PairOrder order;  // guarded by busy
+    PairOrder order;                // guarded by busy
   };
 
   bool HeldByThisThread(uint32_t lane) const;

@@ -6,7 +6,8 @@
 // it is eager (it received something in the last kEagerWait), it takes the
 // poll token and polls the networks for itself, spinning for
 // RuntimeOptions::spin and then sleeping in the reactor (ProgressEngine).
-// When another thread holds the token it sleeps on its mailbox and the
+// When another thread holds the token it drains its own receive lane
+// (receive_lanes.h) for the spin budget, then sleeps on its mailbox and the
 // token holder hands it its messages. An idle receiver looks once and
 // sleeps on its mailbox: the busy ones (or the progress thread) poll.
 //

@@ -265,7 +265,8 @@ void RailSink::LeaveLane(uint32_t lane) {
 }
 
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
-  rails[rail]->CountReceived(wire::kHeaderBytes + slot->header().length);
+  rails[rail]->CountReceived(lanes.CounterOfThisThread(),
+                             wire::kHeaderBytes + slot->header().length);
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:

@@ -7,8 +7,9 @@
 // ordering (sequence numbers per pair of threads in the wire header); a
 // subsystem only moves whole frames (wire header + payload). A Route keeps
 // the frames of one size class in the order they were posted (shm and tcp
-// keep all of them in order; via has one connection per class), and the
-// runtime's sequence numbers restore the order across classes.
+// keep all of them in order, shm per lane; via has one connection per
+// class), and the runtime's sequence numbers restore the order across
+// classes and lanes.
 //
 // Ownership: a slot passed to Route::Post comes with one reference that the
 // subsystem owns until it is done with the bytes; it then sets the slot's
@@ -20,9 +21,10 @@
 // go) and Reactor (the fds it wants to be woken for).
 //
 // Threading: Route methods are called by one thread at a time per route
-// (the runtime holds the destination's lock) and never block. Poll and the
-// reactor handlers are called by the polling thread only. Address, pool and
-// Connect may be called from any thread.
+// (the runtime holds the destination's lock) and never block, except
+// PostLane: one thread at a time per lane. Poll and the reactor handlers
+// are called by the polling thread only; PollLane, Address, pool and
+// Connect from any thread.
 #pragma once
 
 #include <chrono>
