@@ -20,7 +20,9 @@
 // go) and Reactor (the fds it wants to be woken for).
 //
 // Threading: Route methods are called by one thread at a time per route
-// (the runtime holds the destination's lock) and never block. Poll and the
+// (the runtime holds the destination's lock), but PostLane, which is
+// called by one thread at a time per lane (the runtime holds its lock of
+// that lane, not the destination's); none blocks. Poll and the
 // reactor handlers are called by the polling thread only. Address, pool and
 // Connect may be called from any thread.
 #pragma once
@@ -104,6 +106,9 @@ class Route {
                           std::span<const std::byte> /*payload*/) {
     return Status(StatusCode::kUnimplemented, "no receive lanes");
   }
+  // The largest frame (header included) PostLane takes; 0 when the route
+  // has no lanes. Fixed for the route's life: the runtime asks once.
+  virtual uint32_t LaneFrameBytes() const { return 0; }
   // Nothing posted is still waiting for the network (for a flushing Shutdown).
   virtual bool Drained() const = 0;
   // The route is broken for good (peer died, connection lost).

@@ -252,6 +252,7 @@ class ShmRoute final : public Route {
     return Status::Ok();
   }
 
+  uint32_t LaneFrameBytes() const override { return kInlineFrameBytes; }
   bool Drained() const override { return true; }  // a frame is done when Post returns
   bool Broken() const override { return broken_.load(std::memory_order_relaxed); }
   // Wakes the owner however it sleeps (bell or futex), e.g. to adopt a
