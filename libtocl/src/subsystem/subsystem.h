@@ -101,7 +101,9 @@ class Route {
   // other lanes and the other methods may run at once. Unimplemented when
   // the route has no lanes or the frame does not fit one (post it the
   // other way); TryAgain when the lane is full; Unavailable when the route
-  // is broken. Nothing is taken unless Ok.
+  // is broken, or found to be (the peer went): the runtime posts every
+  // short message that fits a lane on its lane, so a full lane must not
+  // hide a dead peer. Nothing is taken unless Ok.
   virtual Status PostLane(uint32_t /*lane*/, const wire::Header& /*header*/,
                           std::span<const std::byte> /*payload*/) {
     return Status(StatusCode::kUnimplemented, "no receive lanes");
