@@ -227,12 +227,14 @@ Status SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::
   uint64_t& seq = SeqOf(lane, from, to);
   const wire::Header header =
       wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  // On the receiving thread's lane where the route has lanes; a full lane
-  // is the receiver's back-pressure, as a full ring is.
-  Status status = rails_[default_route_].PostLane(wire::LaneOf(to), header, payload);
-  if (status.code() == StatusCode::kUnimplemented) {
-    status = rails_[default_route_].PostCopy(header, payload);
-  }
+  // On the receiving thread's lane when it fits one (a full lane is the
+  // receiver's back-pressure, as a full ring is), else the route's way
+  // (shm: into a buffer the receiver provided). Asked by size, not by
+  // PostLane's Unimplemented: that one's message costs an allocation.
+  PeerRail& rail = rails_[default_route_];
+  Status status = wire::kHeaderBytes + payload.size() <= rail.lane_frame_bytes
+                      ? rail.PostLane(wire::LaneOf(to), header, payload)
+                      : rail.PostCopy(header, payload);
   if (status.ok()) ++seq;
   return status;
 }

@@ -615,11 +615,16 @@ TEST_CASE("a short message in a pool buffer goes on its lane too, any other fram
               .PostControl(-1, wire::ControlHeader(wire::FrameKind::kGrant, kAlice, kCarol,
                                                    /*seq=*/9))
               .ok());
-  REQUIRE(route.taken.size() == 2);
+  // PostCopy likewise.
+  const std::vector<std::byte> large_bytes(kLaneBytes, std::byte{2});
+  REQUIRE(f.queue.PostCopy(kAlice, kCarol, 7, large_bytes).ok());
+  REQUIRE(f.queue.PostCopy(kAlice, kCarol, 7, kBytes).ok());
+  REQUIRE(route.taken.size() == 3);
   CHECK(route.taken[0].seq == 1);
   CHECK(route.taken[1].kind == wire::FrameKind::kGrant);
-  CHECK(route.LaneFrames() == 1);
-  CHECK(f.queue.Sent(0).frames == 3);
+  CHECK(route.taken[2].seq == 2);
+  CHECK(route.LaneSeqs(wire::LaneOf(kCarol)) == Seqs{0, 3});
+  CHECK(f.queue.Sent(0).frames == 5);
   CHECK(f.InUse() == 1);  // the test's reference only
 }
 
