@@ -46,30 +46,34 @@ Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
   const uint64_t generation = peer.generation();
   send.fragments = FragmentScheduler(payload.size(), fragment_bytes_, peer.rails().size(),
                                      {.fragment_timeout = limits_.fragment_timeout});
-  // The number the start gets (peer.mu() is held until it is posted).
-  send.key = LongKey{from.raw(), to.raw(), peer.NextSeq(from, to)};
-  {
-    std::lock_guard lock(mu_);
-    outbound_[send.key] = &send;
-  }
   // Out of the table before `send` goes (peer.mu() still held).
   struct Unregister {
     LongSender& sender;
-    LongKey key;
+    const LongSend& send;
+    bool registered = false;
     ~Unregister() {
+      if (!registered) return;
       std::lock_guard lock(sender.mu_);
-      sender.outbound_.erase(key);
+      sender.outbound_.erase(send.key);
     }
-  } unregister{*this, send.key};
+  } unregister{*this, send};
 
   // The start travels in the pair's order, like a short message (and like
-  // one, moves to another network when its route breaks).
+  // one, moves to another network when its route breaks). Named by its
+  // number, in the table before any network carries it (an answer may come
+  // at once); the number is known only once the pair's lane is held (the
+  // pair's short messages take theirs without peer.mu()).
   {
     TOCL_ASSIGN_OR_RETURN(
         buffers::SlotRef start,
         peer.HeaderFrame(peer.default_route(),
                          wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_)));
-    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_route()));
+    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_route(), [&](uint64_t seq) {
+      send.key = LongKey{from.raw(), to.raw(), seq};
+      std::lock_guard lock(mu_);
+      outbound_[send.key] = &send;
+      unregister.registered = true;
+    }));
   }
   Status result = AwaitLocked(peer, peer_lock, generation, send);
   if (peer.generation() == generation) {

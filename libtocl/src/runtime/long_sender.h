@@ -12,10 +12,11 @@
 //
 // Threading and lock order: a sending thread holds its peer's mu() while it
 // posts and places fragments, never while it waits. mu_ (the table of
-// messages being sent) is taken under a peer's mu() (Send registering and
-// removing its message) and by the poller (OnControl, which takes no peer
-// lock); a message's LongSend::mu under either. So peer mu() -> mu_ ->
-// LongSend::mu, and peer mu() -> LongSend::mu.
+// messages being sent) is taken under a peer's mu() (Send registering its
+// message under the pair's lane lock too, and removing it) and by the
+// poller (OnControl, which takes no peer lock); a message's LongSend::mu
+// under either. So peer mu() -> lane lock -> mu_ -> LongSend::mu, and peer
+// mu() -> LongSend::mu.
 #pragma once
 
 #include <atomic>

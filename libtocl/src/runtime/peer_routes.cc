@@ -361,8 +361,9 @@ void PeerRoutes::AddSentStats(std::span<NetworkStats> by_network) const {
       const PeerRail& rail = peer->rails()[route];
       const RailHealth& health = peer->health()[route];
       NetworkStats& stats = by_network[rail.rail];
-      stats.frames_sent += rail.frames_sent;
-      stats.bytes_sent += rail.bytes_sent;
+      const SendQueue::SentCount sent = peer->Sent(route);
+      stats.frames_sent += sent.frames;
+      stats.bytes_sent += sent.bytes;
       if (rail.fragments_sent == 0 && health.bandwidth == 0) continue;
       stats.peers.push_back(NetworkPeerStats{peer->process(), health.bandwidth, rail.fragments_sent,
                                              rail.fragments_resent, !health.UsableAt(now)});

@@ -25,6 +25,8 @@
 //
 // Locks, in the order they are taken:
 //   dest_mu_ ──> SendQueue::mu() ──> hosts_mu_, the lookup's own locks
+// (a queue's lane locks come after its mu() and are the queue's own
+// business: send_queue.h)
 // dest_mu_ is never taken with a queue's mu() held, nor held across a
 // directory lookup; ResolvePeerLocked runs under the queue's mu() and asks
 // the directory there. (SendQueue::Events::Queued, called under mu(),

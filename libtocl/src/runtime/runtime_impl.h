@@ -31,9 +31,11 @@
 // rail's index is what routes and statistics call a network.
 //
 // Locks, in the order they are taken: PeerRoutes' dest_mu ──>
-// SendQueue::mu() ──> QueueEvents' waiting_mu (Queued), LongSender's table
-// (a long send), a LongSend's mu, PeerRoutes' hosts_mu and directory
-// lookups. The LongReceiver's lock is never held while a peer is resolved:
+// SendQueue::mu() ──> a SendQueue lane's lock (send_queue.h; a copying send
+// of a short message often takes it alone) ──> QueueEvents' waiting_mu
+// (Queued), LongSender's table (a long send's start is registered under
+// the lane's lock); and under mu(): a LongSend's mu, PeerRoutes' hosts_mu
+// and directory lookups. The LongReceiver's lock is never held while a peer is resolved:
 // the control frames it decides are queued and sent once it is released.
 //
 // Member order is destruction order reversed: the reactor outlives the

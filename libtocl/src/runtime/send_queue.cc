@@ -30,6 +30,12 @@ uint64_t ThreadPairKey(Gid from, Gid to) {
   return (uint64_t{from.thread_index()} << 24) | to.thread_index();
 }
 
+// TryPostLane's "take the way through mu()": short, no allocation (taken
+// once per message while a queue's lanes are closed).
+Status LanesClosed() {
+  return Status(StatusCode::kFailedPrecondition, "lanes closed");
+}
+
 // Sleeping for room starts after this many rounds of polling and yielding.
 constexpr int kSpinRounds = 256;
 
@@ -43,8 +49,12 @@ SendQueue::SendQueue(Gid process, size_t depth, Events& events)
 
 void SendQueue::AddRoute(int network, std::unique_ptr<subsystem::Route> route,
                          buffers::BufferPool& pool) {
+  // rails_ may move: no TryPostLane may be in it. (The lanes stay closed
+  // from a reset to Ready; this makes sure rather than assumes.)
+  QuiesceLanes();
   PeerRail peer_rail;
   peer_rail.rail = network;
+  peer_rail.lane_frame_bytes = route->LaneFrameBytes();
   peer_rail.route = std::move(route);
   peer_rail.pool = &pool;
   rails_.push_back(std::move(peer_rail));
@@ -54,6 +64,7 @@ void SendQueue::AddRoute(int network, std::unique_ptr<subsystem::Route> route,
 void SendQueue::Ready() {
   default_route_ = 0;  // the first route added (shm when it connected)
   state_ = State::kReady;
+  OpenLanes();
 }
 
 int SendQueue::RouteOver(int network) const {
@@ -75,18 +86,68 @@ void SendQueue::AvoidRoute(int route) {
   for (size_t other = 0; other < health_.size(); ++other) {
     if (!health_[other].failed) {
       default_route_ = static_cast<int>(other);
+      OpenLanes();  // over the new default, or closed when it has none
       return;
     }
   }
 }
 
-uint64_t& SendQueue::SeqOf(Gid from, Gid to) {
+uint64_t& SendQueue::SeqOf(SendLane& lane, Gid from, Gid to) {
   if (seq_cache.queue == id_ && seq_cache.from == from.raw() && seq_cache.to == to.raw()) {
     return *seq_cache.seq;
   }
-  uint64_t& seq = next_seq_[ThreadPairKey(from, to)];
+  uint64_t& seq = lane.next_seq[ThreadPairKey(from, to)];
   seq_cache = SeqCache{id_, from.raw(), to.raw(), &seq};
   return seq;
+}
+
+uint64_t SendQueue::NextSeq(Gid from, Gid to) {
+  SendLane& lane = LaneFor(to);
+  std::lock_guard lane_lock(lane.mu);
+  return SeqOf(lane, from, to);
+}
+
+int SendQueue::LaneRoute() const {
+  if (state_ != State::kReady || !queue_.empty() || default_route_ < 0) return -1;
+  const PeerRail& rail = rails_[default_route_];
+  if (rail.lane_frame_bytes == 0 || !rail.route || rail.route->Broken()) return -1;
+  return default_route_;
+}
+
+void SendQueue::OpenLanes() {
+  const int route = LaneRoute();
+  if (route < 0) {
+    // lane_route_ stays: late posters may still be counting for it.
+    CloseLanes();
+    return;
+  }
+  if (route != lane_route_) {
+    QuiesceLanes();
+    lane_route_ = route;
+  }
+  open_lane_bytes_.store(rails_[route].lane_frame_bytes, std::memory_order_release);
+}
+
+void SendQueue::QuiesceLanes() {
+  CloseLanes();
+  const bool counted = lane_route_ >= 0 && lane_route_ < static_cast<int>(rails_.size());
+  for (SendLane& lane : lanes_) {
+    std::lock_guard lane_lock(lane.mu);
+    if (counted) {
+      rails_[lane_route_].frames_sent += lane.frames_sent.exchange(0, std::memory_order_relaxed);
+      rails_[lane_route_].bytes_sent += lane.bytes_sent.exchange(0, std::memory_order_relaxed);
+    }
+  }
+}
+
+SendQueue::SentCount SendQueue::Sent(size_t route) const {
+  SentCount sent{rails_[route].frames_sent, rails_[route].bytes_sent};
+  if (static_cast<int>(route) != lane_route_) return sent;
+  for (const SendLane& lane : lanes_) {
+    sent.frames += lane.frames_sent.load(std::memory_order_relaxed);
+    sent.bytes += lane.bytes_sent.load(std::memory_order_relaxed);
+  }
+  return sent;
 }
 
 bool SendQueue::FlushAndCheckReady() {
@@ -101,21 +162,49 @@ Status SendQueue::NotReady() const {
 
 Status SendQueue::PostOrQueue(int route, buffers::SlotRef& slot) {
   if (!FlushAndCheckReady()) return NotReady();
+  return PostNowOrQueue(route, slot, /*held_lane=*/-1);
+}
+
+Status SendQueue::PostNowOrQueue(int route, buffers::SlotRef& slot, int held_lane) {
   if (queue_.empty()) {
     slot->set_state(BufferState::kInFlight);
-    Status status = rails_[route].Post(slot);
+    Status status = PostFrame(route, slot, held_lane);
     if (status.code() != StatusCode::kTryAgain) return status;
   }
   Queue(std::move(slot), route);
   return Status::Ok();
 }
 
-Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int route) {
+Status SendQueue::PostFrame(int route, buffers::SlotRef& slot, int held_lane) {
+  PeerRail& rail = rails_[route];
+  const wire::Header& header = slot->header();
+  if (header.kind != wire::FrameKind::kMessage ||
+      wire::kHeaderBytes + header.length > rail.lane_frame_bytes) {
+    return rail.Post(slot);
+  }
+  const uint32_t lane = wire::LaneOf(Gid::FromRaw(header.destination));
+  std::unique_lock<std::mutex> lane_lock;
+  if (static_cast<int>(lane) != held_lane) lane_lock = std::unique_lock(lanes_[lane].mu);
+  Status status = rail.PostLane(lane, header, std::span(slot->payload(), header.length));
+  if (!status.ok()) return status;
+  slot->set_state(BufferState::kSent);
+  slot.reset();
+  return status;
+}
+
+Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int route,
+                       const Numbered& numbered) {
+  // Flushed before the pair's lane is held: a Flush may move the lanes,
+  // which waits for every lane's holder.
+  if (!FlushAndCheckReady()) return NotReady();
   if (route < 0) route = default_route_;
-  uint64_t& seq = SeqOf(from, to);
+  SendLane& lane = LaneFor(to);
+  std::lock_guard lane_lock(lane.mu);
+  uint64_t& seq = SeqOf(lane, from, to);
   slot->header().seq = seq;
-  Status status = PostOrQueue(route, slot);
-  if (!status.ok() && state_ == State::kReady) {
+  if (numbered) numbered(seq);
+  Status status = PostNowOrQueue(route, slot, static_cast<int>(wire::LaneOf(to)));
+  if (!status.ok()) {
     if (Reroute(route)) {
       Queue(std::move(slot), default_route_);
       status = Status::Ok();
@@ -133,16 +222,48 @@ Status SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::
   if (!FlushAndCheckReady() || !queue_.empty()) {
     return Status(StatusCode::kFailedPrecondition, "frames wait");
   }
-  uint64_t& seq = SeqOf(from, to);
+  SendLane& lane = LaneFor(to);
+  std::lock_guard lane_lock(lane.mu);
+  uint64_t& seq = SeqOf(lane, from, to);
   const wire::Header header =
       wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  // On the receiving thread's lane where the route has lanes; a full lane
-  // is the receiver's back-pressure, as a full ring is.
-  Status status = rails_[default_route_].PostLane(wire::LaneOf(to), header, payload);
-  if (status.code() == StatusCode::kUnimplemented) {
-    status = rails_[default_route_].PostCopy(header, payload);
-  }
+  // On the receiving thread's lane when it fits one (a full lane is the
+  // receiver's back-pressure, as a full ring is), else the route's way
+  // (shm: into a buffer the receiver provided). Asked by size, not by
+  // PostLane's Unimplemented: that one's message costs an allocation.
+  PeerRail& rail = rails_[default_route_];
+  Status status = wire::kHeaderBytes + payload.size() <= rail.lane_frame_bytes
+                      ? rail.PostLane(wire::LaneOf(to), header, payload)
+                      : rail.PostCopy(header, payload);
   if (status.ok()) ++seq;
+  return status;
+}
+
+Status SendQueue::TryPostLane(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
+  const size_t frame_bytes = wire::kHeaderBytes + payload.size();
+  // A look first: a queue whose lanes are closed costs no lock.
+  if (frame_bytes > open_lane_bytes_.load(std::memory_order_relaxed)) {
+    return LanesClosed();
+  }
+  const uint32_t lane_index = wire::LaneOf(to);
+  SendLane& lane = lanes_[lane_index];
+  std::lock_guard lane_lock(lane.mu);
+  // Again under the lock: whoever queued a frame of this pair closed the
+  // lanes while holding it, and this one must go behind that frame.
+  if (frame_bytes > open_lane_bytes_.load(std::memory_order_acquire)) {
+    return LanesClosed();
+  }
+  uint64_t& seq = SeqOf(lane, from, to);
+  const wire::Header header =
+      wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
+  Status status = rails_[lane_route_].route->PostLane(lane_index, header, payload);
+  if (!status.ok()) return status;
+  ++seq;
+  // Only this lane's holder writes them: no read-modify-write needed.
+  lane.frames_sent.store(lane.frames_sent.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+  lane.bytes_sent.store(lane.bytes_sent.load(std::memory_order_relaxed) + frame_bytes,
+                        std::memory_order_relaxed);
   return status;
 }
 
@@ -183,6 +304,9 @@ bool SendQueue::PostFragment(int route, const wire::Header& header,
 }
 
 void SendQueue::Queue(buffers::SlotRef slot, int route) {
+  // Before the frame's pair's lane lock is released (Post): its next frame
+  // must not overtake this one on a lane.
+  CloseLanes();
   slot->set_state(BufferState::kQueued);
   queue_.push_back({std::move(slot), route});
   const bool list = !listed_;
@@ -194,7 +318,7 @@ bool SendQueue::Flush() {
   while (!queue_.empty()) {
     Pending& head = queue_.front();
     // Ok leaves head.slot empty; an error leaves the reference in it.
-    Status status = rails_[head.route].Post(head.slot);
+    Status status = PostFrame(head.route, head.slot, /*held_lane=*/-1);
     if (status.code() == StatusCode::kTryAgain) return true;
     if (!status.ok() && Reroute(head.route)) {
       // Another network takes the frames that waited for this one; control
@@ -215,6 +339,7 @@ bool SendQueue::Flush() {
     if (queue_.size() + 1 == depth_) space_.notify_all();
   }
   space_.notify_all();
+  OpenLanes();
   return false;
 }
 
@@ -250,7 +375,12 @@ bool SendQueue::Reroute(int broken) {
   RailHealth& health = health_[broken];
   if (!health.failed) events_.Rerouted(*this, rails_[broken].rail, rails_[alternative].rail);
   health.Break();
-  if (default_route_ == broken) default_route_ = alternative;
+  if (default_route_ == broken) {
+    // Open again (over the new default) by the Flush that sends what
+    // waits: it cannot be done here, under a lane's lock (Post).
+    CloseLanes();
+    default_route_ = alternative;
+  }
   for (Pending& pending : queue_) {
     if (pending.route == broken) pending.route = alternative;
   }
@@ -258,6 +388,7 @@ bool SendQueue::Reroute(int broken) {
 }
 
 void SendQueue::Fail(Status why, bool host_down) {
+  CloseLanes();
   if (state_ != State::kFailed) {
     state_ = State::kFailed;
     failure_ = std::move(why);
@@ -274,6 +405,8 @@ void SendQueue::Fail(Status why, bool host_down) {
 
 bool SendQueue::ResetAfterHostDown() {
   if (!host_down_) return false;
+  QuiesceLanes();  // closed since the failure; some may still post on the old route
+  lane_route_ = -1;
   host_down_ = false;
   state_ = State::kUnresolved;
   failure_ = Status::Ok();
@@ -286,6 +419,7 @@ bool SendQueue::ResetAfterHostDown() {
 
 void SendQueue::Close(Status why) {
   Fail(std::move(why));
+  QuiesceLanes();  // late posters out of the routes before they go
   for (PeerRail& rail : rails_) rail.route.reset();
 }
 

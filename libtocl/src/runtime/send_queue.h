@@ -5,13 +5,15 @@
 // (pair_order.h).
 //
 // Every frame to the process goes through here: short messages and
-// long-message starts (Post, PostCopy: numbered in their pair's order),
+// long-message starts (Post, PostCopy, TryPostLane: numbered in their
+// pair's order),
 // control frames of long messages (PostControl: outside the order), and
 // fragments (PostFragment: straight to one network, never queued; the
 // fragment scheduler decides where and when). A frame is posted at once
 // when nothing waits before it and its route takes it; otherwise it waits
 // here, in order, until Flush (the sender's next post, or the poller's
-// Retry) posts it. So a frame is owned by the queue (a SlotRef) from the
+// Retry) posts it. A short message that fits its route's receive lanes
+// goes on its receiving thread's lane whichever way it came (PostFrame). So a frame is owned by the queue (a SlotRef) from the
 // moment it is taken until a route has it.
 //
 // Indexes: a `route` is an index into rails() (this queue's routes, and
@@ -30,24 +32,50 @@
 // Back-pressure: a sender whose short message leaves `depth` or more frames
 // waiting waits for room (AwaitRoom), making progress itself meanwhile.
 //
-// Counting: a frame is counted (PeerRail::frames_sent, bytes_sent) once,
-// when a route takes it, in PeerRail::Post / PostCopy.
+// Counting: a frame is counted once, when a route takes it: in PeerRail
+// (Post, PostCopy, PostLane) under mu(), or by TryPostLane in its lane's
+// counters; Sent() adds the two.
 //
 // What it needs of the runtime goes through Events (queued frames for the
 // poller, a rerouted network, progress while a sender waits), none of it on
 // the path of a message its route takes at once.
 //
-// Threading: one mutex, mu(), guards everything; every method but process(),
-// mu() and Retry() is called with it held. Routes are called under it (as
-// subsystem.h expects: one thread at a time per route).
+// Threading: two kinds of lock, taken in this order.
+//   - mu() guards the queue: state, routes, health, the FIFO. Every method
+//     but process(), mu(), Retry(), TryPostLane(), LanesOpen() and
+//     NextSeq() is called with it held. Routes are called under it (one thread at a time per
+//     route, as subsystem.h expects), but for Route::PostLane.
+//   - Each receive lane (wire/lanes.h: the receiving thread's) has a lock,
+//     SendLane::mu, guarding the sequence numbers of the pairs whose
+//     receiver is in that lane and the route's PostLane on that lane (one
+//     thread at a time per lane, as subsystem.h expects). A pair's number
+//     is read, used and advanced under its lane's lock only, by
+//     TryPostLane (without mu(): 8 senders to 8 lanes of one process wait
+//     on nobody) and by Post and PostCopy (under mu(), then the lane's).
+//     A lane's holder takes no other lock of the queue.
+// TryPostLane posts only while the lanes are open: the queue is kReady,
+// nothing waits in the FIFO and the default route (where PostCopy would
+// post too) has lanes and is not broken. Whatever queues a frame closes
+// them under that frame's lane lock, so its pair's next TryPostLane finds
+// them closed and takes the way through mu(), behind what waits; so does
+// failing the process (later sends see the failure) and moving the default
+// route. Ready, AvoidRoute and a Flush that empties the FIFO open them.
+// Before the lanes post on another route, and before routes are replaced
+// or destroyed (AddRoute, ResetAfterHostDown, Close), every lane's lock is
+// taken and released once with the lanes closed (QuiesceLanes): no
+// TryPostLane still holds the old route. So QuiesceLanes, and Flush and
+// everything that may open the lanes, are never called with a lane's lock
+// held.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -61,6 +89,7 @@
 #include "tocl/gid.h"
 #include "tocl/status.h"
 #include "wire/frame.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -72,7 +101,12 @@ struct PeerRail {
   // The network's pool: header-only frames, fragments its route cannot
   // copy straight from the sender's memory.
   buffers::BufferPool* pool = nullptr;
-  uint64_t frames_sent = 0;  // every frame the route took, header included in bytes_sent
+  // The largest frame the route's lanes take (Route::LaneFrameBytes), 0:
+  // no lanes.
+  uint32_t lane_frame_bytes = 0;
+  // Every frame the route took under mu(), header included in bytes_sent
+  // (SendQueue::Sent adds what went over its lanes without mu()).
+  uint64_t frames_sent = 0;
   uint64_t bytes_sent = 0;
   uint64_t fragments_sent = 0;
   uint64_t fragments_resent = 0;
@@ -163,16 +197,29 @@ class SendQueue {
   uint64_t generation() const { return generation_; }
 
   // --- frames ---
-  // The number the pair's next Post or PostCopy gives (a long send names
-  // its message by it before posting its start).
-  uint64_t NextSeq(Gid from, Gid to) { return SeqOf(from, to); }
+  // The number the pair's next post gives.
+  uint64_t NextSeq(Gid from, Gid to);
+  // Called with the number a frame gets, before any network can carry it
+  // (a long send names its message by it).
+  using Numbered = std::function<void(uint64_t seq)>;
   // Numbers the frame in `slot` (a short message or long-message start,
   // header otherwise complete) in the (from, to) pair's order and posts it
   // on `route` (< 0: the default) behind what waits, or queues it. Ok takes
   // the reference. On error (the process failed, now or before) it is
   // still in `slot`, the caller's, kFailed if a route refused it, and the
-  // number is not used.
-  Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route);
+  // number is not used. `numbered` (if any) is called with the pair's lane
+  // lock held: it takes no lock of the queue.
+  Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route, const Numbered& numbered = {});
+  // A short message copied from `payload` onto the receiving thread's lane
+  // of the default route, numbered like Post, without mu(): a copying
+  // send's first try. Ok: sent. TryAgain: the lane is full now (worth a
+  // retry after progress). Another error (the lanes are closed, the frame
+  // is larger than a lane takes, the route broke): nothing sent, take the
+  // way through mu() (PostCopy, Post), which queues, reroutes or fails.
+  // Nothing is sent and no number used unless Ok.
+  Status TryPostLane(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload);
+  // Whether TryPostLane may post now (a look without a lock).
+  bool LanesOpen() const { return open_lane_bytes_.load(std::memory_order_relaxed) != 0; }
   // A short message copied straight from `payload` on the default route
   // (shm: onto the receiving thread's lane, or into the buffer the
   // receiver provided), numbered like Post. Not Ok: nothing sent, no number
@@ -223,15 +270,48 @@ class SendQueue {
   // Nothing waits here or in a live route.
   bool Drained() const;
 
+  // --- counting ---
+  struct SentCount {
+    uint64_t frames = 0;  // every frame, header included in `bytes`
+    uint64_t bytes = 0;
+  };
+  // What route `route` took, through mu() and through the lanes.
+  SentCount Sent(size_t route) const;
+
  private:
   struct Pending {
     buffers::SlotRef slot;  // the queue's reference
     int route;              // index into rails_
   };
 
-  // The (from, to) pair's next sequence number (a thread-local cache of the
-  // last pair a thread sent on skips the map).
-  uint64_t& SeqOf(Gid from, Gid to);
+  // The lock and numbers of the pairs whose receiver is in one receive
+  // lane, on a cache line of their own (8 senders use 8 of them at once).
+  struct alignas(64) SendLane {
+    std::mutex mu;
+    // Guarded by mu; by thread pair (node-based: stable for SeqOf's cache).
+    std::unordered_map<uint64_t, uint64_t> next_seq;
+    // What TryPostLane posted on lane_route_ and QuiesceLanes has not moved
+    // into its PeerRail yet: written under mu, read by mu_'s holder
+    // (relaxed: a count, ordered by nothing).
+    std::atomic<uint64_t> frames_sent{0};
+    std::atomic<uint64_t> bytes_sent{0};
+  };
+
+  SendLane& LaneFor(Gid to) { return lanes_[wire::LaneOf(to)]; }
+  // The (from, to) pair's next sequence number, with `lane` (LaneFor(to))
+  // held (a thread-local cache of the last pair a thread sent on skips the
+  // map).
+  uint64_t& SeqOf(SendLane& lane, Gid from, Gid to);
+  // The route the lanes may post on now (see Threading), or -1.
+  int LaneRoute() const;
+  // Opens the lanes when they may be (over LaneRoute()), else closes them.
+  // No lane's lock held.
+  void OpenLanes();
+  void CloseLanes() { open_lane_bytes_.store(0, std::memory_order_release); }
+  // Closes the lanes and waits until no TryPostLane runs (it takes and
+  // releases each lane's lock), moving what they counted into
+  // lane_route_'s PeerRail. No lane's lock held.
+  void QuiesceLanes();
   // Posts what waits first (FIFO: the receiver may have provided buffers
   // since, and nobody else may be polling for us); then whether the
   // process is ready for more (NotReady says why not).
@@ -240,6 +320,16 @@ class SendQueue {
   // Behind what waits (after a Flush), or on `route` now: Ok taken (posted
   // or queued); else the route's error or the failure, not taken.
   Status PostOrQueue(int route, buffers::SlotRef& slot);
+  // PostOrQueue once flushed and ready. `held_lane`: the lane whose lock
+  // the caller holds, or -1.
+  Status PostNowOrQueue(int route, buffers::SlotRef& slot, int held_lane);
+  // The frame in `slot` on `route`: a short message that fits the route's
+  // lanes onto its receiving thread's lane (copied, the reference dropped),
+  // any other frame by Route::PostRef. So a pair's short messages take one
+  // way however they were sent (a pool buffer, after a full lane, queued):
+  // a frame on another way could fall behind the lane by more than the
+  // receiver holds for it (pair_order.h's cap). Ok: taken (`slot` empty).
+  Status PostFrame(int route, buffers::SlotRef& slot, int held_lane);
   void Queue(buffers::SlotRef slot, int route);
   // Route `broken` broke: failed for good, and later frames go over
   // another (true), or there is none left (false).
@@ -259,11 +349,20 @@ class SendQueue {
   std::vector<PeerRail> rails_;
   std::vector<RailHealth> health_;  // parallel to rails_
   int default_route_ = -1;
-  std::unordered_map<uint64_t, uint64_t> next_seq_;  // by thread pair (node-based: stable)
   std::deque<Pending> queue_;
   bool listed_ = false;  // on the poller's list (Events::Queued)
   bool host_down_ = false;
   uint64_t generation_ = 0;
+
+  // The route TryPostLane posts on and its lanes' counters count for:
+  // written by mu_'s holder only after QuiesceLanes, read by TryPostLane
+  // only while the lanes are open (so never at the same time).
+  int lane_route_ = -1;
+  // 0 while the lanes are closed; else the largest frame they take. Stored
+  // by mu_'s holder (release: lane_route_ before it), loaded by TryPostLane
+  // without a lock and again under its lane's lock (acquire).
+  std::atomic<uint32_t> open_lane_bytes_{0};
+  std::array<SendLane, wire::kReceiveLanes> lanes_;
 };
 
 // What the sender knows of a destination thread.

@@ -13,7 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Rounds of progress and yielding a copying send waits for room in a full
-// ring or lane before it takes the queue's way.
+// ring or lane before it takes the way through a pool buffer.
 constexpr int kFullRounds = 256;
 
 // A buffer of `pool`'s class `class_index` holding a copy of `payload`
@@ -92,16 +92,23 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   const uint32_t class_index = buffers::ClassFor(payload.size());
   if (class_index >= num_classes_) return send_long_(from, to, tag, payload);
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  // The fast path (shm): straight into the buffer the receiver provided.
+  // The fast path (shm): onto the receiving thread's lane, else straight
+  // into the buffer the receiver provided.
   if (rails_.post_copy() && to.process() != process_) {
     TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
     SendQueue& peer = *destination;
     // A full ring or lane is the receiver's back-pressure: wait a little
-    // for room (making progress meanwhile) before the slower way, whose
-    // frames would overtake what waits on the lane.
+    // for room (making progress meanwhile) before the way through the
+    // queue (which puts the message on its lane once there is room), where
+    // it makes every later send to the process take the queue's lock until
+    // the queue is empty again.
     for (int round = 0;; ++round) {
-      Status posted;
-      {
+      // The lane alone first: senders to other lanes of the process do
+      // not wait for us. The queue's lock when the lanes are closed (not
+      // resolved yet, frames wait, no lanes) or the route broke: it
+      // resolves, queues behind what waits, or finds out why.
+      Status posted = peer.TryPostLane(from, to, tag, payload);
+      if (!posted.ok() && posted.code() != StatusCode::kTryAgain) {
         std::lock_guard lock(peer.mu());
         TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
         posted = peer.PostCopy(from, to, tag, payload);

@@ -11,9 +11,13 @@
 //
 // It sees the runtime only through the parts it is given and its hook.
 //
-// Threading: every method from any thread, once Open returned. A sender
-// may wait in SendSlot/SendCopy for room in its destination's queue
-// (back-pressure) and for a pool buffer at the pool's cap.
+// Threading: every method from any thread, once Open returned. A copy
+// that fits a receive lane takes only the lock of its receiver's lane
+// (SendQueue::TryPostLane) while the destination's queue is ready and
+// empty; everything else takes the destination's lock. A sender may wait
+// in SendSlot/SendCopy for room in a full lane or ring, or in its
+// destination's queue (back-pressure), and for a pool buffer at the pool's
+// cap.
 #pragma once
 
 #include <atomic>

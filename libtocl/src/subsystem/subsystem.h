@@ -20,11 +20,12 @@
 // Each subsystem is given, when opened, the runtime's Sink (where arrivals
 // go) and Reactor (the fds it wants to be woken for).
 //
-// Threading: Route methods are called by one thread at a time per route
-// (the runtime holds the destination's lock) and never block, except
-// PostLane: one thread at a time per lane. Poll and the reactor handlers
-// are called by the polling thread only; PollLane, Address, pool and
-// Connect from any thread.
+// Threading: Route methods never block and are called by one thread at a
+// time per route (the runtime holds the destination's lock), except
+// PostLane: one thread at a time per lane (the runtime holds its lock of
+// that lane, not the destination's). Poll and the reactor handlers are
+// called by the polling thread only; PollLane, Address, pool and Connect
+// from any thread.
 #pragma once
 
 #include <chrono>
@@ -101,11 +102,16 @@ class Route {
   // other lanes and the other methods may run at once. Unimplemented when
   // the route has no lanes or the frame does not fit one (post it the
   // other way); TryAgain when the lane is full; Unavailable when the route
-  // is broken. Nothing is taken unless Ok.
+  // is broken, or found to be (the peer went): the runtime posts every
+  // short message that fits a lane on its lane, so a full lane must not
+  // hide a dead peer. Nothing is taken unless Ok.
   virtual Status PostLane(uint32_t /*lane*/, const wire::Header& /*header*/,
                           std::span<const std::byte> /*payload*/) {
     return Status(StatusCode::kUnimplemented, "no receive lanes");
   }
+  // The largest frame (header included) PostLane takes; 0 when the route
+  // has no lanes. Fixed for the route's life: the runtime asks once.
+  virtual uint32_t LaneFrameBytes() const { return 0; }
   // Nothing posted is still waiting for the network (for a flushing Shutdown).
   virtual bool Drained() const = 0;
   // The route is broken for good (peer died, connection lost).

@@ -672,6 +672,25 @@ TEST_CASE("after the receiver closes, the sender's posts fail with Unavailable",
   CHECK_FALSE(t.sender.shm->Connect(kReceiver, address).ok());
 }
 
+TEST_CASE("a lane post alone finds out that the receiver closed: Unavailable, the route broken",
+          "[shm]") {
+  Trio t;
+  uint64_t seq = 0;
+  auto route = ConnectReady(t.sender, kSender, t.receiver, seq);
+  REQUIRE(route->LaneFrameBytes() >= wire::kHeaderBytes + 8);
+  const wire::Header header = MessageHeader(kSender, kReceiver, seq, 8);
+  const std::vector<std::byte> payload(8, std::byte{3});
+  const uint32_t lane = wire::LaneOf(Gid::FromRaw(header.destination));
+  REQUIRE(route->PostLane(lane, header, payload).ok());
+  t.receiver.shm->Close();
+  // The runtime posts a pair's short messages on its lane only: nothing
+  // else would find out.
+  const Status status = route->PostLane(lane, header, payload);
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(status.message(), Catch::Matchers::Contains("h1.p2"));
+  CHECK(route->Broken());
+}
+
 TEST_CASE("a closed route frees its channel for a later sender", "[shm]") {
   Trio t;
   uint64_t seq = 0;

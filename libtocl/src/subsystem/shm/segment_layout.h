@@ -25,7 +25,9 @@
 //
 // A pair's frames on a lane and on the arrivals ring may come out in either
 // order: the wire header's per-pair sequence numbers restore it
-// (runtime/pair_order.h).
+// (runtime/pair_order.h). (The sender puts every message that fits a lane
+// on its lane, however it was sent, so only a pair that mixes sizes or
+// long messages uses both.)
 //
 //   [SegmentHeader 4 KiB][Channel x kMaxChannels][data region (pool slabs)]
 //

@@ -224,18 +224,25 @@ class ShmRoute final : public Route {
     if (broken_.load(std::memory_order_relaxed)) {
       return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
     }
-    // A channel not ready (yet, or any more): the arrivals ring's way
-    // finds out why, under the route's lock.
-    if (channel_.state.load(std::memory_order_acquire) !=
-        static_cast<uint32_t>(ChannelState::kReady)) {
+    LaneCache& cache = lane_cache_[lane];
+    // A channel not ready yet, or any more: found out here as Reserve does
+    // (the runtime may post a pair's short messages nowhere else, so
+    // nothing else would).
+    auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
+    if (state != ChannelState::kReady) {
+      if (state != ChannelState::kClaimed || !OwnerAliveThrottled(cache.stalls)) {
+        return Fail("closed its shm channel");
+      }
       return Status(StatusCode::kTryAgain, "channel not ready");
     }
     auto& ring = channel_.lanes[lane];
-    uint32_t& head_cache = lane_head_cache_[lane].value;
+    uint32_t& head_cache = cache.head;
     const uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
     if (tail - head_cache >= ring.kSize) {
       head_cache = ring.head.value.load(std::memory_order_acquire);
       if (tail - head_cache >= ring.kSize) {
+        // A full lane of an owner that exited stays full.
+        if (!OwnerAliveThrottled(cache.stalls)) return Fail("exited");
         return Status(StatusCode::kTryAgain, "lane full");  // short: no allocation
       }
     }
@@ -252,6 +259,7 @@ class ShmRoute final : public Route {
     return Status::Ok();
   }
 
+  uint32_t LaneFrameBytes() const override { return kInlineFrameBytes; }
   bool Drained() const override { return true; }  // a frame is done when Post returns
   bool Broken() const override { return broken_.load(std::memory_order_relaxed); }
   // Wakes the owner however it sleeps (bell or futex), e.g. to adopt a
@@ -270,7 +278,7 @@ class ShmRoute final : public Route {
     }
     auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
     if (state != ChannelState::kReady) {
-      if (state != ChannelState::kClaimed || !OwnerAliveThrottled()) {
+      if (state != ChannelState::kClaimed || !OwnerAliveThrottled(stalls_)) {
         return Fail("closed its shm channel");
       }
       return Status(StatusCode::kTryAgain, "channel not ready");
@@ -369,17 +377,20 @@ class ShmRoute final : public Route {
   // when it provides more.
   Status Stall() {
     channel_.sender_waiting.store(1, std::memory_order_seq_cst);
-    if (!OwnerAliveThrottled()) return Fail("exited");
+    if (!OwnerAliveThrottled(stalls_)) return Fail("exited");
     // A message short enough for the string's own buffer: this is the
     // stream's every-message path while the receiver is behind.
     return Status(StatusCode::kTryAgain, "no room yet");
   }
 
-  bool OwnerAliveThrottled() {
-    if (++stalls_ % 4096 != 1) return true;
+  // `stalls`: the caller's count (the route's, or a lane's: each is written
+  // under its own lock).
+  bool OwnerAliveThrottled(uint64_t& stalls) const {
+    if (++stalls % 4096 != 1) return true;
     return ProcessAlive(owner_pid_, owner_start_);
   }
 
+  // Also by a lane's poster: broken_ only ever goes from false to true.
   Status Fail(std::string_view why) {
     broken_.store(true, std::memory_order_relaxed);
     return Unavailable(fmt::format("process {} {}", peer_.ToString(), why));
@@ -399,11 +410,13 @@ class ShmRoute final : public Route {
   uint32_t arrival_head_cache_ = 0;
   uint32_t provide_tail_cache_[buffers::kMaxClasses] = {};
   struct alignas(64) LaneCache {
-    uint32_t value = 0;
+    uint32_t head = 0;
+    uint64_t stalls = 0;
   };
-  LaneCache lane_head_cache_[wire::kReceiveLanes];
+  LaneCache lane_cache_[wire::kReceiveLanes];
   uint64_t stalls_ = 0;
-  // Set by the route's lock holder, read by lane posters too.
+  // Set (false to true only) by the route's lock holder or a lane's
+  // poster, read by both.
   std::atomic<bool> broken_{false};
 };
 
