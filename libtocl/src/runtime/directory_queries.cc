@@ -7,6 +7,8 @@
 #include <mutex>
 #include <optional>
 
+#include "core/deadline.h"
+
 namespace tocl::runtime {
 namespace {
 
@@ -19,13 +21,6 @@ constexpr size_t kPage = 10'000;
 // again, and the longest.
 constexpr auto kFirstRetry = std::chrono::milliseconds(20);
 constexpr auto kLastRetry = std::chrono::milliseconds(500);
-
-SystemClock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
-  const auto now = SystemClock::now();
-  if (timeout <= std::chrono::milliseconds::zero()) return now;
-  if (timeout >= SystemClock::time_point::max() - now) return SystemClock::time_point::max();
-  return now + timeout;
-}
 
 // One look at the directory: the matches up to `count`, and the newest
 // change they include (at least: the query ran after the ping).
@@ -64,7 +59,7 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
                                          size_t count, std::chrono::milliseconds timeout,
                                          std::stop_token stop) {
   if (count == 0) return InvalidArgument("WaitForQuery needs a count of at least 1");
-  const SystemClock::time_point deadline = DeadlineAfter(timeout);
+  const SystemClock::time_point deadline = DeadlineAfter<SystemClock>(timeout);
   const auto stopped = [] {
     return Status(StatusCode::kCancelled, "the runtime is shutting down");
   };

@@ -31,6 +31,13 @@ inline Status ReservedThread(Gid gid) {
       gid.ToString(), kFirstInternalThread));
 }
 
+// Ok unless a user's send names one of them, as sender or receiver.
+inline Status CheckUserEnds(Gid from, Gid to) {
+  if (IsInternalThread(from)) return ReservedThread(from);
+  if (IsInternalThread(to)) return ReservedThread(to);
+  return Status::Ok();
+}
+
 // The spawn service of `process`.
 inline Gid ServiceOf(Gid process) {
   return Gid::Thread(process, kServiceThread);

@@ -352,6 +352,24 @@ void PeerRoutes::Close(const Status& why) {
   }
 }
 
+void PeerRoutes::PostControl(Gid process, int network, const wire::Header& header) {
+  auto found = PeerOfProcess(process);
+  if (!found.ok()) return;
+  SendQueue& peer = **found;
+  std::lock_guard lock(peer.mu());
+  if (Status status = ResolvePeerLocked(peer); !status.ok()) {
+    Log().debug("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
+    return;
+  }
+  // Over the default route when none goes over `network` (-1).
+  Status status = peer.PostControl(peer.RouteOver(network), header);
+  // Out of pool buffers is worth a word; a broken route or a failed process
+  // was told already.
+  if (status.code() == StatusCode::kResourceExhausted) {
+    Log().warn("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
+  }
+}
+
 void PeerRoutes::AddSentStats(std::span<NetworkStats> by_network) const {
   const auto now = Clock::now();
   std::shared_lock lock(dest_mu_);
@@ -368,6 +386,10 @@ void PeerRoutes::AddSentStats(std::span<NetworkStats> by_network) const {
       stats.peers.push_back(NetworkPeerStats{peer->process(), health.bandwidth, rail.fragments_sent,
                                              rail.fragments_resent, !health.UsableAt(now)});
     }
+  }
+  for (NetworkStats& stats : by_network) {
+    std::sort(stats.peers.begin(), stats.peers.end(),
+              [](const auto& a, const auto& b) { return a.fragments_sent > b.fragments_sent; });
   }
 }
 

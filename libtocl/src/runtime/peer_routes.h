@@ -109,6 +109,11 @@ class PeerRoutes {
   // The queue of process `process` (made on first use, not resolved): for
   // control frames.
   Result<SendQueue*> PeerOfProcess(Gid process);
+  // Posts control frame `header` to process `process` over `network`'s
+  // route (the default when none goes over it): a long message's grant,
+  // ack or abort. Dropped when the process cannot be reached (its sender
+  // recovers by probes and timeouts).
+  void PostControl(Gid process, int network, const wire::Header& header);
   // Looks the queue's process up and opens its routes, unless it is ready
   // (Ok) or failed (its failure). Failed for good when the process exited,
   // this host's daemon does not know it, or its host is down; a process of
@@ -142,7 +147,8 @@ class PeerRoutes {
   void Close(const Status& why);
   // What went to each peer, added to `by_network` (indexed as the networks
   // given to SetNetworks): frames and bytes sent, and a NetworkPeerStats for
-  // each peer a network carried fragments to or learned a bandwidth of.
+  // each peer a network carried fragments to or learned a bandwidth of
+  // (most fragments first).
   void AddSentStats(std::span<NetworkStats> by_network) const;
 
  private:

@@ -201,4 +201,22 @@ void ProgressEngine::ThreadLoop() {
   }
 }
 
+bool ProgressEngine::PollUntil(const std::function<bool()>& done,
+                               std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (!TryPollOnce()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool ProgressEngine::AcquireWithin(std::chrono::steady_clock::duration timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (TryAcquire()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace tocl::runtime

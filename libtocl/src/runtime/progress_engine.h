@@ -6,12 +6,11 @@
 // reactor (epoll) until a peer rings (shm bell, tcp data) or its deadline.
 // Other waiting receivers drain their own receive lanes (PollLane, no
 // token needed) for a while, then sleep on their mailboxes; the poller
-// drains the lanes nobody else does and hands them their messages. The progress thread takes the token when nobody has used
-// it for a while (Timing::idle_hand_over), so that unexpected messages, tcp
-// connections and queued sends still move while every thread computes, or
-// at once when a receiver stops polling to sleep on its mailbox
-// (ReleaseToProgressThread); it sleeps in the reactor: an idle process
-// costs no CPU.
+// drains the lanes nobody else does and hands them their messages. The progress thread takes the
+// token when nobody has used it for a while (Timing::idle_hand_over), so that unexpected messages,
+// tcp connections and queued sends still move while every thread computes, or at once when a
+// receiver stops polling to sleep on its mailbox (ReleaseToProgressThread); it sleeps in the
+// reactor: an idle process costs no CPU.
 //
 // Threading: TryAcquire/Release from any thread; PollOnce/Sleep only by the
 // token holder.
@@ -73,6 +72,12 @@ class ProgressEngine {
     Release();
     return true;
   }
+  // Makes progress (polling when the token is free, else pausing briefly)
+  // until `done()` or `deadline`: whether it was done. For a flushing
+  // shutdown, not for a message's path.
+  bool PollUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+  // Waits (yielding) up to `timeout` for the token: whether it got it.
+  bool AcquireWithin(std::chrono::steady_clock::duration timeout);
   // Drains receive lane `lane` (wire/lanes.h) of every network unless
   // another thread does: a receiver of that lane polls for itself while
   // another thread holds the token. Any thread; no token needed.

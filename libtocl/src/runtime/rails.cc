@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "buffers/size_class.h"
+
 namespace tocl::runtime {
 
 uint64_t Rail::frames_received() const {
@@ -19,6 +21,7 @@ uint64_t Rail::bytes_received() const {
 }
 
 Status Rails::Open(std::string_view list, const Context& context, const MakeSink& make_sink) {
+  num_classes_ = context.num_classes;
   const subsystem::TransportRegistry& transports = subsystem::CompiledTransports();
   TOCL_ASSIGN_OR_RETURN(std::vector<subsystem::NetworkSpec> specs,
                         transports.ParseNetworks(list, /*loopback_only=*/context.key.none()));
@@ -73,6 +76,25 @@ subsystem::Subsystem* Rails::SubsystemFor(Network network) const {
     if (rail->transport->network == network) return rail->subsystem.get();
   }
   return nullptr;
+}
+
+Result<Buffer> Rails::GetBuffer(size_t size, Network network, AtCap at_cap,
+                                std::chrono::steady_clock::time_point deadline) const {
+  subsystem::Subsystem* subsystem = SubsystemFor(network);
+  if (subsystem == nullptr) {
+    return InvalidArgument(
+        fmt::format("network {} is not enabled in this process", NetworkName(network)));
+  }
+  const uint32_t class_index = buffers::ClassFor(size);
+  if (class_index >= num_classes_) {
+    return InvalidArgument(fmt::format(
+        "a {} byte buffer is larger than the short maximum of {} bytes (header included)", size,
+        buffers::ClassBytes(num_classes_ - 1)));
+  }
+  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * slot,
+                        subsystem->pool().Get(class_index, at_cap, deadline));
+  slot->header().length = static_cast<uint32_t>(size);
+  return Buffer(slot);
 }
 
 std::vector<PoolClassStats> Rails::PoolStats() const {

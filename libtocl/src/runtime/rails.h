@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/transport_registry.h"
+#include "tocl/buffer.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
 #include "wire/lanes.h"
@@ -112,6 +114,11 @@ class Rails {
   // nullptr.
   subsystem::Subsystem* SubsystemFor(Network network) const;
 
+  // Runtime::GetBuffer: a buffer of `network`'s pool for a `size` byte
+  // payload, waited for at the pool's cap (AtCap::kWait) until `deadline`.
+  Result<Buffer> GetBuffer(size_t size, Network network, AtCap at_cap,
+                           std::chrono::steady_clock::time_point deadline) const;
+
   std::vector<PoolClassStats> PoolStats() const;
   // Each rail's statistics but what went to peers (PeerRoutes::AddSentStats).
   std::vector<NetworkStats> Stats() const;
@@ -123,6 +130,7 @@ class Rails {
   std::vector<std::unique_ptr<Rail>> rails_;
   subsystem::Subsystem* fastest_ = nullptr;
   bool post_copy_ = false;
+  uint32_t num_classes_ = 0;  // Context::num_classes
 };
 
 }  // namespace tocl::runtime

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "buffers/large_slot.h"
+#include "core/deadline.h"
 #include "core/logger.h"
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
@@ -22,16 +23,6 @@ using runtime::Mailbox;
 using runtime::ReservedThread;
 using runtime::Selector;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-Clock::time_point DeadlineAfter(std::chrono::nanoseconds timeout) {
-  auto now = Clock::now();
-  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
-  return now + timeout;
-}
-
-}  // namespace
 
 // --- Impl: setup and teardown -------------------------------------------------
 
@@ -206,27 +197,21 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   query_stop.request_stop();
   Status result;
   // Flush: wait (polling when we can) until every queue and route is empty.
-  const auto deadline = Clock::now() + flush_timeout;
-  for (;;) {
-    long_receiver.FlushAcks();
-    if (routes.Drained()) break;
-    if (Clock::now() >= deadline) {
-      result = DeadlineExceeded("messages were still being sent when the runtime shut down");
-      break;
-    }
-    if (!progress || !progress->TryPollOnce()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
+  // (No progress engine: the runtime never opened a network.)
+  const bool flushed = !progress || progress->PollUntil(
+                                        [this] {
+                                          long_receiver.FlushAcks();
+                                          return routes.Drained();
+                                        },
+                                        Clock::now() + flush_timeout);
+  if (!flushed)
+    result = DeadlineExceeded("messages were still being sent when the runtime shut down");
   if (progress) progress->Stop();
   // Wake receivers: they return Cancelled.
   receive.WakeAll();
-  if (progress) {
-    // Receivers leave the token within their poll round; subsystems close
-    // with nobody polling.
-    const auto until = Clock::now() + std::chrono::seconds(2);
-    while (!progress->TryAcquire() && Clock::now() < until) std::this_thread::yield();
-  }
+  // Receivers leave the token within their poll round; subsystems close
+  // with nobody polling.
+  if (progress) (void)progress->AcquireWithin(std::chrono::seconds(2));
   routes.Close(Unavailable("the runtime shut down"));
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
   // return; they may still leave (the link is open).
@@ -310,21 +295,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
-  auto found = impl_.routes.PeerOfProcess(process);
-  if (!found.ok()) return;
-  runtime::SendQueue& peer = **found;
-  std::lock_guard lock(peer.mu());
-  if (Status status = impl_.routes.ResolvePeerLocked(peer); !status.ok()) {
-    Log().debug("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
-    return;
-  }
-  // Over the default route when none goes over `network` (-1).
-  Status status = peer.PostControl(peer.RouteOver(network), header);
-  // Out of pool buffers is worth a word; a broken route or a failed process
-  // was told already, and the long message recovers by probes and timeouts.
-  if (status.code() == StatusCode::kResourceExhausted) {
-    Log().warn("tocl: cannot answer {}: {}", process.ToString(), status.ToString());
-  }
+  impl_.routes.PostControl(process, network, header);
 }
 
 Status LongReceiverEvents::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
@@ -355,10 +326,6 @@ void LongSenderEvents::ListenForBells(bool on) {
 std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
   std::vector<tocl::NetworkStats> out = rails.Stats();
   routes.AddSentStats(out);
-  for (tocl::NetworkStats& stats : out) {
-    std::sort(stats.peers.begin(), stats.peers.end(),
-              [](const auto& a, const auto& b) { return a.fragments_sent > b.fragments_sent; });
-  }
   return out;
 }
 
@@ -433,21 +400,7 @@ Status Runtime::LeaveThread(Gid thread) {
 
 Result<Buffer> Runtime::GetBuffer(size_t size, Network network, AtCap at_cap,
                                   std::chrono::milliseconds timeout) {
-  subsystem::Subsystem* subsystem = impl_->rails.SubsystemFor(network);
-  if (subsystem == nullptr) {
-    return InvalidArgument(
-        fmt::format("network {} is not enabled in this process", NetworkName(network)));
-  }
-  const uint32_t class_index = buffers::ClassFor(size);
-  if (class_index >= impl_->num_classes) {
-    return InvalidArgument(fmt::format(
-        "a {} byte buffer is larger than the short maximum of {} bytes (header included)", size,
-        buffers::ClassBytes(impl_->num_classes - 1)));
-  }
-  TOCL_ASSIGN_OR_RETURN(detail::BufferSlot * slot,
-                        subsystem->pool().Get(class_index, at_cap, DeadlineAfter(timeout)));
-  slot->header().length = static_cast<uint32_t>(size);
-  return Buffer(slot);
+  return impl_->rails.GetBuffer(size, network, at_cap, DeadlineAfter(timeout));
 }
 
 std::vector<PoolClassStats> Runtime::PoolStats() const {
@@ -459,56 +412,15 @@ size_t Runtime::short_max_payload() const {
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer&& buffer) {
-  if (runtime::IsInternalThread(from)) return ReservedThread(from);
-  if (runtime::IsInternalThread(to)) return ReservedThread(to);
-  if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
-  detail::BufferSlot* slot = buffer.slot();
-  if (buffers::IsLarge(slot)) {
-    // A long message received and sent on: fragments again.
-    Status status = impl_->SendLong(from, to, tag, buffer.span());
-    if (status.ok()) buffer.Release();
-    return status;
-  }
-  // The buffer's reference goes with the send; a failed send gives it back.
-  buffers::SlotRef ref(buffer.Detach());
-  Status status = impl_->send_side.SendSlot(from, to, tag, ref, slot->pool->network());
-  if (!status.ok()) buffer = Buffer(ref.release());
-  return status;
+  return impl_->send_side.SendBuffer(from, to, tag, std::move(buffer));
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, Buffer& buffer) {
-  if (runtime::IsInternalThread(from)) return ReservedThread(from);
-  if (runtime::IsInternalThread(to)) return ReservedThread(to);
-  if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
-  const BufferState state = buffer.state();
-  if (state == BufferState::kQueued || state == BufferState::kInFlight) {
-    return FailedPrecondition("the buffer is still being sent; wait until state() is kSent");
-  }
-  detail::BufferSlot* slot = buffer.slot();
-  if (to.process() == impl_->process || buffers::IsLarge(slot)) {
-    // The receiver gets its own copy: the caller keeps writing to this one.
-    // The copy is in the receiver's mailbox (this process), or the receiver
-    // holds all of it (a long message), when Send returns: the buffer is
-    // done with, as a remote send's is once the network has it.
-    Status status = Send(from, to, tag, buffer.span());
-    if (status.ok()) {
-      // What it was sent as, as a posted one says.
-      wire::Header& header = slot->header();
-      header = buffers::IsLarge(slot) ? wire::WholeMessageHeader(from, to, tag, header.total)
-                                      : wire::MessageHeader(from, to, tag, header.length);
-      slot->set_state(BufferState::kSent);
-    }
-    return status;
-  }
-  // A reference of the runtime's; the caller's Buffer keeps its own. An
-  // error drops the runtime's.
-  buffers::SlotRef shared = buffers::SlotRef::Share(slot);
-  return impl_->send_side.SendSlot(from, to, tag, shared, slot->pool->network());
+  return impl_->send_side.SendBuffer(from, to, tag, buffer);
 }
 
 Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-  if (runtime::IsInternalThread(from)) return ReservedThread(from);
-  if (runtime::IsInternalThread(to)) return ReservedThread(to);
+  TOCL_RETURN_IF_ERROR(runtime::CheckUserEnds(from, to));
   return impl_->send_side.SendCopy(from, to, tag, payload);
 }
 

@@ -13,8 +13,8 @@
 // when nothing waits before it and its route takes it; otherwise it waits
 // here, in order, until Flush (the sender's next post, or the poller's
 // Retry) posts it. A short message that fits its route's receive lanes
-// goes on its receiving thread's lane whichever way it came (PostFrame). So a frame is owned by the queue (a SlotRef) from the
-// moment it is taken until a route has it.
+// goes on its receiving thread's lane whichever way it came (PostFrame). So a frame is owned by the
+// queue (a SlotRef) from the moment it is taken until a route has it.
 //
 // Indexes: a `route` is an index into rails() (this queue's routes, and
 // their health()); a `network` is an index into Runtime::Impl::rails

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <thread>
 
+#include "buffers/large_slot.h"
 #include "buffers/size_class.h"
+#include "runtime/internal_threads.h"
 
 namespace tocl::runtime {
 namespace {
@@ -62,6 +64,51 @@ Status SendSide::CheckSend(Gid from, Gid to, Tag tag) const {
 Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
   return PostSlot(from, to, tag, slot, network);
+}
+
+Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer&& buffer) {
+  TOCL_RETURN_IF_ERROR(CheckUserEnds(from, to));
+  if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
+  detail::BufferSlot* slot = buffer.slot();
+  if (buffers::IsLarge(slot)) {
+    // A long message received and sent on: fragments again.
+    Status status = send_long_(from, to, tag, buffer.span());
+    if (status.ok()) buffer.Release();
+    return status;
+  }
+  buffers::SlotRef ref(buffer.Detach());
+  Status status = SendSlot(from, to, tag, ref, slot->pool->network());
+  if (!status.ok()) buffer = Buffer(ref.release());
+  return status;
+}
+
+Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
+  TOCL_RETURN_IF_ERROR(CheckUserEnds(from, to));
+  if (!buffer.valid()) return InvalidArgument("an empty buffer cannot be sent");
+  const BufferState state = buffer.state();
+  if (state == BufferState::kQueued || state == BufferState::kInFlight) {
+    return FailedPrecondition("the buffer is still being sent; wait until state() is kSent");
+  }
+  detail::BufferSlot* slot = buffer.slot();
+  if (to.process() == process_ || buffers::IsLarge(slot)) {
+    // The receiver gets its own copy: the caller keeps writing to this one.
+    // The copy is in the receiver's mailbox (this process), or the receiver
+    // holds all of it (a long message), when this returns: the buffer is
+    // done with, as a remote send's is once the network has it.
+    Status status = SendCopy(from, to, tag, buffer.span());
+    if (status.ok()) {
+      // What it was sent as, as a posted one says.
+      wire::Header& header = slot->header();
+      header = buffers::IsLarge(slot) ? wire::WholeMessageHeader(from, to, tag, header.total)
+                                      : wire::MessageHeader(from, to, tag, header.length);
+      slot->set_state(BufferState::kSent);
+    }
+    return status;
+  }
+  // A reference of the runtime's; the caller's Buffer keeps its own. An
+  // error drops the runtime's.
+  buffers::SlotRef shared = buffers::SlotRef::Share(slot);
+  return SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
 Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {

@@ -75,6 +75,12 @@ class SendSide {
   // CheckSend.
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
+  // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
+  // the buffer's reference goes with the send and a failed send gives it
+  // back; by reference the runtime shares the buffer (or, to this process
+  // or for a long message, sends a copy) and the caller keeps it.
+  Status SendBuffer(Gid from, Gid to, Tag tag, Buffer&& buffer);
+  Status SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer);
   // Sends a copy of `payload` (a long message when it fits no class).
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
   // A message from `source` (any gid) put straight into local thread

@@ -152,5 +152,36 @@ TEST_CASE(
   engine.Stop();
 }
 
+TEST_CASE(
+    "PollUntil polls while the token is free and waits for it while another thread holds it, "
+    "until done or the deadline",
+    "[progress]") {
+  ShapedEngine shaped;
+  ProgressEngine& engine = shaped.engine;
+  ShapedNetwork& network = shaped.network;
+
+  // Free token: done is reached by the caller's own rounds.
+  CHECK(engine.PollUntil([&] { return network.polls.load() >= 3; }, Clock::now() + 10s));
+  CHECK(network.polls.load() >= 3);
+
+  // Never done: false at the deadline, not before.
+  const auto start = Clock::now();
+  CHECK_FALSE(engine.PollUntil([] { return false; }, start + 20ms));
+  CHECK(Clock::now() - start >= 20ms);
+
+  // Another thread holds the token: no round is made here.
+  REQUIRE(engine.TryAcquire());
+  const int before = network.polls.load();
+  CHECK_FALSE(engine.PollUntil([] { return false; }, Clock::now() + 5ms));
+  CHECK(network.polls.load() == before);
+
+  // AcquireWithin: not while it is held, and once it is released.
+  CHECK_FALSE(engine.AcquireWithin(5ms));
+  std::thread releaser([&] { engine.Release(); });
+  CHECK(engine.AcquireWithin(10s));
+  releaser.join();
+  engine.Release();
+}
+
 }  // namespace
 }  // namespace tocl::runtime
