@@ -323,10 +323,11 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
     std::vector<std::byte> bytes;
     const char* expected;
   };
+  REQUIRE(bytes.size() > 4);
   std::vector<std::byte> bad_magic = bytes;
-  bad_magic[0] = std::byte{'X'};
+  bad_magic.at(0) = std::byte{'X'};
   std::vector<std::byte> bad_version = bytes;
-  bad_version[4] = std::byte{2};
+  bad_version.at(4) = std::byte{2};
   ConnectData thread = data;
   thread.process = Gid::Thread(kA, 1);
   ConnectData host = data;
@@ -1116,10 +1117,10 @@ TEST_CASE("a peer that goes away mid-stream fails the queued frames and can be r
 
 std::vector<std::byte> Packet(uint32_t length, uint32_t immediate,
                               std::span<const std::byte> body = {}) {
-  std::vector<std::byte> bytes(8);
+  std::vector<std::byte> bytes(8 + body.size());
   std::memcpy(bytes.data(), &length, 4);
   std::memcpy(bytes.data() + 4, &immediate, 4);
-  bytes.insert(bytes.end(), body.begin(), body.end());
+  if (!body.empty()) std::memcpy(bytes.data() + 8, body.data(), body.size());
   return bytes;
 }
 
