@@ -1180,6 +1180,13 @@ TEST_CASE("a bad frame on a receive lane closes its channel with a log line, oth
     PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()));
     expected = "a frame for another receive lane on lane 2";
   }
+  SECTION("a frame that is not a short message") {
+    LaneMessage grant = MakeLaneMessage(from, to, 1, 0);
+    grant.header.kind = wire::FrameKind::kGrant;
+    const auto frame = grant.Frame();
+    PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()));
+    expected = "a frame of kind 4 on receive lane 2: lanes carry short messages only";
+  }
   SECTION("an entry that describes a buffer") {
     const auto frame = MakeLaneMessage(from, to, 1, 30).Frame();
     PublishOnLane(channel, kLane, frame, static_cast<uint32_t>(frame.size()),
