@@ -6,11 +6,13 @@
 // reactor (epoll) until a peer rings (shm bell, tcp data) or its deadline.
 // Other waiting receivers drain their own receive lanes (PollLane, no
 // token needed) for a while, then sleep on their mailboxes; the poller
-// drains the lanes nobody else does and hands them their messages. The progress thread takes the
-// token when nobody has used it for a while (Timing::idle_hand_over), so that unexpected messages,
-// tcp connections and queued sends still move while every thread computes, or at once when a
-// receiver stops polling to sleep on its mailbox (ReleaseToProgressThread); it sleeps in the
-// reactor: an idle process costs no CPU.
+// drains the lanes nobody else does and hands them their messages. The
+// progress thread takes the token when nobody has used it for a while
+// (Timing::idle_hand_over), so that unexpected messages, tcp connections
+// and queued sends still move while every thread computes, or at once when
+// a receiver stops polling to sleep on its mailbox
+// (ReleaseToProgressThread); it sleeps in the reactor: an idle process
+// costs no CPU.
 //
 // Threading: TryAcquire/Release from any thread; PollOnce/Sleep only by the
 // token holder.

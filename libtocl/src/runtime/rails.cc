@@ -10,13 +10,13 @@ namespace tocl::runtime {
 
 uint64_t Rail::frames_received() const {
   uint64_t sum = 0;
-  for (const Received& r : received_) sum += r.frames.load(std::memory_order_relaxed);
+  for (const FrameCount& count : received_) sum += count.frames.load(std::memory_order_relaxed);
   return sum;
 }
 
 uint64_t Rail::bytes_received() const {
   uint64_t sum = 0;
-  for (const Received& r : received_) sum += r.bytes.load(std::memory_order_relaxed);
+  for (const FrameCount& count : received_) sum += count.bytes.load(std::memory_order_relaxed);
   return sum;
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "buffers/buffer_pool.h"
+#include "runtime/frame_count.h"
 #include "security/cluster_key.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/transport_registry.h"
@@ -53,22 +54,14 @@ struct Rail {
   // Who counts an arrival: the polling thread (kPollerCounter), or the
   // holder of receive lane k (k + 1) for frames it drains from the lane.
   static constexpr uint32_t kPollerCounter = 0;
-  // One frame of `bytes` (header included) arrived. Each counter has one
-  // writer at a time: a load and a store, no read-modify-write.
-  void CountReceived(uint32_t counter, uint64_t bytes) {
-    Received& r = received_[counter];
-    r.frames.store(r.frames.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    r.bytes.store(r.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-  }
+  // One frame of `bytes` (header included) arrived, counted by `counter`
+  // (each has one writer at a time).
+  void CountReceived(uint32_t counter, uint64_t bytes) { received_[counter].Add(bytes); }
   uint64_t frames_received() const;
   uint64_t bytes_received() const;
 
  private:
-  struct alignas(64) Received {
-    std::atomic<uint64_t> frames{0};
-    std::atomic<uint64_t> bytes{0};
-  };
-  Received received_[1 + wire::kReceiveLanes];
+  FrameCount received_[1 + wire::kReceiveLanes];
 };
 
 class Rails {

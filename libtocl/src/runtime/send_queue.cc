@@ -101,6 +101,16 @@ uint64_t& SendQueue::SeqOf(SendLane& lane, Gid from, Gid to) {
   return seq;
 }
 
+template <typename PostFn>
+Status SendQueue::PostNumberedCopy(SendLane& lane, Gid from, Gid to, uint32_t tag,
+                                   std::span<const std::byte> payload, PostFn&& post) {
+  uint64_t& seq = SeqOf(lane, from, to);
+  Status status =
+      post(wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq));
+  if (status.ok()) ++seq;
+  return status;
+}
+
 uint64_t SendQueue::NextSeq(Gid from, Gid to) {
   SendLane& lane = LaneFor(to);
   std::lock_guard lane_lock(lane.mu);
@@ -134,8 +144,8 @@ void SendQueue::QuiesceLanes() {
   for (SendLane& lane : lanes_) {
     std::lock_guard lane_lock(lane.mu);
     if (counted) {
-      rails_[lane_route_].frames_sent += lane.frames_sent.exchange(0, std::memory_order_relaxed);
-      rails_[lane_route_].bytes_sent += lane.bytes_sent.exchange(0, std::memory_order_relaxed);
+      rails_[lane_route_].frames_sent += lane.sent.frames.exchange(0, std::memory_order_relaxed);
+      rails_[lane_route_].bytes_sent += lane.sent.bytes.exchange(0, std::memory_order_relaxed);
     }
   }
 }
@@ -144,8 +154,8 @@ SendQueue::SentCount SendQueue::Sent(size_t route) const {
   SentCount sent{rails_[route].frames_sent, rails_[route].bytes_sent};
   if (static_cast<int>(route) != lane_route_) return sent;
   for (const SendLane& lane : lanes_) {
-    sent.frames += lane.frames_sent.load(std::memory_order_relaxed);
-    sent.bytes += lane.bytes_sent.load(std::memory_order_relaxed);
+    sent.frames += lane.sent.frames.load(std::memory_order_relaxed);
+    sent.bytes += lane.sent.bytes.load(std::memory_order_relaxed);
   }
   return sent;
 }
@@ -224,19 +234,16 @@ Status SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::
   }
   SendLane& lane = LaneFor(to);
   std::lock_guard lane_lock(lane.mu);
-  uint64_t& seq = SeqOf(lane, from, to);
-  const wire::Header header =
-      wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
   // On the receiving thread's lane when it fits one (a full lane is the
   // receiver's back-pressure, as a full ring is), else the route's way
   // (shm: into a buffer the receiver provided). Asked by size, not by
   // PostLane's Unimplemented: that one's message costs an allocation.
   PeerRail& rail = rails_[default_route_];
-  Status status = wire::kHeaderBytes + payload.size() <= rail.lane_frame_bytes
-                      ? rail.PostLane(wire::LaneOf(to), header, payload)
-                      : rail.PostCopy(header, payload);
-  if (status.ok()) ++seq;
-  return status;
+  return PostNumberedCopy(lane, from, to, tag, payload, [&](const wire::Header& header) {
+    return wire::kHeaderBytes + payload.size() <= rail.lane_frame_bytes
+               ? rail.PostLane(wire::LaneOf(to), header, payload)
+               : rail.PostCopy(header, payload);
+  });
 }
 
 Status SendQueue::TryPostLane(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {
@@ -253,17 +260,10 @@ Status SendQueue::TryPostLane(Gid from, Gid to, uint32_t tag, std::span<const st
   if (frame_bytes > open_lane_bytes_.load(std::memory_order_acquire)) {
     return LanesClosed();
   }
-  uint64_t& seq = SeqOf(lane, from, to);
-  const wire::Header header =
-      wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  Status status = rails_[lane_route_].route->PostLane(lane_index, header, payload);
-  if (!status.ok()) return status;
-  ++seq;
-  // Only this lane's holder writes them: no read-modify-write needed.
-  lane.frames_sent.store(lane.frames_sent.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
-  lane.bytes_sent.store(lane.bytes_sent.load(std::memory_order_relaxed) + frame_bytes,
-                        std::memory_order_relaxed);
+  Status status = PostNumberedCopy(lane, from, to, tag, payload, [&](const wire::Header& header) {
+    return rails_[lane_route_].route->PostLane(lane_index, header, payload);
+  });
+  if (status.ok()) lane.sent.Add(frame_bytes);  // this lane's holder is its one writer
   return status;
 }
 

@@ -85,6 +85,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/slot_ref.h"
 #include "runtime/fragment_scheduler.h"
+#include "runtime/frame_count.h"
 #include "subsystem/subsystem.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -291,10 +292,8 @@ class SendQueue {
     // Guarded by mu; by thread pair (node-based: stable for SeqOf's cache).
     std::unordered_map<uint64_t, uint64_t> next_seq;
     // What TryPostLane posted on lane_route_ and QuiesceLanes has not moved
-    // into its PeerRail yet: written under mu, read by mu_'s holder
-    // (relaxed: a count, ordered by nothing).
-    std::atomic<uint64_t> frames_sent{0};
-    std::atomic<uint64_t> bytes_sent{0};
+    // into its PeerRail yet: written under mu, read by mu_'s holder.
+    FrameCount sent;
   };
 
   SendLane& LaneFor(Gid to) { return lanes_[wire::LaneOf(to)]; }
@@ -302,6 +301,13 @@ class SendQueue {
   // held (a thread-local cache of the last pair a thread sent on skips the
   // map).
   uint64_t& SeqOf(SendLane& lane, Gid from, Gid to);
+  // A short message copied from `payload`, numbered in the (from, to)
+  // pair's order and handed to `post` (which posts the header and payload)
+  // with `lane` (LaneFor(to)) held; the number is used only if `post` says
+  // Ok.
+  template <typename PostFn>
+  Status PostNumberedCopy(SendLane& lane, Gid from, Gid to, uint32_t tag,
+                          std::span<const std::byte> payload, PostFn&& post);
   // The route the lanes may post on now (see Threading), or -1.
   int LaneRoute() const;
   // Opens the lanes when they may be (over LaneRoute()), else closes them.

@@ -221,20 +221,10 @@ class ShmRoute final : public Route {
     if (lane >= wire::kReceiveLanes || length > kInlineFrameBytes) {
       return Status(StatusCode::kUnimplemented, "not a frame for a lane");
     }
-    if (broken_.load(std::memory_order_relaxed)) {
-      return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
-    }
     LaneCache& cache = lane_cache_[lane];
-    // A channel not ready yet, or any more: found out here as Reserve does
-    // (the runtime may post a pair's short messages nowhere else, so
-    // nothing else would).
-    auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
-    if (state != ChannelState::kReady) {
-      if (state != ChannelState::kClaimed || !OwnerAliveThrottled(cache.stalls)) {
-        return Fail("closed its shm channel");
-      }
-      return Status(StatusCode::kTryAgain, "channel not ready");
-    }
+    // A lane post finds a closed channel by itself, as Reserve does: the
+    // runtime may post a pair's short messages nowhere else.
+    if (!ChannelOpen()) return ChannelNotOpen(cache.stalls);
     auto& ring = channel_.lanes[lane];
     uint32_t& head_cache = cache.head;
     const uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
@@ -273,16 +263,7 @@ class ShmRoute final : public Route {
   // `desc` says what Publish will announce, `target` where the frame goes:
   // the next arrival entry itself, or the provided buffer `desc` names.
   Status Reserve(uint32_t class_index, uint32_t length, Descriptor& desc, std::byte*& target) {
-    if (broken_.load(std::memory_order_relaxed)) {
-      return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
-    }
-    auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
-    if (state != ChannelState::kReady) {
-      if (state != ChannelState::kClaimed || !OwnerAliveThrottled(stalls_)) {
-        return Fail("closed its shm channel");
-      }
-      return Status(StatusCode::kTryAgain, "channel not ready");
-    }
+    if (!ChannelOpen()) return ChannelNotOpen(stalls_);
     auto& arrivals = channel_.arrivals;
     const uint32_t tail = arrivals.tail.value.load(std::memory_order_relaxed);
     if (tail - arrival_head_cache_ >= arrivals.kSize) {
@@ -381,6 +362,29 @@ class ShmRoute final : public Route {
     // A message short enough for the string's own buffer: this is the
     // stream's every-message path while the receiver is behind.
     return Status(StatusCode::kTryAgain, "no room yet");
+  }
+
+  // The route is open and the owner has made the channel ready: the check
+  // of every post (a bool, no Status built on the way of a message).
+  bool ChannelOpen() const {
+    return !broken_.load(std::memory_order_relaxed) &&
+           channel_.state.load(std::memory_order_acquire) ==
+               static_cast<uint32_t>(ChannelState::kReady);
+  }
+  // Why not: TryAgain while the owner has not looked yet (and lives),
+  // Unavailable (the route broken) once it closed the channel or went.
+  // `stalls`: the caller's count for OwnerAliveThrottled.
+  Status ChannelNotOpen(uint64_t& stalls) {
+    if (broken_.load(std::memory_order_relaxed)) {
+      return Unavailable(fmt::format("shm route to {} is closed", peer_.ToString()));
+    }
+    // Loaded again: ready by now (since ChannelOpen looked) is a retry too.
+    auto state = static_cast<ChannelState>(channel_.state.load(std::memory_order_acquire));
+    if (state == ChannelState::kReady ||
+        (state == ChannelState::kClaimed && OwnerAliveThrottled(stalls))) {
+      return Status(StatusCode::kTryAgain, "channel not ready");
+    }
+    return Fail("closed its shm channel");
   }
 
   // `stalls`: the caller's count (the route's, or a lane's: each is written
