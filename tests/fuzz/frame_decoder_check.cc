@@ -113,6 +113,13 @@ Result<Verdict> CheckOne(std::span<const std::byte> bytes, uint32_t num_classes)
       TOCL_FUZZ_EXPECT(source.is_process() && destination.is_process());
       break;
     }
+    case wire::FrameKind::kResume:
+    case wire::FrameKind::kReceived:
+      // A stream's bookkeeping: header only, between processes, a stream id.
+      TOCL_FUZZ_EXPECT(header.length == 0 && header.tag == 0 && header.total == 0);
+      TOCL_FUZZ_EXPECT(header.seq != 0);
+      TOCL_FUZZ_EXPECT(source.is_process() && destination.is_process());
+      break;
     default:
       TOCL_FUZZ_EXPECT(false, "an unknown frame kind {} was accepted",
                        static_cast<int>(header.kind));

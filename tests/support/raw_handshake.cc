@@ -51,7 +51,12 @@ Result<std::vector<std::byte>> RawConnector::Proof(std::span<const std::byte> an
   auto proof = handshake_.Answer(nonce, mac);
   if (acceptor_ok != nullptr) *acceptor_ok = proof.ok();
   const security::Mac zeros{};
-  return Frame(wire::FrameKind::kProof, from_, to_, proof.ok() ? *proof : zeros);
+  std::vector<std::byte> frames =
+      Frame(wire::FrameKind::kProof, from_, to_, proof.ok() ? *proof : zeros);
+  std::byte resume[wire::kHeaderBytes];
+  wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kResume, from_, to_, kStream, 0), resume);
+  frames.insert(frames.end(), std::begin(resume), std::end(resume));
+  return frames;
 }
 
 Status RawTcpHandshake(int fd, Gid from, Gid to, const security::ClusterKey& key) {

@@ -1,8 +1,8 @@
 // The connector's side of the data plane's tcp handshake, as bytes, for
 // tests that write frames by hand to a real tcp subsystem (the unit tests,
 // which pump the acceptor themselves, and the integration tests, which talk
-// to a real process): the hello to send, then the proof frame for the
-// answer read back.
+// to a real process): the hello to send, then the proof frame (and the
+// stream's resume) for the answer read back.
 #pragma once
 
 #include <cstddef>
@@ -26,10 +26,15 @@ class RawConnector {
 
   // The hello frame: header and our nonce.
   std::vector<std::byte> Hello() const;
-  // The proof frame for the acceptor's answer (kAnswerBytes). When the
-  // acceptor's MAC is wrong, `acceptor_ok` says so and the proof is zeros
-  // (what a stranger could send). InvalidArgument for an answer that is not
-  // a handshake answer.
+  // The stream every raw connection resumes (from frame 0).
+  static constexpr uint64_t kStream = 1;
+
+  // The proof frame for the acceptor's answer (kAnswerBytes), followed by
+  // our kResume (stream kStream from frame 0: the acceptor answers it with
+  // a kReceived, which raw tests may leave unread). When the acceptor's MAC
+  // is wrong, `acceptor_ok` says so and the proof is zeros (what a stranger
+  // could send). InvalidArgument for an answer that is not a handshake
+  // answer.
   Result<std::vector<std::byte>> Proof(std::span<const std::byte> answer,
                                        bool* acceptor_ok = nullptr) const;
 

@@ -57,6 +57,14 @@ struct RuntimeOptions {
   // How long Send waits for a destination's endpoint (the directory lookup,
   // the connection) before it fails.
   std::chrono::milliseconds connect_timeout{5000};
+  // A connection to a peer that breaks while the peer runs is made again
+  // (at once, then with backoff) and what the peer had not acknowledged is
+  // sent again, over it or at once over another network that reaches the
+  // peer. A peer no network has reached for this long is failed: every
+  // message it has not acknowledged ends kFailed, and later sends to it
+  // fail. (A peer whose process exits is failed as soon as the directory
+  // says so.)
+  std::chrono::milliseconds unreachable_timeout{30000};
   // Pool and network statistics are reported to the daemon this often (0: never).
   std::chrono::milliseconds stats_interval{2000};
 

@@ -54,9 +54,11 @@ class PairOrder {
   PairOrder& operator=(const PairOrder&) = delete;
 
   // A short message or long-message start from `from_process`: delivered
-  // now with what waited behind it, or held. Takes the reference on every
-  // path. InvalidArgument for a duplicate, or when the sending process's
-  // held frames would exceed process_cap (its pairs are dropped).
+  // now with what waited behind it, or held; a second copy (a frame sent
+  // again after its connection broke, or over another network) is
+  // dropped. Takes the reference on every path. InvalidArgument when the
+  // sending process's held frames would exceed process_cap (its pairs are
+  // dropped).
   Status OnOrdered(Gid from_process, buffers::SlotRef slot);
 
   // The sender of long message `key` gave up before its start came: the
@@ -72,6 +74,8 @@ class PairOrder {
 
   // Bytes held for `from_process`'s pairs.
   size_t HeldBytes(Gid from_process) const;
+  // Second copies dropped so far.
+  uint64_t duplicates() const { return duplicates_; }
 
  private:
   struct Pair {
@@ -101,6 +105,7 @@ class PairOrder {
   const Broken broken_;
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in pairs_, by source process
+  uint64_t duplicates_ = 0;
   // The last pair looked up (node pointers stay valid until erased).
   PairKey last_key_{0, 0};
   Pair* last_pair_ = nullptr;

@@ -333,6 +333,14 @@ void PeerRoutes::Exited(Gid gid, const std::string& reason) {
   it->second->Fail(ProcessExitedStatus(gid, reason));
 }
 
+void PeerRoutes::RouteDown(Gid process, int network) {
+  std::shared_lock lock(dest_mu_);
+  auto it = peers_.find(process.raw());
+  if (it == peers_.end()) return;
+  std::lock_guard peer_lock(it->second->mu());
+  it->second->RouteDown(network);
+}
+
 // --- every queue --------------------------------------------------------------------
 
 bool PeerRoutes::Drained() {

@@ -139,6 +139,9 @@ class PeerRoutes {
   void HostUp(Gid host);
   // Thread or process `gid` exited: sends to it fail from now on.
   void Exited(Gid gid, const std::string& reason);
+  // Our route to process `process` over `network` lost its connection
+  // (SendQueue::RouteDown). Nothing when we have no queue for it.
+  void RouteDown(Gid process, int network);
 
   // --- every queue ---
   // Nothing waits in any queue or route.

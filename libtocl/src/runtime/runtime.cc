@@ -237,6 +237,10 @@ bool RailSink::Congested() const {
   return impl_.Congested();
 }
 
+void RailSink::OnRouteDown(Gid peer_process) {
+  impl_.routes.RouteDown(peer_process, rail_);
+}
+
 bool RailSink::TryEnterLane(uint32_t lane) {
   return impl_.lanes.TryEnter(lane);
 }
@@ -258,6 +262,12 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
       return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));
+    case wire::FrameKind::kHello:
+    case wire::FrameKind::kAuth:
+    case wire::FrameKind::kProof:
+    case wire::FrameKind::kResume:
+    case wire::FrameKind::kReceived:
+      return InvalidArgument("a connection's own frame (handshake or stream) among messages");
     default: {
       // Grant, ack, abort, probe: about a message we receive, or one we send.
       const wire::Header header = slot->header();

@@ -87,6 +87,7 @@ class RailSink final : public subsystem::Sink {
   RailSink(Runtime::Impl& impl, int rail) : impl_(impl), rail_(rail) {}
   Status OnMessage(Gid from_process, buffers::SlotRef slot) override;
   bool Congested() const override;
+  void OnRouteDown(Gid peer_process) override;
   bool TryEnterLane(uint32_t lane) override;
   void EnterLane(uint32_t lane) override;
   void LeaveLane(uint32_t lane) override;

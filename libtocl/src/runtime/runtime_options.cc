@@ -64,7 +64,8 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
   for (const auto& [name, value] : {std::pair{"fragment_timeout", options.fragment_timeout},
                                     std::pair{"partial_timeout", options.partial_timeout},
-                                    std::pair{"connect_timeout", options.connect_timeout}}) {
+                                    std::pair{"connect_timeout", options.connect_timeout},
+                                    std::pair{"unreachable_timeout", options.unreachable_timeout}}) {
     if (value.count() <= 0) {
       return InvalidArgument(fmt::format("{} must be positive, not {} ms", name, value.count()));
     }

@@ -363,15 +363,24 @@ void SendQueue::AwaitRoom(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-bool SendQueue::Reroute(int broken) {
-  int alternative = -1;
+int SendQueue::AlternativeTo(int avoid) const {
+  int fallback = -1;
   for (size_t i = 0; i < rails_.size(); ++i) {
-    if (static_cast<int>(i) != broken && !rails_[i].route->Broken()) {
-      alternative = static_cast<int>(i);
-      break;
-    }
+    if (static_cast<int>(i) == avoid || rails_[i].route->Broken()) continue;
+    if (!rails_[i].route->Down()) return static_cast<int>(i);
+    if (fallback < 0) fallback = static_cast<int>(i);
   }
+  return fallback;
+}
+
+bool SendQueue::Reroute(int broken) {
+  const int alternative = AlternativeTo(broken);
   if (alternative < 0) return false;
+  MoveOff(broken, alternative);
+  return true;
+}
+
+void SendQueue::MoveOff(int broken, int alternative) {
   RailHealth& health = health_[broken];
   if (!health.failed) events_.Rerouted(*this, rails_[broken].rail, rails_[alternative].rail);
   health.Break();
@@ -384,7 +393,31 @@ bool SendQueue::Reroute(int broken) {
   for (Pending& pending : queue_) {
     if (pending.route == broken) pending.route = alternative;
   }
-  return true;
+}
+
+void SendQueue::RouteDown(int network) {
+  const int route = RouteOver(network);
+  if (state_ != State::kReady || route < 0 || !rails_[route].route->Down()) return;
+  const int alternative = AlternativeTo(route);
+  if (alternative < 0 || rails_[alternative].route->Down()) return;  // it waits in the route
+  std::vector<buffers::SlotRef> frames = rails_[route].route->TakeUnacknowledged();
+  MoveOff(route, alternative);
+  // The route had them before anything that waits here was queued.
+  size_t moved = 0;
+  for (auto frame = frames.rbegin(); frame != frames.rend(); ++frame) {
+    if ((*frame)->header().kind == wire::FrameKind::kFragment) continue;
+    (*frame)->set_state(BufferState::kQueued);
+    queue_.push_front({std::move(*frame), alternative});
+    ++moved;
+  }
+  Log().debug("tocl: the route to {} over network {} is down: {} frames move to network {}",
+              process_.ToString(), rails_[route].rail, moved, rails_[alternative].rail);
+  if (moved == 0) return;
+  CloseLanes();
+  const bool list = !listed_;
+  listed_ = true;
+  events_.Queued(*this, list);
+  Flush();
 }
 
 void SendQueue::Fail(Status why, bool host_down) {
@@ -395,6 +428,13 @@ void SendQueue::Fail(Status why, bool host_down) {
     host_down_ = host_down;
   }
   for (Pending& pending : queue_) pending.slot->set_state(BufferState::kFailed);
+  if (!host_down) {
+    // Gone for good: what the routes hold will not arrive either (a host
+    // that went down resets them instead: ResetAfterHostDown).
+    for (PeerRail& rail : rails_) {
+      if (rail.route) rail.route->Abandon(failure_.message());
+    }
+  }
   if (!queue_.empty()) {
     Log().warn("tocl: {} queued messages to {} failed: {}", queue_.size(), process_.ToString(),
                failure_.ToString());

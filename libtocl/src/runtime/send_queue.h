@@ -257,10 +257,17 @@ class SendQueue {
   // released, and finally sleeps until Flush makes room.
   void AwaitRoom(std::unique_lock<std::mutex>& lock);
 
+  // The route over `network` lost its connection (Sink::OnRouteDown): while
+  // another route is up, what it holds moves there now, ahead of what
+  // waits here (fragments excepted: their long sends send them again), and
+  // the default with it; else it waits in the route, which connects again.
+  void RouteDown(int network);
+
   // --- failure ---
   // The process is failed (if it was not): queued frames end kFailed and
-  // are dropped, senders waiting for room wake. `host_down`: because its
-  // host went down, so ResetAfterHostDown may resolve it again.
+  // are dropped, so do the frames its routes hold (Route::Abandon), and
+  // senders waiting for room wake. `host_down`: because its host went
+  // down, so ResetAfterHostDown may resolve it again.
   void Fail(Status why, bool host_down = false);
   // Failed because its host went down: back to kUnresolved without routes
   // (the next send resolves it again), generation + 1; sequence numbers go
@@ -340,6 +347,12 @@ class SendQueue {
   // Route `broken` broke: failed for good, and later frames go over
   // another (true), or there is none left (false).
   bool Reroute(int broken);
+  // A route for frames that leave `avoid`: the first neither broken nor
+  // down, else the first not broken; -1 when none.
+  int AlternativeTo(int avoid) const;
+  // Marks `broken` failed in health() (telling Events once) and moves the
+  // default and the frames queued for it to `alternative`.
+  void MoveOff(int broken, int alternative);
 
   const Gid process_;
   const size_t depth_;

@@ -34,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "buffers/buffer_pool.h"
 #include "buffers/slot_ref.h"
@@ -58,6 +59,11 @@ class Sink {
   // Whether the receive side wants no more unexpected messages now
   // (flow control: subsystems stop providing buffers / reading sockets).
   virtual bool Congested() const = 0;
+  // The route to `peer_process` over this subsystem's network lost its
+  // connection: it connects again by itself, and the runtime may move what
+  // it holds to another network (Route::TakeUnacknowledged). Called by the
+  // polling thread, outside the subsystem's locks.
+  virtual void OnRouteDown(Gid /*peer_process*/) {}
 
   // Receive lanes (wire/lanes.h): a subsystem drains a lane's own arrivals
   // (Subsystem::PollLane, and its Poll) only while it holds that lane, and
@@ -112,10 +118,24 @@ class Route {
   // The largest frame (header included) PostLane takes; 0 when the route
   // has no lanes. Fixed for the route's life: the runtime asks once.
   virtual uint32_t LaneFrameBytes() const { return 0; }
-  // Nothing posted is still waiting for the network (for a flushing Shutdown).
+  // Nothing posted is still waiting for the network or, where the route
+  // keeps frames until the peer acknowledges them (tcp), for the peer.
   virtual bool Drained() const = 0;
-  // The route is broken for good (peer died, connection lost).
+  // The route is broken for good (peer died, not reachable for the
+  // network's unreachable_timeout, protocol error): Post fails.
   virtual bool Broken() const = 0;
+  // The route's connection is lost and not re-established yet; it takes
+  // posts meanwhile (they wait).
+  virtual bool Down() const { return false; }
+  // While Down(): every frame posted and not acknowledged by the peer,
+  // oldest first, each with its reference (state kInFlight), for the
+  // runtime to send over another network; the route keeps none of them.
+  // Empty otherwise, and for routes whose posted frames are in the peer's
+  // memory already (shm).
+  virtual std::vector<buffers::SlotRef> TakeUnacknowledged() { return {}; }
+  // The peer is gone (its process exited): every frame held fails
+  // (kFailed) and the route is broken, without trying to connect again.
+  virtual void Abandon(std::string_view /*why*/) {}
 };
 
 class Subsystem {
@@ -162,6 +182,11 @@ class Subsystem {
   // Periodic housekeeping by the polling thread, about once a second (dead
   // peers, connections that never said hello, ...).
   virtual void Housekeeping() = 0;
+  // When the subsystem next needs a Poll although nothing may wake the
+  // poller (a connection to try again): the poller sleeps no longer.
+  virtual std::chrono::steady_clock::time_point WakeBy() {
+    return std::chrono::steady_clock::time_point::max();
+  }
   // Closes every route and connection; queued frames fail. Called once,
   // by the polling thread, before destruction.
   virtual void Close() = 0;

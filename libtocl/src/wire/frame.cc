@@ -57,6 +57,18 @@ Status CheckHandshake(const Header& header) {
   return Status::Ok();
 }
 
+Status CheckStream(const Header& header) {
+  if (header.length != 0 || header.tag != 0 || header.total != 0 || header.seq == 0) {
+    return InvalidArgument("a stream frame with a payload, tag or total, or without a stream id");
+  }
+  if (!Gid::FromRaw(header.source).is_process() || !Gid::FromRaw(header.destination).is_process()) {
+    return InvalidArgument(fmt::format("a stream frame from {} to {}: both must be processes",
+                                       Gid::FromRaw(header.source).ToString(),
+                                       Gid::FromRaw(header.destination).ToString()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint32_t HandshakePayloadBytes(FrameKind kind) {
@@ -124,6 +136,9 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
     case FrameKind::kAbort:
     case FrameKind::kProbe:
       return CheckControl(header);
+    case FrameKind::kResume:
+    case FrameKind::kReceived:
+      return CheckStream(header);
   }
   return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));
 }

@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (kVersion: 3)
+//        4     1  version (kVersion: 4)
 //        5     1  kind (FrameKind)
 //        6     2  flags (0; reserved for priorities)
 //        8     4  tag
@@ -37,8 +37,20 @@
 //   kHello      connector -> acceptor: the connector's nonce (32 bytes)
 //   kAuth       acceptor -> connector: the acceptor's nonce and MAC (64)
 //   kProof      connector -> acceptor: the connector's MAC (32)
+// then, both ways, the stream's bookkeeping (a connection is one stream of
+// frames from the connector, numbered from 0 without a field for it, that
+// outlives the connection: subsystem/tcp/README.md):
+//   kResume     connector -> acceptor, right after the proof: stream `seq`
+//               (the connector's random id for it) goes on with its frame
+//               number `offset` (every frame before it was received, or
+//               moved to another network)
+//   kReceived   acceptor -> connector: stream `seq` has its frames before
+//               number `offset` here (cumulative); the first one answers
+//               kResume and says where the connector resumes
+// Both are header-only frames between the two processes.
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
-// its grant); peers of another version are refused.
+// its grant), version 4 kResume and kReceived (nothing sent is lost with a
+// connection); peers of another version are refused.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -59,7 +71,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 3;
+inline constexpr uint8_t kVersion = 4;
 
 // Handshake payloads (security::Nonce and security::Mac).
 inline constexpr uint32_t kHandshakeNonceBytes = 32;
@@ -73,9 +85,11 @@ enum class FrameKind : uint8_t {
   kFragment = 5,
   kAck = 6,
   kAbort = 7,
-  kAuth = 8,    // handshake: the acceptor's answer to a hello
-  kProof = 9,   // handshake: the connector's proof
-  kProbe = 10,  // long message: the sender asks what became of its start; the receiver answers
+  kAuth = 8,       // handshake: the acceptor's answer to a hello
+  kProof = 9,      // handshake: the connector's proof
+  kProbe = 10,     // long message: the sender asks what became of its start; the receiver answers
+  kResume = 11,    // stream: the connector says which stream and from which frame on
+  kReceived = 12,  // stream: the acceptor's cumulative count of frames received
 };
 
 // The payload a handshake frame carries (0 for other kinds).
@@ -174,6 +188,17 @@ inline Header HandshakeHeader(FrameKind kind, Gid from_process, Gid to_process) 
                 .length = HandshakePayloadBytes(kind),
                 .source = from_process.raw(),
                 .destination = to_process.raw()};
+}
+
+// A stream's bookkeeping frame (kResume, kReceived) about stream `stream`
+// at frame number `frame`, between two processes.
+constexpr Header StreamHeader(FrameKind kind, Gid from_process, Gid to_process, uint64_t stream,
+                              uint64_t frame) {
+  return Header{.kind = kind,
+                .source = from_process.raw(),
+                .destination = to_process.raw(),
+                .seq = stream,
+                .offset = frame};
 }
 
 // What a receiver accepts: payloads up to `max_payload` bytes.

@@ -49,6 +49,7 @@ void InboundConnection::OnReady(uint32_t /*events*/) {
   // empty recv() below.
   if (closed() || paused_) return;
   ReadSome();
+  NoteReceived();
 }
 
 void InboundConnection::ReadSome() {
@@ -130,6 +131,11 @@ InboundConnection::Progress InboundConnection::DeliverStaged() {
       begin_ += frame_bytes;
       continue;
     }
+    if (stream_ == nullptr) {  // the resume (Admit let nothing else through)
+      if (!OnResume(*header)) return Progress::kClosed;
+      begin_ += frame_bytes;
+      continue;
+    }
     if (staged < frame_bytes && frame_bytes <= kDirectReadBytes) return Progress::kMore;
     if (context_.sink.Congested()) return Progress::kBlocked;
     detail::BufferSlot* slot = context_.pool.TryGet(buffers::ClassFor(header->length));
@@ -176,6 +182,12 @@ bool InboundConnection::Admit(const wire::Header& header) {
   }
   if (wire::HandshakePayloadBytes(header.kind) != 0) {
     Close("a handshake frame after the handshake");
+    return false;
+  }
+  const bool resume = header.kind == wire::FrameKind::kResume;
+  if (resume != (stream_ == nullptr) || header.kind == wire::FrameKind::kReceived) {
+    Close(stream_ == nullptr ? "a frame before the stream's resume"
+                             : "a stream frame after the stream's resume");
     return false;
   }
   if (source.process() != hello_process_) {
@@ -234,9 +246,89 @@ bool InboundConnection::OnHandshake(const wire::Header& header, const std::byte*
   return true;
 }
 
+bool InboundConnection::OnResume(const wire::Header& header) {
+  InboundConnection* replaced = nullptr;
+  stream_ = &context_.streams.Resume(hello_process_, header.seq, header.offset, this, &replaced);
+  if (replaced != nullptr) {
+    // What it has not read yet is sent again after our answer.
+    Log().debug("tocl tcp: {} resumed stream {:#x} on a new connection", hello_process_.ToString(),
+                header.seq);
+    replaced->Close("");
+  }
+  report_written_ = wire::kHeaderBytes;
+  if (!Report()) {
+    Close("the answer to the stream's resume did not fit the socket buffer");
+    return false;
+  }
+  return true;
+}
+
+void InboundConnection::NoteReceived() {
+  if (stream_ == nullptr || closed()) return;
+  const uint64_t unreported = stream_->received - stream_->reported;
+  if (unreported == 0) return;
+  if (unreported >= kReportFrames || stream_->unreported_bytes >= kReportBytes) {
+    Report();
+  } else {
+    SetReportOwed(true);
+  }
+}
+
+void InboundConnection::ReportIfDue(std::chrono::steady_clock::time_point now) {
+  if (!report_owed_ || closed() || stream_ == nullptr) return;
+  if (now != std::chrono::steady_clock::time_point::max()) {
+    if (owed_since_ == std::chrono::steady_clock::time_point{}) {
+      owed_since_ = now;
+      return;
+    }
+    if (now - owed_since_ < kReportDelay) return;
+  }
+  Report();
+}
+
+bool InboundConnection::Report() {
+  if (report_written_ == report_.size()) {
+    reporting_ = stream_->received;
+    wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kReceived, context_.self_process,
+                                          hello_process_, stream_->id, reporting_),
+                       report_.data());
+    report_written_ = 0;
+  }
+  const ssize_t n = send(fd_.get(), report_.data() + report_written_,
+                         report_.size() - report_written_, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n <= 0) {
+    // A full socket (the peer reads it when its window fills) or a broken
+    // one (the next recv says so): owed still.
+    SetReportOwed(true);
+    return false;
+  }
+  TcpTraffic::Add(context_.traffic.bytes_sent, static_cast<uint64_t>(n));
+  report_written_ += static_cast<size_t>(n);
+  if (report_written_ < report_.size()) {
+    SetReportOwed(true);
+    return false;
+  }
+  stream_->reported = reporting_;
+  stream_->unreported_bytes = 0;
+  owed_since_ = {};  // what came since is owed from now
+  SetReportOwed(stream_->received != stream_->reported);
+  return true;
+}
+
+void InboundConnection::SetReportOwed(bool owed) {
+  if (owed == report_owed_) return;
+  owed_since_ = {};
+  report_owed_ = owed;
+  context_.reports_pending += owed ? 1 : -1;
+}
+
 bool InboundConnection::Deliver(detail::BufferSlot* slot) {
   TcpTraffic::Add(context_.traffic.frames_received, 1);
   ++context_.delivered;
+  // Received, whatever the sink makes of it: a frame it refuses is not
+  // sent again.
+  ++stream_->received;
+  stream_->unreported_bytes += wire::kHeaderBytes + slot->header().length;
   if (Status status = context_.sink.OnMessage(hello_process_, buffers::SlotRef(slot));
       !status.ok()) {
     Close(status.message());
@@ -257,7 +349,9 @@ void InboundConnection::Pause() {
 bool InboundConnection::TryResume() {
   if (closed() || !paused_) return true;
   if (context_.sink.Congested()) return false;
-  switch (DeliverStaged()) {
+  const Progress progress = DeliverStaged();
+  NoteReceived();
+  switch (progress) {
     case Progress::kClosed:
       return true;
     case Progress::kBlocked:
@@ -273,26 +367,30 @@ bool InboundConnection::TryResume() {
 }
 
 void InboundConnection::OnReadEnd(ssize_t n, int error) {
+  std::string why;
   if (n < 0) {
-    Close(ErrnoStatus("recv", error).message());
-    return;
-  }
-  if (direct_ != nullptr) {
-    Close(fmt::format("the stream ended inside a frame ({} of {} bytes)", direct_filled_,
-                      direct_bytes_));
+    why = ErrnoStatus("recv", error).message();
+  } else if (direct_ != nullptr) {
+    why = fmt::format("the stream ended inside a frame ({} of {} bytes)", direct_filled_,
+                      direct_bytes_);
   } else if (end_ - begin_ >= wire::kHeaderBytes) {
     wire::Header header;
     std::memcpy(&header, staging_.get() + begin_, sizeof(header));
-    Close(fmt::format("the stream ended inside a frame ({} of {} bytes)", end_ - begin_,
-                      wire::kHeaderBytes + header.length));
+    why = fmt::format("the stream ended inside a frame ({} of {} bytes)", end_ - begin_,
+                      wire::kHeaderBytes + header.length);
   } else if (end_ != begin_) {
-    Close(fmt::format("the stream ended inside a header ({} of {} bytes)", end_ - begin_,
-                      wire::kHeaderBytes));
-  } else {
-    Log().debug("tocl tcp: {} ({}) closed its connection", peer_address_,
-                hello_process_.ToString());
-    Close("");
+    why = fmt::format("the stream ended inside a header ({} of {} bytes)", end_ - begin_,
+                      wire::kHeaderBytes);
   }
+  if (why.empty() || stream_ != nullptr) {
+    // A resumed stream loses nothing with its connection: its sender
+    // connects again and sends what we have not acknowledged.
+    Log().debug("tocl tcp: {} ({}) closed its connection{}{}", peer_address_,
+                hello_process_.ToString(), why.empty() ? "" : ": ", why);
+    Close("");
+    return;
+  }
+  Close(why);
 }
 
 void InboundConnection::Close(std::string_view reason) {
@@ -305,6 +403,13 @@ void InboundConnection::Close(std::string_view reason) {
       Log().warn("tocl tcp: closing connection from {}: {}", peer_address_, reason);
     }
     TcpTraffic::Add(context_.traffic.connections_rejected, 1);
+  }
+  if (stream_ != nullptr) {
+    // What came is the peer's to know before it connects again.
+    if (report_owed_ || stream_->received != stream_->reported) Report();
+    SetReportOwed(false);
+    context_.streams.Detach(*stream_, this, std::chrono::steady_clock::now());
+    stream_ = nullptr;
   }
   if (!paused_) context_.reactor.Remove(fd_.get());
   fd_.Close();

@@ -5,9 +5,20 @@
 // The first frames are the handshake (security/handshake.h): a hello
 // naming the peer process (and us as its destination) with its nonce, our
 // answer (written at once: a fresh socket's buffer takes it whole), and the
-// peer's proof; after it, only message frames from that process to this
-// process. Anything else closes the connection with one warning, and the
-// process goes on; nothing is delivered before the proof.
+// peer's proof; then the peer's kResume, naming its stream and the frame
+// it goes on with (received_streams.h: a stream outlives its connections),
+// answered at once with our kReceived count; after it, only frames from
+// that process to this process. Anything else closes the connection with
+// one warning, and the process goes on; nothing is delivered before the
+// resume.
+//
+// Acknowledgements: every frame handed to the sink counts as received.
+// The count goes back to the peer in a kReceived header on this socket
+// after kReportFrames frames or kReportBytes bytes, else once the poller
+// sees it owed for kReportDelay, and always before the poller sleeps
+// (TcpSubsystem::Poll, PrepareToSleep): the sender's window is bounded, so
+// an acknowledgement must never wait for a timer that a sleeping process
+// does not run.
 //
 // Flow control: when the sink is congested or the pool has no buffer, the
 // connection stops reading (its fd leaves the epoll set, so a sleeping
@@ -19,6 +30,7 @@
 // batches, so events of the current batch that still name it are harmless.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +43,10 @@
 #include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
+#include "subsystem/tcp/received_streams.h"
 #include "subsystem/tcp/socket.h"
 #include "tocl/gid.h"
+#include "wire/frame.h"
 
 namespace tocl::subsystem::tcp {
 
@@ -57,6 +71,18 @@ class InboundConnection final : public subsystem::FdHandler {
   // For a paused connection: delivers what is staged and starts reading
   // again. False while still blocked (congested sink, pool at its cap).
   bool TryResume();
+
+  // Frames or bytes received since the last report at which one is sent
+  // at once.
+  static constexpr uint64_t kReportFrames = 64;
+  static constexpr size_t kReportBytes = 256 << 10;
+  // The longest a report waits while the poller runs.
+  static constexpr std::chrono::microseconds kReportDelay{200};
+  // Whether a kReceived is owed (received frames not reported yet).
+  bool report_owed() const { return report_owed_; }
+  // Sends the owed kReceived when it is due at `now` (owed for
+  // kReportDelay; always with `now` = time_point::max()). Polling thread.
+  void ReportIfDue(std::chrono::steady_clock::time_point now);
 
   // Closes the fd (removing it from the reactor) and gives back a partly
   // read buffer. `reason` is logged as a warning unless empty.
@@ -84,6 +110,15 @@ class InboundConnection final : public subsystem::FdHandler {
   bool Admit(const wire::Header& header);
   // A whole hello or proof; false when it closed the connection.
   bool OnHandshake(const wire::Header& header, const std::byte* payload);
+  // The peer's kResume: attaches the connection to its stream and answers
+  // with the stream's count. False when it closed the connection.
+  bool OnResume(const wire::Header& header);
+  // After a batch of frames: reports now if enough came, else owes it.
+  void NoteReceived();
+  // Writes a kReceived with the stream's count (continuing one half
+  // written); false when the socket takes none of it now.
+  bool Report();
+  void SetReportOwed(bool owed);
   // False when the sink refused the frame (the connection is then closed).
   bool Deliver(detail::BufferSlot* slot);
   void Pause();
@@ -108,6 +143,16 @@ class InboundConnection final : public subsystem::FdHandler {
   size_t direct_bytes_ = 0;   // the whole frame
 
   bool paused_ = false;
+
+  // The stream this connection carries (after the resume).
+  ReceivedStream* stream_ = nullptr;
+  bool report_owed_ = false;
+  // When the poller first saw the report owed (its timer starts then, so
+  // that the read path reads no clock).
+  std::chrono::steady_clock::time_point owed_since_{};
+  std::array<std::byte, wire::kHeaderBytes> report_{};
+  size_t report_written_ = wire::kHeaderBytes;  // nothing half written
+  uint64_t reporting_ = 0;                      // the count in report_
 };
 
 }  // namespace tocl::subsystem::tcp

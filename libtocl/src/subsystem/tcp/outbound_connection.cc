@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
@@ -19,34 +20,35 @@ namespace tocl::subsystem::tcp {
 namespace {
 
 constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
-constexpr size_t kInitialRingEntries = 64;
+
+// Reconnecting: at once, then after 1 ms, doubling up to 1 s.
+constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
+
+uint64_t NewStreamId() {
+  // Unique among this process's streams to one peer, and unlikely to be
+  // anyone else's: the peer keys streams by (process, id).
+  thread_local std::mt19937_64 random(std::random_device{}());
+  uint64_t id = 0;
+  while (id == 0) id = random();
+  return id;
+}
+
+std::chrono::milliseconds Backoff(int attempts) {
+  if (attempts <= 0) return std::chrono::milliseconds(0);
+  const int shift = std::min(attempts - 1, 10);
+  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
+}
 
 }  // namespace
-
-void OutboundConnection::FrameRing::push_back(Entry entry) {
-  if (count_ == capacity_) {
-    const size_t capacity = capacity_ == 0 ? kInitialRingEntries : capacity_ * 2;
-    auto entries = std::make_unique<Entry[]>(capacity);
-    for (size_t i = 0; i < count_; ++i) entries[i] = (*this)[i];
-    entries_ = std::move(entries);
-    capacity_ = capacity;
-    head_ = 0;
-  }
-  entries_[(head_ + count_) & (capacity_ - 1)] = entry;
-  ++count_;
-}
-
-void OutboundConnection::FrameRing::pop_front() {
-  head_ = (head_ + 1) & (capacity_ - 1);
-  --count_;
-}
 
 OutboundConnection::OutboundConnection(ConnectionContext& context, Gid peer_process,
                                        const SocketAddress& address)
     : context_(context),
       peer_process_(peer_process),
       address_(address),
-      description_(fmt::format("{} at {}", peer_process.ToString(), address_.ToString())) {}
+      description_(fmt::format("{} at {}", peer_process.ToString(), address_.ToString())),
+      stream_id_(NewStreamId()) {}
 
 OutboundConnection::~OutboundConnection() {
   Shutdown("the route is gone");
@@ -54,46 +56,55 @@ OutboundConnection::~OutboundConnection() {
 
 Status OutboundConnection::Start() {
   std::lock_guard lock(mu_);
-  TOCL_ASSIGN_OR_RETURN(handshake_, security::ConnectorHandshake::Start(
-                                        context_.key, "tcp", context_.self_process, peer_process_));
-  SetPreambleLocked(wire::FrameKind::kHello, handshake_->nonce().data());
+  return ConnectLocked();
+}
+
+Status OutboundConnection::ConnectLocked() {
+  auto handshake = security::ConnectorHandshake::Start(context_.key, "tcp", context_.self_process,
+                                                       peer_process_);
+  if (!handshake.ok()) return handshake.status();
+  handshake_ = std::move(*handshake);
+  SetHelloLocked();
+  in_filled_ = 0;
   const int fd = socket(address_.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoStatus("socket", errno);
   fd_ = Fd(fd);
-  TOCL_RETURN_IF_ERROR(SetNoDelay(fd));
+  if (Status status = SetNoDelay(fd); !status.ok()) {
+    Log().debug("tocl tcp: connection to {}: {}", description_, status.message());
+  }
+  handshake_started_ = Clock::now();
   if (connect(fd, address_.get(), address_.length()) == 0) {
     state_ = State::kHandshaking;
-    handshake_started_ = std::chrono::steady_clock::now();
   } else if (errno == EINPROGRESS || errno == EINTR) {
     // EINTR: the connection goes on asynchronously, as for EINPROGRESS.
     state_ = State::kConnecting;
   } else {
-    BreakLocked(fmt::format("cannot connect to {}: {}", description_,
-                            ErrnoStatus("connect", errno).message()),
-                /*warn=*/true);
+    LoseLocked(fmt::format("cannot connect to {}: {}", description_,
+                           ErrnoStatus("connect", errno).message()));
     return Status::Ok();
   }
-  TOCL_RETURN_IF_ERROR(context_.reactor.Add(fd, kReadEvents | EPOLLOUT, this));
+  if (Status status = context_.reactor.Add(fd, kReadEvents | EPOLLOUT, this); !status.ok()) {
+    fd_.Close();
+    return status;
+  }
   SetWantWriteLocked(true);
   if (state_ == State::kHandshaking) FlushLocked();
   return Status::Ok();
 }
 
-void OutboundConnection::SetPreambleLocked(wire::FrameKind kind, const std::byte* payload) {
-  const wire::Header header = wire::HandshakeHeader(kind, context_.self_process, peer_process_);
-  wire::EncodeHeader(header, preamble_.data());
-  std::memcpy(preamble_.data() + wire::kHeaderBytes, payload, header.length);
-  preamble_written_ = 0;
+void OutboundConnection::ReconnectLocked() {
+  if (Status status = ConnectLocked(); !status.ok()) {
+    LoseLocked(fmt::format("cannot connect to {}: {}", description_, status.message()));
+  }
 }
 
-void OutboundConnection::CheckHandshakeDeadline(std::chrono::steady_clock::time_point now,
-                                                std::chrono::milliseconds timeout) {
-  std::lock_guard lock(mu_);
-  if (state_ != State::kHandshaking || now - handshake_started_ < timeout) return;
-  BreakLocked(fmt::format("connection to {}: no answer to our hello within {} ms (is it a tocl "
-                          "process of this cluster?)",
-                          description_, timeout.count()),
-              /*warn=*/true);
+void OutboundConnection::SetHelloLocked() {
+  const wire::Header header =
+      wire::HandshakeHeader(wire::FrameKind::kHello, context_.self_process, peer_process_);
+  wire::EncodeHeader(header, preamble_.data());
+  std::memcpy(preamble_.data() + wire::kHeaderBytes, handshake_->nonce().data(), header.length);
+  preamble_bytes_ = wire::kHeaderBytes + header.length;
+  preamble_written_ = 0;
 }
 
 Status OutboundConnection::Post(detail::BufferSlot* slot) {
@@ -104,23 +115,34 @@ Status OutboundConnection::Post(detail::BufferSlot* slot) {
     return InvalidArgument(fmt::format("a frame of {} bytes in a buffer of {}", bytes,
                                        buffers::ClassBytes(slot->class_index)));
   }
-  // An empty queue takes any frame, so that one bigger than the limit still goes.
-  if (!queue_.empty() && queued_bytes_ + bytes > context_.max_queued_bytes_per_route) {
-    // Short enough for the small-string buffer: no allocation while full.
-    return Status(StatusCode::kTryAgain, "send queue full");
+  // An empty window takes any frame, so that one bigger than the limit
+  // still goes.
+  if (!window_.empty() && window_.bytes() + bytes > context_.max_queued_bytes_per_route) {
+    ReadAcknowledgementsLocked();
+    if (state_ == State::kBroken) return Unavailable(broken_reason_);
+    if (!window_.empty() && window_.bytes() + bytes > context_.max_queued_bytes_per_route) {
+      // Short enough for the small-string buffer: no allocation while full.
+      return Status(StatusCode::kTryAgain, "send window full");
+    }
   }
   slot->set_state(BufferState::kInFlight);
-  const bool was_empty = queue_.empty();
-  queue_.push_back({slot, bytes});
-  queued_bytes_ += bytes;
-  // Otherwise EPOLLOUT (or the connect) will write it, after what is ahead.
-  if (was_empty && state_ == State::kConnected) FlushLocked();
+  const bool nothing_ahead = window_.AllWritten();
+  window_.Push({slot, bytes});
+  if (state_ == State::kConnected) {
+    // Otherwise EPOLLOUT will write it, after what is ahead.
+    if (nothing_ahead) FlushLocked();
+  } else if (state_ == State::kDown && next_attempt_ == Clock::time_point::max()) {
+    // Down with nothing to send until now: the clock starts.
+    down_since_ = Clock::now();
+    attempts_ = 0;
+    ReconnectLocked();
+  }
   return Status::Ok();
 }
 
 bool OutboundConnection::Drained() const {
   std::lock_guard lock(mu_);
-  return queue_.empty();
+  return window_.empty();
 }
 
 bool OutboundConnection::Broken() const {
@@ -128,76 +150,122 @@ bool OutboundConnection::Broken() const {
   return state_ == State::kBroken;
 }
 
+bool OutboundConnection::Down() const {
+  std::lock_guard lock(mu_);
+  return state_ == State::kDown;
+}
+
+std::vector<detail::BufferSlot*> OutboundConnection::Take() {
+  std::lock_guard lock(mu_);
+  std::vector<detail::BufferSlot*> slots;
+  // Only while no socket carries frames of the stream (a frame half
+  // written would leave the peer's stream torn) and our kResume has not
+  // been written with the window's base (the peer would count from it).
+  if (state_ != State::kDown && state_ != State::kConnecting && state_ != State::kHandshaking) {
+    return slots;
+  }
+  for (const SendWindow::Entry& entry : window_.Take()) slots.push_back(entry.slot);
+  if (state_ == State::kDown) next_attempt_ = Clock::time_point::max();  // nothing to send now
+  return slots;
+}
+
+bool OutboundConnection::TakeWentDown() {
+  std::lock_guard lock(mu_);
+  return std::exchange(went_down_, false);
+}
+
 void OutboundConnection::OnReady(uint32_t events) {
   std::lock_guard lock(mu_);
-  // Broken already: a late event of the current epoll batch.
-  if (state_ == State::kBroken) return;
+  // Down or broken already: a late event of the current epoll batch.
+  if (!fd_.valid()) return;
   if (state_ == State::kConnecting) {
     if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
+    // A socket of this connection that was replaced may have left an
+    // event in the current batch: a connect in progress is not done.
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof(peer);
+    if (getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0 &&
+        errno == ENOTCONN && (events & (EPOLLERR | EPOLLHUP)) == 0) {
+      return;
+    }
     int error = 0;
     socklen_t length = sizeof(error);
     if (getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
     if (error != 0) {
-      BreakLocked(fmt::format("cannot connect to {}: {}", description_,
-                              ErrnoStatus("connect", error).message()),
-                  /*warn=*/true);
+      LoseLocked(fmt::format("cannot connect to {}: {}", description_,
+                             ErrnoStatus("connect", error).message()));
       return;
     }
     state_ = State::kHandshaking;
-    handshake_started_ = std::chrono::steady_clock::now();
+    handshake_started_ = Clock::now();
     events |= EPOLLOUT;
   }
   if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) != 0) {
-    CheckPeerLocked();
-    if (state_ == State::kBroken) return;
+    ReadLocked();
+    if (!fd_.valid()) return;
   }
   if ((events & EPOLLOUT) != 0) FlushLocked();
 }
 
-void OutboundConnection::CheckPeerLocked() {
-  std::byte scratch[256];
+void OutboundConnection::ReadAcknowledgementsLocked() {
+  if (fd_.valid() && (state_ == State::kConnected || state_ == State::kResuming)) ReadLocked();
+}
+
+void OutboundConnection::ReadLocked() {
   for (;;) {
     const bool answering = state_ == State::kHandshaking;
-    // During the handshake, exactly the answer: whatever follows it is
-    // read (and refused) as data on a send-only connection.
-    const ssize_t n = answering ? recv(fd_.get(), answer_.data() + answer_filled_,
-                                       answer_.size() - answer_filled_, MSG_DONTWAIT)
-                                : recv(fd_.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
+    // During the handshake, exactly the answer; then whole kReceived
+    // headers.
+    const ssize_t n =
+        answering
+            ? recv(fd_.get(), in_.data() + in_filled_, kAnswerBytes - in_filled_, MSG_DONTWAIT)
+            : recv(fd_.get(), in_.data() + in_filled_, in_.size() - in_filled_, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (answering && n > 0) {
-      answer_filled_ += static_cast<size_t>(n);
-      if (answer_filled_ < answer_.size()) continue;
+    if (n == 0) {
+      LoseLocked(fmt::format("connection to {} lost: {}", description_,
+                             answering ? "closed by the peer during the handshake (it may not "
+                                         "hold this cluster's secret; see its log)"
+                                       : "closed by the peer"));
+      return;
+    }
+    if (n < 0) {
+      LoseLocked(fmt::format("connection to {} lost: {}", description_,
+                             ErrnoStatus("recv", errno).message()));
+      return;
+    }
+    in_filled_ += static_cast<size_t>(n);
+    if (answering) {
+      if (in_filled_ < kAnswerBytes) continue;
       OnAnswerLocked();
-      if (state_ == State::kBroken) return;
+      in_filled_ = 0;
+      if (!fd_.valid()) return;
       continue;
     }
-    if (answering && n == 0) {
-      BreakLocked(fmt::format("connection to {} lost: closed by the peer during the handshake "
-                              "(it may not hold this cluster's secret; see its log)",
-                              description_),
-                  /*warn=*/true);
-    } else if (n == 0) {
-      // A peer that closes with nothing of ours queued has most likely just
-      // exited: worth a warning only when frames are lost with it.
-      BreakLocked(fmt::format("connection to {} lost: closed by the peer", description_),
-                  /*warn=*/!queue_.empty());
-    } else if (n > 0) {
-      BreakLocked(fmt::format("connection to {} lost: the peer sent data on a send-only "
-                              "connection",
-                              description_),
-                  /*warn=*/true);
-    } else {
-      BreakLocked(fmt::format("connection to {} lost: {}", description_,
-                              ErrnoStatus("recv", errno).message()),
-                  /*warn=*/true);
+    size_t used = 0;
+    while (in_filled_ - used >= wire::kHeaderBytes) {
+      auto header = wire::DecodeHeader(
+          std::span<const std::byte>(in_.data() + used, wire::kHeaderBytes), context_.limits);
+      if (!header.ok() || header->kind != wire::FrameKind::kReceived) {
+        BreakLocked(fmt::format("connection to {}: {}", description_,
+                                header.ok() ? std::string("the peer sent a frame that is not an "
+                                                          "acknowledgement")
+                                            : header.status().message()),
+                    /*warn=*/true);
+        return;
+      }
+      OnReceivedLocked(*header);
+      if (!fd_.valid()) return;
+      used += wire::kHeaderBytes;
     }
-    return;
+    std::memmove(in_.data(), in_.data() + used, in_filled_ - used);
+    in_filled_ -= used;
   }
 }
 
 void OutboundConnection::OnAnswerLocked() {
-  auto header = wire::DecodeHeader(answer_, context_.limits);
+  auto header =
+      wire::DecodeHeader(std::span<const std::byte>(in_.data(), kAnswerBytes), context_.limits);
   std::string error;
   if (!header.ok()) {
     error = header.status().message();
@@ -210,41 +278,92 @@ void OutboundConnection::OnAnswerLocked() {
   } else {
     security::Nonce nonce;
     security::Mac mac;
-    std::memcpy(nonce.data(), answer_.data() + wire::kHeaderBytes, nonce.size());
-    std::memcpy(mac.data(), answer_.data() + wire::kHeaderBytes + nonce.size(), mac.size());
+    std::memcpy(nonce.data(), in_.data() + wire::kHeaderBytes, nonce.size());
+    std::memcpy(mac.data(), in_.data() + wire::kHeaderBytes + nonce.size(), mac.size());
     auto proof = handshake_->Answer(nonce, mac);
     if (proof.ok()) {
-      SetPreambleLocked(wire::FrameKind::kProof, proof->data());
       handshake_.reset();
-      state_ = State::kConnected;
+      wire::EncodeHeader(
+          wire::HandshakeHeader(wire::FrameKind::kProof, context_.self_process, peer_process_),
+          preamble_.data());
+      std::memcpy(preamble_.data() + wire::kHeaderBytes, proof->data(), proof->size());
+      wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kResume, context_.self_process,
+                                            peer_process_, stream_id_, window_.base()),
+                         preamble_.data() + wire::kHeaderBytes + proof->size());
+      preamble_bytes_ = kPreambleBytes;
+      preamble_written_ = 0;
+      state_ = State::kResuming;
       FlushLocked();
       return;
     }
     error = proof.status().message();
   }
+  // The peer is not who we meant, or not of this cluster: no use trying again.
   BreakLocked(fmt::format("connection to {}: {}", description_, error), /*warn=*/true);
+}
+
+void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
+  const uint64_t count = header.offset;
+  const bool resuming = state_ == State::kResuming;
+  // Resuming, the peer may have what an earlier socket carried; later,
+  // only what this one did.
+  const uint64_t most = resuming ? window_.sent_end() : window_.base() + window_.unwritten();
+  if (Gid::FromRaw(header.source) != peer_process_ ||
+      Gid::FromRaw(header.destination) != context_.self_process || header.seq != stream_id_ ||
+      count < window_.base() || count > std::min(most, window_.end())) {
+    BreakLocked(fmt::format("connection to {}: an acknowledgement of frames [{}, {}) of stream "
+                            "{:#x} while frames [{}, {}) of stream {:#x} are held",
+                            description_, window_.base(), count, header.seq, window_.base(),
+                            window_.end(), stream_id_),
+                /*warn=*/true);
+    return;
+  }
+  window_.Acknowledge(count);
+  if (!resuming) return;
+  // Writing resumes at `count`: everything after it is written again.
+  const bool was_down = resumed_once_ && counted_down_;
+  window_.Rewind();
+  resent_ = window_.size();
+  state_ = State::kConnected;
+  resumed_once_ = true;
+  if (was_down) {
+    Log().warn(
+        "tocl tcp: connection to {} restored after {} ms; {} frames sent again", description_,
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - down_since_).count(),
+        resent_);
+  }
+  SetDownLocked(false);
+  attempts_ = 0;
+  next_attempt_ = Clock::time_point::max();
+  FlushLocked();
 }
 
 void OutboundConnection::FlushLocked() {
   for (;;) {
-    const bool preamble = preamble_written_ < preamble_.size();
-    if (state_ != State::kConnected && !(state_ == State::kHandshaking && preamble)) break;
+    const bool preamble = preamble_written_ < preamble_bytes_;
+    const bool frames = state_ == State::kConnected && !window_.AllWritten();
+    if (!fd_.valid() || (!preamble && !frames) ||
+        (state_ != State::kConnected && state_ != State::kHandshaking &&
+         state_ != State::kResuming)) {
+      break;
+    }
     iovec iov[kMaxFramesPerWrite + 1];
     size_t count = 0;
     size_t total = 0;
     if (preamble) {
-      iov[count++] = {preamble_.data() + preamble_written_, preamble_.size() - preamble_written_};
-      total += preamble_.size() - preamble_written_;
+      iov[count++] = {preamble_.data() + preamble_written_, preamble_bytes_ - preamble_written_};
+      total += preamble_bytes_ - preamble_written_;
     }
-    const size_t frames =
-        state_ == State::kConnected ? std::min(queue_.size(), kMaxFramesPerWrite) : 0;
-    for (size_t i = 0; i < frames; ++i) {
-      const Entry& entry = queue_[i];
-      const size_t skip = i == 0 ? head_written_ : 0;
-      iov[count++] = {entry.slot->bytes + skip, entry.bytes - skip};
-      total += entry.bytes - skip;
+    if (frames) {
+      const size_t first = window_.unwritten();
+      const size_t n = std::min(window_.size() - first, kMaxFramesPerWrite);
+      for (size_t i = 0; i < n; ++i) {
+        const SendWindow::Entry& entry = window_[first + i];
+        const size_t skip = i == 0 ? window_.head_written() : 0;
+        iov[count++] = {entry.slot->bytes + skip, entry.bytes - skip};
+        total += entry.bytes - skip;
+      }
     }
-    if (count == 0) break;
     msghdr message{};
     message.msg_iov = iov;
     message.msg_iovlen = count;
@@ -252,52 +371,32 @@ void OutboundConnection::FlushLocked() {
     if (written < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      BreakLocked(fmt::format("connection to {} lost: {}", description_,
-                              ErrnoStatus("sendmsg", errno).message()),
-                  /*warn=*/true);
+      LoseLocked(fmt::format("connection to {} lost: {}", description_,
+                             ErrnoStatus("sendmsg", errno).message()));
       return;
     }
-    ConsumeLocked(static_cast<size_t>(written));
+    size_t rest = static_cast<size_t>(written);
+    TcpTraffic::Add(context_.traffic.bytes_sent, rest);
+    if (preamble) {
+      const size_t n = std::min(rest, preamble_bytes_ - preamble_written_);
+      preamble_written_ += n;
+      rest -= n;
+    }
+    if (rest > 0) TcpTraffic::Add(context_.traffic.frames_sent, window_.Written(rest));
     if (static_cast<size_t>(written) < total) break;  // the socket buffer is full
   }
   UpdateInterestLocked();
 }
 
-void OutboundConnection::ConsumeLocked(size_t written) {
-  TcpTraffic::Add(context_.traffic.bytes_sent, written);
-  if (preamble_written_ < preamble_.size()) {
-    const size_t n = std::min(written, preamble_.size() - preamble_written_);
-    preamble_written_ += n;
-    written -= n;
-  }
-  while (written > 0) {
-    Entry& entry = queue_.front();
-    const size_t rest = entry.bytes - head_written_;
-    if (written < rest) {
-      head_written_ += written;
-      return;
-    }
-    written -= rest;
-    head_written_ = 0;
-    queued_bytes_ -= entry.bytes;
-    detail::BufferSlot* slot = entry.slot;
-    queue_.pop_front();
-    TcpTraffic::Add(context_.traffic.frames_sent, 1);
-    slot->set_state(BufferState::kSent);
-    slot->pool->Unref(slot);
-  }
-}
-
 void OutboundConnection::UpdateInterestLocked() {
-  if (state_ == State::kBroken) return;
-  const bool want = state_ == State::kConnecting || preamble_written_ < preamble_.size() ||
-                    (state_ == State::kConnected && !queue_.empty());
+  if (!fd_.valid()) return;
+  const bool want = state_ == State::kConnecting || preamble_written_ < preamble_bytes_ ||
+                    (state_ == State::kConnected && !window_.AllWritten());
   if (want != want_write_) {
     if (Status status =
             context_.reactor.Modify(fd_.get(), kReadEvents | (want ? EPOLLOUT : 0u), this);
         !status.ok()) {
-      BreakLocked(fmt::format("connection to {} lost: {}", description_, status.message()),
-                  /*warn=*/true);
+      LoseLocked(fmt::format("connection to {} lost: {}", description_, status.message()));
       return;
     }
   }
@@ -306,11 +405,95 @@ void OutboundConnection::UpdateInterestLocked() {
 
 void OutboundConnection::SetWantWriteLocked(bool want) {
   want_write_ = want;
-  // Until it is connected it waits for the connect or the handshake answer.
-  const bool waits = state_ != State::kBroken && (want || state_ != State::kConnected);
+  // Until it is connected it waits for the connect, the handshake answer
+  // or the resume; a connected one whose window is full waits for
+  // acknowledgements.
+  const bool waits = fd_.valid() && (want || state_ != State::kConnected ||
+                                     window_.bytes() >= context_.max_queued_bytes_per_route / 2);
   if (waits == counted_waiting_) return;
   counted_waiting_ = waits;
   context_.waiting.fetch_add(waits ? 1 : -1, std::memory_order_relaxed);
+}
+
+OutboundConnection::Clock::time_point OutboundConnection::Tick(Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  if ((state_ == State::kConnecting || state_ == State::kHandshaking ||
+       state_ == State::kResuming) &&
+      now - handshake_started_ >= context_.handshake_timeout) {
+    LoseLocked(
+        fmt::format("connection to {}: no answer to our hello within {} ms (is it a "
+                    "tocl process of this cluster?)",
+                    description_, context_.handshake_timeout.count()));
+  }
+  if (state_ == State::kConnecting || state_ == State::kHandshaking || state_ == State::kResuming) {
+    return handshake_started_ + context_.handshake_timeout;
+  }
+  if (state_ != State::kDown) return Clock::time_point::max();
+  if (window_.empty()) return Clock::time_point::max();
+  if (now - down_since_ >= context_.unreachable_timeout) {
+    BreakLocked(fmt::format("{}; not restored within {} ms (unreachable_timeout)", broken_reason_,
+                            context_.unreachable_timeout.count()),
+                /*warn=*/true);
+    return Clock::time_point::max();
+  }
+  if (now >= next_attempt_) ReconnectLocked();
+  return state_ == State::kDown ? next_attempt_ : handshake_started_ + context_.handshake_timeout;
+}
+
+void OutboundConnection::LoseLocked(std::string reason) {
+  if (state_ == State::kBroken) return;
+  CloseSocketLocked();
+  if (!resumed_once_) {
+    // Never got as far as the peer's resume answer: not a tocl process of
+    // this cluster there, or nobody.
+    BreakLocked(std::move(reason), /*warn=*/true);
+    return;
+  }
+  const auto now = Clock::now();
+  if (state_ == State::kConnected || !counted_down_) {
+    // The first loss since the stream was last resumed.
+    down_since_ = now;
+    attempts_ = 0;
+    if (!window_.empty()) {
+      Log().warn("tocl tcp: {}; connecting again, {} frames wait", reason, window_.size());
+    } else {
+      Log().debug("tocl tcp: {}", reason);
+    }
+    TcpTraffic::Add(context_.traffic.connections_lost, 1);
+  } else {
+    Log().debug("tocl tcp: attempt {} failed: {}", attempts_, reason);
+  }
+  state_ = State::kDown;
+  broken_reason_ = std::move(reason);
+  window_.Rewind();
+  if (!window_.empty()) {
+    // The runtime may move the frames to another network (Take).
+    went_down_ = true;
+    context_.route_went_down.store(true, std::memory_order_release);
+  }
+  SetDownLocked(true);
+  // With nothing to send, the next Post connects (a peer on its way out
+  // is not called back).
+  next_attempt_ = window_.empty() ? Clock::time_point::max() : now + Backoff(attempts_);
+  ++attempts_;
+  if (next_attempt_ <= now) ReconnectLocked();
+}
+
+void OutboundConnection::CloseSocketLocked() {
+  if (fd_.valid()) {
+    context_.reactor.Remove(fd_.get());
+    fd_.Close();
+  }
+  SetWantWriteLocked(false);
+  handshake_.reset();
+  preamble_bytes_ = preamble_written_ = 0;
+  in_filled_ = 0;
+}
+
+void OutboundConnection::SetDownLocked(bool down) {
+  if (down == counted_down_) return;
+  counted_down_ = down;
+  context_.down.fetch_add(down ? 1 : -1, std::memory_order_relaxed);
 }
 
 void OutboundConnection::Shutdown(std::string_view why) {
@@ -320,21 +503,11 @@ void OutboundConnection::Shutdown(std::string_view why) {
 
 void OutboundConnection::BreakLocked(std::string reason, bool warn) {
   if (state_ == State::kBroken) return;
+  CloseSocketLocked();
   state_ = State::kBroken;
-  if (fd_.valid()) {
-    context_.reactor.Remove(fd_.get());
-    fd_.Close();
-  }
-  SetWantWriteLocked(false);
-  const size_t failed = queue_.size();
-  while (!queue_.empty()) {
-    detail::BufferSlot* slot = queue_.front().slot;
-    queue_.pop_front();
-    slot->set_state(BufferState::kFailed);
-    slot->pool->Unref(slot);
-  }
-  queued_bytes_ = 0;
-  head_written_ = 0;
+  SetDownLocked(false);
+  const size_t failed = window_.size();
+  window_.Fail();
   TcpTraffic::Add(context_.traffic.routes_broken, 1);
   if (warn) {
     Log().warn("tocl tcp: {} ({} queued frames failed)", reason, failed);

@@ -1,20 +1,34 @@
 // The connection behind a tcp Route: this process sending to one peer
-// process. It runs the handshake first (security/handshake.h: our hello
-// with our nonce, the peer's answer, checked, then our proof), then writes
-// the posted frames in order, gathering up to 64 of them per sendmsg().
-// Frames posted meanwhile wait in the queue; a peer that fails its part of
-// the handshake, or does not answer within the handshake timeout, breaks
-// the route.
+// process over one network, as one stream of frames that outlives the
+// socket carrying it (send_window.h).
+//
+// A socket starts with the handshake (security/handshake.h: our hello with
+// our nonce, the peer's answer, checked, then our proof), followed by our
+// kResume (this stream, from our first frame not acknowledged); the peer's
+// first kReceived answers it with where to resume. Then the frames are
+// written in order, up to 64 per sendmsg(), and each stays in the window
+// until a kReceived from the peer covers it: only then is it kSent.
+//
+// A socket that breaks once the peer has answered a resume (reset, closed,
+// killed) is not a dead peer: the connection is down, connects again at
+// once and then with backoff (1 ms doubling to 1 s), and writes again what
+// the peer has not acknowledged. Frames posted meanwhile wait in the
+// window. The route is broken for good (every frame held kFailed) only
+// when it has been down for `unreachable_timeout`, when the first socket
+// never got as far as a resume (refused, no tocl process there, a failed
+// handshake), when the peer breaks the protocol, or by Shutdown (the
+// runtime learned that the process exited, or dropped the route). A down
+// connection with nothing to send connects again only when a frame is
+// posted: a peer that closed its connections on its way out is not called
+// back.
 //
 // Ownership: the TcpSubsystem owns it; the TcpRoute handle the runtime
-// holds only points at it. A queued slot carries one reference that is
-// dropped (slot->pool->Unref: the slot may come from another network's
-// pool) when its frame has been written (kSent) or can never be (kFailed).
+// holds only points at it. Frames are owned by the window.
 //
-// Threading: the output side (queue, fd, state) is guarded by mu_: senders
-// call Post (one at a time per route, under the runtime's destination lock)
-// while the polling thread writes on EPOLLOUT and notices the peer going
-// away. Nothing here blocks on the network.
+// Threading: everything is guarded by mu_: senders call Post and Take (one
+// at a time per route, under the runtime's destination lock) while the
+// polling thread handles socket events and Tick. Nothing here blocks on the
+// network.
 #pragma once
 
 #include <sys/types.h>
@@ -23,16 +37,17 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "buffers/buffer_slot.h"
 #include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
+#include "subsystem/tcp/send_window.h"
 #include "subsystem/tcp/socket.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
@@ -42,6 +57,7 @@ namespace tocl::subsystem::tcp {
 
 class OutboundConnection final : public subsystem::FdHandler {
  public:
+  using Clock = std::chrono::steady_clock;
   // Frames gathered into one sendmsg() call.
   static constexpr size_t kMaxFramesPerWrite = 64;
 
@@ -55,80 +71,94 @@ class OutboundConnection final : public subsystem::FdHandler {
   // no socket (ResourceExhausted for fd limits), the reactor refused the fd.
   Status Start();
 
-  // Route::Post: Ok (taken, now kInFlight), TryAgain (the queue holds
+  // Route::Post: Ok (taken, now kInFlight; it waits in the window while the
+  // connection is down), TryAgain (the window holds
   // max_queued_bytes_per_route already; not taken), Unavailable (broken for
   // good; not taken), InvalidArgument (the header's length does not fit the
   // slot; not taken).
   Status Post(detail::BufferSlot* slot);
+  // Nothing is waiting to be written or acknowledged.
   bool Drained() const;
   bool Broken() const;
+  // The socket is lost and not replaced yet (the route may come back).
+  bool Down() const;
+  // While no socket carries the stream (down, or a new one not resumed
+  // yet): every frame not acknowledged, oldest first, each with its
+  // reference, for another network. Empty otherwise.
+  std::vector<detail::BufferSlot*> Take();
 
   void OnReady(uint32_t events) override;
 
-  // Fails every queued frame and closes the socket, quietly (the subsystem
+  // Fails every frame held and closes the socket, quietly (the subsystem
   // is closing, or the runtime dropped the route). Any thread.
   void Shutdown(std::string_view why);
 
   Gid peer_process() const { return peer_process_; }
   const SocketAddress& address() const { return address_; }
 
-  // Breaks a route whose peer has not answered our hello within `timeout`
-  // of it being sent. Any thread.
-  void CheckHandshakeDeadline(std::chrono::steady_clock::time_point now,
-                              std::chrono::milliseconds timeout);
+  // The polling thread's timers: a handshake unanswered within
+  // `handshake_timeout` loses the socket; a down connection connects again
+  // when due, or breaks for good after unreachable_timeout. Returns when it
+  // wants the next Tick (Clock::time_point::max(): no need).
+  Clock::time_point Tick(Clock::time_point now);
+  // Whether the connection went down since the last call (for the
+  // runtime, which may move its frames to another network).
+  bool TakeWentDown();
 
  private:
-  enum class State { kConnecting, kHandshaking, kConnected, kBroken };
-  // The hello, then the proof: a header and its payload.
-  static constexpr size_t kPreambleBytes = wire::kHeaderBytes + wire::kHandshakeNonceBytes;
+  enum class State {
+    kConnecting,   // connect() in progress
+    kHandshaking,  // hello written or being written, waiting for the answer
+    kResuming,     // proof and kResume written or being written, waiting for kReceived
+    kConnected,
+    kDown,  // no socket; next_attempt_ says when to connect again
+    kBroken,
+  };
+  // The hello: a header and our nonce; the proof: a header and our MAC,
+  // then the kResume header.
+  static constexpr size_t kPreambleBytes = 2 * wire::kHeaderBytes + wire::kHandshakeMacBytes;
   static constexpr size_t kAnswerBytes =
       wire::kHeaderBytes + wire::kHandshakeNonceBytes + wire::kHandshakeMacBytes;
+  // kReceived headers read per recv().
+  static constexpr size_t kReadBytes = 16 * wire::kHeaderBytes;
 
-  struct Entry {
-    detail::BufferSlot* slot;
-    size_t bytes;  // header + payload
-  };
-
-  // The output queue: a ring that doubles when full, so that after warm-up
-  // posting allocates nothing.
-  class FrameRing {
-   public:
-    bool empty() const { return count_ == 0; }
-    size_t size() const { return count_; }
-    Entry& operator[](size_t i) { return entries_[(head_ + i) & (capacity_ - 1)]; }
-    Entry& front() { return entries_[head_]; }
-    void push_back(Entry entry);
-    void pop_front();
-
-   private:
-    std::unique_ptr<Entry[]> entries_;
-    size_t capacity_ = 0;  // a power of two
-    size_t head_ = 0;
-    size_t count_ = 0;
-  };
-
+  // A socket for the stream, connecting. A failed connect loses it
+  // (LoseLocked); an error (no socket, no reactor) is returned.
+  Status ConnectLocked();
+  // ConnectLocked when down: an error loses the attempt too.
+  void ReconnectLocked();
   // Writes as much as the socket takes, then (de)registers EPOLLOUT.
   void FlushLocked();
-  // Accounts `written` bytes: the hello, then whole frames (kSent, Unref).
-  void ConsumeLocked(size_t written);
   void UpdateInterestLocked();
   // Records whether EPOLLOUT is in the mask (want_write_), and whether the
-  // connection waits for an fd event (EPOLLOUT, or the connect or handshake
-  // answer) in the context's count of waiting connections.
+  // connection waits for an fd event (EPOLLOUT, the connect, the handshake
+  // answer or the resume) in the context's count of waiting connections.
   void SetWantWriteLocked(bool want);
-  // Reads what the peer sent on a send-only connection: its handshake
-  // answer, then only its closing or an error.
-  void CheckPeerLocked();
-  // The whole answer is in: checks it and puts our proof in the preamble.
+  // Reads what the peer sent: its handshake answer, then kReceived frames.
+  void ReadLocked();
+  // The whole answer is in: checks it, puts our proof and kResume in the
+  // preamble.
   void OnAnswerLocked();
-  void SetPreambleLocked(wire::FrameKind kind, const std::byte* payload);
-  // The route is broken for good: closes the socket and fails the queue.
+  // A kReceived (count `count`): frames leave the window; the first after
+  // a kResume also says where writing resumes.
+  void OnReceivedLocked(const wire::Header& header);
+  void SetHelloLocked();
+  // Acknowledgements read from the socket by a sender whose window is full
+  // (when the poller does not look at this socket every round).
+  void ReadAcknowledgementsLocked();
+  // The socket is lost: down (connecting again) once the stream has been
+  // resumed at least once, broken for good otherwise.
+  void LoseLocked(std::string reason);
+  void CloseSocketLocked();
+  // The route is broken for good: closes the socket and fails the window.
   void BreakLocked(std::string reason, bool warn);
+  void SetDownLocked(bool down);
 
   ConnectionContext& context_;
   const Gid peer_process_;
   const SocketAddress address_;
   const std::string description_;  // "h1.p3 at 127.0.0.1:4000", for messages
+  const uint64_t stream_id_;       // random, never 0
 
   mutable std::mutex mu_;
   // Guarded by mu_ (so that no sender writes to an fd number being reused):
@@ -136,14 +166,22 @@ class OutboundConnection final : public subsystem::FdHandler {
   State state_ = State::kConnecting;
   std::string broken_reason_;
   std::optional<security::ConnectorHandshake> handshake_;  // until the answer
-  std::chrono::steady_clock::time_point handshake_started_;
-  std::array<std::byte, kPreambleBytes> preamble_{};  // hello, then proof
-  size_t preamble_written_ = kPreambleBytes;          // nothing to write yet
-  std::array<std::byte, kAnswerBytes> answer_{};
-  size_t answer_filled_ = 0;
-  FrameRing queue_;
-  size_t queued_bytes_ = 0;
-  size_t head_written_ = 0;       // bytes of the queue's first frame already written
+  Clock::time_point handshake_started_;
+  std::array<std::byte, kPreambleBytes> preamble_{};
+  size_t preamble_bytes_ = 0;    // of the current preamble (hello, or proof + resume)
+  size_t preamble_written_ = 0;  // of preamble_bytes_
+  std::array<std::byte, kReadBytes> in_{};
+  size_t in_filled_ = 0;
+  SendWindow window_;
+  bool resumed_once_ = false;  // a socket got as far as the peer's resume answer
+  // Down: since when (for unreachable_timeout), how many attempts failed
+  // since, and when the next one is due.
+  Clock::time_point down_since_;
+  int attempts_ = 0;
+  Clock::time_point next_attempt_ = Clock::time_point::max();
+  bool went_down_ = false;        // not yet reported (TakeWentDown)
+  bool counted_down_ = false;     // counted in ConnectionContext::down
+  uint64_t resent_ = 0;           // frames written again after the last loss
   bool want_write_ = false;       // EPOLLOUT is in the epoll mask
   bool counted_waiting_ = false;  // counted in ConnectionContext::waiting
 };

@@ -41,6 +41,13 @@ class TcpSubsystem::TcpRoute final : public subsystem::Route {
   }
   bool Drained() const override { return connection_->Drained(); }
   bool Broken() const override { return connection_->Broken(); }
+  bool Down() const override { return connection_->Down(); }
+  void Abandon(std::string_view why) override { connection_->Shutdown(why); }
+  std::vector<buffers::SlotRef> TakeUnacknowledged() override {
+    std::vector<buffers::SlotRef> frames;
+    for (detail::BufferSlot* slot : connection_->Take()) frames.emplace_back(slot);
+    return frames;
+  }
 
  private:
   TcpSubsystem& owner_;
@@ -65,6 +72,9 @@ Result<std::unique_ptr<TcpSubsystem>> TcpSubsystem::Open(const TcpOptions& optio
   if (options.max_handshaking == 0) {
     return InvalidArgument("tcp: max_handshaking must be at least 1");
   }
+  if (options.unreachable_timeout.count() <= 0) {
+    return InvalidArgument("tcp: the unreachable timeout must be positive");
+  }
   std::unique_ptr<TcpSubsystem> tcp(new TcpSubsystem(options, reactor, sink, budget));
   TOCL_RETURN_IF_ERROR(tcp->Listen());
   Log().debug("tocl tcp: {} listens on {}", options.self_process.ToString(), tcp->address_);
@@ -78,7 +88,8 @@ TcpSubsystem::TcpSubsystem(const TcpOptions& options, subsystem::Reactor& reacto
       context_(options.self_process, options.key, reactor, sink, pool_,
                wire::Limits{.max_payload = static_cast<uint32_t>(
                                 buffers::ClassBytes(options.num_classes - 1) - wire::kHeaderBytes)},
-               options.max_queued_bytes_per_route) {}
+               options.max_queued_bytes_per_route, options.handshake_timeout,
+               options.unreachable_timeout) {}
 
 TcpSubsystem::~TcpSubsystem() {
   if (!closed_) Close();
@@ -204,7 +215,46 @@ int TcpSubsystem::Poll() {
     // What their reactor handler does; closed and paused ones do nothing.
     for (auto& connection : inbound_) connection->OnReady(EPOLLIN);
   }
+  // Owed acknowledgements, and connections down, are looked at every 64th
+  // Poll: a clock read each round would cost more than a shm round.
+  if ((context_.reports_pending > 0 || context_.down.load(std::memory_order_relaxed) > 0) &&
+      (++report_rounds_ & 63) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (context_.reports_pending > 0) {
+      for (auto& connection : inbound_) connection->ReportIfDue(now);
+    }
+    if (context_.down.load(std::memory_order_relaxed) > 0) TickOutbound(now);
+  }
+  if (context_.route_went_down.load(std::memory_order_acquire)) ReportRoutesDown();
   return std::exchange(context_.delivered, 0);
+}
+
+std::chrono::steady_clock::time_point TcpSubsystem::TickOutbound(
+    std::chrono::steady_clock::time_point now) {
+  auto next = std::chrono::steady_clock::time_point::max();
+  std::lock_guard lock(mu_);
+  for (auto& connection : outbound_) next = std::min(next, connection->Tick(now));
+  return next;
+}
+
+void TcpSubsystem::ReportRoutesDown() {
+  context_.route_went_down.store(false, std::memory_order_relaxed);
+  std::vector<Gid> down;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& connection : outbound_) {
+      if (connection->TakeWentDown()) down.push_back(connection->peer_process());
+    }
+  }
+  // Outside mu_: the runtime takes its queue's lock and calls the route.
+  for (Gid peer : down) context_.sink.OnRouteDown(peer);
+}
+
+std::chrono::steady_clock::time_point TcpSubsystem::WakeBy() {
+  if (context_.down.load(std::memory_order_relaxed) == 0) {
+    return std::chrono::steady_clock::time_point::max();
+  }
+  return TickOutbound(std::chrono::steady_clock::now());
 }
 
 bool TcpSubsystem::WantsReactorEachRound() const {
@@ -213,6 +263,12 @@ bool TcpSubsystem::WantsReactorEachRound() const {
 }
 
 bool TcpSubsystem::PrepareToSleep() {
+  // A sender's window waits for them: a sleeping process runs no timer.
+  if (context_.reports_pending > 0) {
+    for (auto& connection : inbound_) {
+      connection->ReportIfDue(std::chrono::steady_clock::time_point::max());
+    }
+  }
   if (paused_ == 0 || context_.sink.Congested()) return true;
   return !ResumePaused() && context_.delivered == 0;
 }
@@ -240,12 +296,10 @@ void TcpSubsystem::Housekeeping() {
           fmt::format("no finished handshake within {} ms", options_.handshake_timeout.count()));
     }
   }
-  {
-    std::lock_guard lock(mu_);
-    for (auto& connection : outbound_)
-      connection->CheckHandshakeDeadline(now, options_.handshake_timeout);
-  }
+  TickOutbound(now);
   FreeClosedInbound();
+  // Forgotten once their senders have given them up.
+  context_.streams.Expire(now, 2 * options_.unreachable_timeout);
   FreeReleasedOutbound();
   if (!accepting_ && !closed_) {
     if (context_.reactor.Add(listen_fd_.get(), EPOLLIN, &listener_).ok()) accepting_ = true;

@@ -77,6 +77,10 @@ struct TcpOptions {
   // Accepted connections in their handshake at once; a new one past it
   // closes the oldest.
   size_t max_handshaking = 64;
+  // A route whose connection is lost connects again with backoff; after
+  // this long without one it is broken for good (RuntimeOptions::
+  // unreachable_timeout).
+  std::chrono::milliseconds unreachable_timeout{30000};
 };
 
 class TcpSubsystem final : public subsystem::Subsystem {
@@ -119,6 +123,8 @@ class TcpSubsystem final : public subsystem::Subsystem {
   // Closes connections that have not finished their handshake within
   // handshake_timeout, and starts accepting again after running out of fds.
   void Housekeeping() override;
+  // The next reconnect due.
+  std::chrono::steady_clock::time_point WakeBy() override;
   void Close() override;
 
   // The largest payload a frame may carry, to and from this process.
@@ -156,6 +162,10 @@ class TcpSubsystem final : public subsystem::Subsystem {
   bool ResumePaused();
   void FreeClosedInbound();
   void FreeReleasedOutbound();
+  // Runs every outbound connection's timers (Tick); the earliest next one.
+  std::chrono::steady_clock::time_point TickOutbound(std::chrono::steady_clock::time_point now);
+  // Tells the sink which routes went down.
+  void ReportRoutesDown();
 
   const TcpOptions options_;
   buffers::AnonymousSlabMemory slab_memory_;
@@ -169,7 +179,8 @@ class TcpSubsystem final : public subsystem::Subsystem {
   std::vector<std::unique_ptr<InboundConnection>> inbound_;
   bool accepting_ = true;  // false after EMFILE, until Housekeeping
   bool closed_ = false;
-  size_t paused_ = 0;  // inbound connections paused at the last look
+  size_t paused_ = 0;           // inbound connections paused at the last look
+  uint32_t report_rounds_ = 0;  // Polls since owed reports were last looked at
 
   // Set (release) with released_ non-empty, so that Poll takes mu_ only then.
   std::atomic<bool> has_released_{false};

@@ -30,6 +30,7 @@ Transport TcpTransport() {
     options.bind_address = spec.ip;
     options.num_classes = context.num_classes;
     options.key = context.key;
+    options.unreachable_timeout = context.options.unreachable_timeout;
     OpenNetwork network;
     TOCL_ASSIGN_OR_RETURN(network.subsystem, TcpSubsystem::Open(options, context.reactor,
                                                                 context.sink, context.budget));
