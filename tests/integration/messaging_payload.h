@@ -77,6 +77,26 @@ inline PayloadHeader ReadPayloadHeader(std::span<const std::byte> in) {
   return header;
 }
 
+// A filled payload of at least kStampedPayloadBytes can carry a time (the
+// sender's steady clock when it sent it, in ns) in its first body bytes;
+// the checksum covers it.
+inline constexpr size_t kStampedPayloadBytes = kPayloadHeaderBytes + sizeof(uint64_t);
+
+inline void StampPayload(std::span<std::byte> filled, uint64_t stamp) {
+  std::memcpy(filled.data() + kPayloadHeaderBytes, &stamp, sizeof stamp);
+  PayloadHeader header = ReadPayloadHeader(filled);
+  header.checksum = Fnv1a(filled.subspan(kPayloadHeaderBytes));
+  std::memcpy(filled.data(), &header, sizeof header);
+}
+
+inline uint64_t PayloadStamp(std::span<const std::byte> in) {
+  uint64_t stamp = 0;
+  if (in.size() >= kStampedPayloadBytes) {
+    std::memcpy(&stamp, in.data() + kPayloadHeaderBytes, sizeof stamp);
+  }
+  return stamp;
+}
+
 // "" when `in` is a whole, undamaged payload from `from` to `to`; otherwise
 // what is wrong with it.
 inline std::string CheckPayload(std::span<const std::byte> in, Gid from, Gid to) {

@@ -74,15 +74,22 @@ std::vector<std::string> MsgWorkerCommand(const std::string& daemon_address,
 
 Result<MsgWorker> MsgWorker::Start(const Daemon& daemon, const MsgWorkerArgs& args,
                                    milliseconds ready_timeout) {
+  return Launch(MsgWorkerCommand(daemon.address(), args), args.threads, {}, ready_timeout);
+}
+
+Result<MsgWorker> MsgWorker::Launch(const std::vector<std::string>& argv, uint32_t threads,
+                                    std::vector<std::string> env, milliseconds ready_timeout) {
   SpawnOptions spawn;
   spawn.pipe_stdin = true;
-  TOCL_ASSIGN_OR_RETURN(ChildProcess child,
-                        ChildProcess::Spawn(MsgWorkerCommand(daemon.address(), args), spawn));
+  spawn.env = std::move(env);
+  TOCL_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Spawn(argv, spawn));
   MsgWorker worker(std::move(child));
   if (!worker.WaitForLine("ready", ready_timeout)) {
-    return Unavailable(fmt::format(
-        "tocl-msg-worker {} ({}) not ready after {} ms ({}); output:\n{}", args.name, args.role,
-        ready_timeout.count(), worker.child_.Exited() ? "exited" : "running", worker.Output()));
+    std::string command;
+    for (const std::string& arg : argv) command += (command.empty() ? "" : " ") + arg;
+    return Unavailable(fmt::format("{} not ready after {} ms ({}); output:\n{}", command,
+                                   ready_timeout.count(),
+                                   worker.child_.Exited() ? "exited" : "running", worker.Output()));
   }
   std::istringstream lines(worker.Output());
   std::string line;
@@ -94,8 +101,8 @@ Result<MsgWorker> MsgWorker::Start(const Daemon& daemon, const MsgWorkerArgs& ar
       worker.threads_.push_back(thread);
     }
   }
-  if (!worker.process_.is_process() || worker.threads_.size() != args.threads) {
-    return Internal("tocl-msg-worker printed no gids; output:\n" + worker.Output());
+  if (!worker.process_.is_process() || worker.threads_.size() != threads) {
+    return Internal(argv.front() + " printed no gids; output:\n" + worker.Output());
   }
   return worker;
 }

@@ -105,6 +105,12 @@ class MsgWorker {
   static Result<MsgWorker> Start(
       const Daemon& daemon, const MsgWorkerArgs& args,
       std::chrono::milliseconds ready_timeout = std::chrono::seconds(30));
+  // The same for any helper that prints the worker's "process", "thread"
+  // and "ready" lines (tocl-stream-ledger): `argv` in full, `env` on top of
+  // ours ("NAME=value"), `threads` the thread lines expected.
+  static Result<MsgWorker> Launch(
+      const std::vector<std::string>& argv, uint32_t threads, std::vector<std::string> env = {},
+      std::chrono::milliseconds ready_timeout = std::chrono::seconds(30));
 
   Gid process() const { return process_; }
   const std::vector<Gid>& threads() const { return threads_; }

@@ -44,13 +44,11 @@
 // starting "error " say what), 2 usage, 3 a send failed (source: the
 // "failed" line says how), 4 the runtime did not start ("start-failed").
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -63,6 +61,7 @@
 #include <vector>
 
 #include "messaging_payload.h"
+#include "stdin_watch.h"
 #include "tocl/directory_client.h"
 #include "tocl/runtime.h"
 
@@ -78,6 +77,7 @@ using tocl::testing::FillPayload;
 using tocl::testing::kPayloadHeaderBytes;
 using tocl::testing::PayloadKind;
 using tocl::testing::ReadPayloadHeader;
+using tocl::testing::StdinWatch;
 
 struct Options {
   std::string daemon;
@@ -124,43 +124,6 @@ std::string CodeName(StatusCode code) {
   std::replace(name.begin(), name.end(), ' ', '_');
   return name;
 }
-
-// --- stdin: the test's "stop" signal ----------------------------------------
-
-class StdinWatch {
- public:
-  void Start() {
-    // The thread may block in read() until the process exits, so it is
-    // detached, and the state it signals is shared: it outlives the watch
-    // when stdin closes while the worker is being destroyed.
-    std::thread([state = state_] {
-      char buffer[256];
-      for (;;) {
-        ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
-        if (n == 0 || (n < 0 && errno != EINTR)) break;
-      }
-      std::lock_guard lock(state->mutex);
-      state->closed = true;
-      state->closed_cv.notify_all();
-    }).detach();
-  }
-  bool closed() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->closed;
-  }
-  void Wait() {
-    std::unique_lock lock(state_->mutex);
-    state_->closed_cv.wait(lock, [&] { return state_->closed; });
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable closed_cv;
-    bool closed = false;  // guarded by mutex
-  };
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
 
 // --- the worker --------------------------------------------------------------
 
