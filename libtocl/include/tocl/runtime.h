@@ -17,8 +17,18 @@
 // Order: messages from one sending thread to one receiving thread are
 // received in the order they were sent, among those a selector matches
 // (MPI's non-overtaking rule). Nothing is lost or duplicated: a message is
-// either received exactly once or its sender's buffer state is kFailed (or
-// Send returned an error).
+// either received exactly once or its sender is told it failed (Send
+// returned an error, or its buffer ends kFailed). A buffer becomes kSent
+// only once the receiving process has the message (tcp: acknowledged by
+// it; shm: in its memory). A connection that breaks while the peer runs
+// is made again (at once, then with backoff) and what the peer had not
+// acknowledged is sent again, over it or at once over another network
+// that reaches the peer; the receiver drops second copies. The peer is
+// failed only when its process exits (the directory says so), its host
+// goes down, or no network has reached it for
+// RuntimeOptions::unreachable_timeout: then every message it had not
+// acknowledged ends kFailed (a message may have arrived just before its
+// receiver died: kFailed means "not known to have arrived").
 //
 // Progress: there are no busy threads. A thread blocked in Recv polls the
 // networks itself for a short while (RuntimeOptions::spin) and then sleeps;

@@ -319,7 +319,10 @@ void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
     return;
   }
   window_.Acknowledge(count);
-  if (!resuming) return;
+  if (!resuming) {
+    SetWantWriteLocked(want_write_);  // the window may no longer wait for more
+    return;
+  }
   // Writing resumes at `count`: everything after it is written again.
   const bool was_down = resumed_once_ && counted_down_;
   window_.Rewind();
