@@ -55,7 +55,9 @@ struct LaneWatch {
 // with `lane_bytes`, also on receive lanes (as shm's does).
 class FakeRoute final : public subsystem::Route {
  public:
-  enum class Mode { kAccept, kTryAgain, kBroken };
+  // kHold: takes frames and keeps them, as a route does until its peer
+  // acknowledges them (tcp's window).
+  enum class Mode { kAccept, kTryAgain, kBroken, kHold };
 
   explicit FakeRoute(bool copies, uint32_t lane_bytes = 0, LaneWatch* watch = nullptr)
       : copies_(copies), lane_bytes_(lane_bytes), watch_(watch) {}
@@ -67,6 +69,11 @@ class FakeRoute final : public subsystem::Route {
     ++calls;
     if (Status refused = Refusal(mode); !refused.ok()) return refused;
     Take(slot->header());
+    if (mode == Mode::kHold) {
+      slot->set_state(BufferState::kInFlight);
+      held.emplace_back(slot);
+      return Status::Ok();
+    }
     slot->set_state(BufferState::kSent);
     slot->pool->Unref(slot);
     return Status::Ok();
@@ -101,8 +108,18 @@ class FakeRoute final : public subsystem::Route {
     return status;
   }
   uint32_t LaneFrameBytes() const override { return lane_bytes_; }
-  bool Drained() const override { return true; }
+  bool Drained() const override { return held.empty(); }
   bool Broken() const override { return mode == Mode::kBroken; }
+  bool Down() const override { return down; }
+  std::vector<buffers::SlotRef> TakeUnacknowledged() override {
+    if (!down) return {};
+    return std::exchange(held, {});
+  }
+  void Abandon(std::string_view why) override {
+    abandoned = std::string(why);
+    for (auto& slot : held) slot->set_state(BufferState::kFailed);
+    held.clear();
+  }
 
   // The sequence numbers of what it took, in order (not on lanes).
   std::vector<uint64_t> Seqs() const {
@@ -126,6 +143,10 @@ class FakeRoute final : public subsystem::Route {
   // posts too); PostLane obeys `lane_mode`.
   std::atomic<Mode> mode{Mode::kAccept};
   std::atomic<Mode> lane_mode{Mode::kAccept};
+  // Down (connecting again): TakeUnacknowledged hands `held` over.
+  bool down = false;
+  std::vector<buffers::SlotRef> held;
+  std::string abandoned;  // Abandon's reason
   // Frames from this sender (a raw Gid) find their lane full.
   std::atomic<uint64_t> full_for{0};
   // A wider window for whoever races a post (Close, another poster).
@@ -361,6 +382,74 @@ TEST_CASE("frames queued for a route that breaks go over another, but the contro
   CHECK(tcp.Seqs() == Seqs{0, 1, 2});
   CHECK(f.rerouted.size() == 1);  // reported once
   CHECK(f.InUse() == 2);          // the test's watched references
+}
+
+TEST_CASE(
+    "a route that goes down hands what it holds to another at once, ahead of what waits, "
+    "fragments excepted",
+    "[send_queue]") {
+  Fixture f;
+  FakeRoute& first = f.AddRoute(3, FakeRoute::Mode::kHold);
+  FakeRoute& second = f.AddRoute(5);
+  std::vector<buffers::SlotRef> watched;
+  watched.push_back(f.PostWatched(kAlice, kCarol));  // 0 and 1: held by the first route
+  watched.push_back(f.PostWatched(kAlice, kCarol));
+  REQUIRE(f.queue.PostFragment(0, wire::FragmentHeader(kAlice, kCarol, 7, 9, 0, 100, 1000),
+                               std::vector<std::byte>(100), false));
+  first.mode = FakeRoute::Mode::kTryAgain;
+  watched.push_back(f.PostWatched(kAlice, kCarol));  // 2: waits in the queue
+  CHECK(first.held.size() == 3);
+  CHECK(StateOf(watched[2]) == BufferState::kQueued);
+
+  first.down = true;
+  f.queue.RouteDown(3);
+  CHECK(first.held.empty());
+  CHECK(second.Seqs() == Seqs{0, 1, 2});  // in order; the fragment is its long send's to resend
+  for (auto& slot : watched) CHECK(StateOf(slot) == BufferState::kSent);
+  CHECK(f.queue.default_route() == 1);
+  CHECK(f.rerouted == std::vector<std::pair<int, int>>{{3, 5}});
+  CHECK(f.queue.state() == SendQueue::State::kReady);
+  CHECK(f.InUse() == 3);  // the test's references only
+  (void)f.Post(kAlice, kCarol);
+  CHECK(second.Seqs() == Seqs{0, 1, 2, 3});
+}
+
+TEST_CASE("a route that goes down with no other route up keeps what it holds", "[send_queue]") {
+  Fixture f;
+  FakeRoute& only = f.AddRoute(3, FakeRoute::Mode::kHold);
+  buffers::SlotRef watched = f.PostWatched(kAlice, kCarol);
+  only.down = true;
+  f.queue.RouteDown(3);
+  CHECK(only.held.size() == 1);  // it connects again and sends it then
+  CHECK(StateOf(watched) == BufferState::kInFlight);
+  CHECK(f.queue.default_route() == 0);
+  CHECK(f.rerouted.empty());
+  f.queue.RouteDown(9);  // a network without a route to the process: nothing
+  CHECK(only.held.size() == 1);
+}
+
+TEST_CASE(
+    "a process that exits fails what its routes hold, one whose host went down keeps it "
+    "for the reset",
+    "[send_queue]") {
+  SECTION("exited") {
+    Fixture f;
+    FakeRoute& route = f.AddRoute(3, FakeRoute::Mode::kHold);
+    buffers::SlotRef watched = f.PostWatched(kAlice, kCarol);
+    f.queue.Fail(FailedPrecondition("process h1.p9 has exited (killed)"));
+    CHECK(StateOf(watched) == BufferState::kFailed);
+    CHECK(route.held.empty());
+    CHECK(route.abandoned == "process h1.p9 has exited (killed)");
+  }
+  SECTION("host down") {
+    Fixture f;
+    FakeRoute& route = f.AddRoute(3, FakeRoute::Mode::kHold);
+    buffers::SlotRef watched = f.PostWatched(kAlice, kCarol);
+    f.queue.Fail(Unavailable("host h1 is down"), /*host_down=*/true);
+    CHECK(route.abandoned.empty());
+    CHECK(route.held.size() == 1);
+    REQUIRE(f.queue.ResetAfterHostDown());  // the routes go, and what they held fails with them
+  }
 }
 
 TEST_CASE("a route that broke stays failed for later long messages, with no news of it in between",
