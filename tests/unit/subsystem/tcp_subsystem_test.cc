@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -229,6 +230,45 @@ TEST_CASE("a tcp subsystem publishes IP:PORT and checks the addresses it is give
         StatusCode::kInvalidArgument);
 }
 
+// Posts frames 0..count-1 (payload bytes by `size_of`) from a to b on
+// `route` while a thread pumps both, calling `before(seq)` ahead of each
+// (false: post no more), then waits up to 30 s for them all to arrive and
+// the route to drain. Keeps a reference to every `watch_every`th frame and
+// returns them, to look at their state.
+std::vector<detail::BufferSlot*> Stream(Side& a, Side& b, subsystem::Route& route, uint64_t count,
+                                        const std::function<size_t(uint64_t)>& size_of,
+                                        uint64_t watch_every,
+                                        const std::function<bool(uint64_t)>& before = {}) {
+  std::vector<detail::BufferSlot*> watched;
+  PumpThread pump({&a, &b});
+  for (uint64_t seq = 0; seq < count; ++seq) {
+    if (before && !before(seq)) break;
+    detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, size_of(seq));
+    if (seq % watch_every == 0) {
+      slot->refs.fetch_add(1);
+      watched.push_back(slot);
+    }
+    Status status;
+    while ((status = route.Post(slot)).code() == StatusCode::kTryAgain) {
+      std::this_thread::sleep_for(20us);
+    }
+    REQUIRE(status.ok());
+  }
+  const auto deadline = Clock::now() + 30s;
+  while ((b.sink.size() < count || !route.Drained()) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  return watched;
+}
+
+// Every watched frame ended kSent; drops the test's references.
+void CheckAllSent(const std::vector<detail::BufferSlot*>& watched) {
+  for (detail::BufferSlot* slot : watched) {
+    CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kSent);
+    slot->pool->Unref(slot);
+  }
+}
+
 // Destroys the tcp sockets matching `filter` (an `ss` filter) with
 // `ss -K`; false when this kernel cannot (no CONFIG_INET_DIAG_DESTROY) or
 // `ss` is missing.
@@ -248,36 +288,20 @@ TEST_CASE(
   REQUIRE(route.ok());
   constexpr uint64_t kFrames = 20000;
   constexpr uint64_t kEvery = 2000;
-  std::vector<detail::BufferSlot*> watched;  // every 50th: its state must end kSent
   int kills = 0;
-  {
-    PumpThread pump({&a, &b});
-    for (uint64_t seq = 0; seq < kFrames; ++seq) {
-      if (seq % kEvery == kEvery / 2) {
+  const auto watched = Stream(
+      a, b, **route, kFrames, [](uint64_t seq) { return 10 + seq % 2000; }, 50,
+      [&](uint64_t seq) {
+        if (seq % kEvery != kEvery / 2) return true;
         // The sender's socket, then the receiver's, in turn.
         const std::string side = kills % 2 == 0 ? "dst" : "src";
         if (!KillSockets(fmt::format("{} 127.0.0.1:{}", side, port))) {
           WARN("ss -K does not work here: connection kills not tested");
-          break;
+          return false;
         }
         ++kills;
-      }
-      detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, 10 + seq % 2000);
-      if (seq % 50 == 0) {
-        slot->refs.fetch_add(1);
-        watched.push_back(slot);
-      }
-      Status status;
-      while ((status = (*route)->Post(slot)).code() == StatusCode::kTryAgain) {
-        std::this_thread::sleep_for(20us);
-      }
-      REQUIRE(status.ok());
-    }
-    const auto deadline = Clock::now() + 30s;
-    while ((b.sink.size() < kFrames || !(*route)->Drained()) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
-  }
+        return true;
+      });
   if (kills == 0) return;
   INFO(kills << " kills, " << a.tcp->traffic().connections_lost << " connections lost");
   REQUIRE(b.sink.size() == kFrames);
@@ -286,10 +310,7 @@ TEST_CASE(
   CheckInOrder(b.sink.arrivals());
   CHECK(a.tcp->traffic().connections_lost >= 1);
   CHECK(a.tcp->traffic().routes_broken == 0);
-  for (detail::BufferSlot* slot : watched) {
-    CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kSent);
-    slot->pool->Unref(slot);
-  }
+  CheckAllSent(watched);
   CHECK(a.PoolInUse() == 0);
 }
 
@@ -302,38 +323,20 @@ TEST_CASE("ten thousand frames of mixed sizes arrive whole and in order", "[tcp]
 
   std::mt19937 random(42);
   const size_t max_payload = a.tcp->max_payload();
-  std::vector<detail::BufferSlot*> watched;  // every 100th: we keep a reference to see its state
-  {
-    PumpThread pump({&a, &b});
-    for (uint64_t seq = 0; seq < kFrames; ++seq) {
-      const uint32_t kind = random() % 10;
-      const size_t payload = kind < 6   ? random() % 193
-                             : kind < 9 ? 193 + random() % 8000
-                                        : 8193 + random() % (max_payload - 8192);
-      detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, payload);
-      if (seq % 100 == 0) {
-        slot->refs.fetch_add(1);
-        watched.push_back(slot);
-      }
-      Status status;
-      while ((status = (*route)->Post(slot)).code() == StatusCode::kTryAgain) {
-        std::this_thread::sleep_for(20us);
-      }
-      REQUIRE(status.ok());
-    }
-    const auto deadline = Clock::now() + 30s;
-    while ((b.sink.size() < kFrames || !(*route)->Drained()) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
-    }
-  }
+  const auto watched = Stream(
+      a, b, **route, kFrames,
+      [&](uint64_t) -> size_t {
+        const uint32_t kind = random() % 10;
+        return kind < 6   ? random() % 193
+               : kind < 9 ? 193 + random() % 8000
+                          : 8193 + random() % (max_payload - 8192);
+      },
+      100);
   REQUIRE(b.sink.size() == kFrames);
   REQUIRE((*route)->Drained());
   CHECK_FALSE((*route)->Broken());
   CheckInOrder(b.sink.arrivals());
-  for (detail::BufferSlot* slot : watched) {
-    CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kSent);
-    slot->pool->Unref(slot);
-  }
+  CheckAllSent(watched);
   CHECK(a.PoolInUse() == 0);
   CHECK(b.PoolInUse() == 0);
 
