@@ -79,8 +79,10 @@ Status OutboundConnection::ConnectLocked() {
     // EINTR: the connection goes on asynchronously, as for EINPROGRESS.
     state_ = State::kConnecting;
   } else {
+    const int error = errno;
     LoseLocked(fmt::format("cannot connect to {}: {}", description_,
-                           ErrnoStatus("connect", errno).message()));
+                           ErrnoStatus("connect", error).message()),
+               error == ECONNREFUSED ? Loss::kNobodyThere : Loss::kTransient);
     return Status::Ok();
   }
   if (Status status = context_.reactor.Add(fd, kReadEvents | EPOLLOUT, this); !status.ok()) {
@@ -193,7 +195,8 @@ void OutboundConnection::OnReady(uint32_t events) {
     if (getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
     if (error != 0) {
       LoseLocked(fmt::format("cannot connect to {}: {}", description_,
-                             ErrnoStatus("connect", error).message()));
+                             ErrnoStatus("connect", error).message()),
+                 error == ECONNREFUSED ? Loss::kNobodyThere : Loss::kTransient);
       return;
     }
     state_ = State::kHandshaking;
@@ -226,7 +229,8 @@ void OutboundConnection::ReadLocked() {
       LoseLocked(fmt::format("connection to {} lost: {}", description_,
                              answering ? "closed by the peer during the handshake (it may not "
                                          "hold this cluster's secret; see its log)"
-                                       : "closed by the peer"));
+                                       : "closed by the peer"),
+                 answering ? Loss::kNobodyThere : Loss::kTransient);
       return;
     }
     if (n < 0) {
@@ -423,10 +427,10 @@ OutboundConnection::Clock::time_point OutboundConnection::Tick(Clock::time_point
   if ((state_ == State::kConnecting || state_ == State::kHandshaking ||
        state_ == State::kResuming) &&
       now - handshake_started_ >= context_.handshake_timeout) {
-    LoseLocked(
-        fmt::format("connection to {}: no answer to our hello within {} ms (is it a "
-                    "tocl process of this cluster?)",
-                    description_, context_.handshake_timeout.count()));
+    LoseLocked(fmt::format("connection to {}: no answer to our hello within {} ms (is it a "
+                           "tocl process of this cluster?)",
+                           description_, context_.handshake_timeout.count()),
+               Loss::kNobodyThere);
   }
   if (state_ == State::kConnecting || state_ == State::kHandshaking || state_ == State::kResuming) {
     return handshake_started_ + context_.handshake_timeout;
@@ -443,12 +447,12 @@ OutboundConnection::Clock::time_point OutboundConnection::Tick(Clock::time_point
   return state_ == State::kDown ? next_attempt_ : handshake_started_ + context_.handshake_timeout;
 }
 
-void OutboundConnection::LoseLocked(std::string reason) {
+void OutboundConnection::LoseLocked(std::string reason, Loss loss) {
   if (state_ == State::kBroken) return;
   CloseSocketLocked();
-  if (!resumed_once_) {
-    // Never got as far as the peer's resume answer: not a tocl process of
-    // this cluster there, or nobody.
+  if (!resumed_once_ && loss == Loss::kNobodyThere) {
+    // Never got as far as the peer's resume answer, and no tocl process of
+    // this cluster answers there.
     BreakLocked(std::move(reason), /*warn=*/true);
     return;
   }

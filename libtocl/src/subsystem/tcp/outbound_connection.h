@@ -9,15 +9,16 @@
 // written in order, up to 64 per sendmsg(), and each stays in the window
 // until a kReceived from the peer covers it: only then is it kSent.
 //
-// A socket that breaks once the peer has answered a resume (reset, closed,
-// killed) is not a dead peer: the connection is down, connects again at
-// once and then with backoff (1 ms doubling to 1 s), and writes again what
-// the peer has not acknowledged. Frames posted meanwhile wait in the
-// window. The route is broken for good (every frame held kFailed) only
-// when it has been down for `unreachable_timeout`, when the first socket
-// never got as far as a resume (refused, no tocl process there, a failed
-// handshake), when the peer breaks the protocol, or by Shutdown (the
-// runtime learned that the process exited, or dropped the route). A down
+// A socket that breaks (reset, closed, killed) is not a dead peer: the
+// connection is down, connects again at once and then with backoff (1 ms
+// doubling to 1 s), and writes again what the peer has not acknowledged.
+// Frames posted meanwhile wait in the window. The route is broken for good
+// (every frame held kFailed) only when it has been down for
+// `unreachable_timeout`, when no tocl process of this cluster answers
+// before the stream was ever resumed (refused, closed during the
+// handshake or no answer to it, a failed handshake), when the peer breaks
+// the protocol, or by Shutdown (the runtime learned that the process
+// exited, or dropped the route). A down
 // connection with nothing to send connects again only when a frame is
 // posted: a peer that closed its connections on its way out is not called
 // back.
@@ -146,9 +147,13 @@ class OutboundConnection final : public subsystem::FdHandler {
   // Acknowledgements read from the socket by a sender whose window is full
   // (when the poller does not look at this socket every round).
   void ReadAcknowledgementsLocked();
-  // The socket is lost: down (connecting again) once the stream has been
-  // resumed at least once, broken for good otherwise.
-  void LoseLocked(std::string reason);
+  // How a socket was lost. kNobodyThere (refused, closed during or no
+  // answer to the handshake) breaks a route whose stream was never
+  // resumed: no tocl process of this cluster is there.
+  enum class Loss { kTransient, kNobodyThere };
+  // The socket is lost: down (connecting again), or broken for good for
+  // kNobodyThere before the first resume.
+  void LoseLocked(std::string reason, Loss loss = Loss::kTransient);
   void CloseSocketLocked();
   // The route is broken for good: closes the socket and fails the window.
   void BreakLocked(std::string reason, bool warn);
