@@ -74,7 +74,8 @@ struct RuntimeOptions {
   // received messages free enough (it is slowed, never dropped).
   size_t reassembly_cap = size_t{1} << 30;
   // A network that acknowledges none of a peer's fragments for this long is
-  // failed for that peer: its fragments are sent again over the others.
+  // failed for that peer: its fragments are sent again over the others
+  // (with none left, the long Send waits for it, up to partial_timeout).
   std::chrono::milliseconds fragment_timeout{1000};
   // A partly received message whose sender sent nothing for this long is
   // discarded (its sender has failed or died). A long Send that hears

@@ -165,9 +165,27 @@ Status LongSender::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::
   }
   const auto failures = send.fragments.StartRound(health, now, receive_.Congested());
   bool any_live = false;
-  for (const RailHealth& route_health : health) any_live |= !route_health.failed;
+  // A network that went silent (not broken) is tried again at its retry
+  // time: its route may be connecting again (tcp keeps what it was given
+  // and sends it once it is back), or its peer slow. Only networks broken
+  // for good leave nothing to wait for; silence is bounded by
+  // partial_timeout.
+  bool any_left = false;
+  for (const RailHealth& route_health : health) {
+    any_live |= !route_health.failed;
+    any_left |= !route_health.broken;
+  }
   ReportFailuresLocked(peer, failures, any_live);
-  if (!any_live) {
+  if (!any_live && any_left) {
+    // Nothing else to use: the silent ones are tried again after one
+    // timeout, not after retry_after_timeouts of them.
+    for (RailHealth& route_health : health) {
+      if (!route_health.broken) {
+        route_health.retry_at = std::min(route_health.retry_at, now + limits_.fragment_timeout);
+      }
+    }
+  }
+  if (!any_left) {
     std::string names;
     for (const PeerRail& failed_rail : peer_rails) {
       names +=
@@ -175,10 +193,10 @@ Status LongSender::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::
     }
     const FragmentScheduler& fragments = send.fragments;
     return Unavailable(
-        fmt::format("no network reaches {} any more ({} failed): {} of {} fragments of the {} byte "
-                    "message were not acknowledged in {} ms",
+        fmt::format("no network reaches {} any more ({} broken): {} of {} fragments of the {} byte "
+                    "message were not acknowledged",
                     peer.process().ToString(), names, fragments.count() - fragments.acked(),
-                    fragments.count(), send.data.size(), limits_.fragment_timeout.count()));
+                    fragments.count(), send.data.size()));
   }
   while (const auto placement = send.fragments.Next(health)) {
     const uint64_t offset = send.fragments.Offset(placement->index);

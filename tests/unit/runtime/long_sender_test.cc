@@ -351,16 +351,41 @@ TEST_CASE("a broken route fails its network and the message goes over the other"
   CHECK(f.peer.message == data);
 }
 
-TEST_CASE("with no network left the send fails, naming the networks", "[long]") {
+TEST_CASE("with every network broken the send fails, naming the networks", "[long]") {
   Fixture f({.fragment_timeout = 20ms, .partial_timeout = 5s});
   f.AddRoutes(2);
   f.peer.silent_routes = {0, 1};
+  // Once fragments are out (the start went), both routes break for good.
+  f.peer.each_round = [&] {
+    if (f.peer.fragments[0] + f.peer.fragments[1] > 0) {
+      f.routes[0]->broken = true;
+      f.routes[1]->broken = true;
+    }
+  };
   const std::vector<std::byte> data = Pattern(4000);
   Status status = f.Send(data);
   CHECK(status.code() == StatusCode::kUnavailable);
   CHECK_THAT(status.message(), Contains("no network reaches"));
-  CHECK_THAT(status.message(), Contains("net0 (dev0), net1 (dev1) failed"));
+  CHECK_THAT(status.message(), Contains("net0 (dev0), net1 (dev1) broken"));
   CHECK(f.failed_networks.size() == 2);
+}
+
+TEST_CASE(
+    "with every network silent the send waits for them, trying them again, until "
+    "partial_timeout",
+    "[long]") {
+  // Silent is not broken: a route that connects again sends what it held.
+  Fixture f({.fragment_timeout = 20ms, .partial_timeout = 300ms});
+  f.AddRoutes(2);
+  f.peer.silent_routes = {0, 1};
+  const std::vector<std::byte> data = Pattern(4000);
+  const auto start = std::chrono::steady_clock::now();
+  Status status = f.Send(data);
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(status.message(), Contains("partial_timeout"));
+  CHECK(f.failed_networks.size() >= 2);
+  CHECK(f.queue.rails()[0].fragments_resent + f.queue.rails()[1].fragments_resent > 0);
 }
 
 TEST_CASE("a send whose peer cannot be resolved fails before its start", "[long]") {
