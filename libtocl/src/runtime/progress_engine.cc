@@ -133,7 +133,7 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline, Mailb
     const auto now = std::chrono::steady_clock::now();
     auto until = std::min(
         deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
-    const bool queued = queued_hint_.load(std::memory_order_relaxed);
+    const bool queued = queued_hint_.load(std::memory_order_seq_cst);
     if (queued) until = std::min(until, now + std::chrono::milliseconds(10));
     // A subsystem's own timers (a connection to try again).
     for (auto* subsystem : subsystems_) until = std::min(until, subsystem->WakeBy());
