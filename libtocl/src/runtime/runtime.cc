@@ -14,6 +14,7 @@
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
 #include "runtime/thread_service.h"
+#include "security/handshake.h"
 
 namespace tocl {
 
@@ -163,6 +164,9 @@ Status Runtime::Impl::OpenNetworks(const runtime::ResolvedOptions& resolved) {
     }
     if (networks.empty()) networks = "auto";
   }
+  // Now, not in the first connection's handshake (a first message would
+  // wait ~2 ms for OpenSSL to load).
+  security::PrepareMacs();
   Status opened = rails.Open(networks,
                              runtime::Rails::Context{.self_process = process,
                                                      .num_classes = num_classes,
