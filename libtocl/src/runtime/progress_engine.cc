@@ -221,4 +221,26 @@ bool ProgressEngine::AcquireWithin(std::chrono::steady_clock::duration timeout) 
   }
 }
 
+bool ProgressEngine::AcquireFor(Mailbox& waiter, std::chrono::steady_clock::time_point deadline) {
+  if (TryAcquire()) return true;
+  AddTokenWaiter(&waiter);
+  bool acquired = false;
+  while (!stop_.load(std::memory_order_acquire)) {
+    // Read before trying: a Release after the try bumps it, so the wait
+    // below does not sleep past it.
+    const uint32_t seen = waiter.signal();
+    if (TryAcquire()) {
+      acquired = true;
+      break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    // Release wakes only the first waiter; should that one not take the
+    // token, the bound makes us look again soon.
+    waiter.Wait(seen, std::min(deadline, now + std::chrono::milliseconds(1)));
+  }
+  RemoveTokenWaiter(&waiter);
+  return acquired;
+}
+
 }  // namespace tocl::runtime

@@ -80,6 +80,18 @@ class ProgressEngine {
   bool PollUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   // Waits (yielding) up to `timeout` for the token: whether it got it.
   bool AcquireWithin(std::chrono::steady_clock::duration timeout);
+  // Waits until `deadline` for the token as a token waiter (the holder
+  // hands it over when it lets go, a sleeping one at once), woken through
+  // `waiter`, a mailbox of the caller's that nobody delivers to. False at
+  // the deadline or once the engine stops.
+  bool AcquireFor(Mailbox& waiter, std::chrono::steady_clock::time_point deadline);
+  // Subsystem::DrainFrom(process) on every subsystem; by the token holder.
+  // True when nothing from `process` is left in any of them.
+  bool DrainFrom(Gid process) {
+    bool empty = true;
+    for (auto* subsystem : subsystems_) empty = subsystem->DrainFrom(process) && empty;
+    return empty;
+  }
   // Drains receive lane `lane` (wire/lanes.h) of every network unless
   // another thread does: a receiver of that lane polls for itself while
   // another thread holds the token. Any thread; no token needed.

@@ -212,5 +212,31 @@ TEST_CASE("a send queued while the token's holder sleeps wakes it, not its deadl
   engine.Release();
 }
 
+TEST_CASE(
+    "AcquireFor gets the token from a holder asleep in the reactor, and gives up at its deadline",
+    "[progress]") {
+  ShapedEngine shaped;
+  ProgressEngine& engine = shaped.engine;
+  Mailbox waiter{Gid()};
+
+  // Held and never let go: false at the deadline, not before.
+  REQUIRE(engine.TryAcquire());
+  const auto start = Clock::now();
+  CHECK_FALSE(engine.AcquireFor(waiter, start + 20ms));
+  CHECK(Clock::now() - start >= 20ms);
+
+  // A holder asleep (like the progress thread) lets go as soon as a waiter
+  // comes, long before its sleep would end.
+  std::thread holder([&] {
+    engine.Sleep(Clock::now() + 10s);
+    engine.Release();
+  });
+  const auto asked = Clock::now();
+  CHECK(engine.AcquireFor(waiter, asked + 10s));
+  CHECK(Clock::now() - asked < 500ms);
+  holder.join();
+  engine.Release();
+}
+
 }  // namespace
 }  // namespace tocl::runtime
