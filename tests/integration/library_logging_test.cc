@@ -65,7 +65,8 @@ void CheckOnlyWorkerLines(const std::string& out) {
   while (std::getline(lines, line)) {
     INFO("stdout line: " << line);
     CHECK((line.starts_with("process h") || line.starts_with("thread h") || line == "ready" ||
-           line.starts_with("progress ") || line.starts_with("done") || line == "exiting"));
+           line.starts_with("progress ") || line.starts_with("done") ||
+           line.starts_with("stopping t=") || line == "exiting"));
     ++count;
   }
   CHECK(count >= 3);

@@ -68,6 +68,10 @@ std::vector<std::string> MsgWorkerCommand(const std::string& daemon_address,
   if (args.copy) argv.push_back("--copy");
   if (args.pairwise) argv.push_back("--pairwise");
   if (args.linger) argv.push_back("--linger");
+  if (args.pause_before) {
+    argv.insert(argv.end(), {"--pause-before", std::to_string(*args.pause_before)});
+  }
+  if (args.kill_self) argv.push_back("--kill-self");
   argv.insert(argv.end(), args.extra.begin(), args.extra.end());
   return argv;
 }

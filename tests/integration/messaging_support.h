@@ -63,6 +63,11 @@ struct MsgWorkerArgs {
   MsgWorkerArgs& Copy() { return Set(copy, true); }
   MsgWorkerArgs& Pairwise() { return Set(pairwise, true); }
   MsgWorkerArgs& Linger() { return Set(linger, true); }
+  // source, stamp: message `index` (0: the first) waits for stdin to close.
+  MsgWorkerArgs& PauseBefore(uint64_t index) {
+    return Set(pause_before, std::optional<uint64_t>(index));
+  }
+  MsgWorkerArgs& KillSelf() { return Set(kill_self, true); }
 
   std::string role;
   std::string name;
@@ -82,6 +87,8 @@ struct MsgWorkerArgs {
   bool copy = false;
   bool pairwise = false;
   bool linger = false;
+  std::optional<uint64_t> pause_before;
+  bool kill_self = false;
   std::vector<std::string> extra;
 
  private:

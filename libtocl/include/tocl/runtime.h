@@ -286,6 +286,20 @@ class TOCL_EXPORT Runtime {
   // directory does not know yet is accepted while its process runs: threads
   // are registered in the background); InvalidArgument for bad ids or
   // kAnyTag. If `self` leaves first, the notice is dropped.
+  //
+  // Exit ordering (Erlang's guarantee for monitors): what a process sent
+  // before it exited or was killed is received before the notice of its
+  // exit, or never, not after it: before a notice that a process (or a
+  // thread of it) exited is delivered, the runtime delivers everything
+  // from that process that has reached this one (over shm and tcp; its tcp
+  // connections read to their end), past the unexpected-message cap if
+  // need be. Messages still in the dead process's own send queue are lost
+  // with it. Exceptions: at the buffer pool's cap, frames kept out for more
+  // than 2 s let the notice go first (a warning says so); via does not
+  // drain yet. For a thread that leaves while its process runs, what it
+  // sent that has reached this process comes first (what its process still
+  // had queued may come later). Notices of hosts that stop answering are
+  // not ordered against messages.
   Result<uint64_t> Notify(Gid self, Gid target, Tag tag);
   // The same, calling `callback` instead of sending a message. Callbacks run
   // on the runtime's notification thread, one at a time, in the order the

@@ -165,8 +165,10 @@ void DirectoryLink::ReportStats() {
 void DirectoryLink::WatchLoop(uint64_t since_seq) {
   auto delay = std::chrono::milliseconds(50);
   while (!stopping_.load()) {
-    Status status = client_->Watch(
-        since_seq,
+    // Cancelled the moment Close asks (Watch's stop would be polled, every
+    // 50 ms: the process's goodbye, and so its exit notices, waited for it).
+    Status status = client_->WatchUntil(
+        since_seq, std::chrono::system_clock::time_point::max(),
         [&](const ChangeEvent& event) {
           since_seq = event.seq;
           if (event.op == ChangeOp::kExited && events_.on_exited) {
@@ -175,10 +177,9 @@ void DirectoryLink::WatchLoop(uint64_t since_seq) {
           if (events_.on_change) events_.on_change(event);
           return !stopping_.load();
         },
-        [&] { return stopping_.load(); },
         // Exits and hosts going down or coming back are all the runtime acts
         // on; the cluster's registrations are not worth its CPU.
-        {ChangeOp::kExited, ChangeOp::kUnreachable, ChangeOp::kReachable});
+        {ChangeOp::kExited, ChangeOp::kUnreachable, ChangeOp::kReachable}, watch_stop_.get_token());
     if (stopping_.load()) break;
     if (!status.ok()) {
       Log().debug("tocl: change stream: {} (retrying)", status.ToString());
@@ -198,6 +199,7 @@ Status DirectoryLink::Close() {
     cv_.notify_all();
   }
   stopping_.store(true);
+  watch_stop_.request_stop();
   if (registrar_.joinable()) registrar_.join();
   if (watcher_.joinable()) watcher_.join();
   return session_ ? session_->Close() : Status::Ok();

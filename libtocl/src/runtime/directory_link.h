@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -91,7 +92,8 @@ class DirectoryLink {
   uint64_t done_ = 0;                    // guarded by mu_: batches the daemon has
   bool stop_ = false;                    // guarded by mu_
   std::atomic<bool> stopping_{false};
-  bool stats_refused_ = false;  // registrar thread only: a report was refused (logged once)
+  std::stop_source watch_stop_;  // requested by Close: ends the change stream at once
+  bool stats_refused_ = false;   // registrar thread only: a report was refused (logged once)
   std::thread registrar_;
   std::thread watcher_;
 };

@@ -100,9 +100,9 @@ Result<uint64_t> Notifier::Watch(Gid target, Gid self, Tag tag, Callback callbac
 void Notifier::FireFromLookup(uint64_t id, const Entity& entity, Gid target) {
   std::lock_guard lock(mu_);
   if (entity.state == EntityState::kExited) {
-    FireLocked(id, ExitedNotice(target, entity));
+    FireLocked(id, ExitedNotice(target, entity), entity.gid);
   } else if (entity.state == EntityState::kUnreachable) {
-    FireLocked(id, UnreachableNotice(target));
+    FireLocked(id, UnreachableNotice(target), Gid());
   }
 }
 
@@ -148,7 +148,7 @@ void Notifier::CancelFor(Gid self) {
   }
 }
 
-void Notifier::FireLocked(uint64_t id, ExitNotice notice) {
+void Notifier::FireLocked(uint64_t id, ExitNotice notice, Gid gone) {
   auto it = armed_.find(id);
   if (it == armed_.end()) return;  // fired (or cancelled) already
   notice.gid = it->second.target;
@@ -159,18 +159,19 @@ void Notifier::FireLocked(uint64_t id, ExitNotice notice) {
       break;
     }
   }
-  queue_.push_back(Fired{id, std::move(it->second), std::move(notice)});
+  queue_.push_back(Fired{id, std::move(it->second), std::move(notice), gone});
   armed_.erase(it);
   wake_.notify_one();
 }
 
-void Notifier::FireScopeLocked(Gid scope, const std::function<ExitNotice(Gid target)>& make) {
+void Notifier::FireScopeLocked(Gid scope, Gid gone,
+                               const std::function<ExitNotice(Gid target)>& make) {
   std::vector<std::pair<uint64_t, Gid>> hits;
   const auto end = by_target_.upper_bound(ScopeEnd(scope));
   for (auto it = by_target_.lower_bound(scope.raw()); it != end; ++it) {
     hits.emplace_back(it->second, Gid::FromRaw(it->first));
   }
-  for (const auto& [id, target] : hits) FireLocked(id, make(target));
+  for (const auto& [id, target] : hits) FireLocked(id, make(target), gone);
 }
 
 void Notifier::OnChange(const ChangeEvent& event) {
@@ -181,9 +182,9 @@ void Notifier::OnChange(const ChangeEvent& event) {
   if (event.op == ChangeOp::kExited) {
     Entity exited = event.entity;
     exited.gid = event.gid;
-    FireScopeLocked(event.gid, [&](Gid target) { return ExitedNotice(target, exited); });
+    FireScopeLocked(event.gid, event.gid, [&](Gid target) { return ExitedNotice(target, exited); });
   } else {
-    FireScopeLocked(event.gid.host(), [](Gid target) { return UnreachableNotice(target); });
+    FireScopeLocked(event.gid.host(), Gid(), [](Gid target) { return UnreachableNotice(target); });
   }
 }
 
@@ -203,6 +204,11 @@ void Notifier::Dispatch() {
 }
 
 void Notifier::Deliver(const Fired& fired) {
+  // A host that exited has no process of its own to drain (its processes
+  // are reported one by one).
+  if (hooks_.deliver_arrived && (fired.gone.is_thread() || fired.gone.is_process())) {
+    hooks_.deliver_arrived(fired.gone, fired.notice.reason);
+  }
   if (fired.watch.callback) {
     try {
       fired.watch.callback(fired.notice);

@@ -9,6 +9,11 @@
 // on the first watch): a slow callback holds up later notices, never the
 // watcher stream or messaging.
 //
+// Exit ordering: before a notice that something exited is delivered, the
+// runtime hands its receivers what the process that exited (or whose
+// thread left) sent and has reached us (NotifierHooks::deliver_arrived),
+// so no message of it is received after the notice.
+//
 // Threading: every method is safe from any thread. OnChange comes from the
 // watcher thread; hooks are called without the lock held.
 #pragma once
@@ -33,6 +38,10 @@ struct NotifierHooks {
   std::function<Result<Entity>(Gid gid)> lookup;
   // Puts a message from `source` with `tag` in local thread `self`'s mailbox.
   std::function<Status(Gid self, Gid source, Tag tag, std::span<const std::byte> payload)> deliver;
+  // Delivers what the process of `gone` (a process that exited, or a thread
+  // that left) sent and has reached this process; `reason` is its exit's.
+  // Called (on the notification thread) before each notice of an exit.
+  std::function<void(Gid gone, const std::string& reason)> deliver_arrived;
 };
 
 class Notifier {
@@ -68,15 +77,17 @@ class Notifier {
     uint64_t id;
     Armed watch;
     ExitNotice notice;
+    Gid gone;  // what exited (the target, its process or its host); null: unreachable
   };
 
   // Moves watch `id` (if still armed) to the queue with `notice` (its gid
-  // set to the watch's target). Under mu_.
-  void FireLocked(uint64_t id, ExitNotice notice);
+  // set to the watch's target), fired by the exit of `gone` (null: the
+  // target is unreachable). Under mu_.
+  void FireLocked(uint64_t id, ExitNotice notice, Gid gone);
   // Fires every armed watch whose target lies inside `scope` (a thread: it
   // alone; a process: it and its threads; a host: everything on it), with
   // the notice `make(target)` returns. Under mu_.
-  void FireScopeLocked(Gid scope, const std::function<ExitNotice(Gid target)>& make);
+  void FireScopeLocked(Gid scope, Gid gone, const std::function<ExitNotice(Gid target)>& make);
   // For a target found exited or unreachable when the watch was made.
   void FireFromLookup(uint64_t id, const Entity& entity, Gid target);
   void Dispatch();

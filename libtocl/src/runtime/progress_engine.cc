@@ -133,7 +133,7 @@ void ProgressEngine::Sleep(std::chrono::steady_clock::time_point deadline, Mailb
     const auto now = std::chrono::steady_clock::now();
     auto until = std::min(
         deadline, next_housekeeping_ > now ? next_housekeeping_ : now + kHousekeepingPeriod);
-    const bool queued = queued_hint_.load(std::memory_order_relaxed);
+    const bool queued = queued_hint_.load(std::memory_order_seq_cst);
     if (queued) until = std::min(until, now + std::chrono::milliseconds(10));
     // A subsystem's own timers (a connection to try again).
     for (auto* subsystem : subsystems_) until = std::min(until, subsystem->WakeBy());
@@ -219,6 +219,28 @@ bool ProgressEngine::AcquireWithin(std::chrono::steady_clock::duration timeout) 
     if (std::chrono::steady_clock::now() >= until) return false;
     std::this_thread::yield();
   }
+}
+
+bool ProgressEngine::AcquireFor(Mailbox& waiter, std::chrono::steady_clock::time_point deadline) {
+  if (TryAcquire()) return true;
+  AddTokenWaiter(&waiter);
+  bool acquired = false;
+  while (!stop_.load(std::memory_order_acquire)) {
+    // Read before trying: a Release after the try bumps it, so the wait
+    // below does not sleep past it.
+    const uint32_t seen = waiter.signal();
+    if (TryAcquire()) {
+      acquired = true;
+      break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    // Release wakes only the first waiter; should that one not take the
+    // token, the bound makes us look again soon.
+    waiter.Wait(seen, std::min(deadline, now + std::chrono::milliseconds(1)));
+  }
+  RemoveTokenWaiter(&waiter);
+  return acquired;
 }
 
 }  // namespace tocl::runtime

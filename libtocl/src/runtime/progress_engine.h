@@ -80,6 +80,18 @@ class ProgressEngine {
   bool PollUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   // Waits (yielding) up to `timeout` for the token: whether it got it.
   bool AcquireWithin(std::chrono::steady_clock::duration timeout);
+  // Waits until `deadline` for the token as a token waiter (the holder
+  // hands it over when it lets go, a sleeping one at once), woken through
+  // `waiter`, a mailbox of the caller's that nobody delivers to. False at
+  // the deadline or once the engine stops.
+  bool AcquireFor(Mailbox& waiter, std::chrono::steady_clock::time_point deadline);
+  // Subsystem::DrainFrom(process) on every subsystem; by the token holder.
+  // True when nothing from `process` is left in any of them.
+  bool DrainFrom(Gid process) {
+    bool empty = true;
+    for (auto* subsystem : subsystems_) empty = subsystem->DrainFrom(process) && empty;
+    return empty;
+  }
   // Drains receive lane `lane` (wire/lanes.h) of every network unless
   // another thread does: a receiver of that lane polls for itself while
   // another thread holds the token. Any thread; no token needed.
@@ -103,8 +115,16 @@ class ProgressEngine {
   void AddTokenWaiter(Mailbox* mailbox);
   void RemoveTokenWaiter(Mailbox* mailbox);
 
-  // Sends are waiting in a queue: the poller retries them.
-  void NoteQueued() { queued_hint_.store(true, std::memory_order_release); }
+  // Sends are waiting in a queue: the poller retries them. A holder asleep
+  // is woken: it may sleep where the peer's "room again" does not reach it
+  // (the shm futex, not hearing its bell), and a frame queued meanwhile
+  // (the first one over a channel the peer has not adopted yet) would
+  // wait for its deadline, up to a second. seq_cst: Dekker with Sleep,
+  // which stores holder_sleeping_ and then loads the hint.
+  void NoteQueued() {
+    queued_hint_.store(true, std::memory_order_seq_cst);
+    if (holder_sleeping_.load(std::memory_order_seq_cst)) reactor_.Wake();
+  }
   // A thread waits for something only a bell announces (a shm receiver
   // providing buffers again): the poller sleeps in epoll, not on the shm
   // futex, while any such thread waits. Calls nest.

@@ -14,6 +14,7 @@
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
 #include "runtime/thread_service.h"
+#include "security/handshake.h"
 
 namespace tocl {
 
@@ -23,6 +24,21 @@ using runtime::Mailbox;
 using runtime::ReservedThread;
 using runtime::Selector;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Set while this thread hands a gone process's frames to their receivers
+// (DeliverArrivedFrom): the receive side's congestion does not hold them
+// back (RailSink::Congested). A process that exited sends nothing more:
+// what it left is bounded by its rings and sockets.
+thread_local bool draining_gone = false;
+
+// How long the frames of a process that exited may hold up its notice: its
+// tcp connections end within a round trip; frames kept out by a pool at
+// its cap may take longer, and then the notice goes first.
+constexpr auto kDrainGoneFor = std::chrono::seconds(2);
+
+}  // namespace
 
 // --- Impl: setup and teardown -------------------------------------------------
 
@@ -91,7 +107,9 @@ Status Runtime::Impl::Open() {
       .deliver =
           [this](Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
             return send_side.DeliverNotice(self, source, tag, payload);
-          }});
+          },
+      .deliver_arrived = [this](Gid gone,
+                                const std::string& reason) { DeliverArrivedFrom(gone, reason); }});
   spawn_service = std::make_unique<runtime::ThreadService>(
       receive, runtime::ThreadServiceHooks{
                    .enroll =
@@ -163,6 +181,9 @@ Status Runtime::Impl::OpenNetworks(const runtime::ResolvedOptions& resolved) {
     }
     if (networks.empty()) networks = "auto";
   }
+  // Now, not in the first connection's handshake (a first message would
+  // wait ~2 ms for OpenSSL to load).
+  security::PrepareMacs();
   Status opened = rails.Open(networks,
                              runtime::Rails::Context{.self_process = process,
                                                      .num_classes = num_classes,
@@ -234,7 +255,7 @@ Status RailSink::OnMessage(Gid from_process, buffers::SlotRef slot) {
 }
 
 bool RailSink::Congested() const {
-  return impl_.Congested();
+  return !draining_gone && impl_.Congested();
 }
 
 void RailSink::OnRouteDown(Gid peer_process) {
@@ -342,6 +363,48 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   if (gid.is_process()) long_receiver.SenderExited(gid, reason);
   routes.Exited(gid, reason);
+}
+
+void Runtime::Impl::DeliverArrivedFrom(Gid gone, const std::string& reason) {
+  if (!networks_open.load(std::memory_order_acquire)) return;
+  const Gid from = gone.process();
+  // A thread of ours delivered what it sent as it sent it.
+  if (from == process) return;
+  // A process that exited: everything it left, which may still be arriving.
+  // A thread that left while its process runs: what is here now. The
+  // directory reports a process's threads just before the process itself:
+  // a thread's notice may be the first sign that its process exited.
+  auto process_exited = [&] {
+    auto entity = daemons->Lookup(from);
+    return entity.ok() && entity->state == EntityState::kExited;
+  };
+  const bool exited = gone.is_process() || process_exited();
+  const auto deadline = Clock::now() + kDrainGoneFor;
+  auto pause = std::chrono::microseconds(100);
+  for (;;) {
+    if (shutting_down.load() || !progress->AcquireFor(drain_waiter, deadline)) break;
+    draining_gone = true;
+    const bool empty = progress->DrainFrom(from);
+    draining_gone = false;
+    // Back to whoever polls for the process, so that arrivals still wake
+    // sleeping receivers at once.
+    progress->ReleaseToProgressThread();
+    if (empty || !exited) break;
+    if (Clock::now() >= deadline) {
+      Log().warn(
+          "tocl: {} ms after {} exited, not all it sent was delivered (a connection of it "
+          "has not ended, or this process's buffer pool is at its cap); its exit notice goes "
+          "first",
+          std::chrono::duration_cast<std::chrono::milliseconds>(kDrainGoneFor).count(),
+          from.ToString());
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+  }
+  // A long message whose start came in just now cannot complete any more:
+  // it fails before the notice, not after it.
+  if (exited) long_receiver.SenderExited(from, reason);
 }
 
 // --- Runtime ------------------------------------------------------------------

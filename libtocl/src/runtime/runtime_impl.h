@@ -158,6 +158,12 @@ struct Runtime::Impl final {
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
   void OnExited(Gid gid, const std::string& reason);
+  // Exit ordering (Notify; the notification thread, before a notice of an
+  // exit): what the process of `gone` sent that has reached us is handed to
+  // its receivers, whatever the receive side's congestion; for a process
+  // that exited, up to the end of its tcp connections (for at most
+  // kDrainGoneFor), and a long message of it still incomplete then fails.
+  void DeliverArrivedFrom(Gid gone, const std::string& reason);
   std::vector<tocl::NetworkStats> Networks() const;
 
   RuntimeOptions options;  // as the application gave them (Runtime::options())
@@ -182,6 +188,9 @@ struct Runtime::Impl final {
   runtime::ReceiveSide receive;
   // Requested by Shutdown: ends every WaitForQuery at once (Cancelled).
   std::stop_source query_stop;
+  // What DeliverArrivedFrom waits for the poll token on (nobody delivers
+  // to it; the token's holder wakes it).
+  runtime::Mailbox drain_waiter{Gid()};
   std::mutex shutdown_mu;
 
   runtime::QueueEvents queue_events{rails};  // before `routes`: each of its queues holds it

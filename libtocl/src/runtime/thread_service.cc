@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "core/logger.h"
@@ -19,6 +20,13 @@ namespace {
 constexpr auto kEntryWaitWarning = std::chrono::seconds(5);
 // The longest list of registered names an "unknown entry" error shows.
 constexpr size_t kMaxNamesInError = 1024;
+// A spawner on another host can be unreachable from here for a moment: its
+// process reaches this host's daemon by replication, its endpoints (each
+// published after the enrollment) a little later, and its request may come
+// faster ("no network of this process reaches h1.p5 (its endpoints: 0)",
+// seen when a spawner started right after another process exited). Such a
+// reply is sent again, backing off, for this long.
+constexpr auto kReplyRetryFor = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -111,11 +119,30 @@ void ThreadService::Handle(Buffer message) {
   }
   const std::vector<std::byte> bytes = EncodeSpawnReply(reply);
   message.Release();  // before sending: the pool may be at its cap
-  Status sent = hooks_.send(ServiceOf(process_), source, kSpawnThreadReplyTag, bytes);
+  Status sent = SendReply(source, bytes);
   if (!sent.ok()) {
     Log().debug("tocl: spawn service: no reply to {}: {}", source.ToString(), sent.ToString());
   }
   if (launch) StartEntry(std::move(*launch));
+}
+
+Status ThreadService::SendReply(Gid to, std::span<const std::byte> bytes) {
+  const auto deadline = Clock::now() + kReplyRetryFor;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    Status sent = hooks_.send(ServiceOf(process_), to, kSpawnThreadReplyTag, bytes);
+    const bool not_reachable_yet =
+        to.host() != process_.host() &&
+        (sent.code() == StatusCode::kUnavailable || sent.code() == StatusCode::kNotFound);
+    if (!not_reachable_yet || Clock::now() + pause > deadline || Stopping()) return sent;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+bool ThreadService::Stopping() {
+  std::lock_guard lock(entries_mu_);
+  return stopping_;
 }
 
 void ThreadService::StartEntry(Launch launch) {

@@ -89,6 +89,10 @@ class ThreadService {
 
   void Serve();
   void Handle(Buffer request);
+  // Sends a reply to `to`, again for a while when `to` is another host's
+  // process this one cannot reach yet (see thread_service.cc).
+  Status SendReply(Gid to, std::span<const std::byte> bytes);
+  bool Stopping();
   // Starts the thread (after the reply left: thread creation is off the
   // spawner's path). One that cannot start leaves at once, as if its entry
   // had returned: its watchers hear of it.

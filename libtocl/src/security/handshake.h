@@ -36,6 +36,12 @@ Result<Nonce> NewNonce();
 // differ.
 bool SameMac(const Mac& a, const Mac& b);
 
+// Computes one MAC and throws it away: OpenSSL loads its configuration and
+// algorithms on the first one (about 2 ms, once per process), which would
+// otherwise happen inside the first connection's handshake, while its first
+// message waits. Any thread; cheap after the first call.
+void PrepareMacs();
+
 class ConnectorHandshake {
  public:
   // `transport` names the protocol ("tcp", "via"), so a proof made for one

@@ -187,6 +187,16 @@ class Subsystem {
   virtual std::chrono::steady_clock::time_point WakeBy() {
     return std::chrono::steady_clock::time_point::max();
   }
+  // Exit ordering (Runtime::Notify): hands the sink every frame from
+  // `process` that has reached this process and still waits here (shm: in
+  // its channels' rings; tcp: on its connections, read up to their end),
+  // before an exit notice about it is delivered. By the polling thread (the
+  // poll token's holder). The runtime's sink says it is not congested to
+  // the calling thread meanwhile: a process that exited sends nothing
+  // more, so what it left is bounded by its rings and sockets. True when
+  // nothing from it is left; false when something is (the pool at its cap,
+  // a connection not at its end yet): the caller may try again.
+  virtual bool DrainFrom(Gid /*process*/) { return true; }
   // Closes every route and connection; queued frames fail. Called once,
   // by the polling thread, before destruction.
   virtual void Close() = 0;

@@ -7,6 +7,9 @@
 //                   --count 500000 --linger
 //   tocl-msg-worker --daemon ... --role source --to h1.p3.t1 --count 20000 [--track]
 //   tocl-msg-worker --daemon ... --role sink --threads 1
+//   tocl-msg-worker --daemon ... --role stamp --to h1.p3.t1 --count 1
+//   tocl-msg-worker --daemon ... --role source --to h1.p3.t1 --count 200 --pause-before 1
+//                   --kill-self
 //
 // Starts a tocl::Runtime, enrolls --threads threads, and prints on stdout
 //   process h1.p5
@@ -32,7 +35,18 @@
 //           messages take the receiving thread's lane).
 //   sink    every thread receives and checks per-source order until stdin
 //           closes (or --count messages arrived).
+//   stamp   every thread sends its share of --count messages to the --to
+//           threads (or the peer's) in turn, each carrying the steady clock
+//           (ns, CLOCK_MONOTONIC: the same for every process of the host)
+//           read just before its Send in its first 8 bytes (--size bytes in
+//           all), and prints "sent t=NS" when the Send returned: the
+//           receiver measures how long the message took.
 //   idle    does nothing until stdin closes.
+// --pause-before N (source, stamp): before message N (0: the first), wait
+// for stdin to close (the test's go: with N > 0, the route is up by then).
+// --kill-self: SIGKILL itself as soon as the role is done (every Send
+// returned), before the runtime could flush or say goodbye.
+// Before the runtime shuts down, "stopping t=NS" gives the steady clock.
 // Peers are named threads of another process: --peer-name finds the running
 // process of that name in the directory and waits until it has
 // --peer-threads threads; --to lists thread gids directly.
@@ -44,6 +58,8 @@
 // starting "error " say what), 2 usage, 3 a send failed (source: the
 // "failed" line says how), 4 the runtime did not start ("start-failed").
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -101,6 +117,8 @@ struct Options {
   bool copy = false;      // source: Send from a span, not from a pool buffer
   bool pairwise = false;  // source: thread i sends to peer i % peers only
   bool linger = false;
+  int64_t pause_before = -1;  // source, stamp: before this message, wait for stdin to close
+  bool kill_self = false;
 };
 
 // --- output ----------------------------------------------------------------
@@ -117,6 +135,13 @@ void Complain(const std::string& line) {
   std::lock_guard lock(g_print_mutex);
   fmt::print(stderr, "tocl-msg-worker: {}\n", line);
   std::fflush(stderr);
+}
+
+// The steady clock in ns (CLOCK_MONOTONIC: one clock for every process of the host).
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string CodeName(StatusCode code) {
@@ -162,6 +187,13 @@ class Worker {
   void StreamReceive(size_t index);
   void Source(size_t index);
   void Sink(size_t index);
+  void Stamp(size_t index);
+  // Waits for stdin to close before message `i` (0-based) if --pause-before says so.
+  void PauseBefore(uint64_t i) {
+    if (options_.pause_before >= 0 && i == static_cast<uint64_t>(options_.pause_before)) {
+      stdin_.Wait();
+    }
+  }
 
   void ReportProgress(std::stop_token stop);
 
@@ -391,6 +423,7 @@ void Worker::Source(size_t index) {
   };
   const auto start = steady_clock::now();
   for (uint64_t i = 0; count == 0 || i < count; ++i) {
+    PauseBefore(i);
     if (count == 0 && stdin_.closed()) break;
     {
       std::lock_guard lock(failed_mutex_);
@@ -493,6 +526,25 @@ void Worker::Sink(size_t index) {
   }
 }
 
+void Worker::Stamp(size_t index) {
+  const Gid self = threads_[index];
+  std::vector<std::byte> payload(options_.size);
+  for (uint64_t i = 0; i < ShareOf(index); ++i) {
+    PauseBefore(i);
+    const Gid to = peers_[i % peers_.size()];
+    const int64_t now = SteadyNanos();
+    std::memcpy(payload.data(), &now, sizeof(now));
+    tocl::Status sent = runtime_->Send(self, to, options_.tag, std::span<const std::byte>(payload));
+    if (!sent.ok()) {
+      Error(fmt::format("stamp {} from {} to {}: {}", i, self.ToString(), to.ToString(),
+                        sent.ToString()));
+      return;
+    }
+    Say(fmt::format("sent t={}", SteadyNanos()));
+    sent_++;
+  }
+}
+
 void Worker::ReportProgress(std::stop_token stop) {
   uint64_t last_sent = 0, last_received = 0;
   while (!stop.stop_requested()) {
@@ -534,8 +586,8 @@ int Worker::Run() {
   }
   Say("ready");
 
-  const bool needs_peers =
-      options_.role == "ping" || options_.role == "stream" || options_.role == "source";
+  const bool needs_peers = options_.role == "ping" || options_.role == "stream" ||
+                           options_.role == "source" || options_.role == "stamp";
   if (tocl::Status found = FindPeers(); !found.ok()) {
     Say("error " + found.ToString());
     return 1;
@@ -566,10 +618,13 @@ int Worker::Run() {
         workers.emplace_back([this, i] { Source(i); });
       } else if (options_.role == "sink") {
         workers.emplace_back([this, i] { Sink(i); });
+      } else if (options_.role == "stamp") {
+        workers.emplace_back([this, i] { Stamp(i); });
       }
     }
     if (options_.role == "idle") stdin_.Wait();
   }
+  if (options_.kill_self) ::kill(::getpid(), SIGKILL);
   const auto elapsed_ms =
       std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count();
   progress.request_stop();
@@ -602,6 +657,7 @@ int Worker::Run() {
   }
   if (options_.linger) stdin_.Wait();
 
+  Say(fmt::format("stopping t={}", SteadyNanos()));
   tocl::Status shutdown = runtime_->Shutdown();
   if (!shutdown.ok()) Complain("shutdown: " + shutdown.ToString());
   runtime_.reset();
@@ -615,11 +671,11 @@ int Worker::Run() {
 
 int main(int argc, char** argv) {
   Options options;
-  CLI::App app{"A tocl process for the messaging tests: echo, ping, stream, source, sink."};
+  CLI::App app{"A tocl process for the messaging tests: echo, ping, stream, source, sink, stamp."};
   app.add_option("--daemon", options.daemon, "daemon address (unix:/path or host:port)")
       ->required();
   app.add_option("--role", options.role, "what to do")
-      ->check(CLI::IsMember({"echo", "ping", "stream", "source", "sink", "idle"}));
+      ->check(CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle"}));
   app.add_option("--subsystems", options.subsystems, "networks to open (shm, tcp, shm,tcp)");
   app.add_option("--name", options.name, "process name");
   app.add_option("--threads", options.threads, "threads to enroll")->check(CLI::Range(1u, 1024u));
@@ -645,6 +701,9 @@ int main(int argc, char** argv) {
       ->excludes(track);
   app.add_flag("--pairwise", options.pairwise, "source: thread i sends to peer i % peers only");
   app.add_flag("--linger", options.linger, "after the role, wait for stdin to close");
+  app.add_option("--pause-before", options.pause_before,
+                 "source, stamp: before this message (0: the first), wait for stdin to close");
+  app.add_flag("--kill-self", options.kill_self, "SIGKILL itself as soon as the role is done");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -183,5 +183,60 @@ TEST_CASE(
   engine.Release();
 }
 
+TEST_CASE("a send queued while the token's holder sleeps wakes it, not its deadline",
+          "[progress]") {
+  ShapedEngine shaped;
+  ProgressEngine& engine = shaped.engine;
+  REQUIRE(engine.TryAcquire());
+  // The sleep's own bound is the housekeeping period (a second): woken
+  // well before it, the holder was woken by the queued send.
+  std::atomic<bool> woke{false};
+  Clock::duration slept{};
+  std::thread holder([&] {
+    const auto start = Clock::now();
+    engine.Sleep(start + 10s);
+    slept = Clock::now() - start;
+    woke = true;
+  });
+  const auto deadline = Clock::now() + 10s;
+  while (!engine.HolderAsleep() && !woke.load() && Clock::now() < deadline)
+    std::this_thread::yield();
+  // Not a synchronisation: past the moment the holder looks at the queued
+  // hint (a send queued before it sleeps makes it sleep 10 ms at most), into
+  // its sleep proper.
+  std::this_thread::sleep_for(50ms);
+  engine.NoteQueued();
+  holder.join();
+  INFO("slept " << std::chrono::duration_cast<std::chrono::milliseconds>(slept).count() << " ms");
+  CHECK(slept < 500ms);
+  engine.Release();
+}
+
+TEST_CASE(
+    "AcquireFor gets the token from a holder asleep in the reactor, and gives up at its deadline",
+    "[progress]") {
+  ShapedEngine shaped;
+  ProgressEngine& engine = shaped.engine;
+  Mailbox waiter{Gid()};
+
+  // Held and never let go: false at the deadline, not before.
+  REQUIRE(engine.TryAcquire());
+  const auto start = Clock::now();
+  CHECK_FALSE(engine.AcquireFor(waiter, start + 20ms));
+  CHECK(Clock::now() - start >= 20ms);
+
+  // A holder asleep (like the progress thread) lets go as soon as a waiter
+  // comes, long before its sleep would end.
+  std::thread holder([&] {
+    engine.Sleep(Clock::now() + 10s);
+    engine.Release();
+  });
+  const auto asked = Clock::now();
+  CHECK(engine.AcquireFor(waiter, asked + 10s));
+  CHECK(Clock::now() - asked < 500ms);
+  holder.join();
+  engine.Release();
+}
+
 }  // namespace
 }  // namespace tocl::runtime

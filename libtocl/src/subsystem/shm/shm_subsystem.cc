@@ -619,23 +619,17 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
       if (closed || !ProcessAlive(in.sender_pid, in.sender_start)) {
         // What it published before it went is delivered (once there is
         // memory for it: a stalled channel is released later).
-        Drain(in);
-        if (in.index == kNone) continue;  // closed for a protocol error
-        bool lanes_stalled = false;
-        for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
-          sink_.EnterLane(lane);
-          DrainLane(in.index, lane);
-          lanes_stalled = lanes_stalled || lanes_[in.index].stall[lane].load(
-                                               std::memory_order_relaxed) != Stall::kNone;
-          sink_.LeaveLane(lane);
-        }
-        if (lanes_[in.index].broken.load(std::memory_order_acquire)) {
-          ProtocolError(in, "a bad frame on a receive lane (logged above)");
-        } else if (in.stall == Stall::kNone && !lanes_stalled) {
-          Release(in, /*free_channel=*/true);
-        }
+        if (DrainChannel(in) && in.index != kNone) Release(in, /*free_channel=*/true);
       }
     }
+  }
+
+  bool DrainFrom(Gid process) override {
+    bool empty = true;
+    for (auto& in : inbound_) {
+      if (in.index != kNone && in.sender == process) empty = DrainChannel(in) && empty;
+    }
+    return empty;
   }
 
   void Close() override {
@@ -679,6 +673,28 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
     Stall stall = Stall::kNone;
     bool took_provided = false;  // since the last TopUp
   };
+
+  // Everything the sender of `in` published, on its arrival ring and its
+  // lanes, handed to the sink as far as memory allows. True when nothing is
+  // left (also when a bad frame closed the channel: `in` is then free).
+  // By the poller.
+  bool DrainChannel(Inbound& in) {
+    Drain(in);
+    if (in.index == kNone) return true;  // closed for a protocol error
+    bool lanes_stalled = false;
+    for (uint32_t lane = 0; lane < wire::kReceiveLanes; ++lane) {
+      sink_.EnterLane(lane);
+      DrainLane(in.index, lane);
+      lanes_stalled = lanes_stalled ||
+                      lanes_[in.index].stall[lane].load(std::memory_order_relaxed) != Stall::kNone;
+      sink_.LeaveLane(lane);
+    }
+    if (lanes_[in.index].broken.load(std::memory_order_acquire)) {
+      ProtocolError(in, "a bad frame on a receive lane (logged above)");
+      return true;
+    }
+    return in.stall == Stall::kNone && !lanes_stalled;
+  }
 
   void AdoptChannels() {
     for (uint32_t i = 0; i < kMaxChannels; ++i) {

@@ -306,6 +306,27 @@ void TcpSubsystem::Housekeeping() {
   }
 }
 
+bool TcpSubsystem::DrainFrom(Gid process) {
+  // A connection it opened may still wait to be accepted, its hello unread.
+  AcceptSome();
+  bool ended = true;
+  for (auto& connection : inbound_) {
+    if (connection->closed()) continue;
+    const Gid peer = connection->peer_process();
+    if (!peer.is_null() && peer != process) continue;
+    // Paused, the sink congested: the caller's sink is not (subsystem.h).
+    // At the pool's cap it stays paused.
+    if (connection->paused() && !connection->TryResume()) {
+      ended = false;
+      continue;
+    }
+    // Reads until the socket has nothing more (or a budget of reads).
+    connection->OnReady(EPOLLIN);
+    if (!connection->closed() && connection->peer_process() == process) ended = false;
+  }
+  return ended;
+}
+
 void TcpSubsystem::FreeClosedInbound() {
   std::erase_if(inbound_, [](const std::unique_ptr<InboundConnection>& connection) {
     return connection->closed();

@@ -125,6 +125,10 @@ class TcpSubsystem final : public subsystem::Subsystem {
   void Housekeeping() override;
   // The next reconnect due.
   std::chrono::steady_clock::time_point WakeBy() override;
+  // Reads the connections from `process` (and those still waiting to be
+  // accepted or in their handshake) as far as they go; true once every one
+  // of its connections has reached its end.
+  bool DrainFrom(Gid process) override;
   void Close() override;
 
   // The largest payload a frame may carry, to and from this process.
