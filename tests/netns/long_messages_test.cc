@@ -190,12 +190,11 @@ TEST_CASE(
                 {"recv", "--partial-timeout-ms", "2000", "--fragment-timeout-ms", "500"}, "ready");
   // 8 MiB to warm the pools up (the memory baseline), 128 MiB to break, then
   // a short one once the links are back.
-  LongWorker sender =
-      MustStart(*cluster, 1,
-                {"send", "--to", receiver.GidList(), "--plan", "8M,128M,4K",
-                 "--fragment-timeout-ms", "500", "--partial-timeout-ms", "2000", "--progress-ms",
-                 "20", "--wait-after-failure"},
-                "gid", /*pipe_stdin=*/true);
+  LongWorker sender = MustStart(
+      *cluster, 1,
+      {"send", "--to", receiver.GidList(), "--plan", "8M,128M,4K", "--fragment-timeout-ms", "500",
+       "--partial-timeout-ms", "2000", "--progress-ms", "20", "--wait-after-failure"},
+      "gid", /*pipe_stdin=*/true);
   REQUIRE_SHOWING(receiver.WaitFor("got", {{"seq", "0"}}, seconds(30)).has_value(), sender,
                   receiver);
   const int64_t baseline_kib = RssKib(receiver);

@@ -62,10 +62,11 @@ Result<ResolvedOptions> ResolveOptions(const RuntimeOptions& options) {
   // Each network kind's own settings.
   TOCL_RETURN_IF_ERROR(subsystem::CompiledTransports().ResolveOptions(filled));
   if (options.spin.count() < 0) return InvalidArgument("spin must not be negative");
-  for (const auto& [name, value] : {std::pair{"fragment_timeout", options.fragment_timeout},
-                                    std::pair{"partial_timeout", options.partial_timeout},
-                                    std::pair{"connect_timeout", options.connect_timeout},
-                                    std::pair{"unreachable_timeout", options.unreachable_timeout}}) {
+  for (const auto& [name, value] :
+       {std::pair{"fragment_timeout", options.fragment_timeout},
+        std::pair{"partial_timeout", options.partial_timeout},
+        std::pair{"connect_timeout", options.connect_timeout},
+        std::pair{"unreachable_timeout", options.unreachable_timeout}}) {
     if (value.count() <= 0) {
       return InvalidArgument(fmt::format("{} must be positive, not {} ms", name, value.count()));
     }
