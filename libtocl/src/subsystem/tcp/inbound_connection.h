@@ -78,8 +78,6 @@ class InboundConnection final : public subsystem::FdHandler {
   static constexpr size_t kReportBytes = 256 << 10;
   // The longest a report waits while the poller runs.
   static constexpr std::chrono::microseconds kReportDelay{200};
-  // Whether a kReceived is owed (received frames not reported yet).
-  bool report_owed() const { return report_owed_; }
   // Sends the owed kReceived when it is due at `now` (owed for
   // kReportDelay; always with `now` = time_point::max()). Polling thread.
   void ReportIfDue(std::chrono::steady_clock::time_point now);

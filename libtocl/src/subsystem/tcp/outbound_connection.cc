@@ -330,14 +330,13 @@ void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
   // Writing resumes at `count`: everything after it is written again.
   const bool was_down = resumed_once_ && counted_down_;
   window_.Rewind();
-  resent_ = window_.size();
   state_ = State::kConnected;
   resumed_once_ = true;
   if (was_down) {
     Log().warn(
         "tocl tcp: connection to {} restored after {} ms; {} frames sent again", description_,
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - down_since_).count(),
-        resent_);
+        window_.size());
   }
   SetDownLocked(false);
   attempts_ = 0;
@@ -424,17 +423,13 @@ void OutboundConnection::SetWantWriteLocked(bool want) {
 
 OutboundConnection::Clock::time_point OutboundConnection::Tick(Clock::time_point now) {
   std::lock_guard lock(mu_);
-  if ((state_ == State::kConnecting || state_ == State::kHandshaking ||
-       state_ == State::kResuming) &&
-      now - handshake_started_ >= context_.handshake_timeout) {
+  if (SettingUp() && now - handshake_started_ >= context_.handshake_timeout) {
     LoseLocked(fmt::format("connection to {}: no answer to our hello within {} ms (is it a "
                            "tocl process of this cluster?)",
                            description_, context_.handshake_timeout.count()),
                Loss::kNobodyThere);
   }
-  if (state_ == State::kConnecting || state_ == State::kHandshaking || state_ == State::kResuming) {
-    return handshake_started_ + context_.handshake_timeout;
-  }
+  if (SettingUp()) return handshake_started_ + context_.handshake_timeout;
   if (state_ != State::kDown) return Clock::time_point::max();
   if (window_.empty()) return Clock::time_point::max();
   if (now - down_since_ >= context_.unreachable_timeout) {

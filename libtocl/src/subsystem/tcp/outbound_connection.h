@@ -158,6 +158,11 @@ class OutboundConnection final : public subsystem::FdHandler {
   // The route is broken for good: closes the socket and fails the window.
   void BreakLocked(std::string reason, bool warn);
   void SetDownLocked(bool down);
+  // A socket is being set up: connecting, in the handshake or resuming.
+  bool SettingUp() const {
+    return state_ == State::kConnecting || state_ == State::kHandshaking ||
+           state_ == State::kResuming;
+  }
 
   ConnectionContext& context_;
   const Gid peer_process_;
@@ -186,7 +191,6 @@ class OutboundConnection final : public subsystem::FdHandler {
   Clock::time_point next_attempt_ = Clock::time_point::max();
   bool went_down_ = false;        // not yet reported (TakeWentDown)
   bool counted_down_ = false;     // counted in ConnectionContext::down
-  uint64_t resent_ = 0;           // frames written again after the last loss
   bool want_write_ = false;       // EPOLLOUT is in the epoll mask
   bool counted_waiting_ = false;  // counted in ConnectionContext::waiting
 };
