@@ -40,7 +40,7 @@ Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
   send.last_heard = Clock::now();  // before the poller can see it
 
   std::unique_lock peer_lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(events_.ResolveLocked(peer));
+  TOCL_RETURN_IF_ERROR(events_.ResolveLocked(peer, peer_lock));
   // A peer reset while we wait (its host went down and came back) has new
   // routes: our indexes into them would be stale.
   const uint64_t generation = peer.generation();

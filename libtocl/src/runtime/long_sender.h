@@ -53,9 +53,10 @@ class LongSender {
   class Events {
    public:
     virtual ~Events() = default;
-    // Opens the routes of `peer` if they are not (peer.mu() held): its
-    // error fails the send.
-    virtual Status ResolveLocked(SendQueue& peer) = 0;
+    // Opens the routes of `peer` if they are not (`lock` holds peer.mu();
+    // it may be released while the directory is waited for): its error
+    // fails the send.
+    virtual Status ResolveLocked(SendQueue& peer, std::unique_lock<std::mutex>& lock) = 0;
     // Network `network` (an index into the runtime's rails, PeerRail::rail)
     // as log lines name it, and its failure count (a peer's route over it
     // broke or went silent).

@@ -30,6 +30,17 @@ Status UnreachableStatus(const Entity& entity) {
   return Unavailable(HostDownReason(entity.gid.host()));
 }
 
+// A lookup the daemon could not answer: it is away (a restart ends calls
+// Unavailable, or Cancelled when it stops with them in flight).
+bool DaemonAway(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kCancelled;
+}
+
+// While the daemon is away: the first pause before asking again, and the
+// longest (as Runtime::WaitForQuery's).
+constexpr auto kFirstRetry = std::chrono::milliseconds(20);
+constexpr auto kLastRetry = std::chrono::milliseconds(500);
+
 }  // namespace
 
 Status ProcessExitedStatus(Gid process, std::string_view reason) {
@@ -114,7 +125,29 @@ SendQueue& PeerRoutes::PeerOfProcessLocked(Gid process) {
 Status PeerRoutes::ResolvePeerLocked(SendQueue& peer) {
   if (peer.state() == SendQueue::State::kReady) return Status::Ok();
   if (peer.state() == SendQueue::State::kFailed) return peer.failure();
-  auto entity = lookup_(peer.process());
+  return ApplyLookupLocked(peer, lookup_(peer.process()));
+}
+
+Status PeerRoutes::ResolvePeer(SendQueue& peer, std::unique_lock<std::mutex>& lock) {
+  if (peer.state() == SendQueue::State::kReady) return Status::Ok();
+  if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+  Result<Entity> entity = lookup_(peer.process());
+  if (!entity.ok() && DaemonAway(entity.status())) {
+    // The daemon is restarting (the soak killed one under a first Send's
+    // lookup, which failed "Socket closed"). Waited for like a registration
+    // on its way, but not under the queue's lock: the progress thread takes
+    // it to answer this peer meanwhile.
+    lock.unlock();
+    entity = LookupWaiting(peer.process(), Clock::now() + settings_.connect_timeout);
+    lock.lock();
+    // Another sender may have resolved it, or news failed it, meanwhile.
+    if (peer.state() == SendQueue::State::kReady) return Status::Ok();
+    if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+  }
+  return ApplyLookupLocked(peer, std::move(entity));
+}
+
+Status PeerRoutes::ApplyLookupLocked(SendQueue& peer, Result<Entity> entity) {
   if (!entity.ok()) {
     if (entity.status().code() == StatusCode::kNotFound) {
       Status missing = NotFound(fmt::format("no process {}", peer.process().ToString()));
@@ -213,7 +246,7 @@ Status PeerRoutes::AwaitRegistration(Gid to) {
   for (;;) {
     TOCL_RETURN_IF_ERROR(HostDownStatus(to.host()));
     if (!internal) {
-      auto thread = lookup_(to);
+      auto thread = LookupWaiting(to, deadline);
       if (thread.ok()) {
         if (thread->state == EntityState::kExited) {
           return FailedPrecondition(fmt::format("thread {} has exited", to.ToString()));
@@ -224,7 +257,7 @@ Status PeerRoutes::AwaitRegistration(Gid to) {
         return thread.status().WithContext(fmt::format("look up {}", to.ToString()));
       }
     }
-    auto owner = lookup_(to.process());
+    auto owner = LookupWaiting(to.process(), deadline);
     const bool owner_unknown = !owner.ok() && owner.status().code() == StatusCode::kNotFound;
     if (!owner.ok() && !owner_unknown) {
       return owner.status().WithContext(fmt::format("look up {}", to.process().ToString()));
@@ -233,7 +266,7 @@ Status PeerRoutes::AwaitRegistration(Gid to) {
       return NotFound(fmt::format("no process {}", to.process().ToString()));
     }
     if (owner_unknown && !host_known) {
-      TOCL_RETURN_IF_ERROR(CheckHostKnown(to.host()));
+      TOCL_RETURN_IF_ERROR(CheckHostKnown(to.host(), deadline));
       host_known = true;
     }
     if (owner.ok()) {
@@ -258,19 +291,34 @@ Status PeerRoutes::AwaitRegistration(Gid to) {
   }
 }
 
-Status PeerRoutes::CheckHostKnown(Gid host) {
+Status PeerRoutes::CheckHostKnown(Gid host, Clock::time_point deadline) {
   // Replication may lag behind a Gid handed over; membership hardly does:
   // every daemon has a host row for each member it knows, and learns of a
   // new member within a heartbeat of its join, before it could replicate
   // any of its processes. A host the directory does not have is (but in
   // that first heartbeat) not in the cluster, and waiting would not bring it.
-  auto known = lookup_(host);
+  auto known = LookupWaiting(host, deadline);
   if (known.ok()) return Status::Ok();
   if (known.status().code() != StatusCode::kNotFound) {
     return known.status().WithContext(fmt::format("look up {}", host.ToString()));
   }
   return NotFound(fmt::format("no host {} in the cluster (the daemon of {} knows no such host)",
                               host.ToString(), process_.host().ToString()));
+}
+
+Result<Entity> PeerRoutes::LookupWaiting(Gid gid, Clock::time_point deadline) {
+  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstRetry);
+  for (;;) {
+    Result<Entity> entity = lookup_(gid);
+    if (entity.ok() || !DaemonAway(entity.status())) return entity;
+    if (shutting_down_.load()) return Unavailable("the runtime is shutting down");
+    if (Clock::now() + pause > deadline) {
+      return Unavailable(fmt::format("the daemon did not answer within connect_timeout ({} ms): {}",
+                                     settings_.connect_timeout.count(), entity.status().message()));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::duration_cast<Clock::duration>(kLastRetry));
+  }
 }
 
 // --- the directory's news ---------------------------------------------------------

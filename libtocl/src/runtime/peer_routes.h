@@ -29,7 +29,8 @@
 // business: send_queue.h)
 // dest_mu_ is never taken with a queue's mu() held, nor held across a
 // directory lookup; ResolvePeerLocked runs under the queue's mu() and asks
-// the directory there. (SendQueue::Events::Queued, called under mu(),
+// the directory there (ResolvePeer lets go of it while it waits for a
+// daemon that is away). (SendQueue::Events::Queued, called under mu(),
 // takes QueueEvents' waiting_mu after it.)
 //
 // Threading: every method is safe from any thread; those named *Locked
@@ -118,13 +119,21 @@ class PeerRoutes {
   // (Ok) or failed (its failure). Failed for good when the process exited,
   // this host's daemon does not know it, or its host is down; a process of
   // another host that our daemon does not know yet is NotFound and looked
-  // up again next time.
+  // up again next time. A daemon that cannot answer (restarting) is
+  // Unavailable at once: the progress thread, answering a long message,
+  // must not wait for it.
   Status ResolvePeerLocked(SendQueue& peer);
+  // ResolvePeerLocked for a sending thread (`lock` holds peer.mu()): when
+  // the daemon cannot answer the lookup, it is asked again with the lock
+  // released (others answer the peer meanwhile) until it does or
+  // connect_timeout passes (then Unavailable saying so).
+  Status ResolvePeer(SendQueue& peer, std::unique_lock<std::mutex>& lock);
   // Waits (up to connect_timeout) until the directory knows thread `to`:
   // FailedPrecondition when it or its process exited, Unavailable when its
-  // host is down, NotFound when its process is not (or no longer) known.
-  // The runtime's internal threads are never registered: for them, their
-  // process is all there is to wait for.
+  // host is down or the daemon did not answer within the time, NotFound
+  // when its process is not (or no longer) known. The runtime's internal
+  // threads are never registered: for them, their process is all there is
+  // to wait for.
   Status AwaitRegistration(Gid to);
 
   // --- the directory's news ---
@@ -158,11 +167,17 @@ class PeerRoutes {
   // The queue of process `process`, made on first use (dest_mu_ held
   // exclusively).
   SendQueue& PeerOfProcessLocked(Gid process);
+  // lookup_, asked again while the daemon cannot answer (a restart) until
+  // `deadline`; then Unavailable naming connect_timeout and the last error.
+  Result<Entity> LookupWaiting(Gid gid, Clock::time_point deadline);
+  // The part of ResolvePeerLocked after the lookup, given its answer.
+  Status ApplyLookupLocked(SendQueue& peer, Result<Entity> entity);
   // Routes to `peer` over each of our networks that reaches one of
   // `endpoints`; with none, Unavailable and the queue stays unresolved.
   Status ConnectRoutesLocked(SendQueue& peer, const std::vector<Endpoint>& endpoints);
-  // NotFound at once for a host the directory does not know (not a member).
-  Status CheckHostKnown(Gid host);
+  // NotFound at once for a host the directory does not know (not a member);
+  // a daemon that cannot answer is waited for until `deadline`.
+  Status CheckHostKnown(Gid host, Clock::time_point deadline);
   // Calls `fn(queue)` for the queue of each process on `host`, with its
   // mu() held.
   template <typename Fn>

@@ -338,8 +338,9 @@ void LongReceiverEvents::HousekeepingDue(bool wake) {
   if (wake) impl_.reactor->Wake();
 }
 
-Status LongSenderEvents::ResolveLocked(runtime::SendQueue& peer) {
-  return impl_.routes.ResolvePeerLocked(peer);
+Status LongSenderEvents::ResolveLocked(runtime::SendQueue& peer,
+                                       std::unique_lock<std::mutex>& lock) {
+  return impl_.routes.ResolvePeer(peer, lock);
 }
 
 std::string LongSenderEvents::NetworkName(int network) const {

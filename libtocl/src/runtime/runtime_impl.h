@@ -115,7 +115,7 @@ class LongReceiverEvents final : public runtime::LongReceiver::Events {
 class LongSenderEvents final : public runtime::LongSender::Events {
  public:
   explicit LongSenderEvents(Runtime::Impl& impl) : impl_(impl) {}
-  Status ResolveLocked(runtime::SendQueue& peer) override;
+  Status ResolveLocked(runtime::SendQueue& peer, std::unique_lock<std::mutex>& lock) override;
   std::string NetworkName(int network) const override;
   void NetworkFailed(int network) override;
   void ListenForBells(bool on) override;

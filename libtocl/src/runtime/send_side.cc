@@ -118,7 +118,7 @@ Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Net
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
   SendQueue& peer = *destination;
   std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
+  TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
   int route = peer.default_route();
   if (network != Network::kFastest) {
     // The buffer's own network when it reaches the peer (no copy to
@@ -156,8 +156,8 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
       // resolves, queues behind what waits, or finds out why.
       Status posted = peer.TryPostLane(from, to, tag, payload);
       if (!posted.ok() && posted.code() != StatusCode::kTryAgain) {
-        std::lock_guard lock(peer.mu());
-        TOCL_RETURN_IF_ERROR(routes_.ResolvePeerLocked(peer));
+        std::unique_lock lock(peer.mu());
+        TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
         posted = peer.PostCopy(from, to, tag, payload);
       }
       if (posted.ok()) return Status::Ok();

@@ -181,7 +181,7 @@ struct Fixture : PoolAndPoller, SendQueue::Events, LongSender::Events {
   void AwaitProgress() override {}
 
   // --- LongSender::Events ---
-  Status ResolveLocked(SendQueue& resolved) override {
+  Status ResolveLocked(SendQueue& resolved, std::unique_lock<std::mutex>&) override {
     CHECK(&resolved == &queue);
     return resolve;
   }

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,9 +55,31 @@ class FakeDirectory {
     pending_[gid.raw()] = lookups;
   }
 
-  Result<Entity> Lookup(Gid gid) {
+  // The next `lookups` lookups (any gid) fail as while the daemon restarts;
+  // -1: every one from now on. `on_away` runs at each (outside the lock).
+  void AwayFor(int lookups, std::function<void()> on_away = {}) {
     std::lock_guard lock(mu_);
-    ++lookups_;
+    away_ = lookups;
+    on_away_ = std::move(on_away);
+  }
+
+  Result<Entity> Lookup(Gid gid) {
+    bool away = false;
+    std::function<void()> on_away;
+    {
+      std::lock_guard lock(mu_);
+      ++lookups_;
+      if (away_ != 0) {
+        away = true;
+        if (away_ > 0) --away_;
+        on_away = on_away_;
+      }
+    }
+    if (away) {
+      if (on_away) on_away();
+      return Unavailable("lookup " + gid.ToString() + ": Socket closed");
+    }
+    std::lock_guard lock(mu_);
     auto pending = pending_.find(gid.raw());
     if (pending != pending_.end() && --pending->second == 0) {
       pending_.erase(pending);
@@ -79,6 +102,8 @@ class FakeDirectory {
   std::map<uint64_t, Entity> entries_;  // guarded by mu_
   std::map<uint64_t, int> pending_;     // guarded by mu_
   int lookups_ = 0;                     // guarded by mu_
+  int away_ = 0;                        // guarded by mu_
+  std::function<void()> on_away_;       // guarded by mu_
 };
 
 class FakeRoute final : public subsystem::Route {
@@ -443,6 +468,71 @@ TEST_CASE("threads asking at once get one queue per process", "[peer_routes]") {
   REQUIRE(f.Resolved(kFar).ok());
   REQUIRE(f.Resolved(kFar).ok());
   CHECK(f.tcp.connected.size() == 1);
+}
+
+TEST_CASE("a first send whose lookups meet a daemon restart waits for the daemon",
+          "[peer_routes]") {
+  Fixture f(milliseconds(5000));
+  f.AddProcess(kFar);
+  f.directory.Add(kFarThread);
+  f.directory.AwayFor(4);
+  CHECK(f.routes.AwaitRegistration(kFarThread).ok());
+  CHECK(f.directory.lookups() > 4);
+}
+
+TEST_CASE("a daemon that stays away gives Unavailable saying so after connect_timeout",
+          "[peer_routes]") {
+  Fixture f(milliseconds(300));
+  f.AddProcess(kFar);
+  f.directory.Add(kFarThread);
+  f.directory.AwayFor(-1);
+  const auto start = Clock::now();
+  const Status status = f.routes.AwaitRegistration(kFarThread);
+  const auto waited = Clock::now() - start;
+  CHECK(status.code() == StatusCode::kUnavailable);
+  CHECK(status.message().find("did not answer within connect_timeout (300 ms)") !=
+        std::string::npos);
+  CHECK(status.message().find("Socket closed") != std::string::npos);
+  // It gives up before a pause (up to 500 ms) would pass the deadline.
+  CHECK(waited >= milliseconds(100));
+  CHECK(waited < milliseconds(2000));
+}
+
+TEST_CASE("a sender resolving a peer while the daemon restarts waits without the queue's lock",
+          "[peer_routes]") {
+  Fixture f(milliseconds(5000));
+  f.AddProcess(kFar);
+  SendQueue& peer = **f.routes.PeerOfProcess(kFar);
+  int free_while_away = 0;
+  // Whether another thread (the progress thread, answering the peer) could
+  // take the queue's lock while the lookup failed: not on the first try
+  // (made under the lock, as every resolution), on every one after.
+  f.directory.AwayFor(3, [&] {
+    std::thread([&] {
+      if (!peer.mu().try_lock()) return;
+      ++free_while_away;
+      peer.mu().unlock();
+    }).join();
+  });
+  std::unique_lock lock(peer.mu());
+  CHECK(f.routes.ResolvePeer(peer, lock).ok());
+  CHECK(lock.owns_lock());
+  CHECK(peer.state() == SendQueue::State::kReady);
+  CHECK(free_while_away == 2);
+}
+
+TEST_CASE("resolving a peer under its lock does not wait for a daemon that is away",
+          "[peer_routes]") {
+  Fixture f(milliseconds(5000));
+  f.AddProcess(kFar);
+  f.directory.AwayFor(-1);
+  const auto start = Clock::now();
+  auto peer = f.Resolved(kFar);
+  CHECK(Clock::now() - start < milliseconds(1000));
+  CHECK(peer.status().code() == StatusCode::kUnavailable);
+  SendQueue& queue = **f.routes.PeerOfProcess(kFar);
+  std::lock_guard lock(queue.mu());
+  CHECK(queue.state() == SendQueue::State::kUnresolved);  // resolved on a later send
 }
 
 TEST_CASE("a runtime shutting down resolves no new destination", "[peer_routes]") {
