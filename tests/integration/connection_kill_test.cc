@@ -475,7 +475,7 @@ void RunStreamUnderKills(const std::string& networks, const Traffic& traffic, in
   CHECK(outcome.resumed_after_last);
 }
 
-TEST_CASE("sequence ranges print, parse and subtract as the kill test's ledgers need", "[kill]") {
+TEST_CASE("sequence ranges print, parse, subtract and look up as the ledgers need", "[kill]") {
   SeqRanges sent;
   for (uint64_t seq : {0, 1, 2, 5, 7, 8}) sent.Add(seq);
   CHECK(sent.ToString() == "0-2,5,7-8");
@@ -484,6 +484,13 @@ TEST_CASE("sequence ranges print, parse and subtract as the kill test's ledgers 
   CHECK(sent.Minus(got).ToString() == "0,7");
   CHECK(got.Minus(sent).ToString() == "3-4,10");
   CHECK(sent.Intersect(got).ToString() == "1-2,5,8");
+  CHECK(got.Contains(1));
+  CHECK(got.Contains(4));
+  CHECK(got.Contains(10));
+  CHECK_FALSE(got.Contains(0));
+  CHECK_FALSE(got.Contains(6));
+  CHECK_FALSE(got.Contains(11));
+  CHECK_FALSE(SeqRanges().Contains(0));
   CHECK(SeqRanges::Parse("-")->empty());
   CHECK_FALSE(SeqRanges::Parse("3-1").has_value());
   CHECK_FALSE(SeqRanges::Parse("1,1").has_value());

@@ -1,15 +1,16 @@
 // Sets of message sequence numbers written as ranges ("0-1839,1845,1850-9999",
 // "-" when empty): how tocl-stream-ledger reports which messages of a thread
 // pair its sender saw sent or failed and its receiver got, and how the kill
-// test compares the two.
+// test and the soak (tests/soak/) compare the two.
 //
 //   SeqRanges sent;
 //   for (uint64_t seq : {0, 1, 2, 5}) sent.Add(seq);      // ascending
 //   sent.ToString();                                      // "0-2,5"
 //   SeqRanges got = *SeqRanges::Parse("0-2");
 //   sent.Minus(got).Count();                              // 1: message 5
+//   got.Contains(1);                                      // true
 //
-// Header-only: the helper and the test binary both include it.
+// Header-only: helper programs and test binaries include it.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +41,13 @@ class SeqRanges {
     return count;
   }
   bool empty() const { return ranges_.empty(); }
+  bool Contains(uint64_t seq) const {
+    // The first range that ends at or after `seq`.
+    auto range = std::lower_bound(
+        ranges_.begin(), ranges_.end(), seq,
+        [](const std::pair<uint64_t, uint64_t>& r, uint64_t value) { return r.second < value; });
+    return range != ranges_.end() && range->first <= seq;
+  }
   // The smallest seq in the set larger than or equal to `seq`.
   std::optional<uint64_t> FirstFrom(uint64_t seq) const {
     for (const auto& [first, last] : ranges_) {
