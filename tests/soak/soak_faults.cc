@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <random>
 
 #include "soak_say.h"
+#include "tocl/directory_client.h"
 
 namespace tocl::testing {
 namespace {
@@ -16,17 +18,21 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 // How often each kind is drawn, in kAllFaultKinds order.
-constexpr double kWeights[] = {2, 2, 3, 2, 2};
+constexpr double kWeights[] = {2, 2, 3, 2, 2, 2};
 
 // Lowest and highest duration of each kind, in ms. A worker-kill's
 // duration is the time until its successor starts; a daemon-kill's, the
 // time the host has no daemon (over --down-after, 3 s, its host is
-// declared down by the others).
+// declared down by the others); a conn-kill's, the time between its two
+// kills.
 struct Range {
   int low;
   int high;
 };
-constexpr Range kDurations[] = {{0, 3000}, {200, 4000}, {1000, 6000}, {3000, 10000}, {3000, 10000}};
+constexpr Range kDurations[] = {{0, 3000},     {200, 4000},   {1000, 6000},
+                                {3000, 10000}, {3000, 10000}, {200, 2000}};
+static_assert(std::size(kWeights) == std::size(kAllFaultKinds));
+static_assert(std::size(kDurations) == std::size(kAllFaultKinds));
 
 // Slack a host keeps after a planned fault's end (restarts take a moment).
 constexpr milliseconds kPlanSlack{1000};
@@ -49,15 +55,39 @@ std::string FaultKindName(FaultKind kind) {
       return "delay";
     case FaultKind::kLoss:
       return "loss";
+    case FaultKind::kConnKill:
+      return "conn-kill";
   }
   return "unknown";
 }
 
+Result<std::set<FaultKind>> ParseFaultKinds(std::string_view list) {
+  std::set<FaultKind> kinds;
+  std::string known;
+  for (FaultKind kind : kAllFaultKinds) known += (known.empty() ? "" : ",") + FaultKindName(kind);
+  while (!list.empty()) {
+    const size_t comma = std::min(list.find(','), list.size());
+    const std::string_view name = list.substr(0, comma);
+    list.remove_prefix(std::min(comma + 1, list.size()));
+    if (name.empty()) continue;
+    auto kind = std::find_if(std::begin(kAllFaultKinds), std::end(kAllFaultKinds),
+                             [&](FaultKind k) { return FaultKindName(k) == name; });
+    if (kind == std::end(kAllFaultKinds)) {
+      return InvalidArgument(fmt::format("no fault kind '{}' (there are {})", name, known));
+    }
+    kinds.insert(*kind);
+  }
+  if (kinds.empty()) return InvalidArgument("no fault kind named (there are " + known + ")");
+  return kinds;
+}
+
 std::string PlannedFault::Describe() const {
-  const bool link =
-      kind == FaultKind::kLinkDown || kind == FaultKind::kDelay || kind == FaultKind::kLoss;
+  const bool link = kind == FaultKind::kLinkDown || kind == FaultKind::kDelay ||
+                    kind == FaultKind::kLoss || kind == FaultKind::kConnKill;
+  const std::string where =
+      network == kAllNetworks ? " both networks" : fmt::format(" eth{}", network);
   return fmt::format("#{} {} host {}{} for {:.1f} s", number, FaultKindName(kind), host,
-                     link ? fmt::format(" eth{}", network) : "", duration.count() / 1000.0);
+                     link ? where : "", duration.count() / 1000.0);
 }
 
 std::vector<PlannedFault> PlanFaults(uint64_t seed, milliseconds duration, int hosts, int networks,
@@ -66,7 +96,12 @@ std::vector<PlannedFault> PlanFaults(uint64_t seed, milliseconds duration, int h
   auto between = [&](int low, int high) {
     return std::uniform_int_distribution<int>(low, high)(random);
   };
-  std::discrete_distribution<size_t> pick_kind(std::begin(kWeights), std::end(kWeights));
+  if (policy.kinds.empty()) return {};
+  std::vector<double> weights;
+  for (size_t k = 0; k < std::size(kAllFaultKinds); ++k) {
+    weights.push_back(policy.kinds.count(kAllFaultKinds[k]) > 0 ? kWeights[k] : 0);
+  }
+  std::discrete_distribution<size_t> pick_kind(weights.begin(), weights.end());
   std::vector<milliseconds> busy_until(static_cast<size_t>(hosts) + 1, milliseconds(0));
   std::vector<PlannedFault> plan;
   milliseconds at(between(500, 2000));
@@ -102,7 +137,8 @@ std::vector<PlannedFault> PlanFaults(uint64_t seed, milliseconds duration, int h
     fault.kind = kind;
     fault.host =
         candidates[static_cast<size_t>(between(0, static_cast<int>(candidates.size()) - 1))];
-    fault.network = between(0, networks - 1);
+    // A conn-kill takes one network's connections, or both networks'.
+    fault.network = between(kind == FaultKind::kConnKill ? kAllNetworks : 0, networks - 1);
     // Every fault is over by the end of the phase.
     const Range range = kDurations[KindIndex(kind)];
     const int left = static_cast<int>((duration - at).count());
@@ -119,7 +155,10 @@ std::vector<PlannedFault> PlanFaults(uint64_t seed, milliseconds duration, int h
 }
 
 FaultInjector::FaultInjector(NetnsCluster& cluster, SoakWorkers& workers)
-    : cluster_(cluster), workers_(workers), tc_(FindProgram("tc").value_or("tc")) {}
+    : cluster_(cluster),
+      workers_(workers),
+      tc_(FindProgram("tc").value_or("tc")),
+      ss_(FindProgram("ss").value_or("ss")) {}
 
 FaultInjector::~FaultInjector() {
   if (Status ended = EndAll(); !ended.ok()) SoakSay("ending the faults: " + ended.ToString());
@@ -142,6 +181,7 @@ Status FaultInjector::Begin(const PlannedFault& fault) {
         fmt::format("fault {}: host {} has an active fault", fault.Describe(), fault.host));
   }
   SoakSay("fault " + fault.Describe() + " begins");
+  BegunFault begun{fault, Clock::now()};
   Status done;
   switch (fault.kind) {
     case FaultKind::kWorkerKill:
@@ -168,9 +208,19 @@ Status FaultInjector::Begin(const PlannedFault& fault) {
                      "limit", "100kb"},
                     {"add", "parent", "1:1", "pfifo_head_drop", "limit", "3"}});
       break;
+    case FaultKind::kConnKill: {
+      Result<int> killed = KillConnections(fault.host, fault.network);
+      if (killed.ok()) {
+        begun.sockets = *killed;
+        SoakSay(fmt::format("fault #{}: {} sockets destroyed", fault.number, *killed));
+      }
+      done = killed.status();
+      break;
+    }
   }
   TOCL_RETURN_IF_ERROR(done.WithContext("fault " + fault.Describe()));
-  active_.push_back({fault, Clock::now() + fault.duration});
+  active_.push_back({fault, Clock::now() + fault.duration, begun_.size()});
+  begun_.push_back(begun);
   ++counts_[fault.kind];
   return Status::Ok();
 }
@@ -215,9 +265,62 @@ Status FaultInjector::End(const Active& active) {
     case FaultKind::kLoss:
       done = Qdisc(fault.host, fault.network, {{"del", "root"}});
       break;
+    case FaultKind::kConnKill: {
+      Result<int> killed = KillConnections(fault.host, fault.network);
+      if (killed.ok()) {
+        begun_[active.begun].sockets += *killed;
+        SoakSay(fmt::format("fault #{}: {} more sockets destroyed", fault.number, *killed));
+      }
+      done = killed.status();
+      break;
+    }
   }
   SoakSay(fmt::format("fault #{} ends{}", fault.number, done.ok() ? "" : ": " + done.ToString()));
   return done.WithContext("ending fault " + fault.Describe());
+}
+
+Result<int> FaultInjector::KillConnections(int host, int network) {
+  // Each worker's tcp listeners, by network, as it published them
+  // ("IP:PORT/PREFIX"): a connection to a worker has its listener as the
+  // destination on the connecting side and as the source on the accepting
+  // side, which is how ss finds the connections between workers and
+  // nothing else (the daemons' are to other ports).
+  TOCL_ASSIGN_OR_RETURN(auto directory, DirectoryClient::Connect(cluster_.DaemonSocket(host)));
+  auto listeners = [&](int h) {
+    std::map<int, std::string> by_network;
+    if (!workers_.Running(h)) return by_network;  // between a kill and its successor
+    auto entity = directory->Lookup(workers_.Current(h).worker->gids().at(0).process());
+    if (!entity.ok()) return by_network;  // a successor not replicated here yet
+    for (const Endpoint& endpoint : entity->endpoints) {
+      if (endpoint.subsystem.rfind("tcp", 0) != 0) continue;
+      const std::string listener = endpoint.address.substr(0, endpoint.address.find('/'));
+      for (int n = 0; n < cluster_.networks(); ++n) {
+        if (listener.rfind(cluster_.Address(h, n) + ":", 0) == 0) by_network[n] = listener;
+      }
+    }
+    return by_network;
+  };
+  std::string filter;
+  auto add = [&](const char* direction, const std::string& address) {
+    filter += fmt::format("{}{} {}", filter.empty() ? "( " : " or ", direction, address);
+  };
+  for (int h = 1; h <= cluster_.hosts(); ++h) {
+    for (const auto& [n, listener] : listeners(h)) {
+      if (network != kAllNetworks && n != network) continue;
+      add(h == host ? "src" : "dst", listener);
+    }
+  }
+  if (filter.empty()) return 0;
+  filter += " )";
+  const std::vector<std::string> argv =
+      cluster_.InNamespace(host, {ss_, "-K", "-tnH", "state", "established", filter});
+  TOCL_ASSIGN_OR_RETURN(ProgramResult result, RunProgram(argv, std::chrono::seconds(20)));
+  if (result.exit_code != 0) {
+    return Internal(fmt::format("`{}` failed ({}): {}", fmt::join(argv, " "),
+                                ExitStatusText(result.exit_code), result.output));
+  }
+  // ss -K lists what it destroyed, a line each.
+  return static_cast<int>(std::count(result.output.begin(), result.output.end(), '\n'));
 }
 
 Status FaultInjector::Qdisc(int host, int network,

@@ -13,13 +13,14 @@ constexpr uint32_t kDataMagic = 0x736f616b;     // "soak"
 constexpr uint32_t kControlMagic = 0x63746c21;  // "ctl!"
 
 // Little-endian, as the machine: magic u32, 4 zero bytes, sender u64, seq
-// u64, size u64, body SHA-256 [32].
+// u64, size u64, send time u64, body SHA-256 [32].
 struct RawHeader {
   uint32_t magic;
   uint32_t zero;
   uint64_t sender;
   uint64_t seq;
   uint64_t size;
+  uint64_t sent_ns;
   uint8_t body_sha256[32];
 };
 static_assert(sizeof(RawHeader) == kSoakHeaderBytes);
@@ -34,11 +35,11 @@ static_assert(sizeof(RawControl) == kSoakControlBytes);
 
 }  // namespace
 
-void FillSoakMessage(std::span<std::byte> message, Gid sender, uint64_t seq) {
+void FillSoakMessage(std::span<std::byte> message, Gid sender, uint64_t seq, uint64_t sent_ns) {
   std::span<std::byte> body = message.subspan(kSoakHeaderBytes);
   FillPattern(body, sender.raw(), seq);
   const Sha256::Digest digest = Sha256::Of(body);
-  RawHeader header{kDataMagic, 0, sender.raw(), seq, message.size(), {}};
+  RawHeader header{kDataMagic, 0, sender.raw(), seq, message.size(), sent_ns, {}};
   std::memcpy(header.body_sha256, digest.data(), digest.size());
   std::memcpy(message.data(), &header, sizeof(header));
 }
@@ -54,7 +55,7 @@ Result<SoakHeader> CheckSoakMessage(std::span<const std::byte> message) {
     return InvalidArgument("the header says " + std::to_string(raw.size) + " bytes, " +
                            std::to_string(message.size()) + " arrived");
   }
-  SoakHeader header{Gid::FromRaw(raw.sender), raw.seq, raw.size, {}};
+  SoakHeader header{Gid::FromRaw(raw.sender), raw.seq, raw.size, raw.sent_ns, {}};
   std::memcpy(header.body_sha256.data(), raw.body_sha256, header.body_sha256.size());
   if (Sha256::Of(message.subspan(kSoakHeaderBytes)) != header.body_sha256) {
     return InvalidArgument("the body's SHA-256 differs from the header's (seq " +

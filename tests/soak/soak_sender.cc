@@ -1,14 +1,20 @@
 // The sending threads of tocl-soak-worker (soak_worker.cc says what they
-// print).
+// print and record).
 //
 // A stream is one sending thread Gid talking to one receiving thread: seqs
-// from 0, at most `window` unacknowledged. Any trouble (a failed send, a
-// buffer that ends kFailed, an exit notice for the receiver, a stall) ends
-// the stream, and the next one starts from a newly enrolled Gid: a new
-// thread pair, so that nothing the old pair left held up (tocl/README's
-// known limits) stands in its way.
+// from 0, at most `window` short messages queued or in flight. Nothing is
+// answered: the sender records what the library said of each message (its
+// Send's result, and the final state of a short one's buffer, kept by the
+// sender and watched until it is kSent or kFailed), and the driver holds
+// those records against the receivers' (soak_ledger.h). Any trouble (a
+// failed send, a buffer that ends kFailed, an exit notice for the receiver,
+// a buffer queued or in flight for the stall time) ends the stream, and the
+// next one starts from a newly enrolled Gid; the buffers the old stream
+// left queued or in flight are watched on until they end.
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -23,19 +29,54 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kPoll{200};
+// How often a buffer's state is looked at while one is queued or in flight:
+// when its kSent is seen is the sender's only clock of delivery.
+constexpr milliseconds kWatchPoll{5};
 // The pause between a stream that ended in trouble and the next.
 constexpr milliseconds kFirstBackoff{100};
 constexpr milliseconds kLastBackoff{2000};
-// How long a stream's last messages get to settle (sent or failed) after it
-// ended, so that every failure is printed before the Gid leaves.
+// How long a stream that ended in trouble gives its buffers to end before
+// its thread leaves (they are watched on after).
 constexpr milliseconds kSettle{3000};
+// How long a buffer that ended kFailed waits for the exit notice that says
+// why (it comes with the same news from the directory).
+constexpr milliseconds kNoticeWait{1000};
 
-struct Outstanding {
+// A short message sent by lvalue, watched until its buffer is final.
+struct Watched {
+  Gid sender;
+  Gid receiver;
   uint64_t seq = 0;
   uint64_t size = 0;
-  Buffer buffer;  // a short message, kept to watch its state; empty for a long one
-  bool failure_printed = false;
+  Buffer buffer;
+  Clock::time_point sent_at;
 };
+
+bool Final(BufferState state) {
+  return state == BufferState::kSent || state == BufferState::kFailed;
+}
+
+// Why a Send returned an error, as a word for the books.
+std::string WhySendFailed(const Status& status) {
+  const std::string& message = status.message();
+  const auto says = [&](std::string_view text) { return message.find(text) != std::string::npos; };
+  switch (status.code()) {
+    case StatusCode::kFailedPrecondition:
+      return says("exited") ? "receiver-exited" : "failed-precondition";
+    case StatusCode::kUnavailable:
+      if (says("is down")) return "host-down";
+      if (says("did not answer within connect_timeout")) return "daemon-away";
+      if (says("partial_timeout")) return "long-unanswered";
+      return "unavailable";
+    case StatusCode::kNotFound:
+      return "not-found";
+    default: {
+      std::string name(StatusCodeName(status.code()));
+      std::replace(name.begin(), name.end(), ' ', '-');
+      return name;
+    }
+  }
+}
 
 class SendingThread {
  public:
@@ -51,17 +92,27 @@ class SendingThread {
     while (!context_.stopping.load()) {
       std::optional<Gid> receiver = FindReceiver();
       if (!receiver) break;
-      const uint64_t acked_before = counters_.acked.load();
+      const uint64_t ok_before = counters_.ok.load();
       const std::string reason = RunStream(*receiver);
       if (reason == "exited") dead_.insert(*receiver);
       if (reason == "stop" || reason == "drain-timeout") break;
       // Give whatever went wrong a moment before the next stream, longer
       // each time a stream got nothing through.
-      backoff = counters_.acked.load() > acked_before ? kFirstBackoff
-                                                      : std::min(2 * backoff, kLastBackoff);
-      std::this_thread::sleep_for(backoff);
+      backoff =
+          counters_.ok.load() > ok_before ? kFirstBackoff : std::min(2 * backoff, kLastBackoff);
+      SleepWatching(backoff);
     }
-    context_.out.Print("send-done thread {}", index_);
+    // Whatever is still queued or in flight gets the rest of the drain time.
+    const auto deadline = Clock::now() + context_.options.drain_timeout;
+    while (!settling_.empty() && Clock::now() < deadline) {
+      Watch();
+      std::this_thread::sleep_for(kWatchPoll);
+    }
+    for (const Watched& message : settling_) {
+      context_.sent_records.Write(
+          fmt::format("unresolved {} {}", message.sender.ToString(), message.seq));
+    }
+    context_.out.Print("send-done thread {} unresolved {}", index_, settling_.size());
   }
 
  private:
@@ -86,7 +137,7 @@ class SendingThread {
         }
         if (newest) return newest;
       }
-      std::this_thread::sleep_for(milliseconds(250));
+      SleepWatching(milliseconds(250));
     }
     return std::nullopt;
   }
@@ -96,53 +147,57 @@ class SendingThread {
     auto self = context_.runtime.EnrollThread(fmt::format("soak-send-{}", index_));
     if (!self.ok()) {
       Error("enroll", 0, self.status().ToString());
-      std::this_thread::sleep_for(milliseconds(500));
+      SleepWatching(milliseconds(500));
       return "enroll";
     }
     self_ = *self;
+    receiver_ = receiver;
     seq_ = 0;
-    acked_ = 0;
-    acked_next_ = 0;
-    skipped_ = 0;
-    window_.clear();
+    ok_ = 0;
+    failed_ = 0;
+    awaited_notice_ = false;
     ++counters_.streams;
     context_.out.Print("stream thread {} sender {} receiver {} at {}", index_, self_.ToString(),
                        receiver.ToString(), TimeOfDay());
+    context_.sent_records.Write(
+        fmt::format("stream {} {} {}", index_, self_.ToString(), receiver.ToString()));
     auto watch = context_.runtime.Notify(self_, receiver, kSoakNoticeTag);
-    std::string reason = Stream(receiver);
-    if (reason.empty()) reason = Drain(receiver);
-    Settle();
+    std::string reason = Stream();
+    if (reason.empty()) reason = Drain();
+    if (reason != "stop") Settle();
     context_.out.Print(
-        "stream-end thread {} sender {} receiver {} sent {} acked {} acked_next {} skipped {} "
-        "reason {} at {} unacked {}",
-        index_, self_.ToString(), receiver.ToString(), seq_, acked_, acked_next_, skipped_, reason,
-        TimeOfDay(), Unacked());
+        "stream-end thread {} sender {} receiver {} sent {} ok {} failed {} pending {} reason {} "
+        "at {}",
+        index_, self_.ToString(), receiver.ToString(), seq_, ok_, failed_, window_.size(), reason,
+        TimeOfDay());
+    // Watched on: their outcomes are recorded when they come.
+    for (Watched& message : window_) settling_.push_back(std::move(message));
+    window_.clear();
     if (watch.ok()) (void)context_.runtime.CancelNotify(*watch);
     (void)context_.runtime.LeaveThread(self_);
-    window_.clear();
     return reason;
   }
 
-  // Sends and takes acks until the stop signal ("" then) or trouble (why).
-  std::string Stream(Gid receiver) {
-    auto progress = Clock::now();
+  // Sends and watches until the stop signal ("" then) or trouble (why).
+  std::string Stream() {
     while (!context_.stopping.load()) {
       while (window_.size() < context_.options.window && !context_.stopping.load() &&
              Clock::now() >= next_send_) {
-        if (window_.empty()) progress = Clock::now();
-        if (!SendNext(receiver)) return "failed";
+        if (!SendNext()) return "failed";
         Pace();
       }
-      // Wait for a reply no longer than until the next send is due.
-      auto wait = kPoll;
+      // Wait for a notice no longer than until the next send is due, and
+      // while buffers are out, no longer than the next look at them.
+      milliseconds wait = window_.empty() && settling_.empty() ? kPoll : kWatchPoll;
       if (window_.size() < context_.options.window) {
         wait = std::clamp(std::chrono::duration_cast<milliseconds>(next_send_ - Clock::now()),
-                          milliseconds(1), kPoll);
+                          milliseconds(1), wait);
       }
-      std::string trouble = TakeReply(receiver, progress, wait);
+      std::string trouble = TakeNotice(wait);
       if (!trouble.empty()) return trouble;
-      if (CheckFailures()) return "failed";
-      if (!window_.empty() && Clock::now() - progress > context_.options.stall_timeout) {
+      if (Watch()) return "failed";
+      if (!window_.empty() &&
+          Clock::now() - window_.front().sent_at > context_.options.stall_timeout) {
         ++counters_.stalls;
         return "stall";
       }
@@ -150,33 +205,29 @@ class SendingThread {
     return "";
   }
 
-  // After the stop signal: everything acknowledged, then the end message
-  // and its answer.
-  std::string Drain(Gid receiver) {
+  // After the stop signal: every buffer final, then the end message and
+  // its answer (the receiver has everything the library said was sent).
+  std::string Drain() {
     const auto deadline = Clock::now() + context_.options.drain_timeout;
-    auto progress = Clock::now();
-    while (!window_.empty()) {
+    while (!window_.empty() || !settling_.empty()) {
       if (Clock::now() > deadline) return "drain-timeout";
-      std::string trouble = TakeReply(receiver, progress, kPoll);
+      std::string trouble = TakeNotice(kWatchPoll);
       if (!trouble.empty()) return trouble;
-      if (CheckFailures()) return "failed";
+      if (Watch()) return "failed";
     }
     const auto end = EncodeSoakControl({self_, seq_});
     if (Status sent =
-            context_.runtime.Send(self_, receiver, kSoakEndTag, std::span<const std::byte>(end));
+            context_.runtime.Send(self_, receiver_, kSoakEndTag, std::span<const std::byte>(end));
         !sent.ok()) {
       Error("end", seq_, sent.ToString());
       return "failed";
     }
     while (Clock::now() < deadline) {
-      auto got = context_.runtime.RecvFor(self_, kPoll, receiver, kSoakEndAckTag);
+      auto got = context_.runtime.RecvFor(self_, kPoll, receiver_, kSoakEndAckTag);
       if (got.ok()) {
         auto answer = ParseSoakControl(got->span());
-        if (!answer.ok() || answer->sender != self_ || answer->number != seq_) {
-          Error("end-ack", seq_,
-                answer.ok() ? fmt::format("the receiver expects seq {} next, we sent {}",
-                                          answer->number, seq_)
-                            : answer.status().ToString());
+        if (!answer.ok() || answer->sender != self_) {
+          Error("end-ack", seq_, answer.ok() ? "for another stream" : answer.status().ToString());
         }
         return "stop";
       }
@@ -185,36 +236,47 @@ class SendingThread {
     return "drain-timeout";
   }
 
-  bool SendNext(Gid receiver) {
+  // Sends the next message; false when the stream ends here.
+  bool SendNext() {
     const uint64_t size = sizes_.Next();
-    const uint64_t seq = seq_;
-    Status sent;
-    Buffer buffer;
     if (size <= context_.runtime.short_max_payload()) {
       auto got = context_.runtime.GetBuffer(size, Network::kFastest, AtCap::kWait,
                                             context_.options.stall_timeout);
       if (!got.ok()) {
-        sent = got.status();
-      } else {
-        buffer = std::move(got).value();
-        buffer.resize(size);
-        FillSoakMessage(buffer.span(), self_, seq);
-        // By lvalue: the handle stays ours, so its state tells whether it failed.
-        sent = context_.runtime.Send(self_, receiver, kSoakDataTag, buffer);
+        // Nothing was sent: the stream ends before this seq.
+        context_.out.Print("no-buffer thread {} sender {} seq {} at {} status {}", index_,
+                           self_.ToString(), seq_, TimeOfDay(), got.status().ToString());
+        return false;
       }
-    } else {
-      long_message_.resize(size);
-      FillSoakMessage(long_message_, self_, seq);
-      sent = context_.runtime.Send(self_, receiver, kSoakDataTag,
-                                   std::span<const std::byte>(long_message_));
+      const uint64_t seq = seq_++;
+      ++counters_.sent;
+      Watched message{self_, receiver_, seq, size, std::move(got).value(), Clock::now()};
+      message.buffer.resize(size);
+      FillSoakMessage(message.buffer.span(), self_, seq, SteadyNowNs());
+      // By lvalue: the handle stays ours, so its state tells how it ended.
+      const Status sent = context_.runtime.Send(self_, receiver_, kSoakDataTag, message.buffer);
+      RecordSent(seq, size);
+      if (!sent.ok()) {
+        Failed(self_, seq, "send-error", WhySendFailed(sent), sent.ToString());
+        return false;
+      }
+      ++counters_.pending;
+      window_.push_back(std::move(message));
+      return true;
     }
-    ++seq_;
+    const uint64_t seq = seq_++;
     ++counters_.sent;
+    long_message_.resize(size);
+    FillSoakMessage(long_message_, self_, seq, SteadyNowNs());
+    // A long Send returns once the receiver holds all of it: its result is final.
+    const Status sent = context_.runtime.Send(self_, receiver_, kSoakDataTag,
+                                              std::span<const std::byte>(long_message_));
+    RecordSent(seq, size);
     if (!sent.ok()) {
-      PrintFailed(seq, sent.ToString());
+      Failed(self_, seq, "send-error", WhySendFailed(sent), sent.ToString());
       return false;
     }
-    window_.push_back({seq, size, std::move(buffer)});
+    Ok(self_, seq, size);
     return true;
   }
 
@@ -227,103 +289,121 @@ class SendingThread {
     next_send_ = std::max(next_send_ + period, Clock::now() - period);
   }
 
-  // Takes one ack or notice (waiting up to `wait`): "" or the reason the
-  // stream ends.
-  std::string TakeReply(Gid receiver, Clock::time_point& progress, milliseconds wait) {
-    auto got = context_.runtime.RecvFor(self_, wait, receiver, kAnyTag);
+  // Takes the exit notice for the receiver if one comes within `wait`: ""
+  // or the reason the stream ends.
+  std::string TakeNotice(milliseconds wait) {
+    auto got = context_.runtime.RecvFor(self_, wait, receiver_, kSoakNoticeTag);
     if (!got.ok()) {
       if (got.status().code() == StatusCode::kDeadlineExceeded) return "";
       Error("receive", seq_, got.status().ToString());
       return "cancelled";
     }
-    if (got->tag() == kSoakNoticeTag) {
-      auto notice = ParseExitNotice(*got);
-      if (!notice.ok()) {
-        Error("notice", seq_, notice.status().ToString());
-        return "notice";
+    auto notice = ParseExitNotice(*got);
+    if (!notice.ok()) {
+      Error("notice", seq_, notice.status().ToString());
+      return "notice";
+    }
+    notices_[self_] = notice->what;
+    return std::string(ExitWhatName(notice->what));
+  }
+
+  // Records the buffers (this stream's and older ones') that ended; true
+  // when one of this stream's ended kFailed.
+  bool Watch() {
+    bool failed_here = false;
+    auto settle = [&](std::deque<Watched>& messages, bool current) {
+      for (auto it = messages.begin(); it != messages.end();) {
+        const BufferState state = it->buffer.state();
+        if (!Final(state)) {
+          ++it;
+          continue;
+        }
+        --counters_.pending;
+        if (state == BufferState::kSent) {
+          Ok(it->sender, it->seq, it->size);
+        } else {
+          if (current && !awaited_notice_) AwaitNotice();
+          Failed(it->sender, it->seq, "kfailed", WhyBufferFailed(it->sender, it->receiver),
+                 "its buffer ended kFailed");
+          failed_here |= current;
+        }
+        it = messages.erase(it);
       }
-      return std::string(ExitWhatName(notice->what));
-    }
-    if (got->tag() != kSoakAckTag) {
-      Error("tag", seq_, fmt::format("unexpected tag {}", got->tag()));
-      return "ack-error";
-    }
-    auto ack = ParseSoakControl(got->span());
-    if (!ack.ok() || ack->sender != self_) {
-      Error("ack", seq_, ack.ok() ? "an ack for another stream" : ack.status().ToString());
-      return "ack-error";
-    }
-    const uint64_t seq = ack->number;
-    // Acks come in order: one for a seq not waiting, or twice, is a fault.
-    if (window_.empty() || seq < window_.front().seq || seq > window_.back().seq) {
-      Error("ack", seq,
-            fmt::format("an ack for seq {}, waiting for {}..{}", seq,
-                        window_.empty() ? seq_ : window_.front().seq, seq_));
-      return "ack-error";
-    }
-    while (window_.front().seq < seq) {
-      // Its ack failed on the way back (the receiver counted it): not "told delivered".
-      ++skipped_;
-      ++counters_.skipped;
-      window_.pop_front();
-    }
-    ++acked_;
-    ++counters_.acked;
-    counters_.bytes_acked += window_.front().size;
-    acked_next_ = seq + 1;
-    window_.pop_front();
-    progress = Clock::now();
-    return "";
+    };
+    settle(window_, true);
+    settle(settling_, false);
+    return failed_here;
   }
 
-  // Prints every short message of the window whose buffer ended kFailed;
-  // true when there was one.
-  bool CheckFailures() {
-    bool any = false;
-    for (Outstanding& message : window_) {
-      if (!message.buffer.valid() || message.buffer.state() != BufferState::kFailed) continue;
-      any = true;
-      if (!message.failure_printed) PrintFailed(message.seq, "its buffer ended kFailed");
-      message.failure_printed = true;
-    }
-    return any;
-  }
-
-  // The stream is over: its short messages still on their way get a moment
-  // to be sent or fail, so that the test hears of every failure.
+  // A stream that ended in trouble: its buffers get a moment to end before
+  // its thread leaves.
   void Settle() {
     const auto deadline = Clock::now() + kSettle;
-    for (;;) {
-      CheckFailures();
-      bool moving = false;
-      for (const Outstanding& message : window_) {
-        const BufferState state =
-            message.buffer.valid() ? message.buffer.state() : BufferState::kSent;
-        moving |= state == BufferState::kQueued || state == BufferState::kInFlight;
-      }
-      if (!moving || Clock::now() > deadline) return;
-      std::this_thread::sleep_for(milliseconds(20));
+    while (!window_.empty() && Clock::now() < deadline) {
+      Watch();
+      std::this_thread::sleep_for(kWatchPoll);
     }
   }
 
-  // What is still unacknowledged, for the stream-end line: "-", or
-  // "seq:bytes:state,..." (state of a short message's buffer, "long" for a
-  // long one whose Send returned).
-  std::string Unacked() const {
-    if (window_.empty()) return "-";
-    std::string text;
-    for (const Outstanding& message : window_) {
-      text += fmt::format("{}{}:{}:{}", text.empty() ? "" : ",", message.seq, message.size,
-                          message.buffer.valid() ? BufferStateName(message.buffer.state())
-                                                 : std::string_view("long"));
+  // Sleeps `pause`, looking at the buffers still out meanwhile.
+  void SleepWatching(milliseconds pause) {
+    const auto until = Clock::now() + pause;
+    while (Clock::now() < until) {
+      Watch();
+      std::this_thread::sleep_for(std::min(
+          settling_.empty() ? kPoll : kWatchPoll,
+          std::chrono::duration_cast<milliseconds>(until - Clock::now()) + milliseconds(1)));
     }
-    return text;
   }
 
-  void PrintFailed(uint64_t seq, const std::string& status) {
+  // A buffer of this stream ended kFailed: the library fails a peer on news
+  // from the directory, and the same news brings the notice that says why.
+  void AwaitNotice() {
+    awaited_notice_ = true;  // once a stream: more waits would only hold up its end
+    if (notices_.count(self_) > 0) return;
+    auto got = context_.runtime.RecvFor(self_, kNoticeWait, receiver_, kSoakNoticeTag);
+    if (!got.ok()) return;
+    auto notice = ParseExitNotice(*got);
+    if (notice.ok()) notices_[self_] = notice->what;
+  }
+
+  // Why a buffer ended kFailed: the stream's exit notice, else what the
+  // directory says of the receiver now.
+  std::string WhyBufferFailed(Gid sender, Gid receiver) {
+    auto notice = notices_.find(sender);
+    if (notice != notices_.end()) {
+      return notice->second == ExitWhat::kExited ? "receiver-exited" : "host-down";
+    }
+    auto host = context_.directory.Lookup(receiver.host());
+    if (host.ok() && host->state != EntityState::kRunning) return "host-down";
+    auto process = context_.directory.Lookup(receiver.process());
+    if (process.ok()) {
+      if (process->state == EntityState::kExited) return "receiver-exited";
+      if (process->state == EntityState::kUnreachable) return "host-down";
+      return "peer-running";
+    }
+    return "unknown";
+  }
+
+  void RecordSent(uint64_t seq, uint64_t size) {
+    context_.sent_records.Write(fmt::format("sent {} {} {}", self_.ToString(), seq, size));
+  }
+
+  void Ok(Gid sender, uint64_t seq, uint64_t size) {
+    context_.sent_records.Write(fmt::format("ok {} {}", sender.ToString(), seq));
+    ++counters_.ok;
+    counters_.bytes_ok += size;
+    if (sender == self_) ++ok_;
+  }
+
+  void Failed(Gid sender, uint64_t seq, const char* how, const std::string& why,
+              const std::string& status) {
+    context_.sent_records.Write(
+        fmt::format("failed {} {} {} {}", sender.ToString(), seq, how, why));
     ++counters_.failed;
-    context_.out.Print("failed thread {} sender {} seq {} at {} status {}", index_,
-                       self_.ToString(), seq, TimeOfDay(), status);
+    if (sender == self_) ++failed_;
+    context_.out.Print("failed thread {} sender {} seq {} how {} why {} at {} status {}", index_,
+                       sender.ToString(), seq, how, why, TimeOfDay(), status);
   }
 
   void Error(const char* what, uint64_t seq, const std::string& status) {
@@ -336,15 +416,18 @@ class SendingThread {
   const int index_;
   SoakCounters& counters_;
   SoakSizeMix sizes_;
-  std::set<Gid> dead_;  // receivers an exit notice said are gone
+  std::set<Gid> dead_;               // receivers an exit notice said are gone
+  std::map<Gid, ExitWhat> notices_;  // by stream: the notice it got
   std::vector<std::byte> long_message_;
+  std::deque<Watched> settling_;  // older streams' buffers still queued or in flight
   // The stream being run.
   Gid self_;
+  Gid receiver_;
   uint64_t seq_ = 0;  // the next seq to send
-  uint64_t acked_ = 0;
-  uint64_t acked_next_ = 0;  // one past the highest seq acknowledged
-  uint64_t skipped_ = 0;
-  std::deque<Outstanding> window_;
+  uint64_t ok_ = 0;
+  uint64_t failed_ = 0;
+  bool awaited_notice_ = false;
+  std::deque<Watched> window_;                  // its buffers queued or in flight, oldest first
   Clock::time_point next_send_ = Clock::now();  // --rate
 };
 

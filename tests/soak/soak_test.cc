@@ -1,18 +1,21 @@
-// The fault-injection soak (issue #7 §4): three hosts in network namespaces
-// (netns_cluster.h), two networks, a tocl-soak-worker on each host
-// streaming checksummed, sequence-numbered, acknowledged messages to the
-// next host, while the test kills and restarts workers and daemons, sets
-// links down and slows or drops their traffic. At the end: every message a
-// sender was told was delivered came exactly once, in order, intact;
-// memory and descriptors of daemons and workers stayed within bounds; every
-// daemon's directory says the same. README.md has the figures' meaning.
+// The fault-injection soak (issue #7 §4, issue #18): three hosts in network
+// namespaces (netns_cluster.h), two networks, a tocl-soak-worker on each
+// host streaming checksummed, sequence-numbered messages to the next host,
+// while the test kills and restarts workers and daemons, destroys the
+// workers' tcp connections, sets links down and slows or drops their
+// traffic. At the end, message by message: every one the library said was
+// sent came exactly once, in order, intact, and every one that did not come
+// was said failed (soak_ledger.h); memory and descriptors of daemons and
+// workers stayed within bounds; every daemon's directory says the same.
+// README.md has the figures' meaning.
 //
 // Environment: TOCL_SOAK_SECONDS (fault phase, default 60), TOCL_SOAK_SEED
 // (default: drawn and printed), TOCL_SOAK_THREADS (per worker, default 2),
 // TOCL_SOAK_RATE (messages a second per sending thread, default 50; 0: as
-// fast as they go), TOCL_SOAK_LOG_DIR (where to save every worker's output
-// and daemon's log at the end; a failed run saves them in /tmp/tocl-soak-*
-// without it).
+// fast as they go), TOCL_SOAK_FAULTS (the fault kinds to draw from, a comma
+// list; default all), TOCL_SOAK_LOG_DIR (where to save every worker's
+// output and records and every daemon's log at the end; a failed run saves
+// them in /tmp/tocl-soak-* without it).
 // tests/soak/run.sh runs the long version.
 //
 // Every wait is a poll with a deadline; sleeps only let a fault last or
@@ -43,6 +46,7 @@
 #include "soak_resources.h"
 #include "soak_say.h"
 #include "soak_workers.h"
+#include "temp_dir.h"
 #include "tocl/directory_client.h"
 
 namespace tocl::testing {
@@ -54,8 +58,8 @@ using std::chrono::seconds;
 
 constexpr int kHosts = 3;
 constexpr int kNetworks = 2;
-// Every stream has acknowledged this many messages before the faults start,
-// and again this many more after they ended.
+// Every stream has had this many messages said sent before the faults
+// start, and again this many more after they ended.
 constexpr uint64_t kFlowing = 20;
 constexpr milliseconds kWarmup = seconds(10);
 constexpr milliseconds kSampleEvery = seconds(5);
@@ -82,6 +86,7 @@ struct SoakConfig {
   uint64_t seed = 0;
   int threads = 2;
   uint32_t rate = 50;
+  std::set<FaultKind> faults{std::begin(kAllFaultKinds), std::end(kAllFaultKinds)};
 };
 
 uint64_t EnvNumber(const char* name, uint64_t fallback, uint64_t low, uint64_t high) {
@@ -101,29 +106,40 @@ SoakConfig ConfigFromEnvironment() {
   config.seed = EnvNumber("TOCL_SOAK_SEED", std::random_device{}() % 1'000'000'000, 0, UINT64_MAX);
   config.threads = static_cast<int>(EnvNumber("TOCL_SOAK_THREADS", 2, 1, 16));
   config.rate = static_cast<uint32_t>(EnvNumber("TOCL_SOAK_RATE", 50, 0, 100'000));
+  if (const char* kinds = std::getenv("TOCL_SOAK_FAULTS"); kinds != nullptr && *kinds != '\0') {
+    auto parsed = ParseFaultKinds(kinds);
+    if (!parsed.ok()) FAIL("TOCL_SOAK_FAULTS='" << kinds << "': " << parsed.status().message());
+    config.faults = *parsed;
+  }
   return config;
+}
+
+std::string FaultKindsText(const std::set<FaultKind>& kinds) {
+  std::string text;
+  for (FaultKind kind : kinds) text += (text.empty() ? "" : ",") + FaultKindName(kind);
+  return text;
 }
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Acknowledged messages of each (host, thread) of the current workers, as
-// their last stat lines say.
-std::map<std::pair<int, int>, uint64_t> AckedNow(const SoakWorkers& workers) {
-  std::map<std::pair<int, int>, uint64_t> acked;
+// Messages the library said were sent, of each (host, thread) of the
+// current workers, as their last stat lines say.
+std::map<std::pair<int, int>, uint64_t> SaidSentNow(const SoakWorkers& workers) {
+  std::map<std::pair<int, int>, uint64_t> said;
   for (int h = 1; h <= kHosts; ++h) {
     for (const auto& [thread, stat] : workers.LatestStats(h)) {
-      acked[{h, thread}] = stat.Number("acked");
+      said[{h, thread}] = stat.Number("ok");
     }
   }
-  return acked;
+  return said;
 }
 
-// Whether every thread of every current worker acknowledged `more` beyond `since`.
+// Whether every thread of every current worker had `more` said sent beyond `since`.
 bool AllFlowing(const SoakWorkers& workers, int threads,
                 const std::map<std::pair<int, int>, uint64_t>& since, uint64_t more) {
-  const auto now = AckedNow(workers);
+  const auto now = SaidSentNow(workers);
   for (int h = 1; h <= kHosts; ++h) {
     for (int t = 0; t < threads; ++t) {
       auto it = now.find({h, t});
@@ -165,8 +181,8 @@ bool StatsSince(SoakWorkers& workers, int threads,
 
 std::string Progress(const SoakWorkers& workers) {
   std::string text;
-  for (const auto& [key, acked] : AckedNow(workers)) {
-    text += fmt::format(" h{}/t{} {}", key.first, key.second, acked);
+  for (const auto& [key, said] : SaidSentNow(workers)) {
+    text += fmt::format(" h{}/t{} {}", key.first, key.second, said);
   }
   return text;
 }
@@ -193,6 +209,11 @@ std::string SaveLogs(const std::string& dir, NetnsCluster& cluster, const SoakWo
   for (const auto& incarnation : workers.All()) {
     std::ofstream(fmt::format("{}/worker-{}.log", dir, incarnation->Label()))
         << incarnation->worker->Output();
+    for (const char* records : {".send", ".recv"}) {
+      std::filesystem::copy_file(incarnation->records + records,
+                                 fmt::format("{}/records-{}{}", dir, incarnation->Label(), records),
+                                 std::filesystem::copy_options::overwrite_existing, error);
+    }
   }
   if (!workers.stacks().empty()) std::ofstream(dir + "/worker-stacks.txt") << workers.stacks();
   for (int h = 1; h <= kHosts; ++h) {
@@ -246,17 +267,18 @@ class LogKeeper {
 };
 
 TEST_CASE(
-    "soak: through killed workers and daemons, links down, delay and loss, every "
-    "acknowledged message arrives once, in order, intact",
+    "soak: through killed workers, daemons and connections, links down, delay and loss, every "
+    "message the library said was sent arrives once, in order, intact, and every other was "
+    "said failed",
     "[netns][soak]") {
   TOCL_SKIP_WITHOUT_NETNS();
   const SoakConfig config = ConfigFromEnvironment();
   const auto test_start = Clock::now();
   SoakSay(fmt::format(
-      "seed {} (TOCL_SOAK_SEED={} replays the fault schedule), {} s of faults, {} threads per "
-      "worker, {} messages a second per thread",
-      config.seed, config.seed, config.duration.count() / 1000, config.threads,
-      config.rate == 0 ? std::string("unlimited") : std::to_string(config.rate)));
+      "seed {} (TOCL_SOAK_SEED={} replays the fault schedule), {} s of faults ({}), {} threads "
+      "per worker, {} messages a second per thread",
+      config.seed, config.seed, config.duration.count() / 1000, FaultKindsText(config.faults),
+      config.threads, config.rate == 0 ? std::string("unlimited") : std::to_string(config.rate)));
 
   NetnsClusterOptions options;
   options.hosts = kHosts;
@@ -266,12 +288,17 @@ TEST_CASE(
   REQUIRE(created.ok());
   NetnsCluster& cluster = **created;
 
+  // Every message's record (soak_worker.cc), read at the end.
+  const TempDir records("tocl-soak-records-");
   SoakWorkerSettings settings;
   settings.threads = config.threads;
   settings.seed = config.seed;
   settings.rate = config.rate;
   settings.stall_timeout = seconds(10);
-  settings.drain_timeout = seconds(30);
+  // Past the runtimes' unreachable_timeout (30 s): a buffer for a peer no
+  // network reaches ends kFailed by then.
+  settings.drain_timeout = seconds(45);
+  settings.records_dir = records.path();
   SoakWorkers workers(cluster, settings);
   const LogKeeper logs(cluster, workers);
   {
@@ -304,15 +331,17 @@ TEST_CASE(
   }
   std::this_thread::sleep_until(first_sample + kWarmup + milliseconds(100));
   sample_all();
-  SoakSay(fmt::format("warm-up done after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+  SoakSay(fmt::format("warm-up done after {:.1f} s; said sent:{}", SecondsSince(test_start),
                       Progress(workers)));
 
   // Faults.
-  const FaultPolicy policy;
+  FaultPolicy policy;
+  policy.kinds = config.faults;
   const std::vector<PlannedFault> plan =
       PlanFaults(config.seed, config.duration, kHosts, kNetworks, policy);
   SoakSay(fmt::format("{} faults planned", plan.size()));
   std::map<FaultKind, int> counts;
+  std::vector<BegunFault> begun;
   {
     FaultInjector faults(cluster, workers);
     const auto phase_start = Clock::now();
@@ -343,24 +372,25 @@ TEST_CASE(
     };
     for (const PlannedFault& fault : plan) {
       run_until(phase_start + fault.start, &fault);
-      Status begun = faults.Begin(fault);
-      INFO(begun.ToString());
-      REQUIRE(begun.ok());
+      Status applied = faults.Begin(fault);
+      INFO(applied.ToString());
+      REQUIRE(applied.ok());
     }
     run_until(std::max(phase_start + config.duration, faults.NextEnd()), nullptr);
     Status ended = faults.EndAll();
     INFO(ended.ToString());
     REQUIRE(ended.ok());
     counts = faults.counts();
+    begun = faults.begun();
   }
-  SoakSay(fmt::format("faults over after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+  SoakSay(fmt::format("faults over after {:.1f} s; said sent:{}", SecondsSince(test_start),
                       Progress(workers)));
 
   // Recovery: every stream of the workers now running moves again. The
   // counts it starts from are the first ones wholly made after the faults
   // ended: the workers print them every stats_interval, so the line printed
-  // second after the end is one (an older count would let acks from before
-  // the end count as recovery).
+  // second after the end is one (an older count would let messages said
+  // sent before the end count as recovery).
   {
     const auto lines_at_end = StatLines(workers);
     INFO("waiting for two rounds of stat lines after the faults ended");
@@ -370,7 +400,7 @@ TEST_CASE(
     if (!printed) workers.set_stacks(WorkerStacks(workers));
     REQUIRE(printed);
   }
-  const auto at_end_of_faults = AckedNow(workers);
+  const auto at_end_of_faults = SaidSentNow(workers);
   {
     auto next_sample = Clock::now();
     const bool flowing = WaitUntil(
@@ -386,17 +416,17 @@ TEST_CASE(
       workers.set_stacks(WorkerStacks(workers));
       SoakSay("streams did not recover: the workers' stacks go to worker-stacks.txt with the logs");
     }
-    INFO("acknowledged at the end of the faults:" << [&] {
+    INFO("said sent at the end of the faults:" << [&] {
       std::string text;
-      for (const auto& [key, acked] : at_end_of_faults) {
-        text += fmt::format(" h{}/t{} {}", key.first, key.second, acked);
+      for (const auto& [key, said] : at_end_of_faults) {
+        text += fmt::format(" h{}/t{} {}", key.first, key.second, said);
       }
       return text;
     }() << "\nnow:" << Progress(workers));
     REQUIRE(flowing);
   }
   sample_all();
-  SoakSay(fmt::format("recovered after {:.1f} s; acknowledged:{}", SecondsSince(test_start),
+  SoakSay(fmt::format("recovered after {:.1f} s; said sent:{}", SecondsSince(test_start),
                       Progress(workers)));
 
   // The directory of every daemon says the same, and it is the truth: the
@@ -458,33 +488,52 @@ TEST_CASE(
     INFO(stopped.ToString());
     CHECK(stopped.ok());
   }
-  const SoakLedger ledger = ReadSoakLedger(workers.All(), config.threads);
+  const SoakLedger ledger = ReadSoakLedger(workers.All(), config.threads, begun, kHosts);
+  const SoakFigures& figures = ledger.figures;
   std::string fault_text;
+  std::string fault_json;
   int fault_total = 0;
+  int sockets = 0;
+  for (const BegunFault& fault : begun) sockets += fault.sockets;
   for (FaultKind kind : kAllFaultKinds) {
     fault_total += counts[kind];
     fault_text +=
         fmt::format("{}{} {}", fault_text.empty() ? "" : ", ", FaultKindName(kind), counts[kind]);
+    fault_json += fmt::format("{}\"{}\":{}", fault_json.empty() ? "" : ",", FaultKindName(kind),
+                              counts[kind]);
   }
   SoakSay(fmt::format(
-      "figures (seed {}, {} s of faults, {:.0f} s in all):\n  faults injected: {} ({})\n{}"
+      "figures (seed {}, {} s of faults, {:.0f} s in all):\n  faults injected: {} ({}; conn-kill "
+      "destroyed {} sockets)\n{}"
       "  resources (baseline after {} s of warm-up; bounds: worker RSS +{} MiB, toclsd RSS +{} "
       "MiB, fds +{}):\n{}",
       config.seed, config.duration.count() / 1000, SecondsSince(test_start), fault_total,
-      fault_text, FormatFigures(ledger.figures), kWarmup.count() / 1000,
+      fault_text, sockets, FormatFigures(figures), kWarmup.count() / 1000,
       kBounds.worker_rss_growth_kib / 1024, kBounds.daemon_rss_growth_kib / 1024, kBounds.fd_growth,
       resources.Report()));
+  // The same, one line for a machine.
+  std::fputs(fmt::format("soak-figures {{\"seed\":{},\"fault_seconds\":{},\"faults\":{{{}}},"
+                         "\"conn_kill_sockets\":{},\"messages\":{}}}\n",
+                         config.seed, config.duration.count() / 1000, fault_json, sockets,
+                         FiguresJson(figures))
+                 .c_str(),
+             stdout);
+  std::fflush(stdout);
 
   std::string problems;
   for (const std::string& problem : ledger.problems) problems += "\n  " + problem;
   for (const std::string& problem : resources.Check(kBounds)) problems += "\n  " + problem;
   INFO("seed " << config.seed << "; problems:" << problems);
   CHECK(problems.empty());
-  CHECK(ledger.figures.lost == 0);
-  CHECK(ledger.figures.dups == 0);
-  CHECK(ledger.figures.bad == 0);
-  CHECK(ledger.figures.acked > 0);
+  CHECK(figures.lost == 0);
+  CHECK(figures.dups == 0);
+  CHECK(figures.unresolved == 0);
+  CHECK(figures.phantom == 0);
+  CHECK(figures.bad == 0);
+  CHECK(figures.said_sent > 0);
   CHECK(fault_total > 0);
+  // ss -K must find the connections it is meant to destroy.
+  if (counts[FaultKind::kConnKill] >= 3) CHECK(sockets > 0);
 }
 
 }  // namespace

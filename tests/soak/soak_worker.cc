@@ -3,47 +3,70 @@
 //
 //   tocl-soak-worker --target-host H [--threads N] [--window W] [--seed S]
 //                    [--long-every K] [--rate R] [--stats-ms MS]
-//                    [--stall-ms MS] [--drain-ms MS]
+//                    [--stall-ms MS] [--drain-ms MS] [--records PREFIX]
 //
 // Daemon and networks come from $TOCL_DAEMON and $TOCL_NETWORKS. It runs N
 // receiving threads, enrolled as "soak-recv-I", and N sending threads; the
 // sending thread I streams to the newest running "soak-recv-I" of host H,
 // found in the directory (so a receiver that was killed and started again
 // is found again), at most R messages a second (--rate; 0, the default: as
-// fast as the window of W unacknowledged messages allows). Data messages
-// (soak_message.h) are acknowledged one by one by the receiver; "acked" is
-// what a sender was told was delivered. SIGUSR1 is the stop signal: senders
-// send nothing new, wait for their acks, end their stream with an end
-// message and its answer; receivers stop once the end came. Lines, flushed,
-// "EVENT key value ..." ("at": the time of day, to line them up with logs):
+// fast as the window of W short messages queued or in flight allows). Data
+// messages (soak_message.h) are not answered: what the library says of
+// each (Send's result; the final state, kSent or kFailed, of a short one's
+// buffer, kept by the sender and watched to the end) is recorded, and the
+// driver holds it against what the receivers recorded. SIGUSR1 is the stop
+// signal: senders send nothing new, wait until every buffer is kSent or
+// kFailed, end their stream with an end message and its answer; receivers
+// stop once the end came and nothing more arrives.
+//
+// Records (--records PREFIX; every line one write(2), so that a worker
+// killed by SIGKILL leaves all it finished; soak_ledger.h reads them):
+//   PREFIX.send
+//     stream I S R          sending thread I starts stream S (a new thread Gid) to receiver R
+//     sent S Q BYTES        Send of seq Q returned (its outcome follows, on this or a later line)
+//     ok S Q                the library said it was sent: the buffer of a short one became
+//                           kSent, a long one's Send returned ok
+//     failed S Q HOW WHY    the library said it failed: HOW send-error (Send returned an
+//                           error) or kfailed (the buffer ended kFailed); WHY (soak_sender.cc):
+//                           receiver-exited, host-down, daemon-away, unavailable, ...
+//     unresolved S Q        still queued or in flight when the drain time was up
+//   PREFIX.recv
+//     got I S Q BYTES SENT ARRIVED   receiving thread I got seq Q of stream S, intact, sent
+//                                    and received at these steady-clock times (ns)
+//
+// Lines on stdout, flushed, "EVENT key value ..." ("at": the time of day, to
+// line them up with logs):
 //
 //   started pid P / gid thread I gid G (receivers) / ready
 //   stream thread I sender G receiver R at T      a sending thread's new stream
-//   failed thread I sender G seq Q at T status S  a send failed (error, or kFailed)
-//   stream-end thread I sender G receiver R sent N acked A acked_next M skipped K
-//              reason WHY at T unacked SEQ:BYTES:STATE,...|-
-//       WHY: stop (all acknowledged, end answered), failed, exited, unreachable (an
-//       exit notice), stall (no ack for --stall-ms), drain-timeout, ack-error, ...
-//   gap thread I sender G first A last B at T     seqs A..B never came, later ones did
-//   ack-failed thread I sender G seq Q at T status S
-//                                                 the first ack of a stream that failed
+//   failed thread I sender G seq Q how H why W at T status S
+//                                                 the library said a message failed
+//   no-buffer thread I sender G seq Q at T status S
+//                                                 no pool buffer within --stall-ms: the
+//                                                 stream ends before seq Q
+//   stream-end thread I sender G receiver R sent N ok K failed F pending P reason WHY at T
+//       WHY: stop (all settled, end answered), failed, exited, unreachable (an exit
+//       notice), stall (a buffer queued or in flight for --stall-ms), drain-timeout, ...
+//       P: buffers still queued or in flight; watched on, their outcomes recorded later
 //   error thread I side send|recv what W sender G seq Q at T status S
-//                                                 duplicates, bad checksums, acks
-//                                                 out of order, ...: never expected
-//   stat thread I streams .. sent .. acked .. bytes_acked .. failed .. skipped ..
-//        stalls .. received .. bytes_received .. gaps .. dups .. bad .. ack_failed ..
-//        errors ..                                every --stats-ms and once at the end
+//                                                 duplicates, bad checksums, messages out
+//                                                 of order, ...: never expected
+//   stat thread I streams .. sent .. ok .. bytes_ok .. failed .. pending .. stalls ..
+//        received .. bytes_received .. dups .. bad .. errors ..
+//                                                 every --stats-ms and once at the end
 //   recv-end thread I sender G received R next N count C    an end message came
-//   recv-stream thread I sender G received R next N gaps .. dups .. bad ..
+//   recv-stream thread I sender G received R next N dups .. bad ..
 //                                                 at the end, one per stream it saw
-//   send-done thread I / recv-done thread I ends E / done
+//   send-done thread I unresolved U / recv-done thread I ends E / done
 //
 // Exit codes: 0 no error line, 1 error lines (or no runtime), 2 usage.
 #include "soak_worker.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
@@ -61,7 +84,8 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "tocl-soak-worker: %s\n"
                "usage: tocl-soak-worker --target-host H [--threads N] [--window W] [--seed S] "
-               "[--long-every K] [--rate R] [--stats-ms MS] [--stall-ms MS] [--drain-ms MS]\n",
+               "[--long-every K] [--rate R] [--stats-ms MS] [--stall-ms MS] [--drain-ms MS] "
+               "[--records PREFIX]\n",
                why.c_str());
   return 2;
 }
@@ -71,6 +95,10 @@ Status ParseOptions(int argc, char** argv, SoakWorkerOptions& options) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) return InvalidArgument(flag + " needs a value");
     const std::string value = argv[i + 1];
+    if (flag == "--records") {
+      options.records = value;
+      continue;
+    }
     uint64_t number = 0;
     auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
     if (error != std::errc() || end != value.data() + value.size()) {
@@ -111,11 +139,11 @@ void PrintStats(LinePrinter& out, const std::vector<std::unique_ptr<SoakCounters
   for (size_t i = 0; i < counters.size(); ++i) {
     const SoakCounters& c = *counters[i];
     out.Print(
-        "stat thread {} streams {} sent {} acked {} bytes_acked {} failed {} skipped {} stalls {} "
-        "received {} bytes_received {} gaps {} dups {} bad {} ack_failed {} errors {}",
-        i, c.streams.load(), c.sent.load(), c.acked.load(), c.bytes_acked.load(), c.failed.load(),
-        c.skipped.load(), c.stalls.load(), c.received.load(), c.bytes_received.load(),
-        c.gaps.load(), c.dups.load(), c.bad.load(), c.ack_failed.load(), c.errors.load());
+        "stat thread {} streams {} sent {} ok {} bytes_ok {} failed {} pending {} stalls {} "
+        "received {} bytes_received {} dups {} bad {} errors {}",
+        i, c.streams.load(), c.sent.load(), c.ok.load(), c.bytes_ok.load(), c.failed.load(),
+        c.pending.load(), c.stalls.load(), c.received.load(), c.bytes_received.load(),
+        c.dups.load(), c.bad.load(), c.errors.load());
   }
 }
 
@@ -148,7 +176,37 @@ class StatsPrinter {
   std::thread thread_;
 };
 
+}  // namespace
+
+SoakRecordFile::SoakRecordFile(const std::string& path) : path_(path) {
+  if (!path_.empty()) fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+SoakRecordFile::~SoakRecordFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SoakRecordFile::Write(const std::string& line) {
+  if (fd_ < 0) return;
+  const std::string whole = line + "\n";
+  std::lock_guard lock(mu_);
+  // A regular file takes a short write whole; EINTR cannot come (every
+  // signal is blocked but for those that kill).
+  (void)!::write(fd_, whole.data(), whole.size());
+}
+
+namespace {
+
 int Run(const SoakWorkerOptions& options, LinePrinter& out, const sigset_t& stop_signal) {
+  SoakRecordFile sent_records(options.records.empty() ? "" : options.records + ".send");
+  SoakRecordFile received_records(options.records.empty() ? "" : options.records + ".recv");
+  if (!sent_records.ok() || !received_records.ok()) {
+    out.Print(
+        "error thread 0 side worker what records sender null seq 0 status cannot open {}.*: "
+        "errno {}",
+        options.records, errno);
+    return 1;
+  }
   RuntimeOptions runtime_options;
   runtime_options.name = "soak-worker";
   auto runtime = Runtime::Start(runtime_options);
@@ -178,7 +236,8 @@ int Run(const SoakWorkerOptions& options, LinePrinter& out, const sigset_t& stop
   }
 
   std::atomic<bool> stopping{false};
-  SoakContext context{**runtime, **directory, options, out, stopping};
+  SoakContext context{**runtime,    **directory,      options, out,
+                      sent_records, received_records, stopping};
   std::vector<std::thread> receiving;
   std::vector<std::thread> sending;
   for (int i = 0; i < options.threads; ++i) {

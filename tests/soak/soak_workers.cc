@@ -40,7 +40,10 @@ Status SoakWorkers::Start(int host) {
   }
   int number = 1;
   for (const auto& incarnation : all_) number += incarnation->host == host ? 1 : 0;
-  const std::vector<std::string> args = {
+  const std::string records = settings_.records_dir.empty()
+                                  ? ""
+                                  : fmt::format("{}/h{}#{}", settings_.records_dir, host, number);
+  std::vector<std::string> args = {
       "--target-host", std::to_string(host % cluster_.hosts() + 1),
       "--threads",     std::to_string(settings_.threads),
       "--seed",        std::to_string(settings_.seed),
@@ -48,6 +51,7 @@ Status SoakWorkers::Start(int host) {
       "--stats-ms",    std::to_string(settings_.stats_interval.count()),
       "--stall-ms",    std::to_string(settings_.stall_timeout.count()),
       "--drain-ms",    std::to_string(settings_.drain_timeout.count())};
+  if (!records.empty()) args.insert(args.end(), {"--records", records});
   auto started = LongWorker::StartProgram(cluster_, host, kSoakWorker, args, "ready");
   if (!started.ok()) {
     return started.status().WithContext(fmt::format("soak worker h{}#{}", host, number));
@@ -55,6 +59,7 @@ Status SoakWorkers::Start(int host) {
   auto incarnation = std::make_unique<SoakIncarnation>();
   incarnation->host = host;
   incarnation->number = number;
+  incarnation->records = records;
   incarnation->started = std::chrono::steady_clock::now();
   incarnation->worker = std::make_unique<LongWorker>(std::move(started).value());
   current_[host] = incarnation.get();

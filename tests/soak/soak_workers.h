@@ -34,6 +34,9 @@ struct SoakWorkerSettings {
   std::chrono::milliseconds stats_interval{2000};
   std::chrono::milliseconds stall_timeout{15000};
   std::chrono::milliseconds drain_timeout{30000};
+  // Where each worker keeps its records (soak_worker.cc): <dir>/<label>.send
+  // and .recv; none when empty.
+  std::string records_dir;
 };
 
 // One worker process: which host, the how-manieth there, and whether the
@@ -44,6 +47,7 @@ struct SoakIncarnation {
   std::chrono::steady_clock::time_point started;
   bool killed = false;
   std::unique_ptr<LongWorker> worker;
+  std::string records;  // its record files' path without .send / .recv ("" without)
 
   std::string Label() const;  // "h2#3"
 };
