@@ -315,16 +315,31 @@ TEST_CASE(
   CHECK(a.PoolInUse() == 0);
 }
 
+// Two processes with a route each way (a conversation).
+struct TwoWay {
+  TwoWay() {
+    auto route_to_b = a.tcp->Connect(kB, b.tcp->address());
+    auto route_to_a = b.tcp->Connect(kA, a.tcp->address());
+    REQUIRE(route_to_b.ok());
+    REQUIRE(route_to_a.ok());
+    to_b = std::move(*route_to_b);
+    to_a = std::move(*route_to_a);
+  }
+  Side a{Options(kA)};
+  Side b{Options(kB)};
+  std::unique_ptr<subsystem::Route> to_b;  // routes last: dropped before the sides
+  std::unique_ptr<subsystem::Route> to_a;
+};
+
 TEST_CASE(
     "in a conversation every acknowledgement rides on the answer: no write of its own, "
     "even when the side that answered goes to sleep",
     "[tcp][ack]") {
-  Side a(Options(kA));
-  Side b(Options(kB));
-  auto to_b = a.tcp->Connect(kB, b.tcp->address());
-  auto to_a = b.tcp->Connect(kA, a.tcp->address());
-  REQUIRE(to_b.ok());
-  REQUIRE(to_a.ok());
+  TwoWay two;
+  Side& a = two.a;
+  Side& b = two.b;
+  subsystem::Route* to_b = two.to_b.get();
+  subsystem::Route* to_a = two.to_a.get();
   const Sides sides{&a, &b};
   constexpr uint64_t kRounds = 500;
   std::vector<detail::BufferSlot*> watched;
@@ -335,16 +350,16 @@ TEST_CASE(
     REQUIRE(PostPumping(route, slot, sides).ok());
   };
   for (uint64_t i = 0; i < kRounds; ++i) {
-    post(a, kA, kB, **to_b, i);
+    post(a, kA, kB, *to_b, i);
     REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == i + 1; }));
-    post(b, kB, kA, **to_a, i);
+    post(b, kB, kA, *to_a, i);
     // The answering side sleeps now: nothing is owed, the answer carried it.
     b.tcp->PrepareToSleep();
     REQUIRE(PumpUntil(sides, [&] { return a.sink.size() == i + 1; }));
   }
   // The last answer's count goes when its receiver sleeps (nothing carries it).
   a.tcp->PrepareToSleep();
-  REQUIRE(PumpUntil(sides, [&] { return (*to_b)->Drained() && (*to_a)->Drained(); }));
+  REQUIRE(PumpUntil(sides, [&] { return to_b->Drained() && to_a->Drained(); }));
   CheckAllSent(watched);
 
   const TcpTrafficStats from_a = a.tcp->traffic();
@@ -367,19 +382,18 @@ TEST_CASE(
     "[tcp][ack]") {
   // Both ways at full speed: counts come on both sockets, overtaking each
   // other; none may be taken for a broken peer and every frame ends kSent.
-  Side a(Options(kA));
-  Side b(Options(kB));
-  auto to_b = a.tcp->Connect(kB, b.tcp->address());
-  auto to_a = b.tcp->Connect(kA, a.tcp->address());
-  REQUIRE(to_b.ok());
-  REQUIRE(to_a.ok());
+  TwoWay two;
+  Side& a = two.a;
+  Side& b = two.b;
+  subsystem::Route* to_b = two.to_b.get();
+  subsystem::Route* to_a = two.to_a.get();
   constexpr uint64_t kFrames = 5000;
   std::vector<detail::BufferSlot*> watched;
   {
     PumpThread pump({&a, &b});
     for (uint64_t seq = 0; seq < kFrames; ++seq) {
       for (auto [from, self, peer, route] :
-           {std::tuple{&a, kA, kB, to_b->get()}, std::tuple{&b, kB, kA, to_a->get()}}) {
+           {std::tuple{&a, kA, kB, to_b}, std::tuple{&b, kB, kA, to_a}}) {
         detail::BufferSlot* slot = NewFrame(from->tcp->pool(), self, peer, seq, 10 + seq % 700);
         if (seq % 7 == 0) {
           slot->refs.fetch_add(1);
@@ -393,8 +407,8 @@ TEST_CASE(
       }
     }
     const auto deadline = Clock::now() + 30s;
-    while ((a.sink.size() < kFrames || b.sink.size() < kFrames || !(*to_b)->Drained() ||
-            !(*to_a)->Drained()) &&
+    while ((a.sink.size() < kFrames || b.sink.size() < kFrames || !to_b->Drained() ||
+            !to_a->Drained()) &&
            Clock::now() < deadline) {
       std::this_thread::sleep_for(1ms);
     }
@@ -402,10 +416,10 @@ TEST_CASE(
   REQUIRE(b.sink.size() == kFrames);
   REQUIRE(a.sink.size() == kFrames);
   CheckInOrder(b.sink.arrivals());
-  CHECK((*to_b)->Drained());
-  CHECK((*to_a)->Drained());
-  CHECK_FALSE((*to_b)->Broken());
-  CHECK_FALSE((*to_a)->Broken());
+  CHECK(to_b->Drained());
+  CHECK(to_a->Drained());
+  CHECK_FALSE(to_b->Broken());
+  CHECK_FALSE(to_a->Broken());
   CheckAllSent(watched);
   CHECK(a.tcp->traffic().acknowledgements_carried + b.tcp->traffic().acknowledgements_carried > 0);
   CHECK(a.PoolInUse() == 0);
