@@ -68,6 +68,7 @@ constexpr PairConfig kPairs[] = {
     {"shm", "shm", "", -1},
     {"tcp", "tcp", "", -1},
     {"blocking", "shm", "", 0},  // spin 0: a receiver sleeps at once
+    {"blocking-tcp", "tcp", "", 0},
     {"via", "via", "sockets", -1},
     // Only with an RDMA device (RunMsgBench); never run on hardware yet.
     {"via-ibverbs", "via", "ibverbs", -1, true},
@@ -409,6 +410,17 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
     auto ours = g.Add("tocl shm, spin 0", Contender::kToclPingPong, 8);
     g.AddRow(futex, std::nullopt, "blocking 8 B: raw futex ping-pong");
     g.AddRow(ours, futex, "blocking 8 B: tocl shm, receiver asleep (spin 0)", RatioAtMost(1.2));
+    groups.push_back(g.Build());
+  }
+  if (tcp && wanted("blocking")) {
+    // A conversation between sleeping threads over tcp: what acknowledgements
+    // cost when each receiver sleeps between messages (they ride on the
+    // answers: subsystem/tcp/reverse_acks.h).
+    GroupBuilder g("blocking tcp", "blocking-tcp", Quantity::kLatency, tocl);
+    auto raw = g.Add("raw tcp blocking ping-pong", Contender::kRawTcpPingPong, 8);
+    auto ours = g.Add("tocl tcp, spin 0", Contender::kToclPingPong, 8);
+    g.AddRow(raw, std::nullopt, "blocking 8 B: raw tcp blocking ping-pong");
+    g.AddRow(ours, raw, "blocking 8 B: tocl tcp, receiver asleep (spin 0)");
     groups.push_back(g.Build());
   }
   return groups;

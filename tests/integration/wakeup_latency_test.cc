@@ -250,9 +250,13 @@ Latencies NoticesToBlockedReceiver(Ending ending, int samples) {
 // median and the 90th percentile, with bounds a waiting timer breaks and
 // such a load does not: the timers held every first message or
 // notice for hundreds of ms (p50 314 ms). The 5 ms holds for the
-// median, and for the p99 on an unloaded machine (printed each run).
+// median from the Send's return, and for the p99 on an unloaded machine
+// (printed each run).
 constexpr double kFirstMessageP50Ms = 5.0;
 constexpr double kFirstMessageP90Ms = 50.0;
+// From the call, two directory round trips come first: under load (a load
+// average of 19, parallel builds) their median reached 9-11 ms.
+constexpr double kFirstSendP50Ms = 50.0;
 constexpr double kFirstSendP90Ms = 100.0;
 constexpr double kNoticeP50Ms = 100.0;
 constexpr double kNoticeP90Ms = 500.0;
@@ -269,7 +273,7 @@ void CheckFirstMessages(const std::string& network) {
   INFO(from_call << "\n" << from_return);
   CHECK(latencies.from_return.Percentile(0.5) <= kFirstMessageP50Ms);
   CHECK(latencies.from_return.Percentile(0.9) <= kFirstMessageP90Ms);
-  CHECK(latencies.from_call.Percentile(0.5) <= kFirstMessageP50Ms);
+  CHECK(latencies.from_call.Percentile(0.5) <= kFirstSendP50Ms);
   CHECK(latencies.from_call.Percentile(0.9) <= kFirstSendP90Ms);
 }
 

@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (kVersion: 4)
+//        4     1  version (kVersion: 5)
 //        5     1  kind (FrameKind)
 //        6     2  flags (0; reserved for priorities)
 //        8     4  tag
@@ -46,11 +46,14 @@
 //               moved to another network)
 //   kReceived   acceptor -> connector: stream `seq` has its frames before
 //               number `offset` here (cumulative); the first one answers
-//               kResume and says where the connector resumes
+//               kResume and says where the connector resumes. Also in
+//               front of frames on the acceptor's own connection back to
+//               the connector (the count rides on reverse traffic)
 // Both are header-only frames between the two processes.
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
-// connection); peers of another version are refused.
+// connection), version 5 kReceived on reverse traffic; peers of another
+// version are refused.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -71,7 +74,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 4;
+inline constexpr uint8_t kVersion = 5;
 
 // Handshake payloads (security::Nonce and security::Mac).
 inline constexpr uint32_t kHandshakeNonceBytes = 32;

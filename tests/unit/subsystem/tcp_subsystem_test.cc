@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "buffers/buffer_pool.h"
@@ -311,6 +312,116 @@ TEST_CASE(
   CHECK(a.tcp->traffic().connections_lost >= 1);
   CHECK(a.tcp->traffic().routes_broken == 0);
   CheckAllSent(watched);
+  CHECK(a.PoolInUse() == 0);
+}
+
+// Two processes with a route each way (a conversation).
+struct TwoWay {
+  TwoWay() {
+    auto route_to_b = a.tcp->Connect(kB, b.tcp->address());
+    auto route_to_a = b.tcp->Connect(kA, a.tcp->address());
+    REQUIRE(route_to_b.ok());
+    REQUIRE(route_to_a.ok());
+    to_b = std::move(*route_to_b);
+    to_a = std::move(*route_to_a);
+  }
+  Side a{Options(kA)};
+  Side b{Options(kB)};
+  std::unique_ptr<subsystem::Route> to_b;  // routes last: dropped before the sides
+  std::unique_ptr<subsystem::Route> to_a;
+};
+
+TEST_CASE(
+    "in a conversation every acknowledgement rides on the answer: no write of its own, "
+    "even when the side that answered goes to sleep",
+    "[tcp][ack]") {
+  TwoWay two;
+  Side& a = two.a;
+  Side& b = two.b;
+  subsystem::Route* to_b = two.to_b.get();
+  subsystem::Route* to_a = two.to_a.get();
+  const Sides sides{&a, &b};
+  constexpr uint64_t kRounds = 500;
+  std::vector<detail::BufferSlot*> watched;
+  auto post = [&](Side& from, Gid self, Gid peer, subsystem::Route& route, uint64_t seq) {
+    detail::BufferSlot* slot = NewFrame(from.tcp->pool(), self, peer, seq, 32);
+    slot->refs.fetch_add(1);
+    watched.push_back(slot);
+    REQUIRE(PostPumping(route, slot, sides).ok());
+  };
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    post(a, kA, kB, *to_b, i);
+    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == i + 1; }));
+    post(b, kB, kA, *to_a, i);
+    // The answering side sleeps now: nothing is owed, the answer carried it.
+    b.tcp->PrepareToSleep();
+    REQUIRE(PumpUntil(sides, [&] { return a.sink.size() == i + 1; }));
+  }
+  // The last answer's count goes when its receiver sleeps (nothing carries it).
+  a.tcp->PrepareToSleep();
+  REQUIRE(PumpUntil(sides, [&] { return to_b->Drained() && to_a->Drained(); }));
+  CheckAllSent(watched);
+
+  const TcpTrafficStats from_a = a.tcp->traffic();
+  const TcpTrafficStats from_b = b.tcp->traffic();
+  INFO("a: " << from_a.acknowledgements_written << " written, " << from_a.acknowledgements_carried
+             << " carried; b: " << from_b.acknowledgements_written << " written, "
+             << from_b.acknowledgements_carried << " carried");
+  // The answers to the two resumes and the last answer's count; a few more
+  // if the poller's 200 us timer fired on a slow machine.
+  CHECK(from_a.acknowledgements_written + from_b.acknowledgements_written <= 3 + kRounds / 50);
+  CHECK(from_b.acknowledgements_carried >= kRounds - kRounds / 50);
+  CHECK(from_a.acknowledgements_carried >= kRounds - 1 - kRounds / 50);
+  CHECK(from_a.connections_lost + from_b.connections_lost == 0);
+  CHECK(a.tcp->traffic().routes_broken == 0);
+}
+
+TEST_CASE(
+    "a count that rides on reverse traffic and one on the stream's own socket, in any "
+    "order, acknowledge each frame once",
+    "[tcp][ack]") {
+  // Both ways at full speed: counts come on both sockets, overtaking each
+  // other; none may be taken for a broken peer and every frame ends kSent.
+  TwoWay two;
+  Side& a = two.a;
+  Side& b = two.b;
+  subsystem::Route* to_b = two.to_b.get();
+  subsystem::Route* to_a = two.to_a.get();
+  constexpr uint64_t kFrames = 5000;
+  std::vector<detail::BufferSlot*> watched;
+  {
+    PumpThread pump({&a, &b});
+    for (uint64_t seq = 0; seq < kFrames; ++seq) {
+      for (auto [from, self, peer, route] :
+           {std::tuple{&a, kA, kB, to_b}, std::tuple{&b, kB, kA, to_a}}) {
+        detail::BufferSlot* slot = NewFrame(from->tcp->pool(), self, peer, seq, 10 + seq % 700);
+        if (seq % 7 == 0) {
+          slot->refs.fetch_add(1);
+          watched.push_back(slot);
+        }
+        Status status;
+        while ((status = route->Post(slot)).code() == StatusCode::kTryAgain) {
+          std::this_thread::sleep_for(20us);
+        }
+        REQUIRE(status.ok());
+      }
+    }
+    const auto deadline = Clock::now() + 30s;
+    while ((a.sink.size() < kFrames || b.sink.size() < kFrames || !to_b->Drained() ||
+            !to_a->Drained()) &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  REQUIRE(b.sink.size() == kFrames);
+  REQUIRE(a.sink.size() == kFrames);
+  CheckInOrder(b.sink.arrivals());
+  CHECK(to_b->Drained());
+  CHECK(to_a->Drained());
+  CHECK_FALSE(to_b->Broken());
+  CHECK_FALSE(to_a->Broken());
+  CheckAllSent(watched);
+  CHECK(a.tcp->traffic().acknowledgements_carried + b.tcp->traffic().acknowledgements_carried > 0);
   CHECK(a.PoolInUse() == 0);
 }
 

@@ -7,12 +7,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "buffers/buffer_pool.h"
 #include "security/cluster_key.h"
 #include "subsystem/reactor.h"
 #include "subsystem/subsystem.h"
 #include "subsystem/tcp/received_streams.h"
+#include "subsystem/tcp/reverse_acks.h"
 #include "tocl/gid.h"
 #include "wire/frame.h"
 
@@ -34,6 +36,10 @@ struct TcpTrafficStats {
   // Outbound connections lost (reset, closed by the peer) and then
   // connected again or still trying.
   uint64_t connections_lost = 0;
+  // kReceived counts written on their own (answers to a resume included),
+  // and carried in front of frames to the peer (reverse_acks.h).
+  uint64_t acknowledgements_written = 0;
+  uint64_t acknowledgements_carried = 0;
 };
 
 // Counters only: relaxed atomics, read by whoever wants statistics.
@@ -46,6 +52,8 @@ struct TcpTraffic {
   std::atomic<uint64_t> connections_rejected{0};
   std::atomic<uint64_t> routes_broken{0};
   std::atomic<uint64_t> connections_lost{0};
+  std::atomic<uint64_t> acknowledgements_written{0};
+  std::atomic<uint64_t> acknowledgements_carried{0};
 
   static void Add(std::atomic<uint64_t>& counter, uint64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);
@@ -63,6 +71,8 @@ inline TcpTrafficStats TcpTraffic::Snapshot() const {
   s.connections_rejected = connections_rejected.load(std::memory_order_relaxed);
   s.routes_broken = routes_broken.load(std::memory_order_relaxed);
   s.connections_lost = connections_lost.load(std::memory_order_relaxed);
+  s.acknowledgements_written = acknowledgements_written.load(std::memory_order_relaxed);
+  s.acknowledgements_carried = acknowledgements_carried.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -103,6 +113,11 @@ struct ConnectionContext {
   std::atomic<int> down{0};
   // An outbound connection went down since Poll last told the runtime.
   std::atomic<bool> route_went_down{false};
+  // Counts owed to peers that our frames to them may carry (reverse_acks.h).
+  ReverseAcks reverse_acks;
+  // A kReceived that came on a peer's connection to us, about our stream
+  // to it (polling thread): the subsystem finds the outbound connection.
+  std::function<void(const wire::Header&)> reverse_acknowledged;
 
   // Polling-thread bookkeeping (handlers and Poll run there only):
   int delivered = 0;             // messages handed to the sink since the last Poll

@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cerrno>
@@ -136,6 +137,11 @@ InboundConnection::Progress InboundConnection::DeliverStaged() {
       begin_ += frame_bytes;
       continue;
     }
+    if (header->kind == wire::FrameKind::kReceived) {  // header only, not counted
+      begin_ += frame_bytes;
+      context_.reverse_acknowledged(*header);
+      continue;
+    }
     if (staged < frame_bytes && frame_bytes <= kDirectReadBytes) return Progress::kMore;
     if (context_.sink.Congested()) return Progress::kBlocked;
     detail::BufferSlot* slot = context_.pool.TryGet(buffers::ClassFor(header->length));
@@ -185,9 +191,12 @@ bool InboundConnection::Admit(const wire::Header& header) {
     return false;
   }
   const bool resume = header.kind == wire::FrameKind::kResume;
-  if (resume != (stream_ == nullptr) || header.kind == wire::FrameKind::kReceived) {
+  // After the resume a kReceived is the peer's count of our own stream to
+  // it, riding in front of its frames (reverse_acks.h).
+  if (resume != (stream_ == nullptr) ||
+      (stream_ == nullptr && header.kind == wire::FrameKind::kReceived)) {
     Close(stream_ == nullptr ? "a frame before the stream's resume"
-                             : "a stream frame after the stream's resume");
+                             : "a second resume of the stream");
     return false;
   }
   if (source.process() != hello_process_) {
@@ -255,8 +264,9 @@ bool InboundConnection::OnResume(const wire::Header& header) {
                 header.seq);
     replaced->Close("");
   }
+  reverse_ = context_.reverse_acks.For(hello_process_);
   report_written_ = wire::kHeaderBytes;
-  if (!Report()) {
+  if (!Report(/*always=*/true)) {
     Close("the answer to the stream's resume did not fit the socket buffer");
     return false;
   }
@@ -270,6 +280,9 @@ void InboundConnection::NoteReceived() {
   if (unreported >= kReportFrames || stream_->unreported_bytes >= kReportBytes) {
     Report();
   } else {
+    // Our next frame to the peer may carry it; if none does in time, the
+    // timer or the sleep sends it here.
+    reverse_->Owe(stream_->id, stream_->received);
     SetReportOwed(true);
   }
 }
@@ -286,8 +299,17 @@ void InboundConnection::ReportIfDue(std::chrono::steady_clock::time_point now) {
   Report();
 }
 
-bool InboundConnection::Report() {
+bool InboundConnection::Report(bool always) {
   if (report_written_ == report_.size()) {
+    if (const uint64_t carried = reverse_->carried(stream_->id); carried > stream_->reported) {
+      stream_->reported = std::min(carried, stream_->received);
+      stream_->unreported_bytes = 0;
+    }
+    if (!always && stream_->received == stream_->reported) {
+      owed_since_ = {};
+      SetReportOwed(false);
+      return true;
+    }
     reporting_ = stream_->received;
     wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kReceived, context_.self_process,
                                           hello_process_, stream_->id, reporting_),
@@ -308,6 +330,7 @@ bool InboundConnection::Report() {
     SetReportOwed(true);
     return false;
   }
+  TcpTraffic::Add(context_.traffic.acknowledgements_written, 1);
   stream_->reported = reporting_;
   stream_->unreported_bytes = 0;
   owed_since_ = {};  // what came since is owed from now

@@ -13,12 +13,15 @@
 // resume.
 //
 // Acknowledgements: every frame handed to the sink counts as received.
-// The count goes back to the peer in a kReceived header on this socket
-// after kReportFrames frames or kReportBytes bytes, else once the poller
-// sees it owed for kReportDelay, and always before the poller sleeps
-// (TcpSubsystem::Poll, PrepareToSleep): the sender's window is bounded, so
-// an acknowledgement must never wait for a timer that a sleeping process
-// does not run.
+// The count rides on our own frames to the peer when we send it any
+// (reverse_acks.h); what they have not carried goes back in a kReceived
+// header on this socket after kReportFrames frames or kReportBytes bytes,
+// else once the poller sees it owed for kReportDelay, and always before
+// the poller sleeps (TcpSubsystem::Poll, PrepareToSleep): the sender's
+// window is bounded, so an acknowledgement must never wait for a timer
+// that a sleeping process does not run. The peer's counts for our own
+// stream to it may come on this connection too, in front of its frames:
+// they go to the subsystem (ConnectionContext::reverse_acknowledged).
 //
 // Flow control: when the sink is congested or the pool has no buffer, the
 // connection stops reading (its fd leaves the epoll set, so a sleeping
@@ -44,6 +47,7 @@
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
 #include "subsystem/tcp/received_streams.h"
+#include "subsystem/tcp/reverse_acks.h"
 #include "subsystem/tcp/socket.h"
 #include "tocl/gid.h"
 #include "wire/frame.h"
@@ -114,8 +118,9 @@ class InboundConnection final : public subsystem::FdHandler {
   // After a batch of frames: reports now if enough came, else owes it.
   void NoteReceived();
   // Writes a kReceived with the stream's count (continuing one half
-  // written); false when the socket takes none of it now.
-  bool Report();
+  // written) unless our frames to the peer carried it already and
+  // `always` is false; false when the socket takes none of it now.
+  bool Report(bool always = false);
   void SetReportOwed(bool owed);
   // False when the sink refused the frame (the connection is then closed).
   bool Deliver(detail::BufferSlot* slot);
@@ -144,6 +149,8 @@ class InboundConnection final : public subsystem::FdHandler {
 
   // The stream this connection carries (after the resume).
   ReceivedStream* stream_ = nullptr;
+  // What our frames to the peer carry of the count (after the resume).
+  std::shared_ptr<ReverseAck> reverse_;
   bool report_owed_ = false;
   // When the poller first saw the report owed (its timer starts then, so
   // that the read path reads no clock).

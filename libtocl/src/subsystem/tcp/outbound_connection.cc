@@ -48,7 +48,8 @@ OutboundConnection::OutboundConnection(ConnectionContext& context, Gid peer_proc
       peer_process_(peer_process),
       address_(address),
       description_(fmt::format("{} at {}", peer_process.ToString(), address_.ToString())),
-      stream_id_(NewStreamId()) {}
+      stream_id_(NewStreamId()),
+      reverse_(context.reverse_acks.For(peer_process)) {}
 
 OutboundConnection::~OutboundConnection() {
   Shutdown("the route is gone");
@@ -307,21 +308,19 @@ void OutboundConnection::OnAnswerLocked() {
 }
 
 void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
-  const uint64_t count = header.offset;
   const bool resuming = state_ == State::kResuming;
   // Resuming, the peer may have what an earlier socket carried; later,
   // only what this one did.
   const uint64_t most = resuming ? window_.sent_end() : window_.base() + window_.unwritten();
   if (Gid::FromRaw(header.source) != peer_process_ ||
       Gid::FromRaw(header.destination) != context_.self_process || header.seq != stream_id_ ||
-      count < window_.base() || count > std::min(most, window_.end())) {
-    BreakLocked(fmt::format("connection to {}: an acknowledgement of frames [{}, {}) of stream "
-                            "{:#x} while frames [{}, {}) of stream {:#x} are held",
-                            description_, window_.base(), count, header.seq, window_.base(),
-                            window_.end(), stream_id_),
-                /*warn=*/true);
+      header.offset > std::max(std::min(most, window_.end()), window_.base())) {
+    BreakAcknowledgedLocked(header);
     return;
   }
+  // A count the peer's own frames to us carried may have come first
+  // (reverse_acks.h): one behind the window acknowledges nothing more.
+  const uint64_t count = std::max(header.offset, window_.base());
   window_.Acknowledge(count);
   if (!resuming) {
     SetWantWriteLocked(want_write_);  // the window may no longer wait for more
@@ -344,21 +343,54 @@ void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
   FlushLocked();
 }
 
+void OutboundConnection::OnReverseAcknowledged(const wire::Header& header) {
+  std::lock_guard lock(mu_);
+  if (header.seq != stream_id_ || state_ == State::kBroken) return;
+  if (header.offset <= window_.base()) return;
+  // The peer cannot have more than was ever written whole.
+  if (header.offset > std::min(window_.sent_end(), window_.end())) {
+    BreakAcknowledgedLocked(header);
+    return;
+  }
+  window_.Acknowledge(header.offset);
+  SetWantWriteLocked(want_write_);  // the window may no longer wait for more
+}
+
+void OutboundConnection::BreakAcknowledgedLocked(const wire::Header& header) {
+  BreakLocked(fmt::format("connection to {}: an acknowledgement of frames [{}, {}) of stream "
+                          "{:#x} while frames [{}, {}) of stream {:#x} are held",
+                          description_, window_.base(), header.offset, header.seq, window_.base(),
+                          window_.end(), stream_id_),
+              /*warn=*/true);
+}
+
 void OutboundConnection::FlushLocked() {
   for (;;) {
     const bool preamble = preamble_written_ < preamble_bytes_;
     const bool frames = state_ == State::kConnected && !window_.AllWritten();
+    if (frames && ack_written_ == ack_out_.size() && reverse_->Take(&ack_stream_, &ack_count_)) {
+      // What we owe the peer rides in front of our frames.
+      wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kReceived, context_.self_process,
+                                            peer_process_, ack_stream_, ack_count_),
+                         ack_out_.data());
+      ack_written_ = 0;
+    }
+    const bool ack = frames && ack_written_ < ack_out_.size();
     if (!fd_.valid() || (!preamble && !frames) ||
         (state_ != State::kConnected && state_ != State::kHandshaking &&
          state_ != State::kResuming)) {
       break;
     }
-    iovec iov[kMaxFramesPerWrite + 1];
+    iovec iov[kMaxFramesPerWrite + 2];
     size_t count = 0;
     size_t total = 0;
     if (preamble) {
       iov[count++] = {preamble_.data() + preamble_written_, preamble_bytes_ - preamble_written_};
       total += preamble_bytes_ - preamble_written_;
+    }
+    if (ack) {
+      iov[count++] = {ack_out_.data() + ack_written_, ack_out_.size() - ack_written_};
+      total += ack_out_.size() - ack_written_;
     }
     if (frames) {
       const size_t first = window_.unwritten();
@@ -387,6 +419,15 @@ void OutboundConnection::FlushLocked() {
       const size_t n = std::min(rest, preamble_bytes_ - preamble_written_);
       preamble_written_ += n;
       rest -= n;
+    }
+    if (ack) {
+      const size_t n = std::min(rest, ack_out_.size() - ack_written_);
+      ack_written_ += n;
+      rest -= n;
+      if (ack_written_ == ack_out_.size()) {
+        reverse_->Carried(ack_stream_, ack_count_);
+        TcpTraffic::Add(context_.traffic.acknowledgements_carried, 1);
+      }
     }
     if (rest > 0) TcpTraffic::Add(context_.traffic.frames_sent, window_.Written(rest));
     if (static_cast<size_t>(written) < total) break;  // the socket buffer is full
@@ -489,6 +530,9 @@ void OutboundConnection::CloseSocketLocked() {
   SetWantWriteLocked(false);
   handshake_.reset();
   preamble_bytes_ = preamble_written_ = 0;
+  // A count half written is lost with the socket: the peer's stream to us
+  // is still owed it (its connection's timer or sleep sends it).
+  ack_written_ = ack_out_.size();
   in_filled_ = 0;
 }
 

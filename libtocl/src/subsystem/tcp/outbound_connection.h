@@ -23,6 +23,11 @@
 // posted: a peer that closed its connections on its way out is not called
 // back.
 //
+// Acknowledgements ride both ways (reverse_acks.h): what the peer's
+// stream to us is owed goes in front of our frames as a kReceived header,
+// and the peer's counts of this stream come on its socket or on the peer's
+// own connection to us (OnReverseAcknowledged).
+//
 // Ownership: the TcpSubsystem owns it; the TcpRoute handle the runtime
 // holds only points at it. Frames are owned by the window.
 //
@@ -38,6 +43,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -48,6 +54,7 @@
 #include "security/handshake.h"
 #include "subsystem/reactor.h"
 #include "subsystem/tcp/connection_context.h"
+#include "subsystem/tcp/reverse_acks.h"
 #include "subsystem/tcp/send_window.h"
 #include "subsystem/tcp/socket.h"
 #include "tocl/gid.h"
@@ -106,6 +113,12 @@ class OutboundConnection final : public subsystem::FdHandler {
   // runtime, which may move its frames to another network).
   bool TakeWentDown();
 
+  // The peer's kReceived for this stream that came on its own connection
+  // to us (polling thread). A count behind what we know is old news; one
+  // past what was ever written breaks the route (a broken peer).
+  void OnReverseAcknowledged(const wire::Header& header);
+  uint64_t stream_id() const { return stream_id_; }
+
  private:
   enum class State {
     kConnecting,   // connect() in progress
@@ -143,6 +156,8 @@ class OutboundConnection final : public subsystem::FdHandler {
   // A kReceived (count `count`): frames leave the window; the first after
   // a kResume also says where writing resumes.
   void OnReceivedLocked(const wire::Header& header);
+  // A count the peer cannot have sent honestly: broken for good.
+  void BreakAcknowledgedLocked(const wire::Header& header);
   void SetHelloLocked();
   // Acknowledgements read from the socket by a sender whose window is full
   // (when the poller does not look at this socket every round).
@@ -183,6 +198,14 @@ class OutboundConnection final : public subsystem::FdHandler {
   std::array<std::byte, kReadBytes> in_{};
   size_t in_filled_ = 0;
   SendWindow window_;
+  // The count we owe the peer for its stream to us, carried in front of
+  // our frames (reverse_acks.h), and the kReceived header carrying it while
+  // it is being written.
+  const std::shared_ptr<ReverseAck> reverse_;
+  std::array<std::byte, wire::kHeaderBytes> ack_out_{};
+  size_t ack_written_ = wire::kHeaderBytes;  // nothing to write
+  uint64_t ack_stream_ = 0;
+  uint64_t ack_count_ = 0;
   bool resumed_once_ = false;  // a socket got as far as the peer's resume answer
   // Down: since when (for unreachable_timeout), how many attempts failed
   // since, and when the next one is due.

@@ -89,7 +89,11 @@ TcpSubsystem::TcpSubsystem(const TcpOptions& options, subsystem::Reactor& reacto
                wire::Limits{.max_payload = static_cast<uint32_t>(
                                 buffers::ClassBytes(options.num_classes - 1) - wire::kHeaderBytes)},
                options.max_queued_bytes_per_route, options.handshake_timeout,
-               options.unreachable_timeout) {}
+               options.unreachable_timeout) {
+  context_.reverse_acknowledged = [this](const wire::Header& header) {
+    OnReverseAcknowledged(header);
+  };
+}
 
 TcpSubsystem::~TcpSubsystem() {
   if (!closed_) Close();
@@ -189,6 +193,7 @@ Result<std::unique_ptr<subsystem::Route>> TcpSubsystem::Connect(Gid peer_process
                                           connection->address().ToString()));
   }
   OutboundConnection* raw = connection.get();
+  by_stream_.emplace(raw->stream_id(), raw);
   outbound_.push_back(std::move(connection));
   return std::unique_ptr<subsystem::Route>(std::make_unique<TcpRoute>(*this, raw));
 }
@@ -227,6 +232,20 @@ int TcpSubsystem::Poll() {
   }
   if (context_.route_went_down.load(std::memory_order_acquire)) ReportRoutesDown();
   return std::exchange(context_.delivered, 0);
+}
+
+void TcpSubsystem::OnReverseAcknowledged(const wire::Header& header) {
+  OutboundConnection* connection = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_stream_.find(header.seq);
+    if (it == by_stream_.end()) return;  // a stream we gave up since
+    connection = it->second;
+  }
+  // Outside mu_: only this (the polling) thread frees connections.
+  if (connection->peer_process() == Gid::FromRaw(header.source)) {
+    connection->OnReverseAcknowledged(header);
+  }
 }
 
 std::chrono::steady_clock::time_point TcpSubsystem::TickOutbound(
@@ -301,6 +320,7 @@ void TcpSubsystem::Housekeeping() {
   // Forgotten once their senders have given them up.
   context_.streams.Expire(now, 2 * options_.unreachable_timeout);
   FreeReleasedOutbound();
+  context_.reverse_acks.Expire();
   if (!accepting_ && !closed_) {
     if (context_.reactor.Add(listen_fd_.get(), EPOLLIN, &listener_).ok()) accepting_ = true;
   }
@@ -343,6 +363,7 @@ void TcpSubsystem::FreeReleasedOutbound() {
       auto it = std::find_if(outbound_.begin(), outbound_.end(),
                              [&](const auto& owned) { return owned.get() == connection; });
       if (it == outbound_.end()) continue;
+      by_stream_.erase(connection->stream_id());
       freed.push_back(std::move(*it));
       outbound_.erase(it);
     }

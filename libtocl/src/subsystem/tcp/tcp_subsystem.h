@@ -44,6 +44,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "buffers/buffer_pool.h"
@@ -170,6 +171,9 @@ class TcpSubsystem final : public subsystem::Subsystem {
   std::chrono::steady_clock::time_point TickOutbound(std::chrono::steady_clock::time_point now);
   // Tells the sink which routes went down.
   void ReportRoutesDown();
+  // A peer's count of one of our streams that came on its connection to us
+  // (reverse_acks.h): to the outbound connection of that stream.
+  void OnReverseAcknowledged(const wire::Header& header);
 
   const TcpOptions options_;
   buffers::AnonymousSlabMemory slab_memory_;
@@ -193,6 +197,7 @@ class TcpSubsystem final : public subsystem::Subsystem {
   // Guarded by mu_:
   std::vector<std::unique_ptr<OutboundConnection>> outbound_;
   std::vector<OutboundConnection*> released_;
+  std::unordered_map<uint64_t, OutboundConnection*> by_stream_;  // by stream id
   bool closing_ = false;
 };
 
