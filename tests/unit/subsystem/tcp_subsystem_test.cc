@@ -425,6 +425,73 @@ TEST_CASE(
   CHECK(a.PoolInUse() == 0);
 }
 
+TEST_CASE("a count riding on reverse traffic never goes into a frame the socket took only part of",
+          "[tcp][ack]") {
+  // a's large frames fill the socket while b does not read (its sink is
+  // congested): a's last write ends inside a frame. Then b's frames make a
+  // owe b a count. When b reads again, the rest of that frame must go
+  // before the count: put in front of it, the count landed inside the
+  // frame's payload (the soak saw long messages arrive with a wrong
+  // checksum, the stream's next header garbled). a's queue is larger than
+  // the socket buffers can grow here (loopback: 4 MiB to send, 32 MiB to
+  // receive), so that they fill before it does.
+  TcpOptions options = Options(kA);
+  options.max_queued_bytes_per_route = size_t{64} << 20;
+  Side a(options);
+  Side b(Options(kB));
+  auto route_to_b = a.tcp->Connect(kB, b.tcp->address());
+  auto route_to_a = b.tcp->Connect(kA, a.tcp->address());
+  REQUIRE(route_to_b.ok());
+  REQUIRE(route_to_a.ok());
+  subsystem::Route* to_b = route_to_b->get();
+  subsystem::Route* to_a = route_to_a->get();
+  const Sides sides{&a, &b};
+  // Both connections up before b stops reading.
+  REQUIRE(PostPumping(*to_b, NewFrame(a.tcp->pool(), kA, kB, 0, 100), sides).ok());
+  REQUIRE(PostPumping(*to_a, NewFrame(b.tcp->pool(), kB, kA, 0, 100), sides).ok());
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == 1 && a.sink.size() == 1; }));
+  b.sink.congested = true;
+
+  // Odd sizes, so that a full socket buffer ends inside a frame.
+  const size_t size = a.tcp->max_payload() / 2 + 777;
+  uint64_t seq = 1;
+  detail::BufferSlot* refused = nullptr;
+  const auto deadline = Clock::now() + 20s;
+  while (refused == nullptr) {
+    REQUIRE(Clock::now() < deadline);
+    detail::BufferSlot* slot = NewFrame(a.tcp->pool(), kA, kB, seq, size);
+    Status status;
+    for (int round = 0; round < 100; ++round) {
+      status = to_b->Post(slot);
+      if (status.code() != StatusCode::kTryAgain) break;
+      Pump(sides);
+    }
+    if (status.code() == StatusCode::kTryAgain) {
+      refused = slot;
+    } else {
+      REQUIRE(status.ok());
+      ++seq;
+    }
+  }
+  // b talks to a meanwhile: a owes b a count, which a's next write to b
+  // carries.
+  for (uint64_t i = 1; i <= 3; ++i) {
+    REQUIRE(PostPumping(*to_a, NewFrame(b.tcp->pool(), kB, kA, i, 100), sides).ok());
+  }
+  REQUIRE(PumpUntil(sides, [&] { return a.sink.size() == 4; }));
+
+  b.sink.congested = false;
+  REQUIRE(PostPumping(*to_b, refused, sides).ok());
+  ++seq;
+  REQUIRE(
+      PumpUntil(sides, [&] { return b.sink.size() == seq && to_b->Drained() && to_a->Drained(); }));
+  INFO("carried: a " << a.tcp->traffic().acknowledgements_carried << "; connections lost: a "
+                     << a.tcp->traffic().connections_lost);
+  CheckInOrder(b.sink.arrivals());
+  CHECK(a.tcp->traffic().connections_lost + b.tcp->traffic().connections_lost == 0);
+  CHECK(a.tcp->traffic().acknowledgements_carried > 0);
+}
+
 TEST_CASE("ten thousand frames of mixed sizes arrive whole and in order", "[tcp]") {
   Side a(Options(kA));
   Side b(Options(kB));

@@ -368,8 +368,11 @@ void OutboundConnection::FlushLocked() {
   for (;;) {
     const bool preamble = preamble_written_ < preamble_bytes_;
     const bool frames = state_ == State::kConnected && !window_.AllWritten();
-    if (frames && ack_written_ == ack_out_.size() && reverse_->Take(&ack_stream_, &ack_count_)) {
-      // What we owe the peer rides in front of our frames.
+    // What we owe the peer rides in front of our frames, at a frame's
+    // start: in front of the rest of one the socket took only part of, it
+    // would land inside that frame's payload.
+    if (frames && window_.head_written() == 0 && ack_written_ == ack_out_.size() &&
+        reverse_->Take(&ack_stream_, &ack_count_)) {
       wire::EncodeHeader(wire::StreamHeader(wire::FrameKind::kReceived, context_.self_process,
                                             peer_process_, ack_stream_, ack_count_),
                          ack_out_.data());
