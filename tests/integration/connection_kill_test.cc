@@ -1,6 +1,7 @@
 // Connections destroyed under a live stream (issue #18, "Prove it"). Two
 // tocl-stream-ledger processes stream numbered, checksummed messages over
-// tcp (one network, or two: 127.0.0.1 and 127.0.0.2), four thread pairs,
+// tcp (one network, or two: 127.0.0.1 and 127.0.0.2), over via (its
+// sockets provider: one tcp connection per VI) or over via and tcp, four thread pairs,
 // short messages only or 1 in 10 long (256 KiB), at full speed or paced,
 // while the test destroys the tcp connections between the two processes
 // with `ss -K`, ten times, alternately on the sender's side and on the
@@ -132,10 +133,11 @@ SeqRanges Ranges(const Fields& fields, const std::string& key) {
 enum class Side { kSender, kReceiver };
 constexpr int kAllNetworks = -1;
 
-// One tcp network of the two processes: the listener ("IP:PORT") each
-// published on it in the directory.
+// One tcp or via network of the two processes: the listener ("IP:PORT")
+// each published on it in the directory (via's sockets provider listens on
+// tcp too: each VI is a tcp connection).
 struct NetworkListeners {
-  std::string name;  // "tcp", "tcp-1", ...
+  std::string name;  // "tcp", "tcp-1", "via", ...
   std::string sender, receiver;
 };
 
@@ -143,11 +145,17 @@ std::vector<NetworkListeners> ListenersOf(DirectoryClient& client, Gid sender, G
   const Entity sending = REQUIRE_VALUE(client.Lookup(sender));
   const Entity receiving = REQUIRE_VALUE(client.Lookup(receiver));
   auto listener = [](const Endpoint& endpoint) {
-    return endpoint.address.substr(0, endpoint.address.find('/'));
+    // "IP:PORT/PREFIX", or via's "sockets:IP:PORT/PREFIX".
+    std::string address = endpoint.address.substr(0, endpoint.address.find('/'));
+    if (endpoint.subsystem.rfind("via", 0) == 0) {
+      REQUIRE(address.rfind("sockets:", 0) == 0);
+      address = address.substr(std::string_view("sockets:").size());
+    }
+    return address;
   };
   std::vector<NetworkListeners> networks;
   for (const Endpoint& ours : sending.endpoints) {
-    if (ours.subsystem.rfind("tcp", 0) != 0) continue;
+    if (ours.subsystem.rfind("tcp", 0) != 0 && ours.subsystem.rfind("via", 0) != 0) continue;
     for (const Endpoint& theirs : receiving.endpoints) {
       if (theirs.subsystem == ours.subsystem) {
         networks.push_back({ours.subsystem, listener(ours), listener(theirs)});
@@ -165,10 +173,11 @@ size_t Lines(const std::string& text) {
   return lines;
 }
 
-// Destroys the tcp connections between two processes with `ss -K`. A socket
-// of a connection to a process's listener has that listener's address as
-// its destination on the connecting side and as its source on the accepting
-// side: that is how ss selects them, and nothing else.
+// Destroys the tcp connections between two processes (tcp's, and via's
+// VIs over its sockets provider) with `ss -K`. A socket of a connection to
+// a process's listener has that listener's address as its destination on
+// the connecting side and as its source on the accepting side: that is how
+// ss selects them, and nothing else.
 class ConnectionKiller {
  public:
   ConnectionKiller(std::string ss, std::vector<NetworkListeners> networks)
@@ -511,6 +520,25 @@ TEST_CASE("a stream over two tcp networks loses nothing when its connections are
   const size_t variant = GENERATE(range(size_t{0}, std::size(kTraffic)));
   DYNAMIC_SECTION(kTraffic[variant].name) {
     RunStreamUnderKills("tcp:127.0.0.1,tcp:127.0.0.2", kTraffic[variant],
+                        static_cast<int>((variant + 1) % 2));
+  }
+}
+
+TEST_CASE("a stream over one via network loses nothing when its VIs are killed",
+          "[integration][kill][via]") {
+  // One VI per (peer, size class): each kill breaks several.
+  const size_t variant = GENERATE(range(size_t{0}, std::size(kTraffic)));
+  DYNAMIC_SECTION(kTraffic[variant].name) {
+    RunStreamUnderKills("via:127.0.0.1", kTraffic[variant], static_cast<int>(variant % 2));
+  }
+}
+
+TEST_CASE("a stream over via and tcp loses nothing when their connections are killed",
+          "[integration][kill][via]") {
+  // What a down via route holds moves to tcp (and back), and the other way.
+  const size_t variant = GENERATE(range(size_t{0}, std::size(kTraffic)));
+  DYNAMIC_SECTION(kTraffic[variant].name) {
+    RunStreamUnderKills("via:127.0.0.1,tcp:127.0.0.1", kTraffic[variant],
                         static_cast<int>((variant + 1) % 2));
   }
 }

@@ -119,7 +119,7 @@ class Route {
   // has no lanes. Fixed for the route's life: the runtime asks once.
   virtual uint32_t LaneFrameBytes() const { return 0; }
   // Nothing posted is still waiting for the network or, where the route
-  // keeps frames until the peer acknowledges them (tcp), for the peer.
+  // keeps frames until the peer acknowledges them (tcp, via), for the peer.
   virtual bool Drained() const = 0;
   // The route is broken for good (peer died, not reachable for the
   // network's unreachable_timeout, protocol error): Post fails.

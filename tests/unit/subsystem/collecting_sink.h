@@ -44,6 +44,7 @@ class CollectingSink final : public Sink {
     return Status::Ok();
   }
   bool Congested() const override { return congested.load(); }
+  void OnRouteDown(Gid /*peer_process*/) override { routes_down.fetch_add(1); }
   bool TryEnterLane(uint32_t lane) override { return lanes_[lane].try_lock(); }
   void EnterLane(uint32_t lane) override { lanes_[lane].lock(); }
   void LeaveLane(uint32_t lane) override { lanes_[lane].unlock(); }
@@ -66,6 +67,7 @@ class CollectingSink final : public Sink {
 
   std::atomic<bool> congested{false};
   std::atomic<bool> keep{false};
+  std::atomic<int> routes_down{0};  // OnRouteDown calls
 
  private:
   mutable std::mutex mu_;

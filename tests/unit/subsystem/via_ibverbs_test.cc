@@ -277,7 +277,8 @@ ConnectionManager::Answer AcceptInto(Side& side, Accepted& accepted, void* conte
       const ConnectData reply{.process = request.data().peer,
                               .peer = request.data().process,
                               .class_index = request.data().class_index,
-                              .posted = posted};
+                              .posted = posted,
+                              .stream = 2};
       status = posted == kPosted ? side.provider->ConnectAccept(request, **vi, reply)
                                  : Internal("could not post the receives");
       if (!status.ok()) side.provider->ConnectReject(request, status.message());
@@ -340,12 +341,14 @@ TEST_CASE("a reject reason survives the trip through the reject's private data",
   std::vector<std::byte> data = EncodeRejectData("crossed");
   data.resize(148);  // an IB REJ carries 148 bytes, zero-padded
   CHECK(DecodeRejectReason(data, 28) == "crossed");
+  CHECK(HasRejectReason(data));
   const std::string long_reason(500, 'r');
   CHECK(EncodeRejectData(long_reason).size() == VerbsProvider::kMaxRejectBytes);
   CHECK(DecodeRejectReason(EncodeRejectData(long_reason), 28).size() ==
         VerbsProvider::kMaxRejectBytes - VerbsProvider::kRejectTag.size());
   const std::vector<std::byte> zeros(148);
   CHECK_THAT(DecodeRejectReason(zeros, 8), Catch::Contains("nothing listens"));
+  CHECK_FALSE(HasRejectReason(zeros));
   CHECK(DecodeRejectReason({}, 28) == "reject reason 28");
 }
 
@@ -353,11 +356,16 @@ TEST_CASE("error completions map to VIA's errors", "[ibverbs]") {
   ibv_wc wc{};
   wc.status = IBV_WC_LOC_LEN_ERR;
   Status length = CompletionError(wc, /*receive=*/true, 256, "h1.p2");
-  CHECK(length.code() == StatusCode::kUnavailable);
+  // VIA's rules broken: the subsystem does not make the VI again.
+  CHECK(length.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(length.message(), Catch::Contains("larger than the posted receive buffer of 256"));
   wc.status = IBV_WC_RNR_RETRY_EXC_ERR;
   CHECK_THAT(CompletionError(wc, false, 0, "h1.p2").message(),
              Catch::Contains("no receive descriptor"));
+  CHECK(CompletionError(wc, false, 0, "h1.p2").code() == StatusCode::kInvalidArgument);
+  // A VI lost: made again.
+  wc.status = IBV_WC_RETRY_EXC_ERR;
+  CHECK(CompletionError(wc, false, 0, "h1.p2").code() == StatusCode::kUnavailable);
   wc.status = IBV_WC_WR_FLUSH_ERR;
   CHECK_THAT(CompletionError(wc, true, 256, "h1.p2").message(), Catch::Contains("flushed"));
   wc.status = IBV_WC_GENERAL_ERR;
@@ -453,8 +461,9 @@ TEST_CASE("ibverbs: connect, send, receive, completion and teardown", "[ibverbs]
     REQUIRE(created.ok());
     a_vi = std::move(*created);
     REQUIRE(a.PostReceives(*a_vi, kPosted) == kPosted);  // before the QP exists: queued
-    REQUIRE(a_vi->ConnectRequest(b.provider->address(),
-                                 {.process = kA, .peer = kB, .class_index = 0, .posted = kPosted})
+    REQUIRE(a_vi->ConnectRequest(
+                    b.provider->address(),
+                    {.process = kA, .peer = kB, .class_index = 0, .posted = kPosted, .stream = 1})
                 .ok());
     REQUIRE(WaitUntil(a, b, [&] {
       return !a.handler.connected(&a_context).empty() || !a.handler.closed(&a_context).empty();
@@ -556,13 +565,14 @@ TEST_CASE("ibverbs: a rejected request closes the VI with the peer's reason", "[
   REQUIRE(vi.ok());
   REQUIRE(a.PostReceives(**vi, kPosted) == kPosted);
   REQUIRE((*vi)
-              ->ConnectRequest(b.provider->address(),
-                               {.process = kA, .peer = kB, .class_index = 0, .posted = kPosted})
+              ->ConnectRequest(
+                  b.provider->address(),
+                  {.process = kA, .peer = kB, .class_index = 0, .posted = kPosted, .stream = 1})
               .ok());
   REQUIRE(WaitUntil(a, b, [&] { return !a.handler.closed(&a_context).empty(); }));
   CHECK(a.handler.connected(&a_context).empty());
   const Status why = a.handler.closed(&a_context)[0];
-  CHECK(why.code() == StatusCode::kUnavailable);
+  CHECK(why.code() == StatusCode::kFailedPrecondition);  // our peer's refusal
   CHECK_THAT(why.message(), Catch::EndsWith("crossed"));
   CheckAllCompleted(a, &a_context, 0, kPosted);
 }

@@ -4,6 +4,7 @@
 // the VI cap, dead peers; plus raw sockets that speak the VI stream badly.
 #include "subsystem/via/via_subsystem.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -246,10 +248,30 @@ BufferState StateOf(const detail::BufferSlot* slot) {
   return static_cast<BufferState>(slot->state.load());
 }
 
+// The next connection to `listener` (non-blocking), pumping `sides` meanwhile.
+Fd AcceptRaw(const Fd& listener, const Sides& sides) {
+  const auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline) {
+    Pump(sides);
+    const int fd = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) return Fd(fd);
+  }
+  FAIL("nobody connected");
+  return Fd();
+}
+
 // --- the handshake's data -----------------------------------------------------
 
 ConnectData SomeConnectData() {
-  return ConnectData{.process = kA, .peer = kB, .class_index = 3, .posted = 64};
+  return ConnectData{.process = kA,
+                     .peer = kB,
+                     .class_index = 3,
+                     .posted = 64,
+                     .epoch = 7,
+                     .stream = 0x1234567890abcdefu,
+                     .base = 0xfffffff0u,
+                     .peer_stream = 0xfedcba0987654321u,
+                     .received = 42};
 }
 
 std::vector<std::byte> Encoded(const ConnectData& data) {
@@ -300,34 +322,47 @@ Fd RawViaHandshake(const std::string& address, const ConnectData& request, const
 TEST_CASE("connect data survives an encode and decode and every bad field is refused", "[via]") {
   const ConnectData data = SomeConnectData();
   std::vector<std::byte> bytes = Encoded(data);
+  REQUIRE(bytes.size() == 56);  // what rdma_cm carries in a connect request
   auto decoded = ConnectData::Decode(bytes, kClasses);
   REQUIRE(decoded.ok());
   CHECK(decoded->process == kA);
   CHECK(decoded->peer == kB);
   CHECK(decoded->class_index == 3);
   CHECK(decoded->posted == 64);
+  CHECK(decoded->epoch == 7);
+  CHECK(decoded->stream == 0x1234567890abcdefu);
+  CHECK(decoded->base == 0xfffffff0u);
+  CHECK(decoded->peer_stream == 0xfedcba0987654321u);
+  CHECK(decoded->received == 42);
+  CHECK(ConnectData::CheckHeader(bytes).ok());
 
-  // The extremes that are still valid.
+  // The extremes that are still valid (no peer stream known yet, for one).
   auto edge = ConnectData::Decode(
-      Encoded({.process = kB, .peer = kA, .class_index = kClasses - 1, .posted = 0xFFFF}),
+      Encoded(
+          {.process = kB, .peer = kA, .class_index = kClasses - 1, .posted = 0xFFFF, .stream = 1}),
       kClasses);
   REQUIRE(edge.ok());
   CHECK(edge->class_index == kClasses - 1);
   CHECK(edge->posted == 0xFFFF);
-  CHECK(ConnectData::Decode(Encoded({.process = kB, .peer = kA, .class_index = 0, .posted = 1}),
-                            kClasses)
+  CHECK(edge->peer_stream == 0);
+  CHECK(ConnectData::Decode(
+            Encoded({.process = kB, .peer = kA, .class_index = 0, .posted = 1, .stream = 1}),
+            kClasses)
             .ok());
 
   struct Case {
     const char* name;
     std::vector<std::byte> bytes;
     const char* expected;
+    StatusCode code = StatusCode::kInvalidArgument;
   };
   REQUIRE(bytes.size() > 4);
   std::vector<std::byte> bad_magic = bytes;
   bad_magic.at(0) = std::byte{'X'};
-  std::vector<std::byte> bad_version = bytes;
-  bad_version.at(4) = std::byte{2};
+  std::vector<std::byte> old_version = bytes;
+  old_version.at(4) = std::byte{1};
+  std::vector<std::byte> new_version = bytes;
+  new_version.at(4) = std::byte{3};
   ConnectData thread = data;
   thread.process = Gid::Thread(kA, 1);
   ConnectData host = data;
@@ -337,33 +372,44 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
   ConnectData past = data;
   past.class_index = kClasses;
   ConnectData huge_class = data;
-  huge_class.class_index = 0xFFFFFFFFu;
+  huge_class.class_index = 0xFFFF;
   ConnectData none = data;
   none.posted = 0;
   ConnectData too_many = data;
   too_many.posted = 0x10000;
+  ConnectData no_stream = data;
+  no_stream.stream = 0;
   const std::vector<Case> cases = {
-      {"empty", {}, "via connect data of 0 bytes (32 expected)"},
+      {"empty", {}, "via connect data of 0 bytes (56 expected)"},
+      {"the header only", std::vector<std::byte>(bytes.begin(), bytes.begin() + 8),
+       "via connect data of 8 bytes (56 expected)"},
       {"short", std::vector<std::byte>(bytes.begin(), bytes.end() - 1),
-       "via connect data of 31 bytes (32 expected)"},
+       "via connect data of 55 bytes (56 expected)"},
       {"magic", bad_magic, "bad magic"},
-      {"version", bad_version, "version 2 (this is 1)"},
+      {"an older version", old_version, "version 1 (this is 2)", StatusCode::kFailedPrecondition},
+      {"a newer version", new_version, "version 3 (this is 2)", StatusCode::kFailedPrecondition},
       {"a thread as the sender", Encoded(thread), "are not both process ids"},
       {"a host as the peer", Encoded(host), "are not both process ids"},
       {"a null sender", Encoded(null), "are not both process ids"},
       {"a class past the last", Encoded(past), "size class 9 (this process has 9)"},
-      {"a huge class", Encoded(huge_class), "size class 4294967295"},
+      {"a huge class", Encoded(huge_class), "size class 65535"},
       {"no descriptors", Encoded(none), "0 receive descriptors posted"},
       {"too many descriptors", Encoded(too_many), "65536 receive descriptors posted"},
+      {"no stream", Encoded(no_stream), "stream 0"},
   };
   for (const Case& c : cases) {
     INFO(c.name);
     auto result = ConnectData::Decode(c.bytes, kClasses);
     REQUIRE_FALSE(result.ok());
-    CHECK(result.status().code() == StatusCode::kInvalidArgument);
+    CHECK(result.status().code() == c.code);
     INFO(result.status().message());
     CHECK(result.status().message().find(c.expected) != std::string::npos);
   }
+  // The header alone says which version: a provider refuses another at once.
+  CHECK(ConnectData::CheckHeader(std::span(old_version).first(8)).code() ==
+        StatusCode::kFailedPrecondition);
+  CHECK(ConnectData::CheckHeader(std::span(bad_magic).first(8)).code() ==
+        StatusCode::kInvalidArgument);
   // Fewer classes on the decoding side: class 3 is past them.
   CHECK(ConnectData::Decode(bytes, 3).status().code() == StatusCode::kInvalidArgument);
   CHECK(ConnectData::Decode(bytes, 4).ok());
@@ -596,16 +642,18 @@ TEST_CASE("a VI is created on the first send of its class and reused after", "[v
     CHECK(mine[0].queued == 0);
     CHECK(theirs[0].posted == DescriptorsPerVi(class_index));
   }
-  // B gives its credits back in one credit message per class (half a window
-  // re-posted); receiving it counts as using the VI.
+  // B gives its credits back and acknowledges in credit messages (a quarter
+  // window re-posted, then what is left after a moment).
   REQUIRE(PumpUntil(sides, [&] {
-    return VisOf(*a.via, kB, 0)[0].received == 1 && VisOf(*a.via, kB, kOther)[0].received == 1;
+    return VisOf(*a.via, kB, 0)[0].received >= 1 && VisOf(*a.via, kB, kOther)[0].received >= 1 &&
+           route->Drained();
   }));
   // The most recently used VI comes first.
   for (uint32_t class_index : {kOther, 0u, kOther}) {
     INFO("last used " << class_index);
     stream.Send(class_index, sides);
-    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size(); }));
+    REQUIRE(
+        PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
     CHECK(a.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
     CHECK(b.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
   }
@@ -764,15 +812,25 @@ TEST_CASE("a congested receiver stops the sender's credits and nothing is lost",
 
   // A window's worth (it fits the queue while the VI connects): the credits
   // run out with the reserve left, and nothing more goes while B is congested.
+  // B has what it delivered and says so (the frames are kSent): congestion
+  // holds back credits, not acknowledgements.
   uint64_t seq = 0;
+  std::vector<detail::BufferSlot*> first;
   for (; seq < window; ++seq) {
-    REQUIRE(route->Post(NewFrame(a.via->pool(), kA, kB, seq, kPayload)).ok());
+    detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, kPayload);
+    slot->refs.fetch_add(1);
+    first.push_back(slot);
+    REQUIRE(route->Post(slot).ok());
   }
   REQUIRE(PumpUntil(sides, [&] {
     const auto rows = VisOf(*a.via, kB, kClass);
     return rows.size() == 1 && rows[0].state == "connected" && rows[0].credits <= kReserve &&
-           b.sink.size() == window - kReserve;
+           b.sink.size() == window - kReserve &&
+           std::all_of(first.begin(), first.end() - kReserve, [](const detail::BufferSlot* slot) {
+             return StateOf(slot) == BufferState::kSent;
+           });
   }));
+  for (detail::BufferSlot* slot : first) a.via->pool().Unref(slot);
   // Then until the route's queue is full: TryAgain, for as long as B is congested.
   detail::BufferSlot* refused = nullptr;
   const auto deadline = Clock::now() + 20s;
@@ -861,7 +919,9 @@ TEST_CASE("a message larger than the posted descriptor breaks the VI", "[via]") 
   PumpRounds(sides, 100);
   CHECK(b.sink.size() == 1);  // nothing of the wrong frame
   CheckPerClass(b.sink.arrivals(), kA, kB, {{0, 0}});
-  CHECK(StateOf(wrong) == BufferState::kSent);  // the sender wrote it; the receiver refused it
+  // The receiver refused it, and the sender's next VI (the peer refuses the
+  // stream): never acknowledged.
+  CHECK(StateOf(wrong) == BufferState::kFailed);
   a.via->pool().Unref(wrong);
 
   // The class is broken for this route: later frames are refused, not taken.
@@ -933,6 +993,71 @@ TEST_CASE("a message that finds no receive descriptor breaks the VI", "[via]") {
   CHECK(route->Drained());
 }
 
+// A and B streaming to each other at once: frame `seq` each way, posted
+// from the test thread while a PumpThread polls both. Watched frames keep
+// a reference for the test, to see them end kSent.
+struct TwoWay {
+  TwoWay(Side& a_in, Side& b_in)
+      : a(a_in), b(b_in), a_to_b(ConnectTo(a, kB, b)), b_to_a(ConnectTo(b, kA, a)) {}
+  ~TwoWay() { Release(); }
+
+  void Post(uint64_t seq, uint32_t class_index, bool watch) {
+    PostOne(*a_to_b, a, kA, kB, seq, class_index, watch, forward);
+    PostOne(*b_to_a, b, kB, kA, seq, class_index, watch, back);
+  }
+  // Every frame arrived and was acknowledged, within 30 s.
+  bool Delivered() {
+    return WaitUntil(
+        [&] {
+          return b.sink.size() >= forward.size() && a.sink.size() >= back.size() &&
+                 a_to_b->Drained() && b_to_a->Drained();
+        },
+        30s);
+  }
+  // Each frame once, in order per class, the watched ones kSent, neither
+  // route broken; then the test's references go.
+  void Check() {
+    CHECK_FALSE(a_to_b->Broken());
+    CHECK_FALSE(b_to_a->Broken());
+    CHECK(b.sink.size() == forward.size());
+    CHECK(a.sink.size() == back.size());
+    CheckPerClass(b.sink.arrivals(), kA, kB, forward);
+    CheckPerClass(a.sink.arrivals(), kB, kA, back);
+    for (detail::BufferSlot* slot : watched) CHECK(StateOf(slot) == BufferState::kSent);
+    Release();
+  }
+  void Release() {
+    for (detail::BufferSlot* slot : watched) slot->pool->Unref(slot);
+    watched.clear();
+  }
+
+  Side& a;
+  Side& b;
+  std::unique_ptr<Route> a_to_b;
+  std::unique_ptr<Route> b_to_a;
+  std::vector<Sent> forward, back;
+  std::vector<detail::BufferSlot*> watched;
+
+ private:
+  void PostOne(Route& route, Side& from, Gid from_gid, Gid to_gid, uint64_t seq,
+               uint32_t class_index, bool watch, std::vector<Sent>& sent) {
+    detail::BufferSlot* slot =
+        NewFrame(from.via->pool(), from_gid, to_gid, seq, PayloadIn(class_index, seq));
+    if (watch) {
+      slot->refs.fetch_add(1);
+      watched.push_back(slot);
+    }
+    Status status;
+    const auto deadline = Clock::now() + 20s;
+    while ((status = route.Post(slot)).code() == StatusCode::kTryAgain && Clock::now() < deadline) {
+      std::this_thread::sleep_for(20us);
+    }
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+    sent.push_back({seq, class_index});
+  }
+};
+
 // --- the VI cap ---------------------------------------------------------------
 
 TEST_CASE("past the VI cap the least recently used VIs close and reconnect when used", "[via]") {
@@ -984,6 +1109,38 @@ TEST_CASE("past the VI cap the least recently used VIs close and reconnect when 
   CHECK_FALSE(route->Broken());
   CHECK(a.PoolInUse() == 0);
   CHECK(b.PoolInUse() == 0);
+}
+
+TEST_CASE(
+    "VIs closed by the cap while frames cross them in both directions lose nothing and "
+    "deliver nothing twice",
+    "[via]") {
+  // A cap of one VI and two classes in use both ways: every switch of
+  // class closes the other class's VI while frames are on their way, and
+  // frames whose acknowledgement did not make it before the close stay in
+  // their window until a later VI carries it.
+  ViaOptions options = Options(kA);
+  options.max_vis = 1;
+  Side a(options);
+  Side b(Options(kB));
+  TwoWay streams(a, b);
+  constexpr uint32_t kClassesUsed[] = {0, 3};
+  constexpr uint64_t kFrames = 1200;  // each way
+  {
+    PumpThread pump({&a, &b});
+    for (uint64_t seq = 0; seq < kFrames; ++seq) {
+      streams.Post(seq, kClassesUsed[(seq / 25) % 2], /*watch=*/true);
+    }
+    INFO("A: opened " << a.via->vis_opened() << " closed " << a.via->vis_closed() << " "
+                      << Describe(a.via->ViPool()));
+    INFO("B: " << Describe(b.via->ViPool()));
+    CHECK(streams.Delivered());
+  }
+  INFO("A opened " << a.via->vis_opened() << " VIs, closed " << a.via->vis_closed()
+                   << "; second copies dropped " << a.via->duplicates() + b.via->duplicates());
+  CHECK(a.via->vis_closed() > 2);
+  streams.Check();
+  REQUIRE(PumpUntil({&a, &b}, [&] { return a.PoolInUse() == 0 && b.PoolInUse() == 0; }));
 }
 
 TEST_CASE("a process with a VI cap of 4 serves six peers, closing the least recently used",
@@ -1051,57 +1208,83 @@ TEST_CASE("a process with a VI cap of 4 serves six peers, closing the least rece
 
 // --- peers that fail ------------------------------------------------------------
 
-TEST_CASE("a peer that goes away mid-stream fails the queued frames and can be replaced", "[via]") {
-  Side a(Options(kA));
-  auto b = std::make_unique<Side>(Options(kB));
-  auto route = ConnectTo(a, kB, *b);
-  b->sink.congested = true;  // A runs out of credits; the rest queues
-
-  // Two classes, each more than its window: the credits run out, the rest queues.
-  constexpr uint32_t kClassesUsed[] = {0, 3};
-  const uint64_t kPerClass = std::max(DescriptorsPerVi(0), DescriptorsPerVi(3)) + 50;
-  std::vector<detail::BufferSlot*> held;
-  for (uint64_t seq = 0; seq < 2 * kPerClass; ++seq) {
-    const uint32_t class_index = kClassesUsed[seq % 2];
-    detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, PayloadIn(class_index, seq));
-    slot->refs.fetch_add(1);
-    held.push_back(slot);
-    REQUIRE(PostPumping(*route, slot, {&a, b.get()}).ok());
-  }
-  const bool stalled = PumpUntil({&a, b.get()}, [&] {
-    size_t delivered = 0;
-    for (uint32_t class_index : kClassesUsed) {
-      const auto rows = VisOf(*a.via, kB, class_index);
-      const uint32_t sendable = DescriptorsPerVi(class_index) - kReserve;
-      if (rows.size() != 1 || rows[0].state != "connected" || rows[0].credits > kReserve ||
-          rows[0].queued != kPerClass - sendable) {
-        return false;
-      }
-      delivered += sendable;
+// A and B with frames of two classes posted from A, more than B's windows:
+// B is congested, so A's credits run out and the rest waits in A's windows.
+// Every frame keeps a reference for the test (`held`).
+struct Stalled {
+  explicit Stalled(const ViaOptions& a_options)
+      : a(a_options), b(std::make_unique<Side>(Options(kB))), route(ConnectTo(a, kB, *b)) {
+    b->sink.congested = true;
+    for (uint64_t seq = 0; seq < 2 * kPerClass; ++seq) {
+      const uint32_t class_index = kClassesUsed[seq % 2];
+      detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, seq, PayloadIn(class_index, seq));
+      slot->refs.fetch_add(1);
+      held.push_back(slot);
+      REQUIRE(PostPumping(*route, slot, {&a, b.get()}).ok());
     }
-    return b->sink.size() == delivered;
-  });
-  INFO("A: " << Describe(a.via->ViPool()));
-  REQUIRE(stalled);
-  CHECK_FALSE(route->Drained());
-
-  const size_t delivered = b->sink.size();
-  b->via->Close();
-  b.reset();
-  REQUIRE(PumpUntil({&a}, [&] { return route->Broken() && route->Drained(); }));
-  size_t failed = 0;
-  for (detail::BufferSlot* slot : held) {
-    const BufferState state = StateOf(slot);
-    CHECK((state == BufferState::kSent || state == BufferState::kFailed));
-    failed += state == BufferState::kFailed;
-    slot->pool->Unref(slot);
+    const bool stalled = PumpUntil({&a, b.get()}, [&] {
+      size_t delivered = 0;
+      for (uint32_t class_index : kClassesUsed) {
+        const auto rows = VisOf(*a.via, kB, class_index);
+        const uint32_t sendable = DescriptorsPerVi(class_index) - kReserve;
+        if (rows.size() != 1 || rows[0].state != "connected" || rows[0].credits > kReserve ||
+            rows[0].queued != kPerClass - sendable) {
+          return false;
+        }
+        delivered += sendable;
+      }
+      return b->sink.size() == delivered;
+    });
+    INFO("A: " << Describe(a.via->ViPool()));
+    REQUIRE(stalled);
+    CHECK_FALSE(route->Drained());
   }
-  CHECK(failed == held.size() - delivered);  // what waited for credits; the rest was sent
+  ~Stalled() { Release(); }
+  // Drops the test's references.
+  void Release() {
+    for (detail::BufferSlot* slot : held) slot->pool->Unref(slot);
+    held.clear();
+  }
+  size_t Count(BufferState state) const {
+    return static_cast<size_t>(std::count_if(held.begin(), held.end(),
+                                             [&](auto* slot) { return StateOf(slot) == state; }));
+  }
+
+  static constexpr uint32_t kClassesUsed[] = {0, 3};
+  const uint64_t kPerClass = std::max(DescriptorsPerVi(0), DescriptorsPerVi(3)) + 50;
+  Side a;
+  std::unique_ptr<Side> b;
+  std::unique_ptr<Route> route;
+  std::vector<detail::BufferSlot*> held;
+};
+
+TEST_CASE(
+    "a peer that goes away mid-stream is tried again until unreachable_timeout, then its frames "
+    "fail, and it can be replaced",
+    "[via]") {
+  ViaOptions options = Options(kA);
+  options.unreachable_timeout = 600ms;
+  Stalled s(options);
+  Side& a = s.a;
+  const size_t delivered = s.b->sink.size();
+  s.b->via->Close();
+  s.b.reset();
+  // A lost VI is not a dead peer: the route is down, and it tries again.
+  REQUIRE(PumpUntil({&a}, [&] { return s.route->Down(); }));
+  const auto down_at = Clock::now();
+  CHECK_FALSE(s.route->Broken());
+  CHECK(a.sink.routes_down > 0);
+  REQUIRE(PumpUntil({&a}, [&] { return s.route->Broken() && s.route->Drained(); }));
+  CHECK(Clock::now() - down_at >= 400ms);
+  CHECK_FALSE(s.route->Down());
+  // kSent only for what B acknowledged (it had them); the rest failed.
+  CHECK(s.Count(BufferState::kSent) <= delivered);
+  CHECK(s.Count(BufferState::kSent) + s.Count(BufferState::kFailed) == s.held.size());
   detail::BufferSlot* refused = NewFrame(a.via->pool(), kA, kB, 999, 100);
-  CHECK(route->Post(refused).code() == StatusCode::kUnavailable);
+  CHECK(s.route->Post(refused).code() == StatusCode::kUnavailable);
   a.via->pool().Unref(refused);
-  REQUIRE(PumpUntil({&a}, [&] { return a.via->open_vis() == 0; }));
-  CHECK(a.PoolInUse() == 0);
+  s.Release();
+  REQUIRE(PumpUntil({&a}, [&] { return a.via->open_vis() == 0 && a.PoolInUse() == 0; }));
 
   // The process comes back at a new address: a new route reaches it.
   Side b2(Options(kB));
@@ -1111,6 +1294,150 @@ TEST_CASE("a peer that goes away mid-stream fails the queued frames and can be r
   REQUIRE(PumpUntil({&a, &b2}, [&] { return b2.sink.size() == stream.sent.size(); }));
   CheckPerClass(b2.sink.arrivals(), kA, kB, stream.sent);
   CHECK_FALSE(fresh->Broken());
+}
+
+TEST_CASE(
+    "a down route hands its unacknowledged frames to the runtime, and Abandon fails what it "
+    "holds at once",
+    "[via]") {
+  Stalled s(Options(kA));
+  Side& a = s.a;
+  s.b->via->Close();
+  s.b.reset();
+  REQUIRE(PumpUntil({&a}, [&] { return s.route->Down(); }));
+  // Everything not acknowledged, oldest first per class, with a reference
+  // each, from each class once its VI is found lost.
+  std::vector<buffers::SlotRef> taken;
+  REQUIRE(PumpUntil({&a}, [&] {
+    for (buffers::SlotRef& frame : s.route->TakeUnacknowledged()) taken.push_back(std::move(frame));
+    return taken.size() + s.Count(BufferState::kSent) == s.held.size();
+  }));
+  std::map<uint32_t, uint64_t> last_seq;
+  for (const buffers::SlotRef& frame : taken) {
+    CHECK(static_cast<BufferState>(frame->state.load()) == BufferState::kInFlight);
+    const uint32_t class_index = buffers::ClassFor(frame->header().length);
+    if (last_seq.count(class_index) != 0) CHECK(frame->header().seq > last_seq[class_index]);
+    last_seq[class_index] = frame->header().seq;
+  }
+  taken.clear();
+  CHECK(s.route->Drained());
+  CHECK(s.route->TakeUnacknowledged().empty());
+  CHECK(s.Count(BufferState::kFailed) == 0);
+  CHECK_FALSE(s.route->Broken());
+
+  // A new frame waits in the route, which tries again; the peer is gone
+  // for good (its process exited): everything fails at once.
+  detail::BufferSlot* later = NewFrame(a.via->pool(), kA, kB, 1000, 100);
+  later->refs.fetch_add(1);
+  REQUIRE(s.route->Post(later).ok());
+  PumpRounds({&a}, 20);
+  CHECK_FALSE(s.route->Broken());
+  s.route->Abandon("the process exited");
+  CHECK(s.route->Broken());
+  CHECK(s.route->Drained());
+  CHECK(StateOf(later) == BufferState::kFailed);
+  a.via->pool().Unref(later);
+  s.Release();
+  const bool clean = PumpUntil(
+      {&a}, [&] { return a.via->open_vis() == 0 && a.PoolInUse() == 0; }, 5s);
+  INFO("A: " << Describe(a.via->ViPool()) << " in use " << a.PoolInUse());
+  REQUIRE(clean);
+}
+
+TEST_CASE("a VI refused by the peer breaks its route at once, with the peer's reason", "[via]") {
+  Side a(Options(kA));
+  // A listener that answers every request with a refusal, or drops it as a
+  // process of another version would.
+  const bool refuse = GENERATE(true, false);
+  std::string bound;
+  auto listener = tcp::ListenAnyPort("127.0.0.1", 4, &bound);
+  REQUIRE(listener.ok());
+  auto route = a.via->Connect(kB, "sockets:" + bound);
+  REQUIRE(route.ok());
+  detail::BufferSlot* slot = NewFrame(a.via->pool(), kA, kB, 0, 100);
+  slot->refs.fetch_add(1);
+  REQUIRE((*route)->Post(slot).ok());
+  Fd raw = AcceptRaw(*listener, {&a});
+  const auto head = testing::RawRead(raw, ConnectData::kHeaderBytes, {&a});
+  REQUIRE(ConnectData::CheckHeader(head).ok());
+  LogCapture log;
+  const auto start = Clock::now();
+  if (refuse) {
+    const std::string reason = "via connect data: version 2 (this is 3)";
+    std::vector<std::byte> reply(8 + reason.size());
+    const uint32_t rejected = 1;
+    const auto length = static_cast<uint32_t>(reason.size());
+    std::memcpy(reply.data(), &rejected, 4);
+    std::memcpy(reply.data() + 4, &length, 4);
+    std::memcpy(reply.data() + 8, reason.data(), reason.size());
+    testing::RawWrite(raw, reply);
+  }
+  raw = Fd();
+  REQUIRE(PumpUntil({&a}, [&] { return (*route)->Broken(); }));
+  CHECK(Clock::now() - start < 2s);  // not after unreachable_timeout
+  CHECK(StateOf(slot) == BufferState::kFailed);
+  a.via->pool().Unref(slot);
+  CHECK(log.Contains(refuse ? "rejected the connection: via connect data: version 2 (this is 3)"
+                            : "before it answered the request"));
+}
+
+// --- VIs killed under a stream -------------------------------------------------
+
+// Destroys the tcp sockets matching `filter` (an `ss` filter) with `ss -K`;
+// false when this kernel cannot (no CONFIG_INET_DIAG_DESTROY) or `ss` is
+// missing.
+bool KillSockets(const std::string& filter) {
+  const std::string command = "ss -K '" + filter + "' >/dev/null 2>&1";
+  return std::system(command.c_str()) == 0;
+}
+
+std::string PortOf(const std::string& address) {
+  return address.substr(address.rfind(':') + 1);
+}
+
+TEST_CASE(
+    "VIs killed while both sides live lose nothing: each connects again, every frame arrives "
+    "once, in order per class, and ends kSent",
+    "[via][kill]") {
+  Side a(Options(kA));
+  Side b(Options(kB));
+  TwoWay streams(a, b);
+  const std::string a_listener = "127.0.0.1:" + PortOf(a.SocketAddress());
+  const std::string b_listener = "127.0.0.1:" + PortOf(b.SocketAddress());
+  // A's sockets: its VIs to B's listener, and those its own listener
+  // accepted; B's the other ends.
+  const std::string a_sockets = fmt::format("( dst {} or src {} )", b_listener, a_listener);
+  const std::string b_sockets = fmt::format("( src {} or dst {} )", b_listener, a_listener);
+  constexpr uint64_t kFrames = 12000;  // each way
+  constexpr uint64_t kEvery = 1500;
+  constexpr uint32_t kClassesUsed[] = {0, 3, 6};  // 256 B, 2 KiB, 16 KiB: a VI each
+  int kills = 0;
+  {
+    PumpThread pump({&a, &b});
+    for (uint64_t seq = 0; seq < kFrames; ++seq) {
+      if (seq % kEvery == kEvery / 2) {
+        // A's sockets, then B's, in turn: both ends have frames in flight.
+        if (!KillSockets(kills % 2 == 0 ? a_sockets : b_sockets)) {
+          WARN("ss -K does not work here: VI kills not tested");
+          break;
+        }
+        ++kills;
+      }
+      streams.Post(seq, kClassesUsed[(seq / 7) % 3], /*watch=*/seq % 50 == 0);
+    }
+    INFO("A: lost " << a.via->vis_lost() << " restored " << a.via->vis_restored() << " "
+                    << Describe(a.via->ViPool()));
+    INFO("B: lost " << b.via->vis_lost() << " restored " << b.via->vis_restored() << " "
+                    << Describe(b.via->ViPool()));
+    CHECK(streams.Delivered());
+  }
+  if (kills == 0) return;
+  WARN(kills << " kills; VIs lost " << a.via->vis_lost() + b.via->vis_lost() << ", restored "
+             << a.via->vis_restored() + b.via->vis_restored() << "; second copies dropped "
+             << a.via->duplicates() + b.via->duplicates());
+  CHECK(a.via->vis_lost() + b.via->vis_lost() >= static_cast<uint64_t>(kills));
+  streams.Check();
+  REQUIRE(PumpUntil({&a, &b}, [&] { return a.PoolInUse() == 0 && b.PoolInUse() == 0; }));
 }
 
 // --- bad input from the network -------------------------------------------------
@@ -1139,6 +1466,22 @@ std::vector<std::byte> Frame(Gid source, Gid destination, uint32_t payload) {
   return bytes;
 }
 
+// The passive side's refusal of a request on `raw` ([u32 1][u32 n][n bytes],
+// sockets_vi.h): its reason.
+std::string RawRefusal(const Fd& raw, const Sides& sides) {
+  const auto head = testing::RawRead(raw, 8, sides);
+  REQUIRE(head.size() == 8);
+  uint32_t verdict, length;
+  std::memcpy(&verdict, head.data(), 4);
+  std::memcpy(&length, head.data() + 4, 4);
+  CHECK(verdict == 1);
+  REQUIRE(length > 0);
+  REQUIRE(length <= 256);
+  const auto reason = testing::RawRead(raw, length, sides);
+  REQUIRE(reason.size() == length);
+  return std::string(reinterpret_cast<const char*>(reason.data()), reason.size());
+}
+
 TEST_CASE("bad requests and bad messages close one connection while a good peer keeps working",
           "[via]") {
   Side a(Options(kA));
@@ -1152,7 +1495,8 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
   };
   send_one();
   const std::string address = b.SocketAddress();
-  const ConnectData request{.process = kRaw, .peer = kB, .class_index = 0, .posted = 8};
+  const ConnectData request{
+      .process = kRaw, .peer = kB, .class_index = 0, .posted = 8, .stream = 1};
 
   SECTION("requests the connection manager drops") {
     struct Case {
@@ -1165,9 +1509,11 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
     bad_version[4] = std::byte{7};
     std::vector<std::byte> zero_proof = RequestBytes(request);
     zero_proof.resize(zero_proof.size() + sizeof(security::Mac));
+    std::vector<std::byte> short_request = RequestBytes(request);
+    short_request.resize(20);  // its magic and version are good
     std::vector<Case> cases = {
         {"garbage", std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
-        {"version", bad_version, false, "version 7 (this is 1)"},
+        {"version", bad_version, false, "refused: via connect data: version 7 (this is 2)"},
         {"a thread id", RequestBytes({.process = Gid::Thread(kRaw, 1), .peer = kB, .posted = 8}),
          false, "are not both process ids"},
         {"a class past the last",
@@ -1176,8 +1522,7 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
         {"no descriptors",
          RequestBytes({.process = kRaw, .peer = kB, .class_index = 0, .posted = 0}), false,
          "0 receive descriptors"},
-        {"a short request", std::vector<std::byte>(10, std::byte{1}), true,
-         "closed before its request"},
+        {"a short request", short_request, true, "closed before its request"},
         {"a proof of zeros", zero_proof, false,
          "the peer that connected does not hold this cluster's secret"},
         {"a request and then nothing", RequestBytes(request), true, "closed during the handshake"},
@@ -1201,22 +1546,25 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
   }
   SECTION("a request meant for another process is rejected with the reason") {
     Fd raw = testing::RawConnect(address);
-    testing::RawWrite(raw,
-                      RequestBytes({.process = kRaw, .peer = Gid::Process(1, 5), .posted = 8}));
-    const auto head = testing::RawRead(raw, 8, sides);
-    REQUIRE(head.size() == 8);
-    uint32_t verdict, length;
-    std::memcpy(&verdict, head.data(), 4);
-    std::memcpy(&length, head.data() + 4, 4);
-    CHECK(verdict == 1);
-    REQUIRE(length > 0);
-    REQUIRE(length <= 256);
-    const auto reason = testing::RawRead(raw, length, sides);
-    REQUIRE(reason.size() == length);
-    const std::string text(reinterpret_cast<const char*>(reason.data()), reason.size());
-    CHECK(text == "this is h1.p2, not h1.p5");
+    testing::RawWrite(
+        raw, RequestBytes({.process = kRaw, .peer = Gid::Process(1, 5), .posted = 8, .stream = 1}));
+    CHECK(RawRefusal(raw, sides) == "this is h1.p2, not h1.p5");
     REQUIRE(testing::ClosedByPeer(raw, sides));
     CHECK(VisOf(*b.via, kRaw, 0).empty());
+    send_one();
+  }
+  SECTION("a request of another version is refused at once, with the reason") {
+    // Version 1's request: 32 bytes of ConnectData and the nonce, fewer
+    // than this version's; the refusal does not wait for more.
+    std::vector<std::byte> old_request = RequestBytes(request);
+    old_request[4] = std::byte{1};
+    old_request.resize(64);
+    LogCapture log;
+    Fd raw = testing::RawConnect(address);
+    testing::RawWrite(raw, old_request);
+    CHECK(RawRefusal(raw, sides) == "via connect data: version 1 (this is 2)");
+    REQUIRE(testing::ClosedByPeer(raw, sides));
+    CHECK(log.Contains("refused: via connect data: version 1 (this is 2)"));
     send_one();
   }
   SECTION("an accepted VI that breaks the message rules") {
@@ -1232,7 +1580,7 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
         {"a message larger than the descriptor",
          Packet(1000, 0, Frame(Gid::Thread(kRaw, 1), Gid::Thread(kB, 1), 936)),
          "larger than the posted receive buffer"},
-        {"an unknown kind", Packet(0, EncodeImmediate(ViMessage::kCloseAck, 0) + (1u << 16)),
+        {"an unknown kind", Packet(0, EncodeImmediate(ViMessage::kCloseAck, 0, 0) + (1u << 28)),
          "a message of unknown kind"},
         {"a frame from someone else",
          Packet(static_cast<uint32_t>(good.size()), 0,
@@ -1262,10 +1610,15 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
     };
     LogCapture log(spdlog::level::debug);
     size_t from_raw = 0;
+    uint64_t raw_stream = 100;
     for (const Case& c : cases) {
       INFO(c.name);
       log.Clear();
-      Fd raw = RawViaHandshake(address, request, sides);
+      // A stream of its own: B refuses the VIs of a stream that broke the
+      // protocol.
+      ConnectData fresh = request;
+      fresh.stream = ++raw_stream;
+      Fd raw = RawViaHandshake(address, fresh, sides);
       const auto reply = testing::RawRead(raw, 4 + ConnectData::kBytes, sides);
       REQUIRE(reply.size() == 4 + ConnectData::kBytes);
       uint32_t verdict;

@@ -15,8 +15,9 @@
 // The connection handshake (as VIA's ConnectRequest / ConnectWait /
 // ConnectAccept, rdma_cm's connect / CONNECT_REQUEST / accept) carries a
 // small ConnectData both ways: who asks, whom it means to reach (the
-// discriminator: the process Gid), which size class, and how many receive
-// descriptors each side posted before the request or the accept.
+// discriminator: the process Gid), which size class, how many receive
+// descriptors each side posted before the request or the accept, and where
+// the two streams of frames stand.
 //
 // Two providers: sockets (each VI a TCP connection, as M-VIA ran VIA over
 // Ethernet) and ibverbs (RC queue pairs). See README.md.
@@ -52,21 +53,47 @@
 
 namespace tocl::subsystem::via {
 
-// The handshake's private data. 32 bytes on the wire (rdma_cm allows 56 in
-// a connect request).
+// The handshake's private data, both ways: who asks, whom it means to reach
+// (the discriminator), the class, the descriptors posted, and where each
+// direction's stream of frames stands (stream_pair.h), so that a VI that
+// replaces a broken one resends exactly what the peer lacks. 56 bytes on
+// the wire: what rdma_cm carries in a connect request.
+//
+//   0 magic u32 | 4 version u16 | 6 class u16 | 8 process u64 | 16 peer u64
+//  24 posted u32 | 28 epoch u32 | 32 stream u64 | 40 peer_stream u64
+//  48 base u32 | 52 received u32
 struct ConnectData {
   static constexpr uint32_t kMagic = 0x41495654;  // "TVIA"
-  static constexpr uint16_t kVersion = 1;
-  static constexpr size_t kBytes = 32;
+  static constexpr uint16_t kVersion = 2;
+  static constexpr size_t kBytes = 56;
+  // Magic and version: what a provider reads first, to refuse another
+  // version before it waits for the rest.
+  static constexpr size_t kHeaderBytes = 8;
 
   Gid process;               // the sender of this data (a process id)
   Gid peer;                  // the process it is meant for: the discriminator
   uint32_t class_index = 0;  // the VI's size class
   uint32_t posted = 0;       // receive descriptors the sender posted for this VI
+  // A request: the epoch of the last VI the requester had connected in this
+  // (peer, class), the one this one replaces (0: none). An accept: the new
+  // VI's epoch, higher than both sides' last.
+  uint32_t epoch = 0;
+  // The sender's stream of frames to the peer in this class (never 0) and
+  // its first frame not acknowledged (low 32 bits; windows are far shorter).
+  uint64_t stream = 0;
+  uint32_t base = 0;
+  // The peer's stream the sender knows (0: none) and how many of its frames
+  // the sender has received (low 32 bits).
+  uint64_t peer_stream = 0;
+  uint32_t received = 0;
 
   void Encode(std::byte out[kBytes]) const;
-  // InvalidArgument for a bad magic or version, ids that are not process
-  // ids, a class past `num_classes`, no or more than 65535 descriptors.
+  // InvalidArgument for a bad magic, FailedPrecondition for another
+  // version (both with the reason): the first kHeaderBytes.
+  static Status CheckHeader(std::span<const std::byte> bytes);
+  // CheckHeader's errors, and InvalidArgument for ids that are not process
+  // ids, a class past `num_classes`, no or more than 65535 descriptors, a
+  // stream 0.
   static Result<ConnectData> Decode(std::span<const std::byte> bytes, uint32_t num_classes);
 };
 
@@ -97,7 +124,18 @@ class CompletionHandler {
   // The VI is gone: its request was rejected or failed, the peer
   // disconnected, an error broke it, or Disconnect was called. Every
   // descriptor it held has been completed before this call; nothing about
-  // this VI follows, and the ProviderVi may be destroyed.
+  // this VI follows, and the ProviderVi may be destroyed. `why` says what
+  // can be made of it:
+  //   FailedPrecondition  the peer refused the request (its reason follows)
+  //   PermissionDenied    the data plane's handshake failed (another secret)
+  //   NotFound            nobody accepts there: refused, or closed before
+  //                       an answer (no tocl process of this cluster and
+  //                       version)
+  //   InvalidArgument     a message broke VIA's rules or was malformed (a
+  //                       message larger than its descriptor, one that
+  //                       found none, a bad length or reply)
+  //   anything else       the connection was lost (reset, closed, no
+  //                       route): a new one may work
   virtual void OnClosed(void* vi, const Status& why) = 0;
 };
 

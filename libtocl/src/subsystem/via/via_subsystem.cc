@@ -26,9 +26,26 @@ constexpr std::string_view kCrossed = "crossed";
 // The reason a request is rejected with when the pool has no buffers to
 // post for it: the requester tries again later, it is not broken.
 constexpr std::string_view kBusy = "no receive buffers now (pool at its cap)";
+// Reconnecting a VI that broke: at once, then after 1 ms, doubling up to 1 s.
+constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
+// The longest an acknowledgement waits for a message to ride on while the
+// poller runs (it never waits past the poller's sleep).
+constexpr auto kAckDelay = std::chrono::microseconds(200);
 
 uint64_t EntryKey(Gid peer, uint32_t class_index) {
   return peer.raw() | class_index;  // a process id has 24 zero thread bits
+}
+
+std::chrono::milliseconds Backoff(int attempts) {
+  if (attempts <= 0) return std::chrono::milliseconds(0);
+  const int shift = std::min(attempts - 1, 10);
+  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
+}
+
+std::string Describe(const ViEntry& entry) {
+  return fmt::format("{} (class {} B)", entry.peer.ToString(),
+                     buffers::ClassBytes(entry.class_index));
 }
 
 }  // namespace
@@ -46,12 +63,17 @@ class ViaSubsystem::ViaRoute final : public Route {
   ViaRoute(ViaSubsystem& owner, Gid peer, std::string address)
       : owner_(owner), peer_(peer), address_(std::move(address)) {}
   ~ViaRoute() override {
-    // Sends still waiting for this peer fail with the route; its VIs stay
-    // in the pool (they belong to the process, not to the route).
+    // Frames still held for this peer fail with the route; its VIs stay in
+    // the pool (they belong to the process, not to the route).
     for (auto& entry : entries_) {
       if (!entry) continue;
       std::lock_guard lock(entry->mu);
-      owner_.FailPendingLocked(*entry, Unavailable("the route was dropped"));
+      if (entry->streams.window().empty()) continue;
+      Log().debug("tocl via: {} frames to {} fail: the route was dropped",
+                  entry->streams.window().size(), Describe(*entry));
+      entry->streams.window().Fail();
+      // The VI's numbers no longer follow the window's.
+      owner_.DropViLocked(*entry, "the route was dropped");
     }
   }
 
@@ -80,14 +102,7 @@ class ViaSubsystem::ViaRoute final : public Route {
     for (auto& entry : entries_) {
       if (!entry) continue;
       std::lock_guard lock(entry->mu);
-      if (!entry->pending.empty()) return false;
-      if (entry->vi != nullptr && entry->vi->in_flight.load(std::memory_order_acquire) != 0) {
-        return false;
-      }
-    }
-    // VIs that left their entry (closing, superseded) may still be sending.
-    for (const auto& vi : owner_.SnapshotVis()) {
-      if (vi->peer == peer_ && vi->in_flight.load(std::memory_order_acquire) != 0) return false;
+      if (!entry->streams.window().empty()) return false;
     }
     return true;
   }
@@ -101,6 +116,33 @@ class ViaSubsystem::ViaRoute final : public Route {
     return false;
   }
 
+  bool Down() const override {
+    for (auto& entry : entries_) {
+      if (!entry) continue;
+      std::lock_guard lock(entry->mu);
+      if (entry->down && entry->broken.ok()) return true;
+    }
+    return false;
+  }
+
+  std::vector<buffers::SlotRef> TakeUnacknowledged() override {
+    std::vector<buffers::SlotRef> frames;
+    for (auto& entry : entries_) {
+      if (!entry) continue;
+      std::lock_guard lock(entry->mu);
+      for (detail::BufferSlot* slot : owner_.TakeLocked(*entry)) frames.emplace_back(slot);
+    }
+    return frames;
+  }
+
+  void Abandon(std::string_view why) override {
+    for (auto& entry : entries_) {
+      if (!entry) continue;
+      std::lock_guard lock(entry->mu);
+      owner_.BreakLocked(*entry, Unavailable(std::string(why)), /*warn=*/false);
+    }
+  }
+
  private:
   std::shared_ptr<ViEntry>& Entry(uint32_t class_index) {
     std::shared_ptr<ViEntry>& entry = entries_[class_index];
@@ -108,8 +150,16 @@ class ViaSubsystem::ViaRoute final : public Route {
       entry = owner_.EntryFor(peer_, class_index);
       std::lock_guard lock(entry->mu);
       entry->address = address_;
-      // A new route is a new attempt: what broke before is forgotten.
-      entry->broken = Status::Ok();
+      if (!entry->broken.ok()) {
+        // A new route is a new attempt: a new stream, which the peer takes
+        // even if it refused the old one. Its VI carried the old stream.
+        owner_.DropViLocked(*entry, "the route starts again");
+        entry->broken = Status::Ok();
+        entry->streams.Renew();
+        entry->resumed_once = false;
+        entry->attempts = 0;
+        entry->next_attempt = {};
+      }
     }
     return entry;
   }
@@ -133,6 +183,9 @@ Result<std::unique_ptr<ViaSubsystem>> ViaSubsystem::Open(const ViaOptions& optio
                                        buffers::kMaxClasses));
   }
   if (options.max_vis < 1) return InvalidArgument("via: the VI cap must be at least 1");
+  if (options.unreachable_timeout.count() <= 0) {
+    return InvalidArgument("via: the unreachable timeout must be positive");
+  }
   std::unique_ptr<ViaSubsystem> via(new ViaSubsystem(options, reactor, sink));
   TOCL_RETURN_IF_ERROR(via->Start(budget));
   return via;
@@ -213,33 +266,38 @@ std::shared_ptr<ViEntry> ViaSubsystem::EntryFor(Gid peer, uint32_t class_index) 
   return entry;
 }
 
+std::vector<std::shared_ptr<ViEntry>> ViaSubsystem::SnapshotEntries() const {
+  std::vector<std::shared_ptr<ViEntry>> entries;
+  std::lock_guard lock(entries_mu_);
+  entries.reserve(entries_.size());
+  for (auto& [key, entry] : entries_) entries.push_back(entry);
+  return entries;
+}
+
 // --- sending ------------------------------------------------------------------
 
 Status ViaSubsystem::PostLocked(ViEntry& entry, detail::BufferSlot* slot, bool check_room) {
   if (!entry.broken.ok()) return Unavailable(entry.broken.message());
   if (stop_.load(std::memory_order_relaxed)) return Unavailable("the via subsystem is closed");
+  tcp::SendWindow& window = entry.streams.window();
   const size_t bytes = wire::kHeaderBytes + slot->header().length;
-  if (check_room && !entry.pending.empty() &&
-      entry.pending_bytes + bytes > options_.max_queued_bytes_per_route) {
-    return Status(StatusCode::kTryAgain, "send queue full");
-  }
-  if (provider_->needs_registered_memory() && slot->pool != pool_.get()) {
-    // Another network's buffer: the provider can only send registered memory.
-    detail::BufferSlot* own = pool_->TryGet(entry.class_index);
-    if (own == nullptr) return Status(StatusCode::kTryAgain, "via pool at its cap");
-    std::memcpy(own->bytes, slot->bytes, bytes);
-    CompleteSend(slot, /*ok=*/true);
-    slot = own;
+  // An empty window takes any frame, so that one bigger than the limit
+  // still goes.
+  if (check_room && !window.empty() &&
+      window.bytes() + bytes > options_.max_queued_bytes_per_route) {
+    return Status(StatusCode::kTryAgain, "send window full");
   }
   slot->set_state(BufferState::kInFlight);
-  entry.pending.push_back(slot);
-  entry.pending_bytes += bytes;
+  const bool was_empty = window.empty();
+  window.Push({slot, bytes});
   if (entry.vi == nullptr) {
-    const bool waiting_for_crossed = Clock::now() - entry.crossed_at < kCrossedRetry;
-    if (!waiting_for_crossed) {
-      // The shared_ptr of an entry is held by every route using it.
-      OpenViLocked(entry, EntryFor(entry.peer, entry.class_index));
+    if (entry.down && was_empty) {
+      // Down with nothing to send until now: the clock starts.
+      entry.down_since = Clock::now();
+      entry.attempts = 0;
+      entry.next_attempt = {};
     }
+    OpenIfDueLocked(entry);
   }
   FlushLocked(entry);
   return Status::Ok();
@@ -286,30 +344,48 @@ std::unique_ptr<Vi> ViaSubsystem::NewViLocked(ViEntry& entry,
   return vi;
 }
 
-void ViaSubsystem::OpenViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& shared) {
-  std::unique_ptr<Vi> vi = NewViLocked(entry, shared, /*initiated=*/true, nullptr);
+void ViaSubsystem::OpenIfDueLocked(ViEntry& entry) {
+  const tcp::SendWindow& window = entry.streams.window();
+  if (entry.vi != nullptr || !entry.broken.ok() || stop_.load(std::memory_order_relaxed) ||
+      window.unwritten() == window.size()) {
+    return;
+  }
+  // The clock is read only when a VI is wanted, not per frame.
+  if (entry.next_attempt == Clock::time_point{} || Clock::now() >= entry.next_attempt) {
+    OpenViLocked(entry);
+  }
+}
+
+void ViaSubsystem::OpenViLocked(ViEntry& entry) {
+  // The shared_ptr of an entry is held by every route using it.
+  std::unique_ptr<Vi> vi =
+      NewViLocked(entry, EntryFor(entry.peer, entry.class_index), /*initiated=*/true, nullptr);
   if (!vi) {
-    FailPendingLocked(entry,
-                      Unavailable(fmt::format("cannot create a VI to {}", entry.peer.ToString())));
-    entry.broken = Unavailable(fmt::format("cannot create a VI to {}", entry.peer.ToString()));
+    BreakLocked(entry, Unavailable(fmt::format("cannot create a VI to {}", entry.peer.ToString())),
+                /*warn=*/true);
     return;
   }
   if (vi->posted == 0) {
     // No descriptors to post: a peer could never send on it. Wait for memory.
     Log().debug("tocl via: no buffer to post for a VI to {}", entry.peer.ToString());
     vi->provider.reset();
+    entry.next_attempt = Clock::now() + kCrossedRetry;
     return;
   }
   ConnectData data{.process = options_.self_process,
                    .peer = entry.peer,
                    .class_index = entry.class_index,
-                   .posted = vi->posted};
+                   .posted = vi->posted,
+                   .epoch = entry.epoch};
+  entry.streams.Describe(data);
+  vi->request = data;
+  vi->epoch = entry.epoch + 1;
   // Registered before the request: OnClosed may follow at once.
   Vi* raw = vi.get();
   entry.vi = raw;
   AddVi(std::move(vi));
   if (Status status = raw->provider->ConnectRequest(entry.address, data); !status.ok()) {
-    // Disconnect reports OnClosed, which fails the entry's sends.
+    // Disconnect reports OnClosed, which decides what follows.
     raw->provider->Disconnect(status.message());
   }
 }
@@ -323,18 +399,43 @@ void ViaSubsystem::AddVi(std::unique_ptr<Vi> vi) {
 void ViaSubsystem::FlushLocked(ViEntry& entry) {
   Vi* vi = entry.vi;
   if (vi == nullptr || vi->state != Vi::State::kConnected || vi->close_sent) return;
-  while (!entry.pending.empty() && (vi->credits > kReserve || options_.ignore_credits)) {
-    detail::BufferSlot* slot = entry.pending.front();
-    const uint32_t length = static_cast<uint32_t>(wire::kHeaderBytes + slot->header().length);
-    if (!SendLocked(*vi, slot, length, ViMessage::kData).ok()) return;  // OnClosed follows
-    entry.pending.pop_front();
-    entry.pending_bytes -= length;
+  tcp::SendWindow& window = entry.streams.window();
+  while (window.unwritten() < window.size() &&
+         (vi->credits > kReserve || options_.ignore_credits)) {
+    const tcp::SendWindow::Entry& frame = window[window.unwritten()];
+    const Status status = SendFrameLocked(*vi, frame.slot, static_cast<uint32_t>(frame.bytes));
+    if (status.code() == StatusCode::kTryAgain) {
+      flush_blocked_.store(true, std::memory_order_relaxed);
+      return;
+    }
+    if (!status.ok()) return;  // OnClosed follows
+    window.Written(frame.bytes);
+    ++vi->send_posted;
   }
+}
+
+Status ViaSubsystem::SendFrameLocked(Vi& vi, detail::BufferSlot* slot, uint32_t length) {
+  detail::BufferSlot* sent = slot;
+  if (provider_->needs_registered_memory() && slot->pool != pool_.get()) {
+    // Another network's buffer (moved here from a broken one): the provider
+    // sends only registered memory. The window keeps the original, whose
+    // state is the sender's to see.
+    sent = pool_->TryGet(slot->class_index);
+    if (sent == nullptr) return Status(StatusCode::kTryAgain, "via pool at its cap");
+    std::memcpy(sent->bytes, slot->bytes, length);
+  } else {
+    // The provider's reference: the peer may acknowledge a frame before
+    // its send completes here.
+    slot->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  Status status = SendLocked(vi, sent, length, ViMessage::kData);
+  if (!status.ok()) pool_->Unref(sent);
+  return status;
 }
 
 Status ViaSubsystem::SendLocked(Vi& vi, detail::BufferSlot* slot, uint32_t length, ViMessage kind) {
   const uint32_t returned = std::min(vi.to_return, kMaxCreditsPerMessage);
-  const Descriptor descriptor{slot, length, EncodeImmediate(kind, returned)};
+  const Descriptor descriptor{slot, length, EncodeImmediate(kind, returned, vi.receive_count)};
   vi.in_flight.fetch_add(1, std::memory_order_relaxed);
   bool done_now = false;
   if (Status status = vi.provider->PostSend(descriptor, &done_now); !status.ok()) {
@@ -342,12 +443,14 @@ Status ViaSubsystem::SendLocked(Vi& vi, detail::BufferSlot* slot, uint32_t lengt
     return status;
   }
   vi.to_return -= returned;
+  vi.receive_reported = vi.receive_count;
+  ClearAckOwedLocked(vi);
   if (vi.credits > 0) --vi.credits;
   ++vi.sent;
-  vi.last_used = Clock::now();
+  if (kind == ViMessage::kData) vi.last_used = Clock::now();
   if (done_now) {
     vi.in_flight.fetch_sub(1, std::memory_order_release);
-    CompleteSend(slot, /*ok=*/true);
+    ReleaseSent(slot);
   }
   return Status::Ok();
 }
@@ -360,18 +463,45 @@ void ViaSubsystem::SendControlLocked(Vi& vi) {
     if (!SendLocked(vi, &control_slot_, 0, kind).ok()) return;
     vi.close_pending = false;
     vi.close_sent = true;
+    ClearAckOwedLocked(vi);  // nothing more goes out on it
     // Requests that crossed: the peer's request was its last message.
     if (vi.closing && vi.close_received) DisconnectWhenDrained(vi);
     return;
   }
-  // A quarter window re-posted, or so little announced that the peer may
-  // be down to its reserve (a window the pool could not fill, descriptors
-  // owed while congested).
+  // A quarter window re-posted or received, or so little announced that
+  // the peer may be down to its reserve (a window the pool could not fill,
+  // descriptors owed while congested).
+  const uint32_t threshold = CreditThreshold(vi.window);
   const bool peer_may_wait =
       vi.to_return > 0 && vi.posted - std::min(vi.posted, vi.to_return) <= kReserve + 1;
-  if ((vi.to_return >= CreditThreshold(vi.window) || peer_may_wait) && vi.credits >= 2) {
+  if ((vi.to_return >= threshold || peer_may_wait ||
+       vi.receive_count - vi.receive_reported >= threshold) &&
+      vi.credits >= 2) {
     (void)SendLocked(vi, &control_slot_, 0, ViMessage::kCredit);
   }
+}
+
+void ViaSubsystem::SendAckLocked(Vi& vi) {
+  if (!vi.ack_owed) return;
+  if (vi.state != Vi::State::kConnected || vi.close_sent) {
+    ClearAckOwedLocked(vi);  // nothing more can go on it
+    return;
+  }
+  // Without credits it waits: the peer's next message brings some.
+  if (vi.credits >= 2) (void)SendLocked(vi, &control_slot_, 0, ViMessage::kCredit);
+}
+
+void ViaSubsystem::NoteAckOwedLocked(Vi& vi) {
+  if (vi.ack_owed) return;
+  vi.ack_owed = true;
+  vi.ack_owed_since = {};
+  acks_owed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ViaSubsystem::ClearAckOwedLocked(Vi& vi) {
+  if (!vi.ack_owed) return;
+  vi.ack_owed = false;
+  acks_owed_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ViaSubsystem::DisconnectWhenDrained(Vi& vi) {
@@ -393,20 +523,8 @@ void ViaSubsystem::DisconnectDrained() {
   });
 }
 
-void ViaSubsystem::CompleteSend(detail::BufferSlot* slot, bool ok) {
-  if (slot == &control_slot_) return;
-  slot->set_state(ok ? BufferState::kSent : BufferState::kFailed);
-  slot->pool->Unref(slot);
-}
-
-void ViaSubsystem::FailPendingLocked(ViEntry& entry, const Status& why) {
-  if (!entry.pending.empty()) {
-    Log().debug("tocl via: {} sends to {} fail: {}", entry.pending.size(), entry.peer.ToString(),
-                why.message());
-  }
-  for (detail::BufferSlot* slot : entry.pending) CompleteSend(slot, /*ok=*/false);
-  entry.pending.clear();
-  entry.pending_bytes = 0;
+void ViaSubsystem::ReleaseSent(detail::BufferSlot* slot) {
+  if (slot != &control_slot_) slot->pool->Unref(slot);
 }
 
 Status ViaSubsystem::PostOnClass(Route& route, detail::BufferSlot* slot, uint32_t class_index) {
@@ -416,9 +534,10 @@ Status ViaSubsystem::PostOnClass(Route& route, detail::BufferSlot* slot, uint32_
 
 // --- completions --------------------------------------------------------------
 
-void ViaSubsystem::OnSendDone(void* context, detail::BufferSlot* slot, const Status& status) {
+void ViaSubsystem::OnSendDone(void* context, detail::BufferSlot* slot, const Status& /*status*/) {
   auto* vi = static_cast<Vi*>(context);
-  CompleteSend(slot, status.ok());
+  // Failed or not, the frame stays in its window until the peer has it.
+  ReleaseSent(slot);
   vi->in_flight.fetch_sub(1, std::memory_order_release);
 }
 
@@ -456,24 +575,63 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
     pool_->Unref(slot);
     return;  // the VI is broken; OnClosed follows
   }
+  if (vi.state == Vi::State::kConnecting) {
+    // The peer's first messages may complete before our connection event
+    // (ibverbs: separate queues); they are numbered from what it says.
+    vi.early.push_back({slot, length, immediate});
+    return;
+  }
+  ReceiveLocked(lock, vi, slot, length, immediate);
+}
+
+void ViaSubsystem::ReceiveLocked(std::unique_lock<std::mutex>& lock, Vi& vi,
+                                 detail::BufferSlot* slot, uint32_t length, uint32_t immediate) {
+  ViEntry& entry = *vi.entry;
+  if (vi.refused || vi.state != Vi::State::kConnected) {
+    pool_->Unref(slot);  // completed before the provider saw our disconnect
+    return;
+  }
   ++vi.received;
-  vi.last_used = Clock::now();
   ViMessage kind;
   if (!ImmediateKind(immediate, &kind)) {
     pool_->Unref(slot);
-    Log().warn("tocl via: {} sent a message of unknown kind {:#x}; closing its VI",
-               vi.peer.ToString(), immediate >> 16);
-    vi.provider->Disconnect("a message of unknown kind");
+    RefuseLocked(entry, vi, fmt::format("a message of unknown kind {:#x}", immediate >> 28));
     return;
   }
   vi.credits += ImmediateCredits(immediate);
+  if (Status acked = AcknowledgeLocked(entry, vi, ImmediateReceived(immediate)); !acked.ok()) {
+    pool_->Unref(slot);
+    RefuseLocked(entry, vi, acked.message());
+    return;
+  }
   switch (kind) {
     case ViMessage::kData: {
       if (Status bad = CheckFrame(vi, slot, length); !bad.ok()) {
         pool_->Unref(slot);
-        Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), bad.message());
-        vi.provider->Disconnect(bad.message());
+        RefuseLocked(entry, vi, bad.message());
         return;
+      }
+      // Data, not credits and acknowledgements, keeps a VI in use (the
+      // cap closes the least recently used).
+      vi.last_used = Clock::now();
+      if (vi.peer_stream != entry.streams.peer_stream()) {
+        // A stream the peer gave up (it failed its frames and began anew).
+        RepostLocked(vi, slot);
+        break;
+      }
+      ++vi.receive_count;
+      NoteAckOwedLocked(vi);
+      const Result<bool> fresh = entry.streams.Arrived(vi.receive_next++);
+      if (!fresh.ok()) {
+        pool_->Unref(slot);
+        RefuseLocked(entry, vi, fresh.status().message());
+        return;
+      }
+      if (!*fresh) {
+        // It came on the VI that replaced this one already.
+        duplicates_.fetch_add(1, std::memory_order_relaxed);
+        RepostLocked(vi, slot);
+        break;
       }
       // Delivered without the entry's lock: the runtime may send from here.
       lock.unlock();
@@ -481,8 +639,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
       Status taken = sink_.OnMessage(vi.peer, buffers::SlotRef(slot));
       lock.lock();
       if (!taken.ok()) {
-        Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), taken.message());
-        vi.provider->Disconnect(taken.message());
+        RefuseLocked(entry, vi, taken.message());
         return;
       }
       RepostLocked(vi, nullptr);
@@ -508,9 +665,7 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
   if (entry.vi == &vi) FlushLocked(entry);
   SendControlLocked(vi);
   // Sends that waited for a VI while this one was closing.
-  if (entry.vi == nullptr && !entry.pending.empty() && !closing_) {
-    OpenViLocked(entry, vi.entry);
-  }
+  if (entry.vi == nullptr) OpenIfDueLocked(entry);
 }
 
 void ViaSubsystem::RepostLocked(Vi& vi, detail::BufferSlot* same) {
@@ -546,7 +701,16 @@ void ViaSubsystem::RepostLocked(Vi& vi, detail::BufferSlot* same) {
 void ViaSubsystem::OnConnected(void* context, const ConnectData& peer) {
   Vi& vi = *static_cast<Vi*>(context);
   ViEntry& entry = *vi.entry;
-  std::lock_guard lock(entry.mu);
+  std::unique_lock lock(entry.mu);
+  OnConnectedLocked(vi, peer);
+  // What completed before this event, now that its numbers are known.
+  for (const Vi::Early& early : std::exchange(vi.early, {})) {
+    ReceiveLocked(lock, vi, early.slot, early.length, early.immediate);
+  }
+}
+
+void ViaSubsystem::OnConnectedLocked(Vi& vi, const ConnectData& peer) {
+  ViEntry& entry = *vi.entry;
   if (peer.process != vi.peer || peer.peer != options_.self_process ||
       peer.class_index != vi.class_index) {
     Log().warn("tocl via: {} accepted as {} for {} in class {}; closing", vi.peer.ToString(),
@@ -556,12 +720,19 @@ void ViaSubsystem::OnConnected(void* context, const ConnectData& peer) {
   }
   vi.state = Vi::State::kConnected;
   vi.credits = peer.posted;
+  vi.epoch = peer.epoch;
   vis_opened_.fetch_add(1, std::memory_order_relaxed);
+  // Superseded or not, the peer numbers what it sends on it from here.
+  const Result<StreamPair::Resume> resume = AgreeLocked(entry, vi, vi.request, peer);
+  if (!resume.ok()) {
+    RefuseLocked(entry, vi, resume.status().message());
+    return;
+  }
   if (entry.vi == &vi) {
-    FlushLocked(entry);
+    ResumeLocked(entry, vi, *resume);
   } else if (!vi.close_sent) {
     // Superseded while it connected (the peer's crossing request won here
-    // too): close it without losing anything.
+    // too, or its frames went another way): close it without losing anything.
     vi.detached = true;
     vi.closing = true;
     vi.close_pending = true;
@@ -577,23 +748,212 @@ void ViaSubsystem::OnClosed(void* context, const Status& why) {
   vi.state = Vi::State::kClosed;
   owed_total_.fetch_sub(vi.owed, std::memory_order_relaxed);
   vi.owed = 0;
-  const bool expected = closing_ || vi.close_received || vi.detached;
-  if (entry.vi == &vi) entry.vi = nullptr;
+  ClearAckOwedLocked(vi);
+  for (const Vi::Early& early : std::exchange(vi.early, {})) pool_->Unref(early.slot);
+  const bool current = entry.vi == &vi;
+  if (current) entry.vi = nullptr;
   closed_.push_back(&vi);
-  if (expected) return;
-  if (!connected && why.message().ends_with(kCrossed)) {
-    // The peer's request won; its VI arrives through our connection manager.
-    entry.crossed_at = Clock::now();
+  if (closing_) return;
+  if (current && why.code() == StatusCode::kInvalidArgument) {
+    // Our provider caught the peer breaking VIA's rules.
+    RefuseLocked(entry, vi, why.message());
     return;
   }
-  if (!connected && why.message().find(kBusy) != std::string::npos) {
-    entry.crossed_at = Clock::now();  // the same wait, then Housekeeping asks again
+  if (!entry.broken.ok()) return;
+  if (!current) {
+    // A VI that had left its entry (closed by the cap, superseded): what its
+    // close left unacknowledged needs a VI of its own.
+    if (entry.vi == nullptr && !entry.streams.window().empty()) {
+      entry.streams.window().Rewind();
+      OpenIfDueLocked(entry);
+    }
     return;
   }
-  Log().debug("tocl via: the VI to {} (class {}) closed: {}", vi.peer.ToString(),
-              buffers::ClassBytes(vi.class_index), why.message());
+  if (!connected) {
+    if (why.message().ends_with(kCrossed) || why.message().find(kBusy) != std::string::npos) {
+      // A crossing lost (the peer's VI arrives through our connection
+      // manager) or no buffers there now: ask again later.
+      entry.next_attempt = Clock::now() + kCrossedRetry;
+      return;
+    }
+    // Refused, or no tocl process of this cluster before the stream ever
+    // resumed: there is nobody to connect to again.
+    if (why.code() == StatusCode::kFailedPrecondition ||
+        why.code() == StatusCode::kPermissionDenied ||
+        (why.code() == StatusCode::kNotFound && !entry.resumed_once)) {
+      BreakLocked(entry, why, /*warn=*/true);
+      return;
+    }
+  }
+  LoseLocked(entry, why);
+}
+
+// --- the streams across VIs -------------------------------------------------------
+
+Result<StreamPair::Resume> ViaSubsystem::AgreeLocked(ViEntry& entry, Vi& vi,
+                                                     const ConnectData& ours,
+                                                     const ConnectData& theirs) {
+  const uint64_t before = entry.streams.peer_stream();
+  TOCL_ASSIGN_OR_RETURN(const StreamPair::Resume resume, entry.streams.Agree(ours, theirs));
+  NumberLocked(entry, vi, resume);
+  if (before != 0 && entry.streams.peer_stream() != before) DropStreamLocked(entry, vi, before);
+  return resume;
+}
+
+void ViaSubsystem::DropStreamLocked(ViEntry& entry, const Vi& keep, uint64_t peer_stream) {
+  // What they still carry is neither counted nor acknowledged, so their
+  // sender must see them go (it sends it again, or it gave the stream up).
+  for (const auto& vi : SnapshotVis()) {
+    if (vi.get() == &keep || vi->entry.get() != &entry || vi->state == Vi::State::kClosed ||
+        vi->peer_stream != peer_stream) {
+      continue;
+    }
+    if (entry.vi == vi.get()) entry.vi = nullptr;
+    vi->detached = true;
+    vi->provider->Disconnect("the peer's stream began anew");
+  }
+}
+
+void ViaSubsystem::NumberLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume& resume) {
+  vi.stream = entry.streams.stream();
+  vi.peer_stream = entry.streams.peer_stream();
+  vi.send_first = resume.send_from;
+  vi.receive_next = resume.receive_from;
+}
+
+void ViaSubsystem::ResumeLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume& resume) {
+  tcp::SendWindow& window = entry.streams.window();
+  // Acknowledgements from other VIs stopped at the base our data announced
+  // (AcknowledgeLocked), so the window still holds every frame from here.
+  assert(resume.send_from >= window.base());
+  if (resume.send_from > window.base()) window.Acknowledge(resume.send_from);
+  window.Rewind();
+  entry.epoch = vi.epoch;
+  entry.resumed_once = true;
+  entry.attempts = 0;
+  entry.next_attempt = {};
+  if (entry.down) {
+    entry.down = false;
+    down_count_.fetch_sub(1, std::memory_order_relaxed);
+    vis_restored_.fetch_add(1, std::memory_order_relaxed);
+    Log().warn(
+        "tocl via: the VI to {} restored after {} ms; {} frames sent again", Describe(entry),
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - entry.down_since)
+            .count(),
+        window.size());
+  }
+  FlushLocked(entry);
+}
+
+Status ViaSubsystem::AcknowledgeLocked(ViEntry& entry, Vi& vi, uint32_t low) {
+  if (vi.stream != entry.streams.stream()) return Status::Ok();  // a stream we gave up
+  const uint64_t more = (low - vi.send_acked) & kAckMask;
+  if (more == 0) return Status::Ok();
+  if (vi.send_acked + more > vi.send_posted) {
+    return InvalidArgument(fmt::format("{} frames acknowledged on a VI that carried {}",
+                                       vi.send_acked + more, vi.send_posted));
+  }
+  vi.send_acked += more;
+  uint64_t count = vi.send_first + vi.send_acked;
+  tcp::SendWindow& window = entry.streams.window();
+  if (const Vi* current = entry.vi; current != nullptr && current != &vi) {
+    // Not past the entry's VI: it numbers its frames from where it
+    // started (or the base its request announced), and sends them all.
+    const uint64_t from = current->state == Vi::State::kConnected
+                              ? current->send_first + current->send_posted
+                              : WidenCount(window.base(), current->request.base);
+    count = std::min(count, from);
+  }
+  if (count > window.base()) window.Acknowledge(count);
+  return Status::Ok();
+}
+
+void ViaSubsystem::LoseLocked(ViEntry& entry, const Status& why) {
+  tcp::SendWindow& window = entry.streams.window();
+  const auto now = Clock::now();
+  window.Rewind();
+  if (!entry.down) {
+    entry.down = true;
+    entry.down_since = now;
+    entry.attempts = 0;
+    down_count_.fetch_add(1, std::memory_order_relaxed);
+    vis_lost_.fetch_add(1, std::memory_order_relaxed);
+    if (!window.empty()) {
+      Log().warn("tocl via: the VI to {} was lost: {}; connecting again, {} frames wait",
+                 Describe(entry), why.message(), window.size());
+    } else {
+      Log().debug("tocl via: the VI to {} was lost: {}", Describe(entry), why.message());
+    }
+  } else {
+    Log().debug("tocl via: attempt {} to reach {} again failed: {}", entry.attempts,
+                Describe(entry), why.message());
+  }
+  if (!window.empty()) {
+    // The runtime may move the frames to another network (TakeUnacknowledged).
+    entry.went_down = true;
+    route_went_down_.store(true, std::memory_order_release);
+  }
+  // With nothing to send, the next Post connects (a peer on its way out is
+  // not called back).
+  entry.next_attempt = window.empty() ? Clock::time_point::max() : now + Backoff(entry.attempts);
+  ++entry.attempts;
+  if (entry.next_attempt <= now) OpenViLocked(entry);
+}
+
+void ViaSubsystem::BreakLocked(ViEntry& entry, const Status& why, bool warn) {
+  if (!entry.broken.ok()) return;
   entry.broken = why.ok() ? Unavailable("the VI closed") : why;
-  FailPendingLocked(entry, entry.broken);
+  tcp::SendWindow& window = entry.streams.window();
+  const size_t failed = window.size();
+  window.Fail();
+  if (entry.down) {
+    entry.down = false;
+    down_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  entry.went_down = false;
+  DropViLocked(entry, entry.broken.message());
+  if (warn) {
+    Log().warn("tocl via: the way to {} is broken: {} ({} frames failed)", Describe(entry),
+               entry.broken.message(), failed);
+  } else {
+    Log().debug("tocl via: the way to {} is broken: {} ({} frames failed)", Describe(entry),
+                entry.broken.message(), failed);
+  }
+}
+
+void ViaSubsystem::RefuseLocked(ViEntry& entry, Vi& vi, const std::string& why) {
+  Log().warn("tocl via: closing the VI of {}: {}", vi.peer.ToString(), why);
+  vi.refused = true;
+  // Its next VI for this stream is refused, so that it breaks too.
+  if (vi.peer_stream != 0) entry.refused_stream = vi.peer_stream;
+  BreakLocked(entry,
+              InvalidArgument(fmt::format("{} broke the protocol: {}", vi.peer.ToString(), why)),
+              /*warn=*/false);
+  // Broken already (by an earlier stream of the peer's), or not its VI.
+  if (entry.vi == &vi) entry.vi = nullptr;
+  vi.detached = true;
+  if (vi.state != Vi::State::kClosed) vi.provider->Disconnect(why);
+}
+
+void ViaSubsystem::DropViLocked(ViEntry& entry, std::string_view why) {
+  Vi* vi = std::exchange(entry.vi, nullptr);
+  if (vi == nullptr) return;
+  vi->detached = true;
+  if (vi->state != Vi::State::kClosed) vi->provider->Disconnect(why);
+}
+
+std::vector<detail::BufferSlot*> ViaSubsystem::TakeLocked(ViEntry& entry) {
+  std::vector<detail::BufferSlot*> slots;
+  if (!entry.down || !entry.broken.ok()) return slots;
+  // A request on its way announced the window's base: the peer would
+  // count from there.
+  DropViLocked(entry, "its frames went another way");
+  for (const tcp::SendWindow::Entry& frame : entry.streams.window().Take()) {
+    slots.push_back(frame.slot);
+  }
+  entry.went_down = false;
+  entry.next_attempt = Clock::time_point::max();  // nothing to send now
+  return slots;
 }
 
 // --- connection manager -------------------------------------------------------
@@ -626,13 +986,32 @@ void ViaSubsystem::HandleRequest(PendingRequest& request) {
   std::shared_ptr<ViEntry> shared = EntryFor(data.process, data.class_index);
   ViEntry& entry = *shared;
   std::lock_guard lock(entry.mu);
+  if (entry.refused_stream != 0 && data.stream == entry.refused_stream) {
+    provider_->ConnectReject(request, entry.broken.message());
+    return;
+  }
   Vi* old = entry.vi;
-  // Ours wins a crossing even when it connected before this request was read
-  // (the peer accepted ours and sends on it): accepting would detach ours
-  // here while the peer keeps using its end, and neither side would close it.
+  // A crossing: our VI is newer than the last the peer knows (our request,
+  // or ours connected before this request was read: the peer accepted it
+  // and sends on it), and ours wins. Accepting would detach ours here while
+  // the peer keeps using its end. A request that names our VI as the one it
+  // replaces says the peer has lost it: accepted.
   if (old != nullptr && old->initiated && old->state != Vi::State::kClosed &&
-      options_.self_process < data.process) {
+      old->epoch > data.epoch && options_.self_process < data.process) {
     provider_->ConnectReject(request, kCrossed);  // ours wins: the peer uses it
+    return;
+  }
+  ConnectData reply{.process = options_.self_process,
+                    .peer = data.process,
+                    .class_index = data.class_index,
+                    .epoch = std::max(data.epoch, entry.epoch) + 1};
+  entry.streams.Describe(reply);
+  const uint64_t peer_stream = entry.streams.peer_stream();
+  const Result<StreamPair::Resume> resume = entry.streams.Agree(reply, data);
+  if (!resume.ok()) {
+    Log().warn("tocl via: connection request from {} ({}) refused: {}", request.peer_address(),
+               data.process.ToString(), resume.status().message());
+    provider_->ConnectReject(request, resume.status().message());
     return;
   }
   std::unique_ptr<Vi> vi = NewViLocked(entry, shared, /*initiated=*/false, &request);
@@ -640,10 +1019,11 @@ void ViaSubsystem::HandleRequest(PendingRequest& request) {
     provider_->ConnectReject(request, kBusy);
     return;
   }
-  const ConnectData reply{.process = options_.self_process,
-                          .peer = data.process,
-                          .class_index = data.class_index,
-                          .posted = vi->posted};
+  reply.posted = vi->posted;
+  NumberLocked(entry, *vi, *resume);
+  if (peer_stream != 0 && entry.streams.peer_stream() != peer_stream) {
+    DropStreamLocked(entry, *vi, peer_stream);
+  }
   Vi* raw = vi.get();
   AddVi(std::move(vi));
   if (Status status = provider_->ConnectAccept(request, *raw->provider, reply); !status.ok()) {
@@ -654,15 +1034,17 @@ void ViaSubsystem::HandleRequest(PendingRequest& request) {
   }
   raw->state = Vi::State::kConnected;
   raw->credits = data.posted;
+  raw->epoch = reply.epoch;
   vis_opened_.fetch_add(1, std::memory_order_relaxed);
   if (old != nullptr) {
-    // Either our own request that lost the crossing (the peer rejects it) or
-    // a VI the peer is closing (its close request is on the way).
+    // Our own request that lost the crossing (the peer rejects it), a VI
+    // the peer is closing (its close request is on the way), or one it has
+    // lost: it still delivers what it carries, and the numbers drop what
+    // comes twice.
     old->detached = true;
   }
   entry.vi = raw;
-  entry.crossed_at = {};
-  FlushLocked(entry);
+  ResumeLocked(entry, *raw, *resume);
   reactor_.Wake();  // the cap is checked by the poller
 }
 
@@ -748,30 +1130,103 @@ int ViaSubsystem::Poll() {
   if (vi_count_.load(std::memory_order_relaxed) > options_.max_vis) CloseOverCap();
   if (!draining_.empty()) DisconnectDrained();
   if (!closed_.empty()) FreeClosed();
+  if (flush_blocked_.load(std::memory_order_relaxed)) FlushBlocked();
+  // Owed acknowledgements and VIs to make again are looked at every 64th
+  // Poll: a clock read each round would cost more than a shm round.
+  if ((acks_owed_.load(std::memory_order_relaxed) > 0 ||
+       down_count_.load(std::memory_order_relaxed) > 0) &&
+      (++poll_rounds_ & 63) == 0) {
+    const auto now = Clock::now();
+    if (acks_owed_.load(std::memory_order_relaxed) > 0) SendAcks(now);
+    if (down_count_.load(std::memory_order_relaxed) > 0) Tick(now);
+  }
+  if (route_went_down_.load(std::memory_order_acquire)) ReportRoutesDown();
   return std::exchange(delivered_, 0);
 }
 
 bool ViaSubsystem::PrepareToSleep() {
   if (RepostOwed()) return false;
   if (!draining_.empty()) DisconnectDrained();
+  // A sender's window waits for them: a sleeping process runs no timer.
+  if (acks_owed_.load(std::memory_order_relaxed) > 0) SendAcks(Clock::time_point::max());
   return provider_->PrepareToSleep() && delivered_ == 0;
+}
+
+void ViaSubsystem::SendAcks(Clock::time_point now) {
+  for (auto& vi : SnapshotVis()) {
+    std::lock_guard lock(vi->entry->mu);
+    if (!vi->ack_owed) continue;
+    if (now != Clock::time_point::max()) {
+      // The timer starts when the poller first sees it owed, so that the
+      // receive path reads no clock.
+      if (vi->ack_owed_since == Clock::time_point{}) {
+        vi->ack_owed_since = now;
+        continue;
+      }
+      if (now - vi->ack_owed_since < kAckDelay) continue;
+    }
+    SendAckLocked(*vi);
+  }
+}
+
+Clock::time_point ViaSubsystem::Tick(Clock::time_point now) {
+  auto next = Clock::time_point::max();
+  for (auto& shared : SnapshotEntries()) {
+    ViEntry& entry = *shared;
+    std::lock_guard lock(entry.mu);
+    if (!entry.broken.ok() || entry.streams.window().empty()) continue;
+    const bool connected = entry.vi != nullptr && entry.vi->state == Vi::State::kConnected;
+    if (connected) continue;
+    if (entry.down) {
+      if (now - entry.down_since >= options_.unreachable_timeout) {
+        BreakLocked(entry,
+                    Unavailable(fmt::format("no VI to {} for {} ms (unreachable_timeout)",
+                                            Describe(entry), options_.unreachable_timeout.count())),
+                    /*warn=*/true);
+        continue;
+      }
+      next = std::min(next, entry.down_since + options_.unreachable_timeout);
+    }
+    if (entry.vi == nullptr) {
+      if (now >= entry.next_attempt) OpenIfDueLocked(entry);
+      if (entry.vi == nullptr) next = std::min(next, entry.next_attempt);
+    }
+  }
+  return next;
+}
+
+Clock::time_point ViaSubsystem::WakeBy() {
+  if (down_count_.load(std::memory_order_relaxed) == 0) return Clock::time_point::max();
+  return Tick(Clock::now());
+}
+
+void ViaSubsystem::ReportRoutesDown() {
+  route_went_down_.store(false, std::memory_order_relaxed);
+  std::vector<Gid> down;
+  for (auto& entry : SnapshotEntries()) {
+    std::lock_guard lock(entry->mu);
+    if (!std::exchange(entry->went_down, false)) continue;
+    if (std::find(down.begin(), down.end(), entry->peer) == down.end()) {
+      down.push_back(entry->peer);
+    }
+  }
+  // Outside the entries' locks: the runtime takes its queue's lock and
+  // calls the route.
+  for (Gid peer : down) sink_.OnRouteDown(peer);
+}
+
+void ViaSubsystem::FlushBlocked() {
+  flush_blocked_.store(false, std::memory_order_relaxed);
+  for (auto& entry : SnapshotEntries()) {
+    std::lock_guard lock(entry->mu);
+    FlushLocked(*entry);
+  }
 }
 
 void ViaSubsystem::Housekeeping() {
   CloseOverCap();
-  std::vector<std::shared_ptr<ViEntry>> entries;
-  {
-    std::lock_guard lock(entries_mu_);
-    for (auto& [key, entry] : entries_) entries.push_back(entry);
-  }
-  const auto now = Clock::now();
-  for (auto& entry : entries) {
-    std::lock_guard lock(entry->mu);
-    if (entry->vi == nullptr && !entry->pending.empty() && entry->broken.ok() && !closing_ &&
-        now - entry->crossed_at >= kCrossedRetry) {
-      OpenViLocked(*entry, entry);
-    }
-  }
+  // Entries waiting after a crossing lost or a busy peer, and down ones.
+  Tick(Clock::now());
   FreeClosed();
 }
 
@@ -797,7 +1252,9 @@ std::vector<ViStats> ViaSubsystem::ViPool() const {
                                                                       : "connecting";
     stats.posted = vi->posted;
     stats.credits = vi->credits;
-    stats.queued = vi->entry->vi == vi.get() ? static_cast<uint32_t>(vi->entry->pending.size()) : 0;
+    const tcp::SendWindow& window = vi->entry->streams.window();
+    stats.queued =
+        vi->entry->vi == vi.get() ? static_cast<uint32_t>(window.size() - window.unwritten()) : 0;
     stats.sent = vi->sent;
     stats.received = vi->received;
     rows.emplace_back(vi->last_used, std::move(stats));
@@ -818,15 +1275,9 @@ void ViaSubsystem::Close() {
   provider_->InterruptWait();
   if (connection_manager_.joinable()) connection_manager_.join();
   provider_->Close();  // OnClosed for every VI
-  std::vector<std::shared_ptr<ViEntry>> entries;
-  {
-    std::lock_guard lock(entries_mu_);
-    for (auto& [key, entry] : entries_) entries.push_back(entry);
-  }
-  for (auto& entry : entries) {
+  for (auto& entry : SnapshotEntries()) {
     std::lock_guard lock(entry->mu);
-    FailPendingLocked(*entry, Unavailable("the via subsystem is closed"));
-    entry->broken = Unavailable("the via subsystem is closed");
+    BreakLocked(*entry, Unavailable("the via subsystem is closed"), /*warn=*/false);
   }
   FreeClosed();
 }

@@ -12,8 +12,9 @@
 //
 // Send: the frame's class (by its length) picks the entry; the first send
 // creates the VI, posts its receive descriptors from the pool and sends the
-// connection request; sends queue in the entry until the VI connects and
-// while it has no credits (vi_protocol.h). Receive: the provider completes
+// connection request; frames wait in the entry's window until the VI
+// connects and while it has no credits (vi_protocol.h), and stay there until
+// the peer acknowledges them. Receive: the provider completes
 // descriptors in order; a data message goes to the sink as it lies in its
 // buffer (no copy) and a fresh buffer is posted in its place, unless the
 // sink is congested or the pool at its cap: then the descriptor is owed,
@@ -29,8 +30,13 @@
 // are closed with a handshake that loses nothing (vi_protocol.h); a later
 // send reconnects.
 //
-// A route is broken when one of its VIs breaks (peer gone, protocol error):
-// its waiting sends fail, as tcp's do.
+// Nothing lost (stream_pair.h): a frame stays in its entry's window until
+// the peer acknowledges it (kSent only then). A VI that breaks while the
+// peer lives is made again, at once and then with backoff, and resends what
+// the peer lacks; the route is Down() meanwhile and the runtime may take
+// the frames to another network (TakeUnacknowledged). It breaks for good
+// (its frames kFailed) after unreachable_timeout without a VI, on a
+// protocol error, when the peer refuses it, or by Abandon.
 //
 // Threading: as subsystem.h says; the connection manager is the one extra
 // thread.
@@ -76,7 +82,12 @@ struct ViaOptions {
   // "sockets", "ibverbs", or "auto": ibverbs when a device is present.
   std::string provider = "auto";
   size_t max_vis = 1024;
+  // Frames posted and not acknowledged per (peer, class) before Post says
+  // TryAgain.
   size_t max_queued_bytes_per_route = size_t{4} << 20;
+  // How long a (peer, class) whose VI broke may go without one before its
+  // frames fail (RuntimeOptions::unreachable_timeout).
+  std::chrono::milliseconds unreachable_timeout{30000};
   // The cluster's data-plane secret (none without credentials).
   security::ClusterKey key{};
   // Tests only: post data without credits (to show the provider's rule).
@@ -102,6 +113,7 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   bool PrepareToSleep() override;
   void FinishSleep() override {}
   void Housekeeping() override;
+  std::chrono::steady_clock::time_point WakeBy() override;
   void Close() override;
 
   std::string_view provider_name() const { return provider_->name(); }
@@ -115,6 +127,12 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   }
   uint64_t vis_opened() const { return vis_opened_.load(std::memory_order_relaxed); }
   uint64_t vis_closed() const { return vis_closed_.load(std::memory_order_relaxed); }
+  // VIs lost while their peer lived, and made again.
+  uint64_t vis_lost() const { return vis_lost_.load(std::memory_order_relaxed); }
+  uint64_t vis_restored() const { return vis_restored_.load(std::memory_order_relaxed); }
+  // Frames that arrived twice (on a VI and on the one that replaced it),
+  // dropped.
+  uint64_t duplicates() const { return duplicates_.load(std::memory_order_relaxed); }
   // VIs not closed yet (any thread).
   size_t open_vis() const;
 
@@ -134,25 +152,73 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
                   const Status& status) override;
   void OnConnected(void* vi, const ConnectData& peer) override;
   void OnClosed(void* vi, const Status& why) override;
+  void OnConnectedLocked(Vi& vi, const ConnectData& peer);
+  // A message that completed on a connected VI: credits, acknowledgements,
+  // then its kind's work (a data frame goes to the sink with `lock` let go).
+  void ReceiveLocked(std::unique_lock<std::mutex>& lock, Vi& vi, detail::BufferSlot* slot,
+                     uint32_t length, uint32_t immediate);
 
   std::shared_ptr<ViEntry> EntryFor(Gid peer, uint32_t class_index);
+  std::vector<std::shared_ptr<ViEntry>> SnapshotEntries() const;
   Status PostLocked(ViEntry& entry, detail::BufferSlot* slot, bool check_room);
-  // A new VI (receives posted) for `entry`; null with entry.broken set.
+  // A new VI (receives posted) for `entry`; null when the provider cannot
+  // make one.
   std::unique_ptr<Vi> NewViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& shared,
                                   bool initiated, PendingRequest* request);
-  void OpenViLocked(ViEntry& entry, const std::shared_ptr<ViEntry>& shared);
+  void OpenViLocked(ViEntry& entry);
+  // Opens a VI when the entry has frames no VI carries and may try now.
+  void OpenIfDueLocked(ViEntry& entry);
   void AddVi(std::unique_ptr<Vi> vi);
   void FlushLocked(ViEntry& entry);
+  // A frame of the window on `vi`, with a reference for the provider (or
+  // copied into a registered buffer). TryAgain: no buffer to copy into.
+  Status SendFrameLocked(Vi& vi, detail::BufferSlot* slot, uint32_t length);
   Status SendLocked(Vi& vi, detail::BufferSlot* slot, uint32_t length, ViMessage kind);
   void SendControlLocked(Vi& vi);
+  // A credit message for owed acknowledgements, when credits allow.
+  void SendAckLocked(Vi& vi);
+  void NoteAckOwedLocked(Vi& vi);
+  void ClearAckOwedLocked(Vi& vi);
   void RepostLocked(Vi& vi, detail::BufferSlot* same);
   // The close handshake is done: disconnect once our sends are complete.
   void DisconnectWhenDrained(Vi& vi);
   void DisconnectDrained();
-  void FailPendingLocked(ViEntry& entry, const Status& why);
-  void CompleteSend(detail::BufferSlot* slot, bool ok);
+  // The provider is done with a slot it sent: its reference goes.
+  void ReleaseSent(detail::BufferSlot* slot);
   // Data frames must be frames from the VI's peer to this process.
   Status CheckFrame(const Vi& vi, detail::BufferSlot* slot, uint32_t length) const;
+
+  // --- the streams across VIs ---
+  // `vi` connected: where its streams resume (StreamPair::Agree, from
+  // `ours` and `theirs`), recorded on it (NumberLocked).
+  Result<StreamPair::Resume> AgreeLocked(ViEntry& entry, Vi& vi, const ConnectData& ours,
+                                         const ConnectData& theirs);
+  void NumberLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume& resume);
+  // The entry's VIs (but `keep`) that carry the peer's stream
+  // `peer_stream`, which another replaced, are disconnected.
+  void DropStreamLocked(ViEntry& entry, const Vi& keep, uint64_t peer_stream);
+  // `vi` is the entry's VI: acknowledges what the peer has and sends the
+  // rest from there.
+  void ResumeLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume& resume);
+  // The peer acknowledged `low` (vi_protocol.h) frames on `vi`.
+  Status AcknowledgeLocked(ViEntry& entry, Vi& vi, uint32_t low);
+  // The entry's VI was lost while the peer may live: down, connecting again.
+  void LoseLocked(ViEntry& entry, const Status& why);
+  // Broken for good: its frames fail, its VI goes, Post refuses.
+  void BreakLocked(ViEntry& entry, const Status& why, bool warn);
+  // The peer broke the protocol on `vi`: the entry breaks and the peer's
+  // stream is refused.
+  void RefuseLocked(ViEntry& entry, Vi& vi, const std::string& why);
+  // The entry's VI leaves it (and is disconnected, quietly).
+  void DropViLocked(ViEntry& entry, std::string_view why);
+  // TakeUnacknowledged for one entry.
+  std::vector<detail::BufferSlot*> TakeLocked(ViEntry& entry);
+  // Timers of every entry (reconnects, unreachable_timeout); the earliest next.
+  std::chrono::steady_clock::time_point Tick(std::chrono::steady_clock::time_point now);
+  // Owed acknowledgements due at `now` (time_point::max(): all) are sent.
+  void SendAcks(std::chrono::steady_clock::time_point now);
+  void ReportRoutesDown();
+  void FlushBlocked();
 
   void ServeConnections();
   void HandleRequest(PendingRequest& request);
@@ -182,8 +248,18 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   std::vector<Vi*> draining_;  // to disconnect once nothing is in flight
   int delivered_ = 0;
   bool closing_ = false;
+  uint32_t poll_rounds_ = 0;
 
   std::atomic<uint32_t> owed_total_{0};
+  // VIs that owe the peer an acknowledgement; entries down; an entry lost
+  // a VI since the runtime was last told; a flush found no registered buffer.
+  std::atomic<uint32_t> acks_owed_{0};
+  std::atomic<uint32_t> down_count_{0};
+  std::atomic<bool> route_went_down_{false};
+  std::atomic<bool> flush_blocked_{false};
+  std::atomic<uint64_t> vis_lost_{0};
+  std::atomic<uint64_t> vis_restored_{0};
+  std::atomic<uint64_t> duplicates_{0};
   std::atomic<size_t> vi_count_{0};  // vis_.size()
   std::atomic<uint64_t> vis_opened_{0};
   std::atomic<uint64_t> vis_closed_{0};

@@ -58,6 +58,7 @@ Transport ViaTransport() {
     options.num_classes = context.num_classes;
     options.provider = context.options.via_provider;
     options.max_vis = context.options.via_max_vis;
+    options.unreachable_timeout = context.options.unreachable_timeout;
     options.key = context.key;
     TOCL_ASSIGN_OR_RETURN(
         std::unique_ptr<ViaSubsystem> via,

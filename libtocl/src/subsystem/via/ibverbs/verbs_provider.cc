@@ -453,7 +453,9 @@ std::unique_ptr<PendingRequest> VerbsProvider::OnPassiveEvent(CmEvent& event) {
       if (!data.ok()) {
         Log().warn("tocl via: connection request from {} rejected: {}", peer,
                    data.status().message());
-        (void)rdma_reject(event.id, nullptr, 0);
+        // With the reason: a requester of another version stops at once.
+        const std::vector<std::byte> reason = EncodeRejectData(data.status().message());
+        (void)rdma_reject(event.id, reason.data(), static_cast<uint8_t>(reason.size()));
         (void)rdma_destroy_id(event.id);
         return nullptr;
       }
@@ -548,9 +550,14 @@ std::vector<std::byte> EncodeRejectData(std::string_view reason) {
   return data;
 }
 
+bool HasRejectReason(std::span<const std::byte> data) {
+  const std::string_view tag = VerbsProvider::kRejectTag;
+  return data.size() > tag.size() && std::memcmp(data.data(), tag.data(), tag.size()) == 0;
+}
+
 std::string DecodeRejectReason(std::span<const std::byte> data, int status) {
   const std::string_view tag = VerbsProvider::kRejectTag;
-  if (data.size() > tag.size() && std::memcmp(data.data(), tag.data(), tag.size()) == 0) {
+  if (HasRejectReason(data)) {
     // The transport may pad the data with zeros.
     const char* text = reinterpret_cast<const char*>(data.data()) + tag.size();
     return std::string(text, strnlen(text, data.size() - tag.size()));

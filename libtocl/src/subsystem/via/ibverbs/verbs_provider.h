@@ -189,7 +189,9 @@ Result<std::optional<CmEvent>> NextCmEvent(rdma_event_channel* channel);
 // the reason, cut to fit. And the reason read back from a REJECTED event's
 // private data, or a description of rdma_cm's `status` when the data is not
 // ours (nothing listens there, the peer's CM refused).
+// HasRejectReason: the data is ours (a refusal by our peer, not its CM's).
 std::vector<std::byte> EncodeRejectData(std::string_view reason);
+bool HasRejectReason(std::span<const std::byte> data);
 std::string DecodeRejectReason(std::span<const std::byte> data, int status);
 
 }  // namespace tocl::subsystem::via

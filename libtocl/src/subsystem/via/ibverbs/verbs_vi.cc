@@ -36,19 +36,20 @@ Status CompletionError(const ibv_wc& wc, bool receive, uint32_t capacity, const 
   switch (wc.status) {
     case IBV_WC_LOC_LEN_ERR:
       if (receive) {
-        return Unavailable(
+        return InvalidArgument(
             fmt::format("a message from {} is larger than the posted receive buffer of {} bytes "
                         "(VIA length error: the VI breaks)",
                         peer, capacity));
       }
       break;
+    // VIA's rules broken (provider.h: InvalidArgument): the VI is not made again.
     case IBV_WC_REM_INV_REQ_ERR:
-      return Unavailable(
+      return InvalidArgument(
           fmt::format("{} could not take a message (remote invalid request: larger than its posted "
                       "receive buffer?); the VI breaks",
                       peer));
     case IBV_WC_RNR_RETRY_EXC_ERR:
-      return Unavailable(fmt::format(
+      return InvalidArgument(fmt::format(
           "a message found no receive descriptor posted at {} (VIA: the VI breaks)", peer));
     case IBV_WC_RETRY_EXC_ERR:
       return Unavailable(fmt::format("{} does not answer (transport retries exhausted)", peer));
@@ -160,8 +161,12 @@ int VerbsVi::OnActiveEvent(const CmEvent& event) {
     case RDMA_CM_EVENT_DEVICE_REMOVAL: {
       std::lock_guard lock(mu_);
       if (event.type == RDMA_CM_EVENT_REJECTED) {
-        BreakLocked(Unavailable(fmt::format("{} rejected the connection: {}", peer_,
-                                            DecodeRejectReason(event.private_data, event.status))));
+        // Our peer's refusal carries its reason; a reject without it is the
+        // CM's: nobody listens there.
+        const std::string reason = DecodeRejectReason(event.private_data, event.status);
+        std::string message = fmt::format("{} rejected the connection: {}", peer_, reason);
+        BreakLocked(HasRejectReason(event.private_data) ? FailedPrecondition(std::move(message))
+                                                        : NotFound(std::move(message)));
       } else if (event.type == RDMA_CM_EVENT_DISCONNECTED) {
         BreakLocked(Unavailable(fmt::format("{} closed the VI", peer_)));
       } else {
@@ -206,8 +211,8 @@ int VerbsVi::OnEstablished(const CmEvent& event) {
     std::lock_guard lock(mu_);
     if (state_ != State::kConnecting) return 0;
     if (!data.ok()) {
-      BreakLocked(Unavailable(
-          fmt::format("{} accepted with bad data: {}", peer_, data.status().message())));
+      BreakLocked(Status(data.status().code(), fmt::format("{} accepted with bad data: {}", peer_,
+                                                           data.status().message())));
       return 0;
     }
     state_ = State::kConnected;
@@ -392,7 +397,7 @@ void VerbsVi::OnCompletion(const ibv_wc& wc) {
     if (wc.status == IBV_WC_SUCCESS) {
       if (receive && (wc.wc_flags & IBV_WC_WITH_IMM) == 0) {
         // Our peers always send with immediate data (VIA's control word).
-        status = Unavailable(fmt::format("{} sent a message without immediate data", peer_));
+        status = InvalidArgument(fmt::format("{} sent a message without immediate data", peer_));
         BreakLocked(status);
       } else if (receive) {
         length = wc.byte_len;

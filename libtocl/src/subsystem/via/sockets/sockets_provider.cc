@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <vector>
 
 #include "core/logger.h"
 #include "security/handshake.h"
@@ -44,6 +46,22 @@ Status WriteAll(int fd, std::span<const std::byte> bytes,
   return Status::Ok();
 }
 
+// A refusal: [u32 1][u32 n][n bytes of reason] (sockets_vi.h).
+void WriteReject(int fd, std::string_view reason, const std::string& peer_address) {
+  const uint32_t length =
+      static_cast<uint32_t>(std::min<size_t>(reason.size(), SocketsVi::kMaxReasonBytes));
+  std::vector<std::byte> bytes(8 + length);
+  const uint32_t rejected = 1;
+  std::memcpy(bytes.data(), &rejected, 4);
+  std::memcpy(bytes.data() + 4, &length, 4);
+  std::memcpy(bytes.data() + 8, reason.data(), length);
+  if (Status status =
+          WriteAll(fd, bytes, std::chrono::steady_clock::now() + SocketsProvider::kRequestTimeout);
+      !status.ok()) {
+    Log().debug("tocl via: reject {}: {}", peer_address, status.message());
+  }
+}
+
 class SocketsRequest final : public PendingRequest {
  public:
   SocketsRequest(Fd fd, ConnectData data, std::string peer_address)
@@ -61,7 +79,9 @@ class SocketsRequest final : public PendingRequest {
 }  // namespace
 
 // A connection accepted, its request and handshake not read whole yet:
-// [ConnectData][nonce], then (after our answer) [proof].
+// [ConnectData][nonce], then (after our answer) [proof]. The ConnectData's
+// magic and version are read first: a request of another version is
+// refused at once, with the reason, however long it is.
 struct SocketsProvider::Incoming {
   static constexpr size_t kRequestBytes = ConnectData::kBytes + sizeof(security::Nonce);
   Fd fd;
@@ -69,7 +89,7 @@ struct SocketsProvider::Incoming {
   std::chrono::steady_clock::time_point deadline;
   std::byte bytes[kRequestBytes + sizeof(security::Mac)];
   size_t filled = 0;
-  size_t want = kRequestBytes;  // bytes to read before the next step
+  size_t want = ConnectData::kHeaderBytes;  // bytes to read before the next step
   ConnectData data;
   std::optional<security::AcceptorHandshake> handshake;  // once answered
 };
@@ -197,45 +217,64 @@ std::unique_ptr<PendingRequest> SocketsProvider::ReadIncoming() {
   for (size_t i = 0; i < incoming_.size();) {
     Incoming& in = *incoming_[i];
     bool drop = false;
-    std::string why;
-    const ssize_t n = recv(in.fd.get(), in.bytes + in.filled, in.want - in.filled, 0);
-    if (n > 0) {
-      in.filled += static_cast<size_t>(n);
-    } else if (n == 0) {
-      drop = true;
-      why = in.handshake ? "closed during the handshake" : "closed before its request";
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      drop = true;
-      why = ErrnoStatus("recv", errno).message();
-    }
     bool ready = false;
-    if (!drop && in.filled == in.want && !in.handshake) {
-      auto data = ConnectData::Decode(std::span<const std::byte>(in.bytes, ConnectData::kBytes),
-                                      options_.num_classes);
-      if (!data.ok()) {
+    std::string why;
+    std::string refusal;  // told to the requester before it is dropped
+    // Until the socket has nothing more or a step is not complete.
+    while (!drop && !ready) {
+      const ssize_t n = recv(in.fd.get(), in.bytes + in.filled, in.want - in.filled, 0);
+      if (n > 0) {
+        in.filled += static_cast<size_t>(n);
+      } else if (n == 0) {
         drop = true;
-        why = data.status().message();
+        why = in.handshake ? "closed during the handshake" : "closed before its request";
+        break;
       } else {
-        in.data = *data;
-        // A request meant for another process (a stale address) goes to the
-        // connection manager at once, to be rejected with the reason; no
-        // handshake is owed for a refusal.
-        ready = in.data.peer != options_.self_process;
-        if (!ready) {
-          if (Status status = AnswerHandshake(in); !status.ok()) {
-            drop = true;
-            why = status.message();
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          drop = true;
+          why = ErrnoStatus("recv", errno).message();
+        }
+        break;
+      }
+      if (in.filled < in.want) break;
+      if (in.want == ConnectData::kHeaderBytes) {
+        if (Status header = ConnectData::CheckHeader({in.bytes, in.filled}); !header.ok()) {
+          drop = true;
+          why = header.message();
+          // Another version: the requester learns why, and stops.
+          if (header.code() == StatusCode::kFailedPrecondition) refusal = why;
+        } else {
+          in.want = Incoming::kRequestBytes;
+        }
+      } else if (!in.handshake) {
+        auto data = ConnectData::Decode(std::span<const std::byte>(in.bytes, ConnectData::kBytes),
+                                        options_.num_classes);
+        if (!data.ok()) {
+          drop = true;
+          why = data.status().message();
+        } else {
+          in.data = *data;
+          // A request meant for another process (a stale address) goes to
+          // the connection manager at once, to be rejected with the reason;
+          // no handshake is owed for a refusal.
+          ready = in.data.peer != options_.self_process;
+          if (!ready) {
+            if (Status status = AnswerHandshake(in); !status.ok()) {
+              drop = true;
+              why = status.message();
+            }
           }
         }
-      }
-    } else if (!drop && in.filled == in.want) {
-      security::Mac proof;
-      std::memcpy(proof.data(), in.bytes + Incoming::kRequestBytes, proof.size());
-      if (Status status = in.handshake->CheckProof(proof); !status.ok()) {
-        drop = true;
-        why = status.message();
       } else {
-        ready = true;
+        security::Mac proof;
+        std::memcpy(proof.data(), in.bytes + Incoming::kRequestBytes, proof.size());
+        if (Status status = in.handshake->CheckProof(proof); !status.ok()) {
+          drop = true;
+          why = status.message();
+        } else {
+          ready = true;
+        }
       }
     }
     if (ready) {
@@ -249,7 +288,12 @@ std::unique_ptr<PendingRequest> SocketsProvider::ReadIncoming() {
       why = fmt::format("no request and handshake within {} s", kRequestTimeout.count());
     }
     if (drop) {
-      Log().warn("tocl via: connection from {} dropped: {}", in.peer_address, why);
+      if (!refusal.empty()) {
+        WriteReject(in.fd.get(), refusal, in.peer_address);
+        Log().warn("tocl via: connection from {} refused: {}", in.peer_address, why);
+      } else {
+        Log().warn("tocl via: connection from {} dropped: {}", in.peer_address, why);
+      }
       incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
@@ -301,18 +345,7 @@ Status SocketsProvider::ConnectAccept(PendingRequest& request, ProviderVi& vi,
 
 void SocketsProvider::ConnectReject(PendingRequest& request, std::string_view reason) {
   auto& sockets_request = static_cast<SocketsRequest&>(request);
-  const uint32_t length =
-      static_cast<uint32_t>(std::min<size_t>(reason.size(), SocketsVi::kMaxReasonBytes));
-  std::vector<std::byte> bytes(8 + length);
-  const uint32_t rejected = 1;
-  std::memcpy(bytes.data(), &rejected, 4);
-  std::memcpy(bytes.data() + 4, &length, 4);
-  std::memcpy(bytes.data() + 8, reason.data(), length);
-  if (Status status = WriteAll(sockets_request.fd().get(), bytes,
-                               std::chrono::steady_clock::now() + kRequestTimeout);
-      !status.ok()) {
-    Log().debug("tocl via: reject {}: {}", request.peer_address(), status.message());
-  }
+  WriteReject(sockets_request.fd().get(), reason, request.peer_address());
   sockets_request.fd().Close();
 }
 

@@ -24,6 +24,13 @@ constexpr int kMaxReadsPerEvent = 16;
 // The largest message a VI carries: the largest class we accept (1 MiB).
 constexpr uint32_t kMaxMessageBytes = 1u << 20;
 
+// A connect that failed: nobody listens (refused), or the way is lost.
+Status ConnectFailed(const std::string& peer, int error) {
+  std::string message =
+      fmt::format("cannot connect to {}: {}", peer, ErrnoStatus("connect", error).message());
+  return error == ECONNREFUSED ? NotFound(std::move(message)) : Unavailable(std::move(message));
+}
+
 uint32_t Load32(const std::byte* at) {
   uint32_t value;
   std::memcpy(&value, at, sizeof(value));
@@ -60,8 +67,7 @@ Status SocketsVi::ConnectRequest(std::string_view address, const ConnectData& da
               handshake_->nonce().size());
   state_ = State::kConnecting;
   if (connect(fd, peer->get(), peer->length()) != 0 && errno != EINPROGRESS && errno != EINTR) {
-    BreakLocked(Unavailable(
-        fmt::format("cannot connect to {}: {}", peer_, ErrnoStatus("connect", errno).message())));
+    BreakLocked(ConnectFailed(peer_, errno));
     return Status::Ok();  // OnClosed says so
   }
   TOCL_RETURN_IF_ERROR(owner_.reactor().Add(fd, kReadEvents | EPOLLOUT, this));
@@ -195,8 +201,7 @@ void SocketsVi::OnReady(uint32_t events) {
       socklen_t length = sizeof(error);
       if (getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
       if (error != 0) {
-        BreakLocked(Unavailable(fmt::format("cannot connect to {}: {}", peer_,
-                                            ErrnoStatus("connect", error).message())));
+        BreakLocked(ConnectFailed(peer_, error));
         return;
       }
       state_ = State::kAwaitReply;
@@ -254,6 +259,11 @@ void SocketsVi::ReadSome() {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
       std::string why;
+      bool answered;
+      {
+        std::lock_guard lock(mu_);
+        answered = state_ == State::kConnected;
+      }
       if (n < 0) {
         why = fmt::format("connection to {} lost: {}", peer_, ErrnoStatus("recv", errno).message());
       } else if (end_ != begin_) {
@@ -261,7 +271,10 @@ void SocketsVi::ReadSome() {
       } else {
         why = fmt::format("{} closed the VI", peer_);
       }
-      Break(Unavailable(why));
+      // Before its answer: no tocl process of this cluster and version
+      // there (one that cannot read the request closes the connection).
+      Break(answered ? Unavailable(why)
+                     : NotFound(fmt::format("{} before it answered the request", why)));
       return;
     }
     end_ += static_cast<size_t>(n);
@@ -285,7 +298,7 @@ bool SocketsVi::TakeAnswer(const std::byte* answer) {
   if (state_ != State::kAwaitReply) return false;
   auto proof = handshake_->Answer(nonce, mac);
   if (!proof.ok()) {
-    BreakLocked(Unavailable(fmt::format("{}: {}", peer_, proof.status().message())));
+    BreakLocked(PermissionDenied(fmt::format("{}: {}", peer_, proof.status().message())));
     return false;
   }
   handshake_.reset();
@@ -316,8 +329,9 @@ bool SocketsVi::TakeReply() {
     auto data = ConnectData::Decode(std::span<const std::byte>(at + 4, ConnectData::kBytes),
                                     owner_.options().num_classes);
     if (!data.ok()) {
-      Break(Unavailable(
-          fmt::format("{} accepted with bad data: {}", peer_, data.status().message())));
+      // Another version (FailedPrecondition) or malformed (InvalidArgument).
+      Break(Status(data.status().code(),
+                   fmt::format("{} accepted with bad data: {}", peer_, data.status().message())));
       return false;
     }
     begin_ += 4 + ConnectData::kBytes;
@@ -332,12 +346,14 @@ bool SocketsVi::TakeReply() {
   if (staged < 8) return false;
   const uint32_t length = Load32(at + 4);
   if (verdict != 1 || length > kMaxReasonBytes) {
-    Break(Unavailable(fmt::format("{} sent a malformed reply to the connection request", peer_)));
+    Break(
+        InvalidArgument(fmt::format("{} sent a malformed reply to the connection request", peer_)));
     return false;
   }
   if (staged < 8 + length) return false;
-  Break(Unavailable(fmt::format("{} rejected the connection: {}", peer_,
-                                std::string_view(reinterpret_cast<const char*>(at + 8), length))));
+  Break(FailedPrecondition(
+      fmt::format("{} rejected the connection: {}", peer_,
+                  std::string_view(reinterpret_cast<const char*>(at + 8), length))));
   return false;
 }
 
@@ -345,7 +361,7 @@ detail::BufferSlot* SocketsVi::TakeDescriptor(uint32_t length, uint32_t* capacit
   std::lock_guard lock(mu_);
   if (state_ != State::kConnected) return nullptr;  // broken by a handler call
   if (receives_.empty()) {
-    BreakLocked(Unavailable(fmt::format(
+    BreakLocked(InvalidArgument(fmt::format(
         "a message of {} bytes from {} found no receive descriptor posted (VIA: the VI breaks)",
         length, peer_)));
     return nullptr;
@@ -354,7 +370,7 @@ detail::BufferSlot* SocketsVi::TakeDescriptor(uint32_t length, uint32_t* capacit
   if (length > head.length) {
     // VIA completes the head descriptor with a length error and breaks the
     // VI; Finish reports it (first in the FIFO) with this status.
-    BreakLocked(Unavailable(fmt::format(
+    BreakLocked(InvalidArgument(fmt::format(
         "a message of {} bytes from {} is larger than the posted receive buffer of {} bytes "
         "(VIA length error: the VI breaks)",
         length, peer_, head.length)));
@@ -371,8 +387,8 @@ bool SocketsVi::TakeMessages() {
     const uint32_t length = Load32(at);
     const uint32_t immediate = Load32(at + 4);
     if (length > kMaxMessageBytes) {
-      Break(Unavailable(fmt::format("{} sent a message of {} bytes (at most {})", peer_, length,
-                                    kMaxMessageBytes)));
+      Break(InvalidArgument(fmt::format("{} sent a message of {} bytes (at most {})", peer_, length,
+                                        kMaxMessageBytes)));
       return false;
     }
     const size_t staged = end_ - begin_ - kPacketHeaderBytes;
