@@ -171,6 +171,14 @@ TEST_CASE(
     CHECK(HasLine(spawned,
                   "h2\\.p[0-9]+ wrote: hello from h2\\.p[0-9]+, spawned by h1\\.p[0-9]+\\.t1"));
   }
+
+  {  // requests: results collected from posted receives by WaitAny, a leftover one cancelled
+    const std::string collected =
+        RunOk({cmake_build + "/requests"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});
+    CHECK(HasLine(collected,
+                  "worker 3: [0-9]+ values from h1\\.p[0-9]+\\.t[0-9]+ \\(a long message\\)"));
+    CHECK(HasLine(collected, "4 results, 1 long"));
+  }
 }
 
 }  // namespace

@@ -55,8 +55,8 @@
 // mailboxes its replies come to); they are never enrolled, never in the
 // directory, and Send/Recv refuse them.
 //
-// Threading: every method may be called from any thread. Recv for a given
-// thread Gid should be called by one thread at a time.
+// Threading: every method may be called from any thread. Recv (and Irecv)
+// for a given thread Gid should be called by one thread at a time.
 #pragma once
 
 #include <chrono>
@@ -79,9 +79,11 @@
 #include "tocl/message_info.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
+#include "tocl/request.h"
 #include "tocl/runtime_options.h"
 #include "tocl/spawn.h"
 #include "tocl/status.h"
+#include "tocl/tag_match.h"
 
 namespace tocl {
 
@@ -115,9 +117,10 @@ class TOCL_EXPORT Runtime {
 
   // Flushes what was sent (up to `flush_timeout`), wakes every thread
   // blocked in Recv/Probe (they return Cancelled "the runtime is shutting
-  // down"; later sends return Unavailable), waits for the threads spawned by
-  // SpawnThread to return from their entries, unregisters, says goodbye to
-  // the daemon and closes the networks. Idempotent. Not from an entry thread
+  // down"; later sends return Unavailable), completes every pending request
+  // (receives: Cancelled; long Isends: Unavailable), waits for the threads
+  // spawned by SpawnThread to return from their entries, unregisters, says
+  // goodbye to the daemon and closes the networks. Idempotent. Not from an entry thread
   // or a notification callback.
   Status Shutdown(std::chrono::milliseconds flush_timeout = std::chrono::seconds(5));
 
@@ -215,29 +218,58 @@ class TOCL_EXPORT Runtime {
   // --- receive ---------------------------------------------------------------
   // The next message for thread `self` whose source and tag match. `source`
   // may be a thread, a process (any of its threads), a host (any thread on
-  // it) or Gid() for any source; `tag` may be kAnyTag. A long message comes
+  // it) or Gid() for any source; `tag` an exact tag, kAnyTag, or a masked
+  // selector (TagMatch::Masked, tocl/tag_match.h). A long message comes
   // whole, in one Buffer of library memory (capacity() == size()); dropping
-  // the Buffer frees it.
-  Result<Buffer> Recv(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+  // the Buffer frees it. A message that a receive request posted earlier
+  // matches (Irecv, IrecvInto) is that request's, not Recv's.
+  Result<Buffer> Recv(Gid self, Gid source = Gid(), TagMatch tag = kAnyTag);
   // DeadlineExceeded when nothing matched within `timeout`.
   Result<Buffer> RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
-                         Tag tag = kAnyTag);
+                         TagMatch tag = kAnyTag);
   // TryAgain when no matching message is there now.
-  Result<Buffer> TryRecv(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+  Result<Buffer> TryRecv(Gid self, Gid source = Gid(), TagMatch tag = kAnyTag);
   // Like RecvFor/TryRecv but leaves the message where it is.
   Result<MessageInfo> Probe(Gid self, std::chrono::nanoseconds timeout, Gid source = Gid(),
-                            Tag tag = kAnyTag);
-  Result<MessageInfo> TryProbe(Gid self, Gid source = Gid(), Tag tag = kAnyTag);
+                            TagMatch tag = kAnyTag);
+  Result<MessageInfo> TryProbe(Gid self, Gid source = Gid(), TagMatch tag = kAnyTag);
   // Receives the next matching message into `out` (any size): a long
   // message whose first fragment arrives while the caller waits here is
   // placed straight into `out` (no other copy); one that arrived before is
   // copied from library memory. InvalidArgument when the message is larger
   // than `out` (it stays queued: receive it with a larger buffer or Recv).
   Result<MessageInfo> RecvInto(Gid self, std::span<std::byte> out, Gid source = Gid(),
-                               Tag tag = kAnyTag);
+                               TagMatch tag = kAnyTag);
   Result<MessageInfo> RecvIntoFor(Gid self, std::span<std::byte> out,
                                   std::chrono::nanoseconds timeout, Gid source = Gid(),
-                                  Tag tag = kAnyTag);
+                                  TagMatch tag = kAnyTag);
+
+  // --- non-blocking requests (tocl/request.h) --------------------------------
+  // Send, returning a request. A Buffer, or a payload up to
+  // short_max_payload(), is queued as Send queues it (blocking as Send does
+  // when the destination's queue is full) and the request is complete at
+  // once. A longer payload has its start numbered and posted now (so it
+  // keeps its place among `from`'s messages to `to`) and is carried on by
+  // the runtime's background thread; the request completes when Send would
+  // have returned: Ok once the receiver holds all of it, else Send's error.
+  // `payload` must stay valid and unchanged until then. Errors that Send
+  // returns at once (bad ids, unknown thread, ...) are returned here.
+  Result<Request> Isend(Gid from, Gid to, Tag tag, Buffer&& buffer);
+  Result<Request> Isend(Gid from, Gid to, Tag tag, Buffer& buffer);
+  Result<Request> Isend(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // Posts a receive for thread `self` (enrolled here): the request
+  // completes with the next message that matches and that no receive
+  // posted earlier takes (TakeBuffer), taken from the queue at once if one
+  // is there. InvalidArgument / FailedPrecondition for `self` as Recv.
+  Result<Request> Irecv(Gid self, Gid source = Gid(), TagMatch tag = kAnyTag);
+  // The same into `out`, which must stay valid until the request completes
+  // or is destroyed: a long message whose start arrives while the request
+  // is posted lands straight in `out`; one that was there before is copied
+  // when the request is found complete (Wait, Test). The request fails with
+  // InvalidArgument when the message is larger than `out` (the message
+  // stays queued for others).
+  Result<Request> IrecvInto(Gid self, std::span<std::byte> out, Gid source = Gid(),
+                            TagMatch tag = kAnyTag);
 
   // --- networks ---------------------------------------------------------------
   // The open networks with their traffic counters and the bandwidth learned

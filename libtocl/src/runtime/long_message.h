@@ -101,7 +101,14 @@ struct LongSend {
   FragmentScheduler fragments;
   // Guarded by mu: the last grant, acknowledgement or answer to a probe.
   std::chrono::steady_clock::time_point last_heard;
-  Mailbox* wake = nullptr;  // the sending thread's mailbox
+  Mailbox* wake = nullptr;  // the sending thread's mailbox (or the thread carrying it)
+
+  // The sending thread's (LongSender::Begin, Step, End).
+  uint64_t generation = 0;  // of the peer's routes when the send began
+  bool registered = false;  // in the LongSender's table (its mu_)
+  std::chrono::steady_clock::duration probe_every{};
+  std::chrono::steady_clock::time_point next_probe;
+  size_t probes = 0;
 };
 
 struct InboundLong {

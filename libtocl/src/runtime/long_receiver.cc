@@ -245,7 +245,7 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
       message.posted = nullptr;
     } else if (message.slot != nullptr) {
       if (status.ok()) {
-        message.slot->set_state(BufferState::kIdle);
+        message.mailbox->MessageComplete(message.slot);
       } else if (message.mailbox->Remove(message.slot)) {
         message.slot->pool->Unref(message.slot);  // the mailbox's
       }
@@ -397,10 +397,10 @@ void LongReceiver::NoteReceivePosted() {
   events_.HousekeepingDue(/*wake=*/true);
 }
 
-void LongReceiver::UnbindPosted(PostedReceive& post) {
+bool LongReceiver::UnbindPosted(PostedReceive& post) {
   {
     std::lock_guard lock(mu_);
-    if (post.done.load(std::memory_order_acquire)) return;
+    if (post.done.load(std::memory_order_acquire)) return false;
     auto* message = static_cast<InboundLong*>(post.bound);
     // Still arriving: move what came so far to library memory and let the
     // rest land there; the message waits in the mailbox for a later receive.
@@ -416,9 +416,23 @@ void LongReceiver::UnbindPosted(PostedReceive& post) {
       }
       if (!message->mailbox->Deliver(slot)) slot->pool->Unref(slot);
     } else {
-      // Its abort is queued: sent below, not at the next housekeeping.
+      // Its abort is queued: sent below, not at the next housekeeping. The
+      // receive completes with the error; its owner gave it up anyway.
       FinishLocked(*message, large.status(), true);
     }
+  }
+  FlushControls();
+  return true;
+}
+
+void LongReceiver::CancelBound(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    std::vector<InboundLong*> bound;
+    for (auto& [key, message] : inbound_) {
+      if (message->posted != nullptr) bound.push_back(message.get());
+    }
+    for (InboundLong* message : bound) FinishLocked(*message, status, true);
   }
   FlushControls();
 }

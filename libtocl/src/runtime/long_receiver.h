@@ -116,10 +116,15 @@ class LongReceiver {
   // --- other threads ---
   // A RecvInto was posted: a waiting start may take its buffer.
   void NoteReceivePosted();
-  // A RecvInto bound to a long message gave up (ReceiveSide's hook): what
+  // A receive bound to a long message gives up (ReceiveSide's hook): what
   // came so far moves to library memory, the message stays queued for a
-  // later receive.
-  void UnbindPosted(PostedReceive& post);
+  // later receive; true. False when the message completed the receive
+  // first (it is the receive's).
+  bool UnbindPosted(PostedReceive& post);
+  // Every message landing in a posted receive's memory is given up, and
+  // the receive completes with `status` (the runtime shuts down: nothing
+  // may write into an application's memory after).
+  void CancelBound(const Status& status);
   // Process `process` exited: its messages to us will not complete.
   void SenderExited(Gid process, const std::string& reason);
   // A long message from a thread of this process: one copy into library

@@ -34,57 +34,95 @@ LongSender::LongSender(Limits limits, ReceiveSide& receive, const std::atomic<bo
 Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
                         std::span<const std::byte> payload) {
   LongSend send;
+  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send));
+  // A network may have no room (shm: no buffer provided yet); its owner
+  // rings our bell when it provides more, so the poller must hear bells.
+  events_.ListenForBells(true);
+  Status result;
+  for (;;) {
+    const uint32_t seen = send.wake->signal();
+    if (std::optional<Status> done = Step(peer, send)) {
+      result = *std::move(done);
+      break;
+    }
+    // Wait for acknowledgements (or the grant), polling for them ourselves
+    // when nobody else does.
+    const auto until = Clock::now() + StepWait();
+    receive_.AwaitSignal(*send.wake, seen, until, until);
+  }
+  events_.ListenForBells(false);
+  End(peer, send, result);
+  return result;
+}
+
+LongSender::Clock::duration LongSender::StepWait() const {
+  // Look again after 2 ms at most: a wake-up that goes astray (measured:
+  // rare 50 ms stalls over shm with a longer sleep) then costs little, and
+  // a waiting sender wakes 500 times a second, no more.
+  return std::min<Clock::duration>(limits_.fragment_timeout / 4, std::chrono::milliseconds(2));
+}
+
+Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
+                         std::span<const std::byte> payload, Mailbox* wake, LongSend& send) {
   send.data = payload;
   send.tag = tag;
-  send.wake = receive_.Find(from);
+  send.wake = wake;
   send.last_heard = Clock::now();  // before the poller can see it
 
   std::unique_lock peer_lock(peer.mu());
   TOCL_RETURN_IF_ERROR(events_.ResolveLocked(peer, peer_lock));
   // A peer reset while we wait (its host went down and came back) has new
   // routes: our indexes into them would be stale.
-  const uint64_t generation = peer.generation();
+  send.generation = peer.generation();
   send.fragments = FragmentScheduler(payload.size(), fragment_bytes_, peer.rails().size(),
                                      {.fragment_timeout = limits_.fragment_timeout});
-  // Out of the table before `send` goes (peer.mu() still held).
-  struct Unregister {
-    LongSender& sender;
-    const LongSend& send;
-    bool registered = false;
-    ~Unregister() {
-      if (!registered) return;
-      std::lock_guard lock(sender.mu_);
-      sender.outbound_.erase(send.key);
-    }
-  } unregister{*this, send};
+  // Several probes within partial_timeout: one may go over a dead network.
+  send.probe_every = std::max<Clock::duration>(
+      std::min<Clock::duration>(limits_.fragment_timeout, limits_.partial_timeout / 4),
+      std::chrono::milliseconds(1));
+  send.next_probe = Clock::now() + send.probe_every;
 
   // The start travels in the pair's order, like a short message (and like
   // one, moves to another network when its route breaks). Named by its
   // number, in the table before any network carries it (an answer may come
   // at once); the number is known only once the pair's lane is held (the
   // pair's short messages take theirs without peer.mu()).
-  {
-    TOCL_ASSIGN_OR_RETURN(
-        buffers::SlotRef start,
-        peer.HeaderFrame(peer.default_route(),
-                         wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_)));
-    TOCL_RETURN_IF_ERROR(peer.Post(from, to, start, peer.default_route(), [&](uint64_t seq) {
+  auto start = peer.HeaderFrame(
+      peer.default_route(), wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_));
+  Status posted = start.status();
+  if (posted.ok()) {
+    posted = peer.Post(from, to, *start, peer.default_route(), [&](uint64_t seq) {
       send.key = LongKey{from.raw(), to.raw(), seq};
       std::lock_guard lock(mu_);
       outbound_[send.key] = &send;
-      unregister.registered = true;
-    }));
+      send.registered = true;
+    });
   }
-  Status result = AwaitLocked(peer, peer_lock, generation, send);
-  if (peer.generation() == generation) {
-    LearnLocked(peer, send);
-    if (!result.ok() && peer.state() != SendQueue::State::kFailed) {
-      // Tell the receiver (best effort: its networks may be the ones gone).
-      PostControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send.key,
-                        kAbortBySender);
+  if (!posted.ok()) Unregister(send);
+  return posted;
+}
+
+void LongSender::Unregister(LongSend& send) {
+  if (!send.registered) return;
+  std::lock_guard lock(mu_);
+  outbound_.erase(send.key);
+  send.registered = false;
+}
+
+void LongSender::End(SendQueue& peer, LongSend& send, const Status& result) {
+  {
+    std::lock_guard peer_lock(peer.mu());
+    if (peer.generation() == send.generation) {
+      LearnLocked(peer, send);
+      if (!result.ok() && peer.state() != SendQueue::State::kFailed) {
+        // Tell the receiver (best effort: its networks may be the ones gone).
+        PostControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send.key,
+                          kAbortBySender);
+      }
     }
   }
-  return result;
+  // Out of the table before `send` goes; the poller looks it up there only.
+  Unregister(send);
 }
 
 void LongSender::LearnLocked(SendQueue& peer, LongSend& send) {
@@ -95,62 +133,36 @@ void LongSender::LearnLocked(SendQueue& peer, LongSend& send) {
   }
 }
 
-// Probes while the grant is missing, places fragments once granted, and
-// waits between rounds with the peer's lock released.
-Status LongSender::AwaitLocked(SendQueue& peer, std::unique_lock<std::mutex>& peer_lock,
-                               uint64_t generation, LongSend& send) {
-  // Several probes within partial_timeout: one may go over a dead network.
-  const auto probe_every = std::max<Clock::duration>(
-      std::min<Clock::duration>(limits_.fragment_timeout, limits_.partial_timeout / 4),
-      std::chrono::milliseconds(1));
-  auto next_probe = Clock::now() + probe_every;
-  size_t probes = 0;
-
-  // A network may have no room (shm: no buffer provided yet); its owner
-  // rings our bell when it provides more, so the poller must hear bells.
-  events_.ListenForBells(true);
-  struct StopListening {
-    Events& events;
-    ~StopListening() { events.ListenForBells(false); }
-  } stop_listening{events_};
-  for (;;) {
-    const uint32_t seen = send.wake->signal();
-    const auto now = Clock::now();
-    if (peer.state() == SendQueue::State::kFailed) return peer.failure();
-    if (peer.generation() != generation) {
-      return Unavailable(fmt::format("the connection to {} was reset while the message was sent",
-                                     peer.process().ToString()));
-    }
-    if (shutting_down_.load(std::memory_order_relaxed)) {
-      return Unavailable("the runtime is shutting down");
-    }
-    std::unique_lock lock(send.mu);
-    if (!send.aborted.ok()) return send.aborted;
-    if (send.fragments.done()) return Status::Ok();
-    // While we do not read (congested), nothing can be heard.
-    if (receive_.Congested()) send.last_heard = now;
-    if (now - send.last_heard > limits_.partial_timeout) {
-      return Silence(send, limits_.partial_timeout);
-    }
-    const bool probe_due = !send.granted && now >= next_probe;
-    if (send.granted) TOCL_RETURN_IF_ERROR(PlaceFragmentsLocked(peer, send, now));
-    lock.unlock();
-    if (probe_due) {
-      next_probe = now + probe_every;
-      ProbeLocked(peer, send.key, probes++, now);
-    }
-    peer_lock.unlock();
-
-    // Wait for acknowledgements (or the grant), polling for them ourselves
-    // when nobody else does. Look again after 2 ms at most: a wake-up that
-    // goes astray (measured: rare 50 ms stalls over shm with a longer
-    // sleep) then costs little, and a waiting sender wakes 500 times a
-    // second, no more.
-    const auto until = Clock::now() + std::min<Clock::duration>(limits_.fragment_timeout / 4,
-                                                                std::chrono::milliseconds(2));
-    receive_.AwaitSignal(*send.wake, seen, until, until);
-    peer_lock.lock();
+// Probes while the grant is missing and places fragments once granted.
+std::optional<Status> LongSender::Step(SendQueue& peer, LongSend& send) {
+  std::lock_guard peer_lock(peer.mu());
+  const auto now = Clock::now();
+  if (peer.state() == SendQueue::State::kFailed) return peer.failure();
+  if (peer.generation() != send.generation) {
+    return Unavailable(fmt::format("the connection to {} was reset while the message was sent",
+                                   peer.process().ToString()));
   }
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  std::unique_lock lock(send.mu);
+  if (!send.aborted.ok()) return send.aborted;
+  if (send.fragments.done()) return Status::Ok();
+  // While we do not read (congested), nothing can be heard.
+  if (receive_.Congested()) send.last_heard = now;
+  if (now - send.last_heard > limits_.partial_timeout) {
+    return Silence(send, limits_.partial_timeout);
+  }
+  const bool probe_due = !send.granted && now >= send.next_probe;
+  if (send.granted) {
+    if (Status placed = PlaceFragmentsLocked(peer, send, now); !placed.ok()) return placed;
+  }
+  lock.unlock();
+  if (probe_due) {
+    send.next_probe = now + send.probe_every;
+    ProbeLocked(peer, send.key, send.probes++, now);
+  }
+  return std::nullopt;
 }
 
 // Networks that broke or went silent give their fragments back, then

@@ -3,7 +3,9 @@
 // its pair's order, probes while the grant is missing, fragments placed by
 // the fragment scheduler over the peer's networks, until every fragment is
 // acknowledged or the message fails. The poller hands it the receiver's
-// answers (OnControl), and it wakes the sending thread.
+// answers (OnControl), and it wakes the sending thread. The same steps
+// (Begin, Step, End) let one thread carry many sends at once (Isend:
+// background_sends.h).
 //
 // What it needs of the runtime goes through Events (the peer's routes
 // opened, networks' names and failure counts, the poller listening for
@@ -23,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -84,16 +87,30 @@ class LongSender {
   // failure the receiver is told (best effort).
   Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
 
+  // Send in steps, for a thread that carries several sends at once
+  // (background_sends.h): Begin numbers and posts the start (the message
+  // takes its place among the thread's sends to `to` now) and registers
+  // `send`, which must stay where it is until End; `wake` is signalled when
+  // something is heard about it. Step does one round (probe, place
+  // fragments) and returns the outcome once there is one; wait on `wake`
+  // for up to StepWait() between rounds, with ListenForBells on. End tells
+  // the receiver of a failure and unregisters `send`. On an error from
+  // Begin there is nothing to end.
+  Status Begin(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+               Mailbox* wake, LongSend& send);
+  std::optional<Status> Step(SendQueue& peer, LongSend& send);
+  void End(SendQueue& peer, LongSend& send, const Status& result);
+  Clock::duration StepWait() const;
+  void ListenForBells(bool on) { events_.ListenForBells(on); }
+
   // The poller: a receiver's grant, acknowledgement, abort or answer to a
   // probe (!FromSender(header)). One about no message being sent (it
   // finished) is dropped.
   void OnControl(const wire::Header& header);
 
  private:
-  // Until every fragment is acknowledged or the message fails. `peer_lock`
-  // holds peer.mu() (released while it waits).
-  Status AwaitLocked(SendQueue& peer, std::unique_lock<std::mutex>& peer_lock, uint64_t generation,
-                     LongSend& send);
+  // Out of the table (the poller no longer finds it).
+  void Unregister(LongSend& send);
   // One round of the fragment scheduler for `send` (its mu held): failed
   // networks, then fragments posted until the windows are full.
   Status PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::time_point now);

@@ -1,5 +1,7 @@
 #include "runtime/mailbox.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 
@@ -57,17 +59,169 @@ auto FindMatch(Queue& queue, const Selector& selector) {
   return queue.end();
 }
 
+MessageInfo InfoOf(detail::BufferSlot* slot) {
+  const wire::Header& header = slot->header();
+  return MessageInfo{Gid::FromRaw(header.source), header.tag, PayloadBytes(slot)};
+}
+
+// Completes `post` with `slot` (its reference), or refuses the message when
+// it is larger than the receive's memory. The caller holds the mailbox lock
+// and wakes the receiver after.
+bool CompleteWith(PostedReceives& posted, PostedReceive* post, detail::BufferSlot* slot,
+                  bool queued) {
+  posted.Remove(post);
+  post->info = InfoOf(slot);
+  if (post->into && post->info.size > post->out.size()) {
+    post->status = InvalidArgument(fmt::format(
+        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
+        "it stays queued",
+        post->info.size, post->info.source.ToString(), post->info.tag, post->out.size()));
+    post->done.store(true, std::memory_order_release);
+    return false;
+  }
+  post->slot = slot;
+  post->counted = queued;
+  post->status = Status::Ok();
+  post->done.store(true, std::memory_order_release);
+  return true;
+}
+
 }  // namespace
 
-bool Mailbox::Deliver(detail::BufferSlot* slot) {
+bool Mailbox::Deliver(detail::BufferSlot* slot, bool* to_posted) {
   {
     std::lock_guard lock(mu_);
     if (left_.load(std::memory_order_relaxed)) return false;
-    queue_.push_back(slot);
-    CountQueuedLocked();
+    // A message still arriving, or one behind it from its sender, waits in
+    // the queue (OfferQueued hands it on later).
+    const bool posted = !posted_.empty() && !Incomplete(slot) &&
+                        !SenderBlockedLocked(slot->header().source) &&
+                        OfferLocked(slot, /*queued=*/false);
+    if (!posted) {
+      queue_.push_back(slot);
+      CountQueuedLocked();
+    }
+    if (to_posted != nullptr) *to_posted = posted;
   }
   Wake();
   return true;
+}
+
+bool Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued) {
+  const wire::Header& header = slot->header();
+  const Gid from = Gid::FromRaw(header.source);
+  while (PostedReceive* post = posted_.FirstMatch(from, header.tag)) {
+    const bool taken = CompleteWith(posted_, post, slot, queued);
+    CountPostedLocked();
+    if (taken) return true;
+  }
+  return false;
+}
+
+bool Mailbox::SenderBlockedLocked(uint64_t source) const {
+  for (detail::BufferSlot* queued : queue_) {
+    if (queued->header().source == source && Incomplete(queued)) return true;
+  }
+  return false;
+}
+
+void Mailbox::CountPostedLocked() {
+  has_posted_.store(!posted_.empty(), std::memory_order_release);
+}
+
+void Mailbox::Post(PostedReceive* post) {
+  {
+    std::lock_guard lock(mu_);
+    if (left_.load(std::memory_order_relaxed)) {
+      post->status = FailedPrecondition(fmt::format("thread {} has left", gid_.ToString()));
+      post->done.store(true, std::memory_order_release);
+      return;
+    }
+    auto it = FindMatch(queue_, post->selector);
+    if (it == queue_.end()) {
+      posted_.Append(post);
+      CountPostedLocked();
+      return;
+    }
+    if (CompleteWith(posted_, post, *it, /*queued=*/true)) {
+      queue_.erase(it);
+      CountQueuedLocked();
+    }
+  }
+}
+
+Mailbox::Withdrawal Mailbox::Withdraw(PostedReceive* post) {
+  std::lock_guard lock(mu_);
+  if (post->listed) {
+    posted_.Remove(post);
+    CountPostedLocked();
+    return Withdrawal::kWithdrawn;
+  }
+  if (post->done.load(std::memory_order_acquire)) return Withdrawal::kDone;
+  return post->bound != nullptr ? Withdrawal::kBound : Withdrawal::kWithdrawn;
+}
+
+void Mailbox::OfferQueued() {
+  bool handed = false;
+  {
+    std::lock_guard lock(mu_);
+    handed = OfferQueuedLocked();
+  }
+  if (handed) Wake();
+}
+
+void Mailbox::MessageComplete(detail::BufferSlot* slot) {
+  {
+    // Under the lock: a later message of its sender that arrives now must
+    // find it whole and already offered, not overtake it.
+    std::lock_guard lock(mu_);
+    slot->set_state(BufferState::kIdle);
+    (void)OfferQueuedLocked();
+  }
+  Wake();
+}
+
+bool Mailbox::OfferQueuedLocked() {
+  if (posted_.empty()) return false;
+  // In arrival order, as FindMatch walks: a message still arriving keeps
+  // its sender's later ones behind it.
+  bool handed = false;
+  uint64_t blocked[8];
+  size_t num_blocked = 0;
+  for (auto it = queue_.begin(); it != queue_.end() && !posted_.empty();) {
+    const uint64_t source = (*it)->header().source;
+    if (std::find(blocked, blocked + num_blocked, source) != blocked + num_blocked) {
+      ++it;
+      continue;
+    }
+    if (Incomplete(*it)) {
+      if (num_blocked == std::size(blocked)) break;  // be safe: wait
+      blocked[num_blocked++] = source;
+      ++it;
+      continue;
+    }
+    if (OfferLocked(*it, /*queued=*/true)) {
+      it = queue_.erase(it);
+      handed = true;
+    } else {
+      ++it;
+    }
+  }
+  CountQueuedLocked();
+  return handed;
+}
+
+void Mailbox::CompletePosted(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    while (PostedReceive* post = posted_.head()) {
+      posted_.Remove(post);
+      post->status = status;
+      post->done.store(true, std::memory_order_release);
+    }
+    CountPostedLocked();
+  }
+  Wake();
 }
 
 void Mailbox::CountQueuedLocked() {
@@ -126,57 +280,20 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   return true;
 }
 
-detail::BufferSlot* Mailbox::TakeOrPost(const Selector& selector, size_t max_bytes,
-                                        PostedReceive* post, std::optional<MessageInfo>& too_big) {
-  std::lock_guard lock(mu_);
-  if (post != nullptr && post->bound != nullptr) return nullptr;  // a message lands in it
-  auto it = FindMatch(queue_, selector);
-  if (it != queue_.end()) {
-    const uint64_t bytes = PayloadBytes(*it);
-    if (bytes > max_bytes) {
-      const wire::Header& header = (*it)->header();
-      too_big = MessageInfo{Gid::FromRaw(header.source), header.tag, bytes};
-      return nullptr;
-    }
-    detail::BufferSlot* slot = *it;
-    queue_.erase(it);
-    CountQueuedLocked();
-    if (post != nullptr && posted_ == post) {
-      posted_ = nullptr;
-      has_posted_.store(false, std::memory_order_release);
-    }
-    return slot;
-  }
-  if (post != nullptr && posted_ != post) {
-    posted_ = post;
-    has_posted_.store(true, std::memory_order_release);
-  }
-  return nullptr;
-}
-
-bool Mailbox::Unpost(PostedReceive* post) {
-  std::lock_guard lock(mu_);
-  if (posted_ == post) {
-    posted_ = nullptr;
-    has_posted_.store(false, std::memory_order_release);
-  }
-  return post->bound == nullptr;
-}
-
 PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* binder) {
   std::lock_guard lock(mu_);
-  PostedReceive* post = posted_;
-  if (post == nullptr || !post->selector.Matches(from, tag) || total > post->out.size()) {
-    return nullptr;
-  }
-  // A queued match goes first; the receiver takes it when it wakes.
+  PostedReceive* post = posted_.FirstMatch(from, tag);
+  // A library receive (Irecv) or one too small takes the message once it
+  // is whole (OfferQueued).
+  if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
+  // A queued match goes first; it is offered to the receive once it can be.
   for (detail::BufferSlot* slot : queue_) {
     const wire::Header& header = slot->header();
     if (post->selector.Matches(Gid::FromRaw(header.source), header.tag)) return nullptr;
   }
   post->bound = binder;
-  posted_ = nullptr;
-  has_posted_.store(false, std::memory_order_release);
+  posted_.Remove(post);
+  CountPostedLocked();
   return post;
 }
 
@@ -186,6 +303,8 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   if (it == queue_.end()) return false;
   queue_.erase(it);
   CountQueuedLocked();
+  // What its sender sent after it is no longer held behind it.
+  (void)OfferQueuedLocked();
   return true;
 }
 
@@ -196,8 +315,13 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     left_.store(true, std::memory_order_release);
     dropped.swap(queue_);
     CountQueuedLocked();
-    posted_ = nullptr;  // its RecvInto returns (and unbinds what is bound)
-    has_posted_.store(false, std::memory_order_release);
+    // Bound ones finish with their message (or their owner moves it).
+    while (PostedReceive* post = posted_.head()) {
+      posted_.Remove(post);
+      post->status = FailedPrecondition(fmt::format("thread {} has left", gid_.ToString()));
+      post->done.store(true, std::memory_order_release);
+    }
+    CountPostedLocked();
   }
   for (auto* slot : dropped) {
     if (dropped_bytes != nullptr) *dropped_bytes += SlotBytes(slot);

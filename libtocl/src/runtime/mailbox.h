@@ -4,7 +4,9 @@
 //
 // Arrival order already respects each sending process's sequence (the
 // runtime reorders by seq before delivering), so taking the first match is
-// MPI's non-overtaking rule.
+// MPI's non-overtaking rule. Receives posted before their message came
+// (posted_receive.h) are matched first, in post order: a message that one
+// of them matches goes to it, not to the queue.
 //
 // Threading: Deliver (the polling thread) and Take/Peek (the receiving
 // thread) run concurrently; `mu` guards the queue.
@@ -20,38 +22,13 @@
 #include <span>
 
 #include "buffers/buffer_slot.h"
+#include "runtime/posted_receive.h"
 #include "subsystem/reactor.h"
 #include "tocl/buffer.h"
 #include "tocl/gid.h"
 #include "tocl/message_info.h"
 
 namespace tocl::runtime {
-
-// What a receiver asks for: a source (thread, process, host or any) and a
-// tag (or any).
-struct Selector {
-  Gid source;  // null: any
-  Tag tag = kAnyTag;
-
-  bool Matches(Gid from, Tag message_tag) const {
-    if (tag != kAnyTag && tag != message_tag) return false;
-    if (source.is_null()) return true;
-    if (source.is_thread()) return from == source;
-    if (source.is_process()) return from.process() == source;
-    return from.host() == source;
-  }
-};
-
-// A RecvInto waiting for a message: the poller may bind a long message to
-// it (its fragments then land in `out`).
-struct PostedReceive {
-  Selector selector;
-  std::span<std::byte> out;
-  void* bound = nullptr;          // guarded by the mailbox lock: the InboundLong using `out`
-  std::atomic<bool> done{false};  // set (release) by the poller when bound and finished
-  Status status;                  // valid once done
-  MessageInfo info;               // valid once done
-};
 
 class Mailbox {
  public:
@@ -60,9 +37,10 @@ class Mailbox {
 
   Gid gid() const { return gid_; }
 
-  // Queues a message (one slot reference) and wakes the receiver if it
-  // sleeps. Returns false (the slot untouched) when the thread has left.
-  bool Deliver(detail::BufferSlot* slot);
+  // Hands a message (one slot reference) to the first posted receive it
+  // matches (`*to_posted` says so), else queues it; wakes the receiver if
+  // it sleeps. Returns false (the slot untouched) when the thread has left.
+  bool Deliver(detail::BufferSlot* slot, bool* to_posted = nullptr);
 
   // Nothing is queued: a hint read without the lock. Deliveries from other
   // threads (local senders, long messages completing) race with it, as
@@ -75,22 +53,38 @@ class Mailbox {
   detail::BufferSlot* Take(const Selector& selector);
   // The first match, left in place.
   bool Peek(const Selector& selector, MessageInfo& info);
-  // For RecvInto: the first match when it fits in `max_bytes` (removed);
-  // else nullptr with `too_big` set when one matched but is larger, or,
-  // when none matched, `post` registered for the poller to bind.
-  detail::BufferSlot* TakeOrPost(const Selector& selector, size_t max_bytes, PostedReceive* post,
-                                 std::optional<MessageInfo>& too_big);
-  // Withdraws `post`: true when it was not bound (the caller is free), false
-  // when the poller has bound a message to it.
-  bool Unpost(PostedReceive* post);
-  // The poller: binds `binder` to the posted receive when it matches a
-  // message of `total` bytes from `from` with `tag` and nothing queued
-  // matches it first. The receive is then no longer posted.
+
+  // Posts a receive (its selector, `into` and `out` set): the first queued
+  // match completes it at once (one too large for `out` completes it with
+  // InvalidArgument and stays queued), else it waits in the list for the
+  // delivery path. A thread that has left completes it with
+  // FailedPrecondition.
+  void Post(PostedReceive* post);
+  // Withdraws a posted receive: kWithdrawn (it took nothing; the caller is
+  // free), kDone (it completed first: its outcome is the caller's), or
+  // kBound (a long message is landing in its memory: ask the long receiver
+  // to move it elsewhere).
+  enum class Withdrawal { kWithdrawn, kDone, kBound };
+  Withdrawal Withdraw(PostedReceive* post);
+  // The poller: binds `binder` to the first posted receive that matches a
+  // message of `total` bytes from `from` with `tag`, when that receive has
+  // room for it in its own memory and nothing queued matches it first. The
+  // receive is then no longer listed.
   PostedReceive* BindPosted(Gid from, Tag tag, uint64_t total, void* binder);
-  // Whether a receive is posted (the poller looks before binding).
+  // Whether a receive is posted (the poller looks before binding; a
+  // receiver's hand-off is off while one is).
   bool HasPosted() const { return has_posted_.load(std::memory_order_acquire); }
+  // Queued messages a posted receive matches go to it (after a change
+  // that may let them: a long message done or gone).
+  void OfferQueued();
+  // A queued long message has all its bytes: it becomes receivable, and it
+  // and the messages its sender sent after it may go to posted receives.
+  void MessageComplete(detail::BufferSlot* slot);
+  // Every listed receive completes with `status` (the runtime shuts down).
+  void CompletePosted(const Status& status);
   // Removes a message that will not complete (its sender gave up); false
-  // when it is no longer queued.
+  // when it is no longer queued. Its sender's later messages are offered to
+  // posted receives.
   bool Remove(detail::BufferSlot* slot);
 
   // Sleeps until a delivery or Wake() after `seen` was read, or `deadline`.
@@ -122,12 +116,24 @@ class Mailbox {
  private:
   // Publishes queue_.size() for empty(); after every change, under mu_.
   void CountQueuedLocked();
+  // Publishes whether posted_ is empty; after every change, under mu_.
+  void CountPostedLocked();
+  // Hands `slot` to the first posted receive it matches (receives whose
+  // memory is too small for it complete with InvalidArgument on the way):
+  // whether one took it.
+  // `queued`: it comes from the queue (PostedReceive::counted).
+  bool OfferLocked(detail::BufferSlot* slot, bool queued);
+  // OfferLocked for each queued message that can be received now, in
+  // order: whether any was taken.
+  bool OfferQueuedLocked();
+  // A long message from `source` is queued and still arriving.
+  bool SenderBlockedLocked(uint64_t source) const;
 
   const Gid gid_;
   std::mutex mu_;
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
   std::atomic<size_t> queued_{0};          // queue_.size(), for empty()
-  PostedReceive* posted_ = nullptr;        // guarded by mu_
+  PostedReceives posted_;                  // guarded by mu_
   std::atomic<bool> has_posted_{false};
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};

@@ -96,22 +96,27 @@ Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
   if (mailbox == nullptr) return NotFound(fmt::format("no thread {}", to.ToString()));
   slot->set_state(BufferState::kIdle);
   if (expecting.mailbox == mailbox && expecting.got == nullptr && !buffers::IsLarge(slot.get()) &&
-      mailbox->empty() && !mailbox->left() &&
+      mailbox->empty() && !mailbox->HasPosted() && !mailbox->left() &&
       expecting.selector.Matches(Gid::FromRaw(slot->header().source), slot->header().tag)) {
     // Nothing queued is older (a long message still arriving is queued and
-    // keeps its sender's later ones behind it): taking it now keeps every
-    // pair's order. Never unexpected, so never counted.
+    // keeps its sender's later ones behind it), and no receive posted
+    // before this one waits for it: taking it now keeps every pair's order
+    // and the posted receives' turn. Never unexpected, so never counted.
     expecting.got = slot.release();
     return Status::Ok();
   }
   const size_t bytes = Mailbox::SlotBytes(slot.get());
   unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   // Mailbox::Deliver takes the reference only when it returns true.
-  if (!mailbox->Deliver(slot.get())) {
+  bool to_posted = false;
+  if (!mailbox->Deliver(slot.get(), &to_posted)) {
     unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     return FailedPrecondition(fmt::format("thread {} has left", to.ToString()));
   }
   (void)slot.release();  // the mailbox's now
+  // A posted receive had asked for it: never unexpected (its owner may
+  // already have it, so the slot is not touched again here).
+  if (to_posted) Uncount(bytes);
   return Status::Ok();
 }
 
@@ -300,7 +305,10 @@ Result<Buffer> ReceiveSide::ReceiveOn(Mailbox& mailbox, Selector selector,
 }
 
 void ReceiveSide::NoteReceived(detail::BufferSlot* slot) {
-  const size_t bytes = Mailbox::SlotBytes(slot);
+  Uncount(Mailbox::SlotBytes(slot));
+}
+
+void ReceiveSide::Uncount(size_t bytes) {
   const size_t before = unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   if (before > unexpected_cap_ && before - bytes <= unexpected_cap_) {
     // No longer congested: a sleeping poller must provide buffers and read
@@ -316,52 +324,62 @@ void ReceiveSide::Release(detail::BufferSlot* slot) {
 
 Result<MessageInfo> ReceiveSide::ReceiveInto(Gid self, Selector selector, std::span<std::byte> out,
                                              Clock::time_point deadline) {
+  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, LocalMailbox(self));
   PostedReceive post;
   post.selector = selector;
+  post.into = true;
   post.out = out;
-  detail::BufferSlot* slot = nullptr;
-  std::optional<MessageInfo> too_big;
-  bool announced = false;
-  Status waited = WaitFor(self, deadline, true, [&](Mailbox& mailbox) {
-    if (post.done.load(std::memory_order_acquire)) return true;
-    slot = mailbox.TakeOrPost(selector, out.size(), &post, too_big);
-    if (!announced && slot == nullptr && !too_big) {
-      // Long starts waiting for memory may take this buffer.
-      announced = true;
-      hooks_.receive_posted();
-    }
-    return slot != nullptr || too_big.has_value();
-  });
-  // Whatever WaitFor said (the thread may have left meanwhile), `post` must
-  // be withdrawn or unbound before it goes out of scope.
-  Mailbox* mailbox =
-      self.is_thread() && self.process() == process_ ? threads_.Find(self.thread_index()) : nullptr;
-  if (mailbox == nullptr) return waited;  // never posted
-  if (!mailbox->Unpost(&post) && !post.done.load(std::memory_order_acquire)) {
-    // A long message is landing in `out`: wait for it unless we gave up.
-    if (!waited.ok()) hooks_.unbind_posted(post);
+  Post(*mailbox, post);
+  Status waited = WaitOn(*mailbox, deadline, true,
+                         [&](Mailbox&) { return post.done.load(std::memory_order_acquire); });
+  // Whatever WaitOn said (the thread may have left meanwhile), `post` must
+  // be withdrawn before it goes out of scope; it may have completed since.
+  if (!waited.ok() && Withdraw(*mailbox, post)) return waited;
+  return FinishInto(post);
+}
+
+void ReceiveSide::Post(Mailbox& mailbox, PostedReceive& post) {
+  mailbox.Post(&post);
+  // Long starts waiting for memory may take this buffer.
+  if (post.into && !post.done.load(std::memory_order_acquire)) hooks_.receive_posted();
+}
+
+bool ReceiveSide::Withdraw(Mailbox& mailbox, PostedReceive& post) {
+  switch (mailbox.Withdraw(&post)) {
+    case Mailbox::Withdrawal::kWithdrawn:
+      return true;
+    case Mailbox::Withdrawal::kDone:
+      return false;
+    case Mailbox::Withdrawal::kBound:
+      return hooks_.unbind_posted(post);
   }
-  if (post.done.load(std::memory_order_acquire)) {
-    if (slot != nullptr) {
-      // Cannot happen (a bound receive takes nothing), but never lose it.
-      (void)mailbox->Deliver(slot);
-    }
+  return false;
+}
+
+Result<MessageInfo> ReceiveSide::FinishInto(PostedReceive& post) {
+  if (post.slot == nullptr) {
     TOCL_RETURN_IF_ERROR(post.status);
-    return post.info;
+    return post.info;  // bound: it landed in `out`
   }
-  TOCL_RETURN_IF_ERROR(waited);
-  if (too_big) {
-    return InvalidArgument(fmt::format(
-        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
-        "it stays queued",
-        too_big->size, too_big->source.ToString(), too_big->tag, out.size()));
-  }
-  const wire::Header& header = slot->header();
-  MessageInfo info{Gid::FromRaw(header.source), header.tag,
-                   buffers::IsLarge(slot) ? header.total : header.length};
-  std::memcpy(out.data(), slot->payload(), info.size);
-  Release(slot);
-  return info;
+  detail::BufferSlot* slot = TakeSlot(post);
+  std::memcpy(post.out.data(), slot->payload(), post.info.size);
+  slot->pool->Unref(slot);
+  return post.info;
+}
+
+detail::BufferSlot* ReceiveSide::TakeSlot(PostedReceive& post) {
+  detail::BufferSlot* slot = std::exchange(post.slot, nullptr);
+  if (slot != nullptr && post.counted) NoteReceived(slot);
+  return slot;
+}
+
+Status ReceiveSide::Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
+                          const std::function<bool()>& done) {
+  return WaitOn(mailbox, deadline, blocking, [&](Mailbox&) { return done(); });
+}
+
+void ReceiveSide::CompletePosted(const Status& status) {
+  threads_.ForEach([&](Mailbox& mailbox) { mailbox.CompletePosted(status); });
 }
 
 Result<MessageInfo> ReceiveSide::Probe(Gid self, Selector selector, Clock::time_point deadline,

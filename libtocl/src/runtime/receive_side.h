@@ -46,9 +46,10 @@ class ReceiveSide {
     // A RecvInto is posted: long messages waiting for memory may take its
     // buffer.
     std::function<void()> receive_posted;
-    // A RecvInto that a long message was bound to gives up: the message
-    // moves to library memory and stays queued.
-    std::function<void(PostedReceive&)> unbind_posted;
+    // A receive that a long message was bound to gives up: the message
+    // moves to library memory and stays queued (true), unless it completed
+    // the receive first (false).
+    std::function<bool(PostedReceive&)> unbind_posted;
   };
 
   // `unexpected_cap`: bytes of unreceived short messages above which the
@@ -93,6 +94,7 @@ class ReceiveSide {
   std::atomic<size_t>& unexpected_bytes() { return unexpected_bytes_; }
   // A received message leaves the count; Release also drops its reference.
   void NoteReceived(detail::BufferSlot* slot);
+  void Uncount(size_t bytes);
   void Release(detail::BufferSlot* slot);
 
   // --- receiving ---
@@ -108,6 +110,30 @@ class ReceiveSide {
   Result<MessageInfo> ReceiveInto(Gid self, Selector selector, std::span<std::byte> out,
                                   Clock::time_point deadline);
   Result<MessageInfo> Probe(Gid self, Selector selector, Clock::time_point deadline, bool blocking);
+
+  // --- posted receives (RecvInto, requests: posted_receive.h) ---
+  // Posts `post` on `mailbox` (Mailbox::Post); one with memory of its own
+  // is announced to long messages waiting for memory.
+  void Post(Mailbox& mailbox, PostedReceive& post);
+  // Withdraws `post`: true when it took nothing (a long message landing in
+  // its memory moves to library memory and stays queued for others), false
+  // when it completed first (its outcome is the caller's).
+  bool Withdraw(Mailbox& mailbox, PostedReceive& post);
+  // A completed receive's message into its memory (`into`), its reference
+  // dropped; the receive's error otherwise.
+  Result<MessageInfo> FinishInto(PostedReceive& post);
+  // A completed receive's message (its reference; nullptr when none), out
+  // of the unexpected count.
+  detail::BufferSlot* TakeSlot(PostedReceive& post);
+  // Waits, as Recv does (polling for it, then sleeping), until `done()`,
+  // which is asked whenever `mailbox` is signalled; `blocking` false asks
+  // once after one poll round. When not done: DeadlineExceeded, TryAgain
+  // (not blocking), Cancelled (shutting down), FailedPrecondition (the
+  // mailbox's thread left).
+  Status Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
+               const std::function<bool()>& done);
+  // Every receive still posted completes with `status` (shutdown).
+  void CompletePosted(const Status& status);
   // Until `mailbox`'s signal moves on from `seen`: polls for it when the
   // token is free (up to `poll_deadline`), else sleeps on the mailbox (up
   // to `wait_deadline`) while the poller of the moment works. Also for a

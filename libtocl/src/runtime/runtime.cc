@@ -45,13 +45,14 @@ constexpr auto kDrainGoneFor = std::chrono::seconds(2);
 Runtime::Impl::Impl(RuntimeOptions opts)
     : options(std::move(opts)),
       budget(options.pool_cap),
-      receive(options.unexpected_cap, options.spin, shutting_down,
-              runtime::ReceiveSide::Hooks{
-                  .wake_poller = [this] { reactor->Wake(); },
-                  .receive_posted = [this] { long_receiver.NoteReceivePosted(); },
-                  .unbind_posted =
-                      [this](runtime::PostedReceive& post) { long_receiver.UnbindPosted(post); },
-              }),
+      receive(
+          options.unexpected_cap, options.spin, shutting_down,
+          runtime::ReceiveSide::Hooks{
+              .wake_poller = [this] { reactor->Wake(); },
+              .receive_posted = [this] { long_receiver.NoteReceivePosted(); },
+              .unbind_posted =
+                  [this](runtime::PostedReceive& post) { return long_receiver.UnbindPosted(post); },
+          }),
       routes(
           runtime::PeerRoutes::Settings{.queue_depth = options.send_queue_depth,
                                         .connect_timeout = options.connect_timeout},
@@ -227,12 +228,20 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
                                         Clock::now() + flush_timeout);
   if (!flushed)
     result = DeadlineExceeded("messages were still being sent when the runtime shut down");
+  // Long Isends still going fail (shutting_down is set) and their requests
+  // complete; the background thread ends.
+  background_sends.Stop();
   if (progress) progress->Stop();
   // Wake receivers: they return Cancelled.
   receive.WakeAll();
   // Receivers leave the token within their poll round; subsystems close
   // with nobody polling.
   if (progress) (void)progress->AcquireWithin(std::chrono::seconds(2));
+  // Pending receive requests complete: nothing lands in an application's
+  // memory after Shutdown, and a request may outlive the runtime.
+  const Status cancelled(StatusCode::kCancelled, "the runtime is shutting down");
+  long_receiver.CancelBound(cancelled);
+  receive.CompletePosted(cancelled);
   routes.Close(Unavailable("the runtime shut down"));
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
   // return; they may still leave (the link is open).
@@ -498,33 +507,36 @@ Status Runtime::Send(Gid from, Gid to, Tag tag, std::span<const std::byte> paylo
   return impl_->send_side.SendCopy(from, to, tag, payload);
 }
 
-Result<Buffer> Runtime::Recv(Gid self, Gid source, Tag tag) {
+Result<Buffer> Runtime::Recv(Gid self, Gid source, TagMatch tag) {
   return impl_->receive.Receive(self, Selector{source, tag}, Clock::time_point::max(), true);
 }
 
-Result<Buffer> Runtime::RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source, Tag tag) {
+Result<Buffer> Runtime::RecvFor(Gid self, std::chrono::nanoseconds timeout, Gid source,
+                                TagMatch tag) {
   return impl_->receive.Receive(self, Selector{source, tag}, DeadlineAfter(timeout), true);
 }
 
-Result<Buffer> Runtime::TryRecv(Gid self, Gid source, Tag tag) {
+Result<Buffer> Runtime::TryRecv(Gid self, Gid source, TagMatch tag) {
   return impl_->receive.Receive(self, Selector{source, tag}, Clock::now(), false);
 }
 
 Result<MessageInfo> Runtime::Probe(Gid self, std::chrono::nanoseconds timeout, Gid source,
-                                   Tag tag) {
+                                   TagMatch tag) {
   return impl_->receive.Probe(self, Selector{source, tag}, DeadlineAfter(timeout), true);
 }
 
-Result<MessageInfo> Runtime::TryProbe(Gid self, Gid source, Tag tag) {
+Result<MessageInfo> Runtime::TryProbe(Gid self, Gid source, TagMatch tag) {
   return impl_->receive.Probe(self, Selector{source, tag}, Clock::now(), false);
 }
 
-Result<MessageInfo> Runtime::RecvInto(Gid self, std::span<std::byte> out, Gid source, Tag tag) {
+Result<MessageInfo> Runtime::RecvInto(Gid self, std::span<std::byte> out, Gid source,
+                                      TagMatch tag) {
   return impl_->receive.ReceiveInto(self, Selector{source, tag}, out, Clock::time_point::max());
 }
 
 Result<MessageInfo> Runtime::RecvIntoFor(Gid self, std::span<std::byte> out,
-                                         std::chrono::nanoseconds timeout, Gid source, Tag tag) {
+                                         std::chrono::nanoseconds timeout, Gid source,
+                                         TagMatch tag) {
   return impl_->receive.ReceiveInto(self, Selector{source, tag}, out, DeadlineAfter(timeout));
 }
 

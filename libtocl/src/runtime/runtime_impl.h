@@ -21,6 +21,11 @@
 //                                       └──> a receiver's answers ──> LongSender
 //   Recv ──> ReceiveSide (receive_side.h): the thread's Mailbox, polling
 //            through the ProgressEngine while it waits
+//   Irecv, IrecvInto ──> a PostedReceive on the thread's Mailbox
+//            (posted_receive.h), completed by the delivery path; Isend
+//            (long) ──> BackgroundSends (background_sends.h): LongSender's
+//            steps on one thread; Request (request.cc) waits through
+//            ReceiveSide
 //   Directory: DirectoryLink (our daemon: enrollment, registrations, the
 //            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
 //            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
@@ -52,6 +57,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/slot_ref.h"
+#include "runtime/background_sends.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
 #include "runtime/host_daemons.h"
@@ -212,6 +218,8 @@ struct Runtime::Impl final {
   runtime::LongReceiver long_receiver;
   LongSenderEvents long_sender_events{*this};
   runtime::LongSender long_sender;
+  // Long Isends, carried by one thread (stopped by Shutdown).
+  runtime::BackgroundSends background_sends{long_sender, receive};
 
   Gid parent;  // $TOCL_PARENT
   // Last: they use everything above, and are stopped by Shutdown.

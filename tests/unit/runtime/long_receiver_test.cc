@@ -80,7 +80,8 @@ struct Fixture : PoolAndPoller, LongReceiver::Events {
                 ReceiveSide::Hooks{
                     .wake_poller = [] {},
                     .receive_posted = [this] { receiver.NoteReceivePosted(); },
-                    .unbind_posted = [this](PostedReceive& post) { receiver.UnbindPosted(post); },
+                    .unbind_posted =
+                        [this](PostedReceive& post) { return receiver.UnbindPosted(post); },
                 }),
         receiver(limits, receive, *this) {
     receive.SetProcess(kProcess);

@@ -102,7 +102,7 @@ struct Fixture : PoolAndPoller, SendQueue::Events, LongSender::Events {
                 ReceiveSide::Hooks{
                     .wake_poller = [] {},
                     .receive_posted = [] {},
-                    .unbind_posted = [](PostedReceive&) {},
+                    .unbind_posted = [](PostedReceive&) { return true; },
                 }),
         queue(kPeer, 64, *this),
         sender(limits, receive, shutting_down, *this) {

@@ -74,7 +74,7 @@ struct Fixture : PoolAndPoller {
                 ReceiveSide::Hooks{
                     .wake_poller = [this] { ++poller_wakes; },
                     .receive_posted = [this] { ++posted; },
-                    .unbind_posted = [](PostedReceive&) {},
+                    .unbind_posted = [](PostedReceive&) { return true; },
                 }) {
     receive.SetProcess(kProcess);
     receive.AttachProgress(progress);

@@ -1,0 +1,92 @@
+// Receives posted on a mailbox before their message came: a RecvInto that
+// waits, or a request (Irecv, IrecvInto; tocl/request.h). The delivery path
+// (the poller, a local sender, a long message completing) hands a matching
+// message to the first posted receive in post order instead of queueing it,
+// and a long message may be bound to a receive with memory of its own
+// (its fragments then land there).
+//
+// The rule the mailbox keeps (mailbox.h): no queued message that a receive
+// could take now matches a posted receive. So a later Recv, which looks
+// only at the queue, never takes a message an earlier posted receive
+// matches, and two posted receives that match the same messages complete
+// in post order (MPI's rule for Irecv).
+//
+// Threading: the list and a receive's links are guarded by its mailbox's
+// lock; `done` publishes the outcome (release by whoever completes it,
+// acquire by the waiter), after which only the receive's owner touches it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <span>
+
+#include "buffers/buffer_slot.h"
+#include "tocl/gid.h"
+#include "tocl/message_info.h"
+#include "tocl/status.h"
+#include "tocl/tag_match.h"
+
+namespace tocl::runtime {
+
+// What a receiver asks for: a source (thread, process, host or any) and a
+// tag selector (exact, masked or any).
+struct Selector {
+  Gid source;  // null: any
+  TagMatch tag;
+
+  bool Matches(Gid from, Tag message_tag) const {
+    if (!tag.Matches(message_tag)) return false;
+    if (source.is_null()) return true;
+    if (source.is_thread()) return from == source;
+    if (source.is_process()) return from.process() == source;
+    return from.host() == source;
+  }
+};
+
+struct PostedReceive {
+  Selector selector;
+  // Into the caller's memory (RecvInto, IrecvInto): `out`, and a long
+  // message may be bound to it; else (Irecv) the message's own buffer.
+  bool into = false;
+  std::span<std::byte> out;
+
+  // Guarded by the mailbox lock: its place in the mailbox's list.
+  PostedReceive* prev = nullptr;
+  PostedReceive* next = nullptr;
+  bool listed = false;
+  // Guarded by the mailbox lock until bound, then by the long receiver's:
+  // the InboundLong whose fragments land in `out`.
+  void* bound = nullptr;
+
+  // Set (release) once the receive is complete; the fields below are then
+  // the owner's.
+  std::atomic<bool> done{false};
+  Status status;
+  MessageInfo info;
+  // The message (one reference), unless it was bound: library memory or a
+  // pool buffer (ReceiveSide::TakeSlot hands it on).
+  detail::BufferSlot* slot = nullptr;
+  // It waited in the queue first, so it is counted in the receive side's
+  // unexpected bytes until taken; one handed over as it arrived never was
+  // (it was expected).
+  bool counted = false;
+};
+
+// The posted receives of one mailbox in post order (intrusive: posting and
+// withdrawing cost no allocation, whatever the number outstanding). The
+// mailbox's lock is held around every call.
+class PostedReceives {
+ public:
+  bool empty() const { return head_ == nullptr; }
+  void Append(PostedReceive* post);
+  void Remove(PostedReceive* post);
+  // The first posted receive that matches a message from `from` with `tag`.
+  PostedReceive* FirstMatch(Gid from, Tag tag) const;
+  PostedReceive* head() const { return head_; }
+
+ private:
+  PostedReceive* head_ = nullptr;
+  PostedReceive* tail_ = nullptr;
+};
+
+}  // namespace tocl::runtime
