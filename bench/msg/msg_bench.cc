@@ -412,6 +412,18 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
     g.AddRow(ours, futex, "blocking 8 B: tocl shm, receiver asleep (spin 0)", RatioAtMost(1.2));
     groups.push_back(g.Build());
   }
+  if (shm && wanted("requests") && tocl) {
+    // A reply received by an Irecv posted before the send and waited for
+    // (tocl/request.h) against a blocking Recv, same rounds: what a posted
+    // receive costs on the delivery path.
+    GroupBuilder g("requests", "shm", Quantity::kLatency, tocl);
+    auto blocking = g.Add("tocl shm, Recv", Contender::kToclPingPong, 8);
+    auto posted = g.Add("tocl shm, Irecv + Wait", Contender::kToclIrecvPingPong, 8);
+    g.AddRow(blocking, std::nullopt, "requests 8 B: tocl shm, blocking Recv");
+    g.AddRow(posted, blocking, "requests 8 B: tocl shm, Irecv posted before Send, then Wait",
+             RatioAtMost(1.2));
+    groups.push_back(g.Build());
+  }
   if (tcp && wanted("blocking")) {
     // A conversation between sleeping threads over tcp: what acknowledgements
     // cost when each receiver sleeps between messages (they ride on the
@@ -836,8 +848,8 @@ void WarnIfLoaded(std::string_view when) {
 }  // namespace
 
 const std::vector<std::string>& MsgCaseNames() {
-  static const std::vector<std::string> kNames = {"latency", "blocking", "bandwidth", "long",
-                                                  "rate",    "rate64",   "threads",   "idle"};
+  static const std::vector<std::string> kNames = {
+      "latency", "blocking", "bandwidth", "long", "rate", "rate64", "threads", "idle", "requests"};
   return kNames;
 }
 

@@ -148,6 +148,10 @@ class Peer {
         TOCL_RETURN_IF_ERROR(NeedTocl());
         status = tocl_->PingPong(role_, spec, &latency);
         break;
+      case Contender::kToclIrecvPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PingPong(role_, spec, &latency, /*irecv=*/true);
+        break;
       case Contender::kToclStream:
         TOCL_RETURN_IF_ERROR(NeedTocl());
         status = tocl_->Stream(role_, spec, &stream);

@@ -22,6 +22,8 @@ std::string_view ContenderName(Contender contender) {
       return "tocl ping-pong";
     case Contender::kToclStream:
       return "tocl stream";
+    case Contender::kToclIrecvPingPong:
+      return "tocl Irecv ping-pong";
   }
   return "unknown";
 }

@@ -45,15 +45,17 @@ enum class Contender : uint32_t {
   kRawTcpStream,        // loopback TCP, blocking sockets
   kToclPingPong,        // Runtime::Send / Recv
   kToclStream,
+  kToclIrecvPingPong,  // the initiator posts an Irecv, Sends, then Waits (tocl/request.h)
 };
 std::string_view ContenderName(Contender contender);
 inline bool IsPingPong(Contender c) {
   return c == Contender::kRawShmPingPong || c == Contender::kRawTcpPingPong ||
          c == Contender::kRawTcpPollPingPong || c == Contender::kRawFutexPingPong ||
-         c == Contender::kToclPingPong;
+         c == Contender::kToclPingPong || c == Contender::kToclIrecvPingPong;
 }
 inline bool IsTocl(Contender c) {
-  return c == Contender::kToclPingPong || c == Contender::kToclStream;
+  return c == Contender::kToclPingPong || c == Contender::kToclStream ||
+         c == Contender::kToclIrecvPingPong;
 }
 
 struct Command {

@@ -84,7 +84,7 @@ class RuntimePeer final : public ToclPeer {
     return first;
   }
 
-  Status PingPong(Role role, const RunSpec& spec, LatencyResult* out) override {
+  Status PingPong(Role role, const RunSpec& spec, LatencyResult* out, bool irecv) override {
     TOCL_RETURN_IF_ERROR(CheckPairs(1));
     const Gid me = threads_[0];
     const Gid peer = peer_threads_[0];
@@ -94,14 +94,22 @@ class RuntimePeer final : public ToclPeer {
     if (role == Role::kInitiator) {
       PayloadBuffer reply(size);
       Status failure;
+      // The MPI way: the receive is posted before the send, waited for after.
+      auto receive = [&](auto&& send) -> Result<Buffer> {
+        if (!irecv) {
+          TOCL_RETURN_IF_ERROR(send());
+          return runtime.Recv(me, peer, kTagData);
+        }
+        TOCL_ASSIGN_OR_RETURN(Request request, runtime.Irecv(me, peer, kTagData));
+        TOCL_RETURN_IF_ERROR(send());
+        TOCL_RETURN_IF_ERROR(request.Wait());
+        return request.TakeBuffer();
+      };
       auto round_trip = [&](uint64_t i) {
         StoreStamp(buffer.data(), i);
-        Status sent = runtime.Send(me, peer, kTagData, Bytes(buffer, size));
-        if (!sent.ok()) {
-          failure = sent.WithContext("Send");
-          return false;
-        }
-        Result<Buffer> got = runtime.Recv(me, peer, kTagData);
+        Result<Buffer> got = receive([&] {
+          return runtime.Send(me, peer, kTagData, Bytes(buffer, size)).WithContext("Send");
+        });
         if (!got.ok()) {
           failure = got.status().WithContext("Recv");
           return false;

@@ -49,7 +49,10 @@ class ToclPeer {
   virtual Status StopIdleThreads() = 0;
 
   // One side of a ping-pong between main threads (Gid 0 of each peer).
-  virtual Status PingPong(Role role, const RunSpec& spec, LatencyResult* out) = 0;
+  // `irecv`: the initiator receives each reply by an Irecv posted before
+  // its Send and a Wait after it (the responder is the same).
+  virtual Status PingPong(Role role, const RunSpec& spec, LatencyResult* out,
+                          bool irecv = false) = 0;
   // One side of spec.pairs streams: pair j from this peer's Gid j to the
   // other's Gid j, each on its own thread.
   virtual Status Stream(Role role, const RunSpec& spec, StreamResult* out) = 0;

@@ -59,13 +59,19 @@ TEST_CASE("ten thousand outstanding Irecvs of one thread complete in post order,
   auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "many-receiver"));
   const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
   const uint64_t count = MessageCount(10'000, 2'000);
+  // The thread's registration has reached the daemon (the gRPC client may
+  // start a thread of its own for that, once).
+  REQUIRE_OK(receiver->WaitForQuery("kind=thread and name=r", 1, seconds(10)));
   const size_t threads_before = ThreadCount();
+  // A thread or two of the runtime's own may still come and go (gRPC's);
+  // a thread per request would be thousands.
+  const size_t threads_allowed = threads_before + 2;
 
   std::vector<Request> requests;
   requests.reserve(count);
   for (uint64_t i = 0; i < count; ++i)
     requests.push_back(REQUIRE_VALUE(receiver->Irecv(r, Gid(), 5)));
-  CHECK(ThreadCount() == threads_before);
+  CHECK(ThreadCount() <= threads_allowed);
   CHECK(requests.front().Test().code() == StatusCode::kTryAgain);
 
   // Another process sends them; each completes the oldest pending request.
@@ -80,7 +86,7 @@ TEST_CASE("ten thousand outstanding Irecvs of one thread complete in post order,
     REQUIRE(SeqOf(message) == i);
     REQUIRE(CheckPayload(message.span(), s, r).empty());
   }
-  CHECK(ThreadCount() == threads_before);
+  CHECK(ThreadCount() <= threads_allowed);
   CHECK(receiver->TryRecv(r).status().code() == StatusCode::kTryAgain);
   CHECK(source.Finish(seconds(30)).value_or(-1) == 0);
 }
@@ -120,7 +126,7 @@ TEST_CASE("Test, Wait, WaitAny and WaitAll report pending requests and time out"
   CHECK(REQUIRE_VALUE(WaitAny(requests, seconds(0))) == 0);  // the lowest complete
   CHECK(Text(REQUIRE_VALUE(requests[0].TakeBuffer())) == "one");
   CHECK(Text(REQUIRE_VALUE(requests[2].TakeBuffer())) == "three");
-  requests.assign(3, Request());
+  for (Request& request : requests) request = Request();
   CHECK(WaitAny(requests, seconds(1)).status().code() == StatusCode::kInvalidArgument);
   REQUIRE_OK(WaitAll(requests, seconds(1)));  // nothing to wait for
 

@@ -53,10 +53,12 @@
 // request cancels it (a message it had already received is dropped with
 // it, as a Buffer would be); destroying a pending long send request waits
 // until the send is done, since the library reads the caller's memory
-// until then. A request may outlive its Runtime: Shutdown completes every
-// pending request (Cancelled for receives; a long send fails with
-// Unavailable) so that nothing writes into or reads from application memory
-// after it.
+// until then. Shutdown completes every pending request (Cancelled for
+// receives; a long send fails with Unavailable), so that nothing writes
+// into or reads from application memory after it, and such a request may
+// outlive its Runtime. One that received a message holds library memory,
+// like a Buffer: take the message or destroy the request before the
+// Runtime is destroyed.
 //
 // Threading: a Request is used by one thread at a time (any thread).
 // WaitAny and WaitAll sleep until a request completes when all the pending

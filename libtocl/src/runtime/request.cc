@@ -142,7 +142,8 @@ Status Request::Test() {
         state.receive->Await(*state.mailbox, Clock::now(), false, [&] { return state.Complete(); });
     if (!looked.ok() && !state.Complete()) {
       // Not done: TryAgain; or why it cannot be (shutting down, thread left).
-      return looked.code() == StatusCode::kDeadlineExceeded
+      return looked.code() == StatusCode::kTryAgain ||
+                     looked.code() == StatusCode::kDeadlineExceeded
                  ? Status(StatusCode::kTryAgain, "the request is pending")
                  : looked;
     }
