@@ -162,7 +162,7 @@ TEST_CASE("WaitAll reports how many requests failed, naming the first", "[integr
 }
 
 TEST_CASE(
-    "a posted Irecv takes its message before a later blocking Recv; two complete in "
+    "a posted Irecv takes its message before a later blocking Recv, and two complete in "
     "post order",
     "[integration][requests]") {
   Daemon daemon;
