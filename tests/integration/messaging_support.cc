@@ -176,6 +176,26 @@ Result<std::unique_ptr<Runtime>> StartRuntime(RuntimeOptions options) {
   return Runtime::Start(std::move(options));
 }
 
+Result<RuntimePair> StartRuntimePair(const Daemon& daemon, const std::string& name,
+                                     std::string subsystems) {
+  RuntimePair pair;
+  TOCL_ASSIGN_OR_RETURN(pair.receiver, StartRuntime(daemon, name + "-receiver", subsystems));
+  TOCL_ASSIGN_OR_RETURN(pair.sender, StartRuntime(daemon, name + "-sender", subsystems));
+  TOCL_ASSIGN_OR_RETURN(pair.r, pair.receiver->EnrollThread("r"));
+  TOCL_ASSIGN_OR_RETURN(pair.s, pair.sender->EnrollThread("s"));
+  return pair;
+}
+
+std::vector<std::byte> PatternBytes(size_t size, uint32_t seed) {
+  std::vector<std::byte> bytes(size);
+  uint32_t x = seed * 2654435761u + 1;
+  for (std::byte& b : bytes) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  return bytes;
+}
+
 std::string Text(const Buffer& buffer) {
   return std::string(reinterpret_cast<const char*>(buffer.data()), buffer.size());
 }

@@ -154,6 +154,20 @@ Result<std::unique_ptr<Runtime>> StartRuntime(const Daemon& daemon, std::string 
                                               std::string subsystems = {});
 Result<std::unique_ptr<Runtime>> StartRuntime(RuntimeOptions options);
 
+// Two runtimes in the test process over `subsystems` (empty: the
+// default), each with one enrolled thread: "<name>-receiver" with thread r
+// and "<name>-sender" with thread s.
+struct RuntimePair {
+  std::unique_ptr<Runtime> receiver, sender;
+  Gid r, s;
+};
+Result<RuntimePair> StartRuntimePair(const Daemon& daemon, const std::string& name,
+                                     std::string subsystems = {});
+
+// `size` bytes that differ at every offset (a misplaced fragment shows),
+// different for each seed.
+std::vector<std::byte> PatternBytes(size_t size, uint32_t seed);
+
 // The payload bytes of a string, for Send.
 inline std::span<const std::byte> Bytes(std::string_view text) {
   return std::as_bytes(std::span(text.data(), text.size()));

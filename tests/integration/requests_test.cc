@@ -38,16 +38,6 @@ size_t ThreadCount() {
   return count;
 }
 
-std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
-  std::vector<std::byte> bytes(size);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : bytes) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return bytes;
-}
-
 uint64_t SeqOf(const Buffer& buffer) {
   return ReadPayloadHeader(buffer.span()).seq;
 }
@@ -95,10 +85,7 @@ TEST_CASE("Test, Wait, WaitAny and WaitAll report pending requests and time out"
           "[integration][requests]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "wait-receiver"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "wait-sender"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "wait"));
 
   std::vector<Request> requests;
   for (Tag tag : {1u, 2u, 3u}) requests.push_back(REQUIRE_VALUE(receiver->Irecv(r, s, tag)));
@@ -143,10 +130,7 @@ TEST_CASE("Test, Wait, WaitAny and WaitAll report pending requests and time out"
 TEST_CASE("WaitAll reports how many requests failed, naming the first", "[integration][requests]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "fail-receiver"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "fail-sender"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "fail"));
   std::vector<std::byte> small(2);
   std::vector<Request> requests;
   requests.push_back(REQUIRE_VALUE(receiver->Irecv(r, s, 1)));
@@ -167,10 +151,7 @@ TEST_CASE(
     "[integration][requests]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "order-receiver"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "order-sender"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "order"));
   Request first = REQUIRE_VALUE(receiver->Irecv(r));
   Request second = REQUIRE_VALUE(receiver->Irecv(r, s, 4));
   REQUIRE_OK(sender->Send(s, r, 4, Bytes("a")));
@@ -238,14 +219,11 @@ TEST_CASE("cancelling an IrecvInto while a long message lands in it leaves the m
           "[integration][requests][long]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "long-cancel-receiver", "tcp"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "long-cancel-sender", "tcp"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "long-cancel", "tcp"));
   const size_t size = 64 * receiver->short_max_payload();
   constexpr int kMessages = 12;
   std::vector<std::vector<std::byte>> payloads;
-  for (int i = 0; i < kMessages; ++i) payloads.push_back(Pattern(size, 100 + i));
+  for (int i = 0; i < kMessages; ++i) payloads.push_back(PatternBytes(size, 100 + i));
   std::thread sending([&] {
     for (int i = 0; i < kMessages; ++i) (void)sender->Send(s, r, 3, payloads[i]);
   });
@@ -288,14 +266,11 @@ TEST_CASE("Isend of long messages completes when the receiver holds them, keepin
   REQUIRE_OK(daemon.Start());
   for (const std::string networks : {"shm", "tcp"}) {
     DYNAMIC_SECTION("over " << networks) {
-      auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "isend-receiver", networks));
-      auto sender = REQUIRE_VALUE(StartRuntime(daemon, "isend-sender", networks));
-      const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-      const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+      auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "isend", networks));
       const size_t size = 20 * sender->short_max_payload() + 17;
       constexpr int kLong = 6;
       std::vector<std::vector<std::byte>> payloads;
-      for (int i = 0; i < kLong; ++i) payloads.push_back(Pattern(size, 7 + i));
+      for (int i = 0; i < kLong; ++i) payloads.push_back(PatternBytes(size, 7 + i));
       const size_t threads_before = ThreadCount();
       std::vector<Request> sends;
       for (int i = 0; i < kLong; ++i)
@@ -329,10 +304,7 @@ TEST_CASE("Isend of long messages completes when the receiver holds them, keepin
 TEST_CASE("bad use of requests gets clear errors", "[integration][requests]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "bad-receiver"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "bad-sender"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "bad"));
 
   SECTION("an empty or moved-from request") {
     Request empty;
@@ -393,7 +365,7 @@ TEST_CASE("bad use of requests gets clear errors", "[integration][requests]") {
     options.reassembly_cap = 1 << 20;
     auto tight = REQUIRE_VALUE(StartRuntime(options));
     const Gid t = REQUIRE_VALUE(tight->EnrollThread("t"));
-    const auto payload = Pattern(4 << 20, 9);
+    const auto payload = PatternBytes(4 << 20, 9);
     Request send = REQUIRE_VALUE(sender->Isend(s, t, 1, payload));
     CHECK(send.Wait(milliseconds(200)).code() == StatusCode::kDeadlineExceeded);
     // (Its flush may time out: the long message never left.)

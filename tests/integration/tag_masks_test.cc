@@ -25,24 +25,11 @@ TagMatch Kind(Tag kind) {
   return TagMatch::Masked(kind << 24, kKindBits);
 }
 
-std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
-  std::vector<std::byte> bytes(size);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : bytes) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return bytes;
-}
-
 TEST_CASE("receives select messages by masked tag: Recv, TryRecv, Probe, RecvInto, Irecv",
           "[integration][tags]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "tag-receiver"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "tag-sender"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "tag"));
 
   // Kinds 1, 2, 2, 3, 2 with different low bits, in this order.
   const std::vector<Tag> tags = {0x0100'0007, 0x0200'0001, 0x0200'0002, 0x0300'0001, 0x0200'0003};
@@ -122,14 +109,11 @@ TEST_CASE(
   REQUIRE_OK(daemon.Start());
   for (const std::string networks : {"shm", "tcp"}) {
     DYNAMIC_SECTION("over " << networks) {
-      auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "long-tag-receiver", networks));
-      auto sender = REQUIRE_VALUE(StartRuntime(daemon, "long-tag-sender", networks));
-      const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-      const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+      auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "long-tag", networks));
       const size_t size = 3 * receiver->short_max_payload() + 123;
-      const auto a = Pattern(size, 1);
-      const auto b = Pattern(size, 2);
-      const auto c = Pattern(size, 3);
+      const auto a = PatternBytes(size, 1);
+      const auto b = PatternBytes(size, 2);
+      const auto c = PatternBytes(size, 3);
       // Posted before anything is sent: `c` (kind 5) lands in `memory`.
       std::vector<std::byte> memory(size);
       Request into = REQUIRE_VALUE(receiver->IrecvInto(r, memory, s, Kind(5)));

@@ -10,6 +10,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
+#include "mailbox_messages.h"
 #include "runtime/epoll_reactor.h"
 
 namespace tocl::runtime {
@@ -24,25 +25,8 @@ constexpr Gid kSameProcess = Gid::Thread(1, 2, 4);  // another thread of its pro
 constexpr Gid kSameHost = Gid::Thread(1, 5, 3);     // another process of its host
 constexpr Gid kOtherHost = Gid::Thread(2, 2, 3);    // same indexes, other host
 
-// Messages in a real pool, so that Leave and the destructor can give them back.
-struct Messages {
-  Messages() : budget(size_t{4} << 20), pool(Network::kShm, 9, memory, budget) {}
-
-  detail::BufferSlot* Make(Gid source, Tag tag, uint32_t length = 8) {
-    detail::BufferSlot* slot = pool.TryGet(0);
-    REQUIRE(slot != nullptr);
-    slot->header().source = source.raw();
-    slot->header().destination = kReceiver.raw();
-    slot->header().tag = tag;
-    slot->header().length = length;
-    slot->header().total = length;
-    return slot;
-  }
-  uint64_t InUse() const { return pool.Stats()[0].in_use; }
-
-  buffers::AnonymousSlabMemory memory;
-  buffers::PoolBudget budget;
-  buffers::BufferPool pool;
+struct Messages : MailboxMessages {
+  Messages() : MailboxMessages(kReceiver, size_t{4} << 20) {}
 };
 
 TEST_CASE("a selector matches by source (any, thread, process or host) and tag", "[mailbox]") {

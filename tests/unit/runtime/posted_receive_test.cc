@@ -13,6 +13,7 @@
 #include "buffers/buffer_pool.h"
 #include "buffers/buffer_slot.h"
 #include "buffers/large_slot.h"
+#include "mailbox_messages.h"
 #include "runtime/mailbox.h"
 #include "tocl/tag_match.h"
 
@@ -23,37 +24,8 @@ constexpr Gid kReceiver = Gid::Thread(1, 9, 1);
 constexpr Gid kA = Gid::Thread(1, 2, 3);
 constexpr Gid kB = Gid::Thread(1, 5, 1);
 
-struct Messages {
-  Messages() : budget(size_t{64} << 20), pool(Network::kShm, 9, memory, budget) {}
-
-  detail::BufferSlot* Make(Gid source, Tag tag, uint32_t length = 8) {
-    detail::BufferSlot* slot = pool.TryGet(0);
-    REQUIRE(slot != nullptr);
-    slot->header().source = source.raw();
-    slot->header().destination = kReceiver.raw();
-    slot->header().tag = tag;
-    slot->header().length = length;
-    slot->header().total = length;
-    return slot;
-  }
-  // A long message still arriving (library memory), as the long receiver
-  // queues one.
-  buffers::LargeSlot* MakeArriving(Gid source, Tag tag, uint64_t size) {
-    auto made = buffers::NewLargeSlot(&pool, size, nullptr);
-    REQUIRE(made.ok());
-    buffers::LargeSlot* large = *made;
-    large->header().source = source.raw();
-    large->header().destination = kReceiver.raw();
-    large->header().tag = tag;
-    large->header().total = size;
-    large->set_state(BufferState::kInFlight);
-    return large;
-  }
-  void Drop(detail::BufferSlot* slot) { slot->pool->Unref(slot); }
-
-  buffers::AnonymousSlabMemory memory;
-  buffers::PoolBudget budget;
-  buffers::BufferPool pool;
+struct Messages : MailboxMessages {
+  Messages() : MailboxMessages(kReceiver, size_t{64} << 20) {}
 };
 
 // A posted receive of `selector` (library memory, or `out`).
