@@ -794,6 +794,28 @@ TEST_CASE("a receiver whose pool fills only part of a window still gets a one-wa
   CHECK(theirs[0].posted < DescriptorsPerVi(kClass));
 }
 
+TEST_CASE(
+    "acknowledgement counts wrap their 14 bits many times on one VI and every frame ends sent",
+    "[via]") {
+  // Each message carries the count of frames received on its VI modulo
+  // 2^14 (vi_protocol.h): 40,000 frames in one class wrap it twice. A wrap
+  // taken wrongly acknowledges too few (the window stalls) or too many
+  // (refused as a broken peer).
+  Side a(Options(kA));
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  constexpr int kMessages = 40000;
+  for (int i = 0; i < kMessages; ++i) stream.Send(0, sides);
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == kMessages && route->Drained(); }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(route->Broken());
+  CHECK(OneConnectedVi(*a.via, kB, 0));
+  CHECK(a.via->vis_opened() == 1);
+  CHECK(a.PoolInUse() == 0);
+}
+
 TEST_CASE("a congested receiver stops the sender's credits and nothing is lost", "[via]") {
   constexpr uint32_t kClass = 2;  // 1 KiB
   const uint32_t window = DescriptorsPerVi(kClass);
