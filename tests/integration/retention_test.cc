@@ -123,9 +123,14 @@ TEST_CASE("an exited spawned process is removed with its logs after the retentio
   CHECK(tombstone.state == EntityState::kExited);
   CHECK(tombstone.kind == EntityKind::kProcess);
   CHECK_THAT(tombstone.exit_reason, Catch::Contains("removed from the directory"));
-  // Its logs went with it.
-  CHECK_FALSE(std::filesystem::exists(child.stdout_path));
-  CHECK_FALSE(std::filesystem::exists(child.stderr_path));
+  // Its logs went with it: the sweeper deletes them right after the batch
+  // that removed it is committed (and visible).
+  CHECK(WaitUntil(
+      [&] {
+        return !std::filesystem::exists(child.stdout_path) &&
+               !std::filesystem::exists(child.stderr_path);
+      },
+      seconds(10)));
   Result<LogChunk> log = client->ReadLog(child.gid, LogStream::kStdout);
   CHECK(log.status().code() == StatusCode::kNotFound);
   CHECK_THAT(log.status().message(), Catch::Contains("removed"));

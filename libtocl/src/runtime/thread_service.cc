@@ -103,6 +103,8 @@ void ThreadService::Handle(Buffer message) {
     reply.status =
         NotFound(fmt::format("process {} has no entry named '{}' (registered: {})",
                              process_.ToString(), request->entry, EntryNames(kMaxNamesInError)));
+  } else if (Stopping()) {
+    reply.status = Unavailable(fmt::format("process {} is shutting down", process_.ToString()));
   } else {
     // Enrolled before the reply leaves: the spawner may send to it at once.
     const std::string name(request->entry);
@@ -148,10 +150,10 @@ bool ThreadService::Stopping() {
 void ThreadService::StartEntry(Launch launch) {
   const Gid self = launch.self;
   std::lock_guard lock(entries_mu_);
-  if (stopping_) {
-    hooks_.leave(self);
-    return;
-  }
+  // Started even when the runtime began shutting down since the reply
+  // left: the spawner was told the thread runs, so its entry runs (and
+  // sees the shutdown). Stop joins this service thread before it waits
+  // for the entries, so it waits for this one too.
   const uint64_t key = next_entry_++;
   try {
     // Under entries_mu_: the thread files itself as finished under it too,

@@ -338,12 +338,11 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
 
   // The extremes that are still valid (no peer stream known yet, for one).
   auto edge = ConnectData::Decode(
-      Encoded(
-          {.process = kB, .peer = kA, .class_index = kClasses - 1, .posted = 0xFFFF, .stream = 1}),
+      Encoded({.process = kB, .peer = kA, .class_index = kClasses - 1, .posted = 256, .stream = 1}),
       kClasses);
   REQUIRE(edge.ok());
   CHECK(edge->class_index == kClasses - 1);
-  CHECK(edge->posted == 0xFFFF);
+  CHECK(edge->posted == 256);
   CHECK(edge->peer_stream == 0);
   CHECK(ConnectData::Decode(
             Encoded({.process = kB, .peer = kA, .class_index = 0, .posted = 1, .stream = 1}),
@@ -376,11 +375,11 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
   ConnectData none = data;
   none.posted = 0;
   ConnectData too_many = data;
-  too_many.posted = 0x10000;
+  too_many.posted = 257;  // kMaxDescriptorsPerVi + 1: a count that could wrap
   ConnectData no_stream = data;
   no_stream.stream = 0;
   const std::vector<Case> cases = {
-      {"empty", {}, "via connect data of 0 bytes (56 expected)"},
+      {"empty", {}, "via connect data of 0 bytes (at least 8 expected)"},
       {"the header only", std::vector<std::byte>(bytes.begin(), bytes.begin() + 8),
        "via connect data of 8 bytes (56 expected)"},
       {"short", std::vector<std::byte>(bytes.begin(), bytes.end() - 1),
@@ -394,7 +393,7 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
       {"a class past the last", Encoded(past), "size class 9 (this process has 9)"},
       {"a huge class", Encoded(huge_class), "size class 65535"},
       {"no descriptors", Encoded(none), "0 receive descriptors posted"},
-      {"too many descriptors", Encoded(too_many), "65536 receive descriptors posted"},
+      {"too many descriptors", Encoded(too_many), "257 receive descriptors posted"},
       {"no stream", Encoded(no_stream), "stream 0"},
   };
   for (const Case& c : cases) {
@@ -793,6 +792,28 @@ TEST_CASE("a receiver whose pool fills only part of a window still gets a one-wa
   const auto theirs = VisOf(*b.via, kA, kClass);
   REQUIRE(theirs.size() == 1);
   CHECK(theirs[0].posted < DescriptorsPerVi(kClass));
+}
+
+TEST_CASE(
+    "acknowledgement counts wrap their 14 bits many times on one VI and every frame ends sent",
+    "[via]") {
+  // Each message carries the count of frames received on its VI modulo
+  // 2^14 (vi_protocol.h): 40,000 frames in one class wrap it twice. A wrap
+  // taken wrongly acknowledges too few (the window stalls) or too many
+  // (refused as a broken peer).
+  Side a(Options(kA));
+  Side b(Options(kB));
+  const Sides sides = {&a, &b};
+  auto route = ConnectTo(a, kB, b);
+  Stream stream(a, *route, kA, kB);
+  constexpr int kMessages = 40000;
+  for (int i = 0; i < kMessages; ++i) stream.Send(0, sides);
+  REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == kMessages && route->Drained(); }));
+  CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(route->Broken());
+  CHECK(OneConnectedVi(*a.via, kB, 0));
+  CHECK(a.via->vis_opened() == 1);
+  CHECK(a.PoolInUse() == 0);
 }
 
 TEST_CASE("a congested receiver stops the sender's credits and nothing is lost", "[via]") {
@@ -1582,6 +1603,11 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
          "larger than the posted receive buffer"},
         {"an unknown kind", Packet(0, EncodeImmediate(ViMessage::kCloseAck, 0, 0) + (1u << 28)),
          "a message of unknown kind"},
+        // The VI announced its descriptors; credits past any VI's would let
+        // the acknowledgement counts wrap.
+        {"more credits than a VI has descriptors",
+         Packet(0, EncodeImmediate(ViMessage::kCredit, kMaxDescriptorsPerVi, 0)),
+         "credits, more than a VI has descriptors"},
         {"a frame from someone else",
          Packet(static_cast<uint32_t>(good.size()), 0,
                 Frame(Gid::Thread(kA, 1), Gid::Thread(kB, 1), 50)),

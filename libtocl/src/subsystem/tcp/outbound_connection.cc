@@ -347,8 +347,13 @@ void OutboundConnection::OnReverseAcknowledged(const wire::Header& header) {
   std::lock_guard lock(mu_);
   if (header.seq != stream_id_ || state_ == State::kBroken) return;
   if (header.offset <= window_.base()) return;
-  // The peer cannot have more than was ever written whole.
-  if (header.offset > std::min(window_.sent_end(), window_.end())) {
+  // The peer cannot have more than was ever written whole; once this
+  // socket resumed, no more than it wrote whole (the peer closed the old
+  // one's inbound side at the resume). Past that, Acknowledge would cut
+  // the frame being written.
+  const uint64_t most =
+      state_ == State::kConnected ? window_.base() + window_.unwritten() : window_.sent_end();
+  if (header.offset > std::min(most, window_.end())) {
     BreakAcknowledgedLocked(header);
     return;
   }

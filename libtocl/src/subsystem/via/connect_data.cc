@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "subsystem/via/provider.h"
+#include "subsystem/via/vi_protocol.h"
 
 namespace tocl::subsystem::via {
 
@@ -40,8 +41,8 @@ void ConnectData::Encode(std::byte out[kBytes]) const {
 
 Status ConnectData::CheckHeader(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderBytes) {
-    return InvalidArgument(
-        fmt::format("via connect data of {} bytes ({} expected)", bytes.size(), kBytes));
+    return InvalidArgument(fmt::format("via connect data of {} bytes (at least {} expected)",
+                                       bytes.size(), kHeaderBytes));
   }
   if (Get<uint32_t>(bytes, 0) != kMagic) return InvalidArgument("via connect data: bad magic");
   if (const auto version = Get<uint16_t>(bytes, 4); version != kVersion) {
@@ -75,7 +76,9 @@ Result<ConnectData> ConnectData::Decode(std::span<const std::byte> bytes, uint32
     return InvalidArgument(fmt::format("via connect data: size class {} (this process has {})",
                                        data.class_index, num_classes));
   }
-  if (data.posted == 0 || data.posted > 0xFFFF) {
+  // No honest VI posts more (vi_protocol.h); more would let a peer's
+  // acknowledgement counts wrap.
+  if (data.posted == 0 || data.posted > kMaxDescriptorsPerVi) {
     return InvalidArgument(
         fmt::format("via connect data: {} receive descriptors posted", data.posted));
   }

@@ -53,9 +53,10 @@ struct ViEntry {
   // The peer's stream whose protocol error broke the entry: its VIs are
   // refused (0: none).
   uint64_t refused_stream = 0;
-  // Lost its VI (not closed by the cap) and not connected again: since
-  // when (unreachable_timeout runs while frames wait), the attempts since,
-  // whether the runtime has been told (OnRouteDown).
+  // Lost its VI (not closed by the cap) while frames waited, and not
+  // connected again: since when (for unreachable_timeout), the attempts
+  // since, whether the runtime has been told (OnRouteDown). An entry whose
+  // window empties (taken by another network) is idle again, not down.
   bool down = false;
   Clock::time_point down_since{};
   int attempts = 0;

@@ -19,8 +19,10 @@
 // wrap ambiguously, and a count from a VI that is closing or replaced is
 // still a true statement about the stream. With nothing to send, the
 // receiver acknowledges in a credit message after a quarter window of
-// frames, after about 200 us while its poller runs, and always before its
-// process sleeps.
+// frames, after 200 us while its poller runs (it looks every 64th round:
+// at least 128 rounds), and always before its process sleeps. A peer that
+// announces more than kMaxDescriptorsPerVi descriptors, or sends more
+// credits, is refused: it could make the count wrap.
 //
 // Credit messages and the close handshake consume descriptors too, so a
 // sender keeps credits in reserve: data needs more than kReserve credits,

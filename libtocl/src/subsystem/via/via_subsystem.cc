@@ -120,7 +120,7 @@ class ViaSubsystem::ViaRoute final : public Route {
     for (auto& entry : entries_) {
       if (!entry) continue;
       std::lock_guard lock(entry->mu);
-      if (entry->down && entry->broken.ok()) return true;
+      if (entry->down && entry->broken.ok() && !entry->streams.window().empty()) return true;
     }
     return false;
   }
@@ -288,17 +288,10 @@ Status ViaSubsystem::PostLocked(ViEntry& entry, detail::BufferSlot* slot, bool c
     return Status(StatusCode::kTryAgain, "send window full");
   }
   slot->set_state(BufferState::kInFlight);
-  const bool was_empty = window.empty();
   window.Push({slot, bytes});
-  if (entry.vi == nullptr) {
-    if (entry.down && was_empty) {
-      // Down with nothing to send until now: the clock starts.
-      entry.down_since = Clock::now();
-      entry.attempts = 0;
-      entry.next_attempt = {};
-    }
-    OpenIfDueLocked(entry);
-  }
+  // An entry is down only while frames wait (LoseLocked): an idle one
+  // without a VI connects now.
+  if (entry.vi == nullptr) OpenIfDueLocked(entry);
   FlushLocked(entry);
   return Status::Ok();
 }
@@ -429,7 +422,7 @@ Status ViaSubsystem::SendFrameLocked(Vi& vi, detail::BufferSlot* slot, uint32_t 
     slot->refs.fetch_add(1, std::memory_order_relaxed);
   }
   Status status = SendLocked(vi, sent, length, ViMessage::kData);
-  if (!status.ok()) pool_->Unref(sent);
+  if (!status.ok()) ReleaseSent(sent);  // the provider's reference, in whichever pool it is
   return status;
 }
 
@@ -495,13 +488,17 @@ void ViaSubsystem::NoteAckOwedLocked(Vi& vi) {
   if (vi.ack_owed) return;
   vi.ack_owed = true;
   vi.ack_owed_since = {};
-  acks_owed_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(owing_mu_);
+  owing_.push_back(&vi);
+  acks_owed_.store(owing_.size(), std::memory_order_relaxed);
 }
 
 void ViaSubsystem::ClearAckOwedLocked(Vi& vi) {
   if (!vi.ack_owed) return;
   vi.ack_owed = false;
-  acks_owed_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard lock(owing_mu_);
+  std::erase(owing_, &vi);
+  acks_owed_.store(owing_.size(), std::memory_order_relaxed);
 }
 
 void ViaSubsystem::DisconnectWhenDrained(Vi& vi) {
@@ -575,9 +572,10 @@ void ViaSubsystem::OnRecvDone(void* context, detail::BufferSlot* slot, uint32_t 
     pool_->Unref(slot);
     return;  // the VI is broken; OnClosed follows
   }
-  if (vi.state == Vi::State::kConnecting) {
+  if (vi.state == Vi::State::kConnecting || !vi.early.empty()) {
     // The peer's first messages may complete before our connection event
     // (ibverbs: separate queues); they are numbered from what it says.
+    // Behind them while they are being handed on (OnConnected).
     vi.early.push_back({slot, length, immediate});
     return;
   }
@@ -599,6 +597,12 @@ void ViaSubsystem::ReceiveLocked(std::unique_lock<std::mutex>& lock, Vi& vi,
     return;
   }
   vi.credits += ImmediateCredits(immediate);
+  if (vi.credits > kMaxDescriptorsPerVi) {
+    // More than any VI posts: a broken peer (its counts could wrap).
+    pool_->Unref(slot);
+    RefuseLocked(entry, vi, fmt::format("{} credits, more than a VI has descriptors", vi.credits));
+    return;
+  }
   if (Status acked = AcknowledgeLocked(entry, vi, ImmediateReceived(immediate)); !acked.ok()) {
     pool_->Unref(slot);
     RefuseLocked(entry, vi, acked.message());
@@ -703,8 +707,13 @@ void ViaSubsystem::OnConnected(void* context, const ConnectData& peer) {
   ViEntry& entry = *vi.entry;
   std::unique_lock lock(entry.mu);
   OnConnectedLocked(vi, peer);
-  // What completed before this event, now that its numbers are known.
-  for (const Vi::Early& early : std::exchange(vi.early, {})) {
+  // What completed before this event, now that its numbers are known. One
+  // at a time: ReceiveLocked lets go of the lock to hand a frame on, and a
+  // completion meanwhile queues behind the rest (OnRecvDone) rather than
+  // take the number of the next one here.
+  while (!vi.early.empty()) {
+    const Vi::Early early = vi.early.front();
+    vi.early.erase(vi.early.begin());
     ReceiveLocked(lock, vi, early.slot, early.length, early.immediate);
   }
 }
@@ -872,32 +881,42 @@ void ViaSubsystem::LoseLocked(ViEntry& entry, const Status& why) {
   tcp::SendWindow& window = entry.streams.window();
   const auto now = Clock::now();
   window.Rewind();
+  // A failed attempt to make it again is not another loss.
+  if (!entry.down) vis_lost_.fetch_add(1, std::memory_order_relaxed);
+  if (window.empty()) {
+    // Nothing waits: the entry is idle, not down (a peer that exited
+    // closes its VIs). Down would keep the poller's timers running for it
+    // and make the route look down to the runtime's failover. The next
+    // Post connects at once; a peer on its way out is not called back.
+    Log().debug("tocl via: the VI to {} was lost with nothing to send: {}", Describe(entry),
+                why.message());
+    SetUpLocked(entry);
+    entry.next_attempt = {};
+    return;
+  }
   if (!entry.down) {
     entry.down = true;
     entry.down_since = now;
     entry.attempts = 0;
     down_count_.fetch_add(1, std::memory_order_relaxed);
-    vis_lost_.fetch_add(1, std::memory_order_relaxed);
-    if (!window.empty()) {
-      Log().warn("tocl via: the VI to {} was lost: {}; connecting again, {} frames wait",
-                 Describe(entry), why.message(), window.size());
-    } else {
-      Log().debug("tocl via: the VI to {} was lost: {}", Describe(entry), why.message());
-    }
+    Log().warn("tocl via: the VI to {} was lost: {}; connecting again, {} frames wait",
+               Describe(entry), why.message(), window.size());
   } else {
     Log().debug("tocl via: attempt {} to reach {} again failed: {}", entry.attempts,
                 Describe(entry), why.message());
   }
-  if (!window.empty()) {
-    // The runtime may move the frames to another network (TakeUnacknowledged).
-    entry.went_down = true;
-    route_went_down_.store(true, std::memory_order_release);
-  }
-  // With nothing to send, the next Post connects (a peer on its way out is
-  // not called back).
-  entry.next_attempt = window.empty() ? Clock::time_point::max() : now + Backoff(entry.attempts);
+  // The runtime may move the frames to another network (TakeUnacknowledged).
+  entry.went_down = true;
+  route_went_down_.store(true, std::memory_order_release);
+  entry.next_attempt = now + Backoff(entry.attempts);
   ++entry.attempts;
   if (entry.next_attempt <= now) OpenViLocked(entry);
+}
+
+void ViaSubsystem::SetUpLocked(ViEntry& entry) {
+  if (!entry.down) return;
+  entry.down = false;
+  down_count_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ViaSubsystem::BreakLocked(ViEntry& entry, const Status& why, bool warn) {
@@ -906,10 +925,7 @@ void ViaSubsystem::BreakLocked(ViEntry& entry, const Status& why, bool warn) {
   tcp::SendWindow& window = entry.streams.window();
   const size_t failed = window.size();
   window.Fail();
-  if (entry.down) {
-    entry.down = false;
-    down_count_.fetch_sub(1, std::memory_order_relaxed);
-  }
+  SetUpLocked(entry);
   entry.went_down = false;
   DropViLocked(entry, entry.broken.message());
   if (warn) {
@@ -952,7 +968,10 @@ std::vector<detail::BufferSlot*> ViaSubsystem::TakeLocked(ViEntry& entry) {
     slots.push_back(frame.slot);
   }
   entry.went_down = false;
-  entry.next_attempt = Clock::time_point::max();  // nothing to send now
+  // Nothing to send now: idle, as after a loss with an empty window
+  // (LoseLocked); the next Post connects at once.
+  SetUpLocked(entry);
+  entry.next_attempt = {};
   return slots;
 }
 
@@ -1153,7 +1172,12 @@ bool ViaSubsystem::PrepareToSleep() {
 }
 
 void ViaSubsystem::SendAcks(Clock::time_point now) {
-  for (auto& vi : SnapshotVis()) {
+  {
+    std::lock_guard lock(owing_mu_);
+    owing_seen_.assign(owing_.begin(), owing_.end());
+  }
+  // The VIs stay: only this (the polling) thread frees them (FreeClosed).
+  for (Vi* vi : owing_seen_) {
     std::lock_guard lock(vi->entry->mu);
     if (!vi->ack_owed) continue;
     if (now != Clock::time_point::max()) {

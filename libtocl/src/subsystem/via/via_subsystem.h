@@ -202,8 +202,11 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   void ResumeLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume& resume);
   // The peer acknowledged `low` (vi_protocol.h) frames on `vi`.
   Status AcknowledgeLocked(ViEntry& entry, Vi& vi, uint32_t low);
-  // The entry's VI was lost while the peer may live: down, connecting again.
+  // The entry's VI was lost while the peer may live: down, connecting
+  // again, while frames wait; idle otherwise.
   void LoseLocked(ViEntry& entry, const Status& why);
+  // The entry is no longer down (connected again, idle, or broken).
+  void SetUpLocked(ViEntry& entry);
   // Broken for good: its frames fail, its VI goes, Post refuses.
   void BreakLocked(ViEntry& entry, const Status& why, bool warn);
   // The peer broke the protocol on `vi`: the entry breaks and the peer's
@@ -246,6 +249,12 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   // Polling thread only:
   std::vector<Vi*> closed_;    // reported closed, freed by the next FreeClosed
   std::vector<Vi*> draining_;  // to disconnect once nothing is in flight
+  // VIs that owe the peer an acknowledgement (Vi::ack_owed), so that the
+  // poller's timer looks at them and not at every VI. Taken under an
+  // entry's lock.
+  std::mutex owing_mu_;
+  std::vector<Vi*> owing_;       // guarded by owing_mu_
+  std::vector<Vi*> owing_seen_;  // polling thread: SendAcks' copy (no allocation each time)
   int delivered_ = 0;
   bool closing_ = false;
   uint32_t poll_rounds_ = 0;
