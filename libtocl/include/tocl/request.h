@@ -33,9 +33,10 @@
 // completes.
 //
 // Completion: a request completes once; its outcome (status(), and for a
-// receive info() and the message) is then fixed. Wait and Test return the
-// outcome once complete. Test and Wait are the only ways to learn of it:
-// call one of them before reading the outcome.
+// receive info() and the message) is then fixed. Wait, Test, WaitAny and
+// WaitAll collect it: status() and info() read what they collected
+// (TakeBuffer collects by itself). An IrecvInto's memory holds the message
+// once one of them said the request is complete.
 //
 // Cancel: a pending receive request can be cancelled. A message that
 // arrives at the same moment goes either to the request (Cancel then
