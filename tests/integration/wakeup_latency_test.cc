@@ -263,18 +263,25 @@ constexpr double kNoticeP90Ms = 500.0;
 constexpr int kFirstMessageSamples = 100;
 constexpr int kNoticeSamples = 40;
 
+// Under ThreadSanitizer the connect, the handshake and the directory round
+// trips run 5 to 10 times slower (measured: tcp from the return p50 17 ms,
+// shm 5.1 ms): the first-message bounds stretch 5 times there, still well
+// below the hundreds of milliseconds a waiting timer costs.
+constexpr double kSanitizedStretch = 5.0;
+
 void CheckFirstMessages(const std::string& network) {
   const FirstMessageLatencies latencies = FirstMessages(network, kFirstMessageSamples);
+  const double stretch = SanitizedBuild() ? kSanitizedStretch : 1.0;
   const std::string from_call = latencies.from_call.Summary(
       fmt::format("first message over {}, from the Send call", network));
   const std::string from_return = latencies.from_return.Summary(
       fmt::format("first message over {}, from the Send's return", network));
   fmt::print("{}\n{}\n", from_call, from_return);
   INFO(from_call << "\n" << from_return);
-  CHECK(latencies.from_return.Percentile(0.5) <= kFirstMessageP50Ms);
-  CHECK(latencies.from_return.Percentile(0.9) <= kFirstMessageP90Ms);
-  CHECK(latencies.from_call.Percentile(0.5) <= kFirstSendP50Ms);
-  CHECK(latencies.from_call.Percentile(0.9) <= kFirstSendP90Ms);
+  CHECK(latencies.from_return.Percentile(0.5) <= stretch * kFirstMessageP50Ms);
+  CHECK(latencies.from_return.Percentile(0.9) <= stretch * kFirstMessageP90Ms);
+  CHECK(latencies.from_call.Percentile(0.5) <= stretch * kFirstSendP50Ms);
+  CHECK(latencies.from_call.Percentile(0.9) <= stretch * kFirstSendP90Ms);
 }
 
 void CheckNotices(Ending ending, std::string_view what) {

@@ -115,15 +115,19 @@ class ProgressEngine {
   void AddTokenWaiter(Mailbox* mailbox);
   void RemoveTokenWaiter(Mailbox* mailbox);
 
-  // Sends are waiting in a queue: the poller retries them. A holder asleep
-  // is woken: it may sleep where the peer's "room again" does not reach it
-  // (the shm futex, not hearing its bell), and a frame queued meanwhile
-  // (the first one over a channel the peer has not adopted yet) would
-  // wait for its deadline, up to a second. seq_cst: Dekker with Sleep,
-  // which stores holder_sleeping_ and then loads the hint.
-  void NoteQueued() {
+  // Sends are waiting in a queue: the poller retries them. With `first`
+  // (a queue started waiting) a holder asleep is woken: it may sleep where
+  // the peer's "room again" does not reach it (the shm futex, not hearing
+  // its bell), and a frame queued meanwhile (the first one over a channel
+  // the peer has not adopted yet) would wait for its deadline, up to a
+  // second. Frames queued behind one that waits wake nobody: the holder
+  // already sleeps at most 10 ms and in epoll, where acknowledgements and
+  // bells reach it (a wake per frame cost a tcp stream whose window is
+  // full a quarter of its bandwidth). seq_cst: Dekker with Sleep, which
+  // stores holder_sleeping_ and then loads the hint.
+  void NoteQueued(bool first = true) {
     queued_hint_.store(true, std::memory_order_seq_cst);
-    if (holder_sleeping_.load(std::memory_order_seq_cst)) reactor_.Wake();
+    if (first && holder_sleeping_.load(std::memory_order_seq_cst)) reactor_.Wake();
   }
   // A thread waits for something only a bell announces (a shm receiver
   // providing buffers again): the poller sleeps in epoll, not on the shm

@@ -9,7 +9,8 @@ void QueueEvents::Queued(SendQueue& queue, bool list) {
     std::lock_guard lock(waiting_mu_);
     waiting_.push_back(&queue);
   }
-  progress_->NoteQueued();
+  // A queue already waiting has woken the poller when it started to.
+  progress_->NoteQueued(/*first=*/list);
 }
 
 void QueueEvents::Rerouted(const SendQueue& queue, int broken_network, int alternative_network) {
