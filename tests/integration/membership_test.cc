@@ -111,6 +111,18 @@ void CheckNoDuplicates(const EventLog& log) {
   }
 }
 
+// A daemon and a runtime that watches it.
+struct Watching {
+  Watching() {
+    REQUIRE_OK(daemon.Start());
+    runtime = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+  }
+
+  EventLog log;  // first: it outlives the runtime, whose watches call it
+  Daemon daemon;
+  std::unique_ptr<Runtime> runtime;
+};
+
 MsgWorker MustStartIdle(const Daemon& daemon, const std::string& name, uint32_t threads = 1) {
   return REQUIRE_VALUE(
       MsgWorker::Start(daemon, MsgWorkerArgs("idle", name).Subsystems("shm").Threads(threads)));
@@ -120,10 +132,10 @@ TEST_CASE(
     "a membership watch delivers the current members once, then joins and leaves of "
     "real processes",
     "[integration][membership]") {
-  EventLog log;  // outlives the runtime, whose watch calls it
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto watcher = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+  Watching watching;
+  Daemon& daemon = watching.daemon;
+  Runtime* watcher = watching.runtime.get();
+  EventLog& log = watching.log;
   MsgWorker a = MustStartIdle(daemon, "member-a");
   MsgWorker b = MustStartIdle(daemon, "member-b");
   MsgWorker other = MustStartIdle(daemon, "bystander");
@@ -172,10 +184,11 @@ TEST_CASE(
 
 TEST_CASE("threads join and leave a membership watch: enrolled, left, and their process killed",
           "[integration][membership]") {
-  EventLog log, of_worker;  // outlive the runtime, whose watches call them
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto watcher = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+  EventLog of_worker;  // outlives the runtime, whose watch calls it
+  Watching watching;
+  Daemon& daemon = watching.daemon;
+  Runtime* watcher = watching.runtime.get();
+  EventLog& log = watching.log;
   auto indexers = REQUIRE_VALUE(StartRuntime(daemon, "indexers", "shm"));
   REQUIRE_VALUE(watcher->WatchMembers("kind=thread and role=indexer", log.Callback()));
   REQUIRE(log.WaitUntil(HasCurrent));
@@ -340,10 +353,10 @@ TEST_CASE(
     "a daemon restart under a membership watch is reconciled: leaves for what died "
     "meanwhile, no duplicate joins",
     "[integration][membership]") {
-  EventLog log;  // outlives the runtime, whose watch calls it
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto watcher = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+  Watching watching;
+  Daemon& daemon = watching.daemon;
+  Runtime* watcher = watching.runtime.get();
+  EventLog& log = watching.log;
   MsgWorker a = MustStartIdle(daemon, "member-a");
   MsgWorker b = MustStartIdle(daemon, "member-b");
   MsgWorker c = MustStartIdle(daemon, "member-c");
@@ -382,10 +395,10 @@ std::string Spread(std::vector<double> ms) {
 
 TEST_CASE("the time from a process's SIGKILL to its kLeft callback",
           "[integration][membership][latency]") {
-  EventLog log;  // outlives the runtime, whose watch calls it
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto watcher = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+  Watching watching;
+  Daemon& daemon = watching.daemon;
+  Runtime* watcher = watching.runtime.get();
+  EventLog& log = watching.log;
   REQUIRE_VALUE(watcher->WatchMembers("kind=process and name~victim-*", log.Callback()));
   REQUIRE(log.WaitUntil(HasCurrent));
   // The same-run baseline: an exit notice (Notify by callback) of the same

@@ -59,7 +59,9 @@
 // Threading: each watch has its own thread, which makes every callback of
 // that watch, one at a time, in order. A slow callback holds up only its
 // own watch (later changes wait, and come as one difference); other
-// watches, notifications and messaging go on. A callback may call any
+// watches, notifications and messaging go on. (Meanwhile the daemon's
+// stream to the watch waits once gRPC's window is full: do not block in
+// a callback for long.) A callback may call any
 // Runtime method but Shutdown, including CancelWatchMembers of its own
 // watch (it returns at once; no callback starts after it). Cancelling
 // another watch from a callback waits for that watch's callback to return:

@@ -37,11 +37,16 @@ void Pause(std::stop_token stop, std::chrono::milliseconds pause) {
   std::condition_variable_any().wait_for(lock, stop, pause, [] { return false; });
 }
 
-// What a member that left is reported as: the directory's entry now (exited
-// with its reason, or running when it no longer matches), the last one
-// reported with the exit's fields when the daemon keeps only a tombstone,
-// or as last reported when it does not know it (any more).
-Entity AsLeft(DirectoryClient& client, Entity last) {
+// What a member that left is reported as: the entity of its exit when that
+// is the change that made the read (`cause`, null for none), else the
+// directory's entry now (exited with its reason, or running when it no
+// longer matches), the last one reported with the exit's fields when the
+// daemon keeps only a tombstone, or as last reported when it does not
+// know it (any more).
+Entity AsLeft(DirectoryClient& client, Entity last, const ChangeEvent* cause) {
+  if (cause && cause->op == ChangeOp::kExited && cause->gid == last.gid && !cause->entity.removed) {
+    return cause->entity;
+  }
   Result<Entity> now = client.Lookup(last.gid);
   if (!now.ok()) return last;
   if (!now->removed) return std::move(now).value();
@@ -111,9 +116,12 @@ void MembershipWatch::Run(std::stop_token stop, Read first) {
   while (!stop.stop_requested()) {
     Status failure = Follow(stop, seen);
     if (stop.stop_requested()) break;
-    // The stream broke (a daemon restart) or a read failed: read again
-    // once the daemon answers, and follow from there.
-    if (failure.code() != StatusCode::kUnavailable && failure.code() != last_failure.code()) {
+    // The stream broke (a daemon restart: calls end Unavailable, or
+    // Cancelled by a daemon that stops with them in flight) or a read
+    // failed: read again once the daemon answers, and follow from there.
+    const bool restart =
+        failure.code() == StatusCode::kUnavailable || failure.code() == StatusCode::kCancelled;
+    if (!restart && failure.code() != last_failure.code()) {
       Log().warn("tocl: the membership watch of '{}' lost the directory's changes: {}", query_,
                  failure.ToString());
     }
@@ -152,7 +160,7 @@ Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen) {
           return false;
         }
         seen = read->seen;
-        Apply(stop, std::move(read->members));
+        Apply(stop, std::move(read->members), &event);
         return !stop.stop_requested();
       },
       kSetChanges, stop);
@@ -161,11 +169,12 @@ Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen) {
   return watched.ok() ? Unavailable("the daemon ended the change stream") : watched;
 }
 
-void MembershipWatch::Apply(std::stop_token stop, std::vector<Entity> read) {
+void MembershipWatch::Apply(std::stop_token stop, std::vector<Entity> read,
+                            const ChangeEvent* cause) {
   for (MembershipEvent& event : members_.Reconcile(std::move(read))) {
     if (stop.stop_requested()) return;
     if (event.change == MembershipChange::kLeft) {
-      event.entity = AsLeft(client_, std::move(event.entity));
+      event.entity = AsLeft(client_, std::move(event.entity), cause);
     }
     Deliver(stop, event);
   }

@@ -72,9 +72,10 @@ class MembershipWatch {
   // Follows the change stream from `seen` until it breaks or the watch
   // stops; `seen` is the last read's.
   Status Follow(std::stop_token stop, uint64_t& seen);
-  // Reports the difference `read` makes (leaves with what the directory
-  // says of them now).
-  void Apply(std::stop_token stop, std::vector<Entity> read);
+  // Reports the difference `read` makes, leaves with what the directory
+  // says of them now: the entity of `cause` (the change that made the
+  // read, if any) when it is that member's exit, else a lookup.
+  void Apply(std::stop_token stop, std::vector<Entity> read, const ChangeEvent* cause = nullptr);
   void Deliver(std::stop_token stop, const MembershipEvent& event);
 
   DirectoryClient& client_;
