@@ -164,6 +164,14 @@ TEST_CASE(
     CHECK(LineAfter(sink->Output(), "sink: ") == "the sum of the squares of 1..10 is 385");
   }
 
+  {  // membership: the current set of a query, then it exits
+    const std::string members =
+        RunOk({cmake_build + "/membership", "kind=host and gid=h1", "--current"}, seconds(30),
+              {"TOCL_DAEMON=" + seed.address()});
+    CHECK(HasLine(members, "joined h1 .* \\(running\\)"));
+    CHECK(HasLine(members, "current: 1 members"));
+  }
+
   {  // spawn: a worker on the other host says hello, and its exit notice comes back
     const std::string spawned =
         RunOk({cmake_build + "/spawn"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});

@@ -8,7 +8,8 @@
 // host cut off is marked down within the configured time and comes back;
 // a process spawned on another host talks with its spawner; threads spawned
 // in a running remote process; exit notifications for thread, process and
-// host; bad spawn requests fail clearly.
+// host; a membership watch of another host's process (unreachable, back,
+// left); bad spawn requests fail clearly.
 //
 // Every wait is a poll or a read with a deadline; nothing sleeps.
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
@@ -252,6 +253,49 @@ TEST_CASE("netns cluster: a host cut off is marked down in time, sends to it fai
   // One notice each, not two.
   CHECK(host_watch.WaitFor("notices", {{"count", "1"}}, seconds(10)));
   CHECK(process_watch.WaitFor("notices", {{"count", "1"}}, seconds(10)));
+}
+
+TEST_CASE(
+    "netns cluster: a membership watch sees another host's process go unreachable, come "
+    "back and leave",
+    "[netns][cluster][membership]") {
+  TOCL_SKIP_WITHOUT_NETNS();
+  auto cluster = MustCreate(2);
+  LongWorker remote = MustStart(*cluster, 2, {"serve"});
+  const Gid process = remote.gids().at(0).process();
+  // On host 1, from its replica of host 2.
+  LongWorker watcher =
+      MustStart(*cluster, 1,
+                {"members", "--query", "kind=process and process=" + process.ToString()}, "member");
+  auto member = [&](const std::string& change) {
+    return watcher.WaitFor("member", {{"change", change}, {"gid", process.ToString()}},
+                           seconds(20));
+  };
+  REQUIRE(member("joined"));
+  REQUIRE(watcher.WaitFor("member", {{"change", "current"}}, seconds(20)));
+
+  REQUIRE(cluster->SetLink(2, 0, false).ok());
+  auto unreachable = member("unreachable");
+  CHECK(unreachable);
+  if (unreachable) CHECK(unreachable->Field("state") == "unreachable");
+  REQUIRE(cluster->SetLink(2, 0, true).ok());
+  auto reachable = member("reachable");
+  CHECK(reachable);
+  if (reachable) CHECK(reachable->Field("state") == "running");
+
+  // Killed: it leaves, once the exit has replicated to host 1.
+  REQUIRE(::kill(remote.pid(), SIGKILL) == 0);
+  auto left = member("left");
+  CHECK(left);
+  if (left) CHECK(left->Field("state") == "exited");
+  INFO(watcher.Output());
+  // Each once, in that order.
+  std::vector<std::string> changes;
+  for (const WorkerEvent& event : watcher.Events("member")) {
+    changes.push_back(event.Field("change"));
+  }
+  CHECK(changes ==
+        std::vector<std::string>{"joined", "current", "unreachable", "reachable", "left"});
 }
 
 TEST_CASE("netns cluster: a process spawned on another host talks with its spawner",

@@ -48,7 +48,8 @@
 // Spawn: SpawnProcess starts a process on any host (through the daemons);
 // SpawnThread starts a thread running a registered entry (tocl/entry.h) in
 // any running process, over the messaging networks (not the daemons).
-// Notify reports once when a thread, process or host goes away.
+// Notify reports once when a thread, process or host goes away;
+// WatchMembers follows the members of a query as they join and leave.
 //
 // Reserved thread ids: the runtime keeps the last kInternalThreads thread
 // indexes of each process for itself (the spawn service and the private
@@ -76,6 +77,7 @@
 #include "tocl/exit_notice.h"
 #include "tocl/export.h"
 #include "tocl/gid.h"
+#include "tocl/membership.h"
 #include "tocl/message_info.h"
 #include "tocl/network_stats.h"
 #include "tocl/pool_stats.h"
@@ -342,6 +344,23 @@ class TOCL_EXPORT Runtime {
   // Cancels a notification: once this returns ok, it will not be delivered.
   // NotFound when it was delivered (or is being delivered) or never existed.
   Status CancelNotify(uint64_t id);
+
+  // --- membership (tocl/membership.h) ---------------------------------------------
+  // Calls `callback` with every entity that matches `expression` (the
+  // query language of Query) and runs: first the current members (kJoined
+  // each, then kCurrent), then as they join, leave, become unreachable and
+  // come back, with no gap and no duplicate between the two; through daemon
+  // restarts too. Callbacks run on a thread of the watch's own, one at a
+  // time (membership.h says what they may do). Returns the id to cancel it
+  // with. The first read of the set happens here: InvalidArgument for an
+  // empty callback or a query that does not parse (the daemon's "query: at
+  // position N: ..."), Unavailable when the daemon cannot be reached or
+  // the runtime is shutting down. Shutdown cancels every watch.
+  Result<uint64_t> WatchMembers(std::string_view expression, MembershipCallback callback);
+  // Cancels a watch: once this returns, no callback of it runs or will start
+  // (from its own callback: none starts after the current one). NotFound
+  // for an id that is not a watch (or was cancelled already).
+  Status CancelWatchMembers(uint64_t id);
 
   struct TOCL_NO_EXPORT Impl;  // the library's insides: not exported
 

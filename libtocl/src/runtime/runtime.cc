@@ -10,6 +10,7 @@
 #include "core/logger.h"
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
+#include "runtime/membership/membership_watches.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -150,6 +151,7 @@ Status Runtime::Impl::Open() {
   send_side.Open(process, num_classes);
   daemons = std::make_unique<runtime::HostDaemons>(link->client(), process,
                                                    std::move(resolved.peer_daemons));
+  memberships = std::make_unique<runtime::MembershipWatches>(link->client());
   {
     const std::string secret = link->data_plane_secret();
     auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
@@ -245,6 +247,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   routes.Close(Unavailable("the runtime shut down"));
   // Entry threads and callbacks see Cancelled/Unavailable from here on and
   // return; they may still leave (the link is open).
+  if (memberships) memberships->StopAll();
   if (notifier) notifier->Stop();
   if (spawn_service) spawn_service->Stop();
   rails.Close();
@@ -596,6 +599,15 @@ Result<uint64_t> Runtime::Notify(Gid target, std::function<void(const ExitNotice
 
 Status Runtime::CancelNotify(uint64_t id) {
   return impl_->notifier->Cancel(id);
+}
+
+Result<uint64_t> Runtime::WatchMembers(std::string_view expression, MembershipCallback callback) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  return impl_->memberships->Start(expression, std::move(callback));
+}
+
+Status Runtime::CancelWatchMembers(uint64_t id) {
+  return impl_->memberships->Cancel(id);
 }
 
 }  // namespace tocl

@@ -29,7 +29,8 @@
 //   Directory: DirectoryLink (our daemon: enrollment, registrations, the
 //            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
 //            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
-//            (host_daemons.h) answers lookups
+//            (host_daemons.h) answers lookups; each membership watch
+//            (membership/) follows a change stream of its own
 //
 // A Rail is one open network: one subsystem instance (a process may have
 // several tcp networks, one per NIC); Rails (rails.h) holds them, and a
@@ -81,6 +82,7 @@
 #include "tocl/runtime.h"
 
 namespace tocl::runtime {
+class MembershipWatches;
 class Notifier;
 class ThreadService;
 }  // namespace tocl::runtime
@@ -225,6 +227,8 @@ struct Runtime::Impl final {
   // Last: they use everything above, and are stopped by Shutdown.
   std::unique_ptr<runtime::Notifier> notifier;
   std::unique_ptr<runtime::ThreadService> spawn_service;
+  // Runtime::WatchMembers (membership/membership_watches.h).
+  std::unique_ptr<runtime::MembershipWatches> memberships;
 };
 
 }  // namespace tocl

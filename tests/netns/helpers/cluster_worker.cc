@@ -18,6 +18,8 @@
 //                         spawns K "echo" threads in G; prints each latency
 //                         (spawn call, and until the echo arrived).
 //   notify --target G [--callback]  prints the notice when G goes away.
+//   members --query Q [--seconds S]  follows the members of Q (WatchMembers)
+//                         for S seconds (60): one "member" line per callback.
 //   send --to G           sends one message; prints the status.
 //   ping --to G [--count K]  K round trips with a `serve` process's echo
 //                         (the baseline of `tocl-bench spawn`); one line each.
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "tocl/exit_notice.h"
+#include "tocl/membership.h"
 #include "tocl/runtime.h"
 
 namespace {
@@ -219,6 +222,20 @@ int Notify(tocl::Runtime& runtime, tocl::Gid self, tocl::Gid target, bool callba
   return 0;
 }
 
+int Members(tocl::Runtime& runtime, const std::string& query, int seconds) {
+  auto watch = runtime.WatchMembers(query, [](const tocl::MembershipEvent& event) {
+    if (event.change == tocl::MembershipChange::kCurrent) return Say("member change current");
+    Say("member change {} gid {} state {}", tocl::MembershipChangeName(event.change),
+        event.entity.gid.ToString(), tocl::EntityStateName(event.entity.state));
+  });
+  if (!watch.ok()) return Fail("watch", watch.status());
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));  // the run's length, not a wait
+  tocl::Status cancelled = runtime.CancelWatchMembers(*watch);
+  if (!cancelled.ok()) return Fail("cancel", cancelled);
+  Say("done");
+  return 0;
+}
+
 int Ping(tocl::Runtime& runtime, tocl::Gid self, tocl::Gid to, int count) {
   for (int i = 0; i < count; ++i) {
     const std::string ping = fmt::format("ping {}", i);
@@ -282,6 +299,12 @@ int main(int argc, char** argv) {
   notify->add_option("--target", target_text)->required();
   notify->add_flag("--callback", callback);
 
+  std::string query;
+  int seconds = 60;
+  CLI::App* members = app.add_subcommand("members", "Follow the members of a query");
+  members->add_option("--query", query)->required();
+  members->add_option("--seconds", seconds);
+
   std::string to_text;
   CLI::App* send = app.add_subcommand("send", "Send one message");
   send->add_option("--to", to_text)->required();
@@ -310,6 +333,8 @@ int main(int argc, char** argv) {
   int code = 0;
   if (*serve) {
     code = Serve(**runtime, *self);
+  } else if (*members) {
+    code = Members(**runtime, query, seconds);
   } else if (*spawn_process) {
     code = SpawnProcesses(**runtime, *self, host, program, count, enroll_timeout_ms);
   } else {
