@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon_harness.h"
@@ -347,6 +348,58 @@ TEST_CASE("a membership callback may call the runtime and cancel its own watch",
   CHECK(later.Count(MembershipChange::kJoined, one) == 1);
   CHECK(calls.load() == 1);
   CHECK(watcher->CancelWatchMembers(*id).code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("a blocked membership callback holds up only its own watch, which then catches up",
+          "[integration][membership]") {
+  // What the first callback waits for. Opened at the latest as the test
+  // ends, before the runtime (declared after it) joins the watch.
+  struct Gate {
+    std::promise<void> promise;
+    std::shared_future<void> opened = promise.get_future().share();
+    bool open = false;
+    void Open() {
+      if (!std::exchange(open, true)) promise.set_value();
+    }
+    ~Gate() { Open(); }
+  };
+  EventLog slow;  // outlives the runtime, whose watch calls it
+  Watching watching;
+  Gate gate;
+  auto members = REQUIRE_VALUE(StartRuntime(watching.daemon, "members", "shm"));
+  const std::string query = "kind=thread and role=member";
+  REQUIRE_VALUE(watching.runtime->WatchMembers(
+      query, [log = slow.Callback(), opened = gate.opened](const MembershipEvent& event) {
+        log(event);
+        opened.wait();  // the first call blocks until the test opens the gate
+      }));
+  REQUIRE(slow.WaitUntil([](const std::vector<Seen>& events) { return events.size() == 1; }));
+  REQUIRE_VALUE(watching.runtime->WatchMembers(query, watching.log.Callback()));
+  // m0 joins (seen by the other watch), then m1..m4, then m0 leaves (a
+  // join and leave between two reads would be reported by neither).
+  std::vector<Gid> joined;
+  joined.push_back(REQUIRE_VALUE(members->EnrollThread("m0", {{"role", "member"}})));
+  REQUIRE(watching.log.WaitFor(MembershipChange::kJoined, joined[0]));
+  for (int i = 1; i < 5; ++i) {
+    joined.push_back(
+        REQUIRE_VALUE(members->EnrollThread(fmt::format("m{}", i), {{"role", "member"}})));
+  }
+  REQUIRE_OK(members->LeaveThread(joined[0]));
+  // The other watch sees them all while the first is blocked.
+  CHECK(watching.log.WaitFor(MembershipChange::kLeft, joined[0]));
+  for (Gid gid : joined) CHECK(watching.log.WaitFor(MembershipChange::kJoined, gid));
+  CHECK(slow.Events().size() == 1);
+  gate.Open();
+  // Then the blocked one (whose first call was its kCurrent: nobody
+  // matched) catches up with what is there now, once each; m0 joined and
+  // left meanwhile: it may come as both or as neither.
+  for (size_t i = 1; i < joined.size(); ++i) {
+    CHECK(slow.WaitFor(MembershipChange::kJoined, joined[i]));
+  }
+  CHECK(slow.Events().front().change == MembershipChange::kCurrent);
+  CheckNoDuplicates(slow);
+  CHECK(slow.Count(MembershipChange::kJoined, joined[0]) ==
+        slow.Count(MembershipChange::kLeft, joined[0]));
 }
 
 TEST_CASE(
