@@ -263,6 +263,10 @@ TEST_CASE(
   auto cluster = MustCreate(2);
   LongWorker remote = MustStart(*cluster, 2, {"serve"});
   const Gid process = remote.gids().at(0).process();
+  // The watch starts once host 1's replica of host 2 holds the process, so that it is in the
+  // initial set ("joined" before "current"), not a change that replicates after it.
+  auto first = MustConnect(*cluster, 1);
+  REQUIRE(WaitUntil([&] { return first->Lookup(process).ok(); }, seconds(10)));
   // On host 1, from its replica of host 2.
   LongWorker watcher =
       MustStart(*cluster, 1,
