@@ -26,17 +26,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// Bytes that differ at every offset (a misplaced fragment shows).
-std::vector<std::byte> Pattern(size_t size, uint32_t seed) {
-  std::vector<std::byte> bytes(size);
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 1664525u + 1013904223u;
-    bytes[i] = static_cast<std::byte>(x >> 24);
-  }
-  return bytes;
-}
-
 struct Pair {
   std::unique_ptr<Runtime> sender, receiver;
   Gid s, r;
@@ -77,7 +66,7 @@ TEST_CASE("a long message over shm arrives whole, by Recv and by RecvInto", "[lo
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
   Pair p = StartPair(daemon, "shm");
-  const auto payload = Pattern(8 << 20, 1);
+  const auto payload = PatternBytes(8 << 20, 1);
 
   REQUIRE_OK(p.sender->Send(p.s, p.r, 5, std::span<const std::byte>(payload)));
   Buffer whole = REQUIRE_VALUE(p.receiver->RecvFor(p.r, seconds(30)));
@@ -103,7 +92,7 @@ TEST_CASE("a long message uses both tcp networks", "[long]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
   Pair p = StartPair(daemon, "tcp:127.0.0.1,tcp:127.0.0.2");
-  const auto payload = Pattern(32 << 20, 2);
+  const auto payload = PatternBytes(32 << 20, 2);
   std::vector<std::byte> into(payload.size());
   auto received = std::async(std::launch::async,
                              [&] { return p.receiver->RecvIntoFor(p.r, into, seconds(60)); });
@@ -142,7 +131,7 @@ TEST_CASE("long and short messages of one pair keep their order", "[long]") {
       auto sent = std::async(std::launch::async, [&] {
         for (int i = 0; i < kMessages; ++i) {
           const size_t size = i % 3 == 1 ? (size_t{1} << 20) + 17 * i : 100 + i;
-          const auto payload = Pattern(size, 100 + i);
+          const auto payload = PatternBytes(size, 100 + i);
           Status status = p.sender->Send(p.s, p.r, 1000 + i, std::span<const std::byte>(payload));
           if (!status.ok()) return status;
         }
@@ -153,7 +142,7 @@ TEST_CASE("long and short messages of one pair keep their order", "[long]") {
         CHECK(message.tag() == Tag(1000 + i));
         const size_t size = i % 3 == 1 ? (size_t{1} << 20) + 17 * i : 100 + i;
         REQUIRE(message.size() == size);
-        CHECK(std::memcmp(message.data(), Pattern(size, 100 + i).data(), size) == 0);
+        CHECK(std::memcmp(message.data(), PatternBytes(size, 100 + i).data(), size) == 0);
       }
       REQUIRE_OK(sent.get());
     }
@@ -164,7 +153,7 @@ TEST_CASE("RecvInto with a buffer too small leaves the message queued", "[long]"
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
   Pair p = StartPair(daemon, "shm");
-  const auto payload = Pattern(1 << 20, 3);
+  const auto payload = PatternBytes(1 << 20, 3);
   REQUIRE_OK(p.sender->Send(p.s, p.r, 9, std::span<const std::byte>(payload)));
   REQUIRE(WaitUntil([&] { return p.receiver->TryProbe(p.r).ok(); }, milliseconds(10000)));
   std::vector<std::byte> small(1000);
@@ -192,7 +181,7 @@ TEST_CASE("a receiver's reassembly memory is bounded: the sender waits", "[long]
   // sender waits longer than that.
   const milliseconds partial_timeout(1000);
   Pair p = StartPair(daemon, GENERATE("shm", "tcp"), size_t{4} << 20, partial_timeout);
-  const auto payload = Pattern(3 << 20, 4);
+  const auto payload = PatternBytes(3 << 20, 4);
   REQUIRE_OK(p.sender->Send(p.s, p.r, 1, std::span<const std::byte>(payload)));
   std::atomic<bool> second_sent{false};
   auto sent = std::async(std::launch::async, [&] {
@@ -212,7 +201,7 @@ TEST_CASE("a receiver's reassembly memory is bounded: the sender waits", "[long]
 
   // Larger than the cap: only a RecvInto buffer can take it, and the
   // sender waits for one (many times its partial_timeout here).
-  const auto big = Pattern(6 << 20, 5);
+  const auto big = PatternBytes(6 << 20, 5);
   std::atomic<bool> big_sent{false};
   auto big_send = std::async(std::launch::async, [&] {
     Status status = p.sender->Send(p.s, p.r, 3, std::span<const std::byte>(big));
@@ -249,7 +238,7 @@ TEST_CASE(
 
   REQUIRE_OK(echo.child().Signal(SIGSTOP));
   REQUIRE(WaitUntil([&] { return Stopped(echo.pid()); }, seconds(10)));
-  const auto payload = Pattern(1 << 20, 8);
+  const auto payload = PatternBytes(1 << 20, 8);
   const auto started = std::chrono::steady_clock::now();
   Status status = sender->Send(me, target, 2, std::span<const std::byte>(payload));
   const auto waited = std::chrono::steady_clock::now() - started;
@@ -283,7 +272,7 @@ TEST_CASE("long messages: bad sizes and gone receivers are clear errors", "[long
   CHECK_THAT(status.message(), Catch::Contains("larger than the limit"));
 
   REQUIRE_OK(p.receiver->LeaveThread(p.r));
-  const auto payload = Pattern(1 << 20, 6);
+  const auto payload = PatternBytes(1 << 20, 6);
   status = p.sender->Send(p.s, p.r, 1, std::span<const std::byte>(payload));
   CHECK_FALSE(status.ok());
   INFO(status.ToString());
@@ -311,7 +300,7 @@ TEST_CASE("a thread that leaves while blocked in RecvInto gets an error, nothing
   REQUIRE_FALSE(result.ok());
   CHECK(result.status().code() == StatusCode::kFailedPrecondition);
   into.reset();  // the buffer is gone: nothing may be written into it now
-  const auto payload = Pattern(2 << 20, 8);
+  const auto payload = PatternBytes(2 << 20, 8);
   Status sent = p.sender->Send(p.s, p.r, 1, std::span<const std::byte>(payload));
   CHECK_FALSE(sent.ok());
 }
@@ -322,7 +311,7 @@ TEST_CASE("a long message to a thread of the same process", "[long]") {
   auto runtime = REQUIRE_VALUE(StartRuntime(daemon, "self"));
   Gid a = REQUIRE_VALUE(runtime->EnrollThread("a"));
   Gid b = REQUIRE_VALUE(runtime->EnrollThread("b"));
-  const auto payload = Pattern(2 << 20, 7);
+  const auto payload = PatternBytes(2 << 20, 7);
   REQUIRE_OK(runtime->Send(a, b, 4, std::span<const std::byte>(payload)));
   Buffer message = REQUIRE_VALUE(runtime->RecvFor(b, seconds(5)));
   CHECK(message.size() == payload.size());

@@ -62,9 +62,9 @@
 // Runtime is destroyed.
 //
 // Threading: a Request is used by one thread at a time (any thread).
-// WaitAny and WaitAll sleep until a request completes when all the pending
-// ones are of one thread (receives posted for it, sends from it); across
-// threads they look again every millisecond.
+// WaitAny and WaitAll sleep until a request completes, whether the pending
+// ones are of one thread (receives posted for it, sends from it) or of
+// several.
 #pragma once
 
 #include <chrono>

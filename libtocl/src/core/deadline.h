@@ -8,6 +8,8 @@ namespace tocl {
 
 template <typename Clock = std::chrono::steady_clock, typename Rep, typename Period>
 typename Clock::time_point DeadlineAfter(std::chrono::duration<Rep, Period> timeout) {
+  // The default of every waiting call: no clock read.
+  if (timeout == std::chrono::duration<Rep, Period>::max()) return Clock::time_point::max();
   const auto now = Clock::now();
   if (timeout <= timeout.zero()) return now;
   // Compared in the caller's unit: max() - now in it never overflows, a

@@ -53,7 +53,9 @@ void BackgroundSends::Complete(SendJob& job, const Status& result) {
   job.status = result;
   // Read before `done`: the owner may free the job as soon as it is set.
   Mailbox* owner = job.owner;
-  job.done.store(true, std::memory_order_release);
+  // seq_cst: as PostedReceive::Complete (a waiter across threads).
+  job.done.store(true, std::memory_order_seq_cst);
+  receive_.NoteRequestDone();
   if (owner != nullptr) owner->Wake();
 }
 

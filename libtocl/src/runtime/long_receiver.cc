@@ -240,8 +240,8 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
     if (message.posted != nullptr) {
       PostedReceive* post = message.posted;
       post->info = MessageInfo{Gid::FromRaw(message.key.source), message.tag, message.total};
-      post->status = status;
-      post->done.store(true, std::memory_order_release);
+      post->Complete(status);
+      receive_.NoteRequestDone();
       message.posted = nullptr;
     } else if (message.slot != nullptr) {
       if (status.ok()) {

@@ -64,65 +64,106 @@ MessageInfo InfoOf(detail::BufferSlot* slot) {
   return MessageInfo{Gid::FromRaw(header.source), header.tag, PayloadBytes(slot)};
 }
 
-// Completes `post` with `slot` (its reference), or refuses the message when
-// it is larger than the receive's memory. The caller holds the mailbox lock
-// and wakes the receiver after.
-bool CompleteWith(PostedReceives& posted, PostedReceive* post, detail::BufferSlot* slot,
-                  bool queued) {
-  posted.Remove(post);
-  post->info = InfoOf(slot);
-  if (post->into && post->info.size > post->out.size()) {
-    post->status = InvalidArgument(fmt::format(
-        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
-        "it stays queued",
-        post->info.size, post->info.source.ToString(), post->info.tag, post->out.size()));
-    post->done.store(true, std::memory_order_release);
-    return false;
-  }
-  post->slot = slot;
-  post->counted = queued;
-  post->status = Status::Ok();
-  post->done.store(true, std::memory_order_release);
-  return true;
-}
-
 }  // namespace
 
-bool Mailbox::Deliver(detail::BufferSlot* slot, bool* to_posted) {
+// Long messages still arriving, queued ahead of a message being offered:
+// a posted receive that matches one of its sender's takes that one first.
+// Eight are tracked; past that, every message counts as held (be safe:
+// wait; each one completing offers the queue again).
+struct Mailbox::Arriving {
+  detail::BufferSlot* slots[8];
+  size_t count = 0;
+  bool overflow = false;
+
+  void Add(detail::BufferSlot* slot) {
+    if (count == std::size(slots)) {
+      overflow = true;
+    } else {
+      slots[count++] = slot;
+    }
+  }
+  bool Holds(const Selector& selector, uint64_t source) const {
+    if (overflow) return true;
+    for (size_t i = 0; i < count; ++i) {
+      const wire::Header& header = slots[i]->header();
+      if (header.source == source && selector.Matches(Gid::FromRaw(source), header.tag)) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_bytes) {
   {
     std::lock_guard lock(mu_);
     if (left_.load(std::memory_order_relaxed)) return false;
-    // A message still arriving, or one behind it from its sender, waits in
-    // the queue (OfferQueued hands it on later).
-    const bool posted = !posted_.empty() && !Incomplete(slot) &&
-                        !SenderBlockedLocked(slot->header().source) &&
-                        OfferLocked(slot, /*queued=*/false);
+    // A message still arriving waits in the queue (MessageComplete offers
+    // it), and so does one whose receive must take an older one first.
+    bool posted = false;
+    if (!posted_.empty() && !Incomplete(slot)) {
+      Arriving older;
+      const uint64_t source = slot->header().source;
+      for (detail::BufferSlot* queued : queue_) {
+        if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+      }
+      posted = OfferLocked(slot, /*queued=*/false, older);
+    }
     if (!posted) {
       queue_.push_back(slot);
       CountQueuedLocked();
+      if (unexpected_bytes != nullptr) {
+        unexpected_bytes->fetch_add(SlotBytes(slot), std::memory_order_relaxed);
+      }
     }
-    if (to_posted != nullptr) *to_posted = posted;
   }
   Wake();
   return true;
 }
 
-bool Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued) {
+bool Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older) {
   const wire::Header& header = slot->header();
   const Gid from = Gid::FromRaw(header.source);
   while (PostedReceive* post = posted_.FirstMatch(from, header.tag)) {
-    const bool taken = CompleteWith(posted_, post, slot, queued);
+    if (older.Holds(post->selector, header.source)) return false;
+    const bool taken = CompleteWithLocked(post, slot, queued);
     CountPostedLocked();
     if (taken) return true;
   }
   return false;
 }
 
-bool Mailbox::SenderBlockedLocked(uint64_t source) const {
-  for (detail::BufferSlot* queued : queue_) {
-    if (queued->header().source == source && Incomplete(queued)) return true;
+bool Mailbox::CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, bool queued) {
+  posted_.Remove(post);
+  post->info = InfoOf(slot);
+  if (post->into && post->info.size > post->out.size()) {
+    post->Complete(InvalidArgument(fmt::format(
+        "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
+        "it stays queued",
+        post->info.size, post->info.source.ToString(), post->info.tag, post->out.size())));
+    NoteDone();
+    return false;
   }
-  return false;
+  post->slot = slot;
+  post->counted = queued;
+  post->Complete(Status::Ok());
+  NoteDone();
+  return true;
+}
+
+void Mailbox::CompleteAllLocked(const Status& status) {
+  // Bound ones are no longer listed: they finish with their message (or
+  // their owner moves it).
+  while (PostedReceive* post = posted_.head()) {
+    posted_.Remove(post);
+    post->Complete(status);
+    NoteDone();
+  }
+  CountPostedLocked();
+}
+
+void Mailbox::NoteDone() {
+  if (completions_ != nullptr) completions_->NoteDone();
 }
 
 void Mailbox::CountPostedLocked() {
@@ -133,8 +174,8 @@ void Mailbox::Post(PostedReceive* post) {
   {
     std::lock_guard lock(mu_);
     if (left_.load(std::memory_order_relaxed)) {
-      post->status = FailedPrecondition(fmt::format("thread {} has left", gid_.ToString()));
-      post->done.store(true, std::memory_order_release);
+      post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
+      NoteDone();
       return;
     }
     auto it = FindMatch(queue_, post->selector);
@@ -143,7 +184,7 @@ void Mailbox::Post(PostedReceive* post) {
       CountPostedLocked();
       return;
     }
-    if (CompleteWith(posted_, post, *it, /*queued=*/true)) {
+    if (CompleteWithLocked(post, *it, /*queued=*/true)) {
       queue_.erase(it);
       CountQueuedLocked();
     }
@@ -161,15 +202,6 @@ Mailbox::Withdrawal Mailbox::Withdraw(PostedReceive* post) {
   return post->bound != nullptr ? Withdrawal::kBound : Withdrawal::kWithdrawn;
 }
 
-void Mailbox::OfferQueued() {
-  bool handed = false;
-  {
-    std::lock_guard lock(mu_);
-    handed = OfferQueuedLocked();
-  }
-  if (handed) Wake();
-}
-
 void Mailbox::MessageComplete(detail::BufferSlot* slot) {
   {
     // Under the lock: a later message of its sender that arrives now must
@@ -184,23 +216,16 @@ void Mailbox::MessageComplete(detail::BufferSlot* slot) {
 bool Mailbox::OfferQueuedLocked() {
   if (posted_.empty()) return false;
   // In arrival order, as FindMatch walks: a message still arriving keeps
-  // its sender's later ones behind it.
+  // its sender's later ones that a receive matches with it behind it.
   bool handed = false;
-  uint64_t blocked[8];
-  size_t num_blocked = 0;
+  Arriving older;
   for (auto it = queue_.begin(); it != queue_.end() && !posted_.empty();) {
-    const uint64_t source = (*it)->header().source;
-    if (std::find(blocked, blocked + num_blocked, source) != blocked + num_blocked) {
-      ++it;
-      continue;
-    }
     if (Incomplete(*it)) {
-      if (num_blocked == std::size(blocked)) break;  // be safe: wait
-      blocked[num_blocked++] = source;
+      older.Add(*it);
       ++it;
       continue;
     }
-    if (OfferLocked(*it, /*queued=*/true)) {
+    if (OfferLocked(*it, /*queued=*/true, older)) {
       it = queue_.erase(it);
       handed = true;
     } else {
@@ -214,12 +239,7 @@ bool Mailbox::OfferQueuedLocked() {
 void Mailbox::CompletePosted(const Status& status) {
   {
     std::lock_guard lock(mu_);
-    while (PostedReceive* post = posted_.head()) {
-      posted_.Remove(post);
-      post->status = status;
-      post->done.store(true, std::memory_order_release);
-    }
-    CountPostedLocked();
+    CompleteAllLocked(status);
   }
   Wake();
 }
@@ -275,8 +295,7 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   std::lock_guard lock(mu_);
   auto it = FindMatch(queue_, selector);
   if (it == queue_.end()) return false;
-  const wire::Header& header = (*it)->header();
-  info = MessageInfo{Gid::FromRaw(header.source), header.tag, PayloadBytes(*it)};
+  info = InfoOf(*it);
   return true;
 }
 
@@ -284,7 +303,7 @@ PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* bind
   std::lock_guard lock(mu_);
   PostedReceive* post = posted_.FirstMatch(from, tag);
   // A library receive (Irecv) or one too small takes the message once it
-  // is whole (OfferQueued).
+  // is whole (MessageComplete offers it).
   if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
   // A queued match goes first; it is offered to the receive once it can be.
   for (detail::BufferSlot* slot : queue_) {
@@ -315,13 +334,7 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     left_.store(true, std::memory_order_release);
     dropped.swap(queue_);
     CountQueuedLocked();
-    // Bound ones finish with their message (or their owner moves it).
-    while (PostedReceive* post = posted_.head()) {
-      posted_.Remove(post);
-      post->status = FailedPrecondition(fmt::format("thread {} has left", gid_.ToString()));
-      post->done.store(true, std::memory_order_release);
-    }
-    CountPostedLocked();
+    CompleteAllLocked(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
   }
   for (auto* slot : dropped) {
     if (dropped_bytes != nullptr) *dropped_bytes += SlotBytes(slot);

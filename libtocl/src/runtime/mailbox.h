@@ -18,7 +18,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 
 #include "buffers/buffer_slot.h"
@@ -30,17 +29,24 @@
 
 namespace tocl::runtime {
 
+class RequestCompletions;
+
 class Mailbox {
  public:
-  explicit Mailbox(Gid gid) : gid_(gid) {}
+  // `completions`: told of each posted receive this mailbox completes (a
+  // waiter across threads may sleep there); none for internal mailboxes.
+  explicit Mailbox(Gid gid, RequestCompletions* completions = nullptr)
+      : gid_(gid), completions_(completions) {}
   ~Mailbox();
 
   Gid gid() const { return gid_; }
 
   // Hands a message (one slot reference) to the first posted receive it
-  // matches (`*to_posted` says so), else queues it; wakes the receiver if
-  // it sleeps. Returns false (the slot untouched) when the thread has left.
-  bool Deliver(detail::BufferSlot* slot, bool* to_posted = nullptr);
+  // matches, else queues it and adds its SlotBytes to `*unexpected_bytes`
+  // (when given; under the lock, so before its receiver can take it and
+  // subtract them); wakes the receiver if it sleeps. Returns false (the
+  // slot untouched) when the thread has left.
+  bool Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_bytes = nullptr);
 
   // Nothing is queued: a hint read without the lock. Deliveries from other
   // threads (local senders, long messages completing) race with it, as
@@ -74,9 +80,6 @@ class Mailbox {
   // Whether a receive is posted (the poller looks before binding; a
   // receiver's hand-off is off while one is).
   bool HasPosted() const { return has_posted_.load(std::memory_order_acquire); }
-  // Queued messages a posted receive matches go to it (after a change
-  // that may let them: a long message done or gone).
-  void OfferQueued();
   // A queued long message has all its bytes: it becomes receivable, and it
   // and the messages its sender sent after it may go to posted receives.
   void MessageComplete(detail::BufferSlot* slot);
@@ -118,18 +121,27 @@ class Mailbox {
   void CountQueuedLocked();
   // Publishes whether posted_ is empty; after every change, under mu_.
   void CountPostedLocked();
+  struct Arriving;
   // Hands `slot` to the first posted receive it matches (receives whose
   // memory is too small for it complete with InvalidArgument on the way):
-  // whether one took it.
-  // `queued`: it comes from the queue (PostedReceive::counted).
-  bool OfferLocked(detail::BufferSlot* slot, bool queued);
+  // whether one took it. It stays queued when that receive matches a long
+  // message of its sender still arriving ahead of it (in `older`): that
+  // one is the receive's first. `queued`: it comes from the queue
+  // (PostedReceive::counted).
+  bool OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older);
   // OfferLocked for each queued message that can be received now, in
   // order: whether any was taken.
   bool OfferQueuedLocked();
-  // A long message from `source` is queued and still arriving.
-  bool SenderBlockedLocked(uint64_t source) const;
+  // Completes `post` with `slot` (its reference), or refuses the message
+  // when it is larger than the receive's memory: whether it took it.
+  bool CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, bool queued);
+  // Every listed receive completes with `status`.
+  void CompleteAllLocked(const Status& status);
+  // `post` was just completed: a waiter across threads may need to know.
+  void NoteDone();
 
   const Gid gid_;
+  RequestCompletions* const completions_;
   std::mutex mu_;
   std::deque<detail::BufferSlot*> queue_;  // guarded by mu_
   std::atomic<size_t> queued_{0};          // queue_.size(), for empty()
@@ -142,6 +154,35 @@ class Mailbox {
   // sets this then reads signal_. One of them sees the other.
   std::atomic<subsystem::Reactor*> poller_asleep_{nullptr};
   std::atomic<bool> left_{false};
+};
+
+// Where a wait for requests of several threads (WaitAny, WaitAll) sleeps:
+// one mailbox for the process, woken when a request completes while such
+// a waiter counts itself. The completer stores `done` (seq_cst), then
+// reads the count; the waiter counts itself (seq_cst), then reads its
+// requests' `done` flags: one of them sees the other, so no completion
+// goes unseen and a lone waiter costs completers one load.
+class RequestCompletions {
+ public:
+  Mailbox& mailbox() { return mailbox_; }
+  // Right after a request's `done` was stored.
+  void NoteDone() {
+    if (cross_waiters_.load(std::memory_order_seq_cst) > 0) mailbox_.Wake();
+  }
+  // Around such a wait: Begin before the first look at mailbox().signal()
+  // and the requests.
+  void BeginCrossWait() {
+    cross_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    // The waiter's later loads of `done` are acquire: the fence keeps them
+    // after the count in the single order the completers' seq_cst reads
+    // of it are in.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  void EndCrossWait() { cross_waiters_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  Mailbox mailbox_{Gid()};
+  std::atomic<int> cross_waiters_{0};
 };
 
 // Mailboxes by thread index: lock-free lookup for the polling thread,

@@ -12,13 +12,14 @@
 // in post order (MPI's rule for Irecv).
 //
 // Threading: the list and a receive's links are guarded by its mailbox's
-// lock; `done` publishes the outcome (release by whoever completes it,
+// lock; `done` publishes the outcome (stored by whoever completes it,
 // acquire by the waiter), after which only the receive's owner touches it.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <span>
+#include <utility>
 
 #include "buffers/buffer_slot.h"
 #include "tocl/gid.h"
@@ -58,7 +59,7 @@ struct PostedReceive {
   // the InboundLong whose fragments land in `out`.
   void* bound = nullptr;
 
-  // Set (release) once the receive is complete; the fields below are then
+  // Set once the receive is complete (Complete); the fields below are then
   // the owner's.
   std::atomic<bool> done{false};
   Status status;
@@ -70,6 +71,15 @@ struct PostedReceive {
   // unexpected bytes until taken; one handed over as it arrived never was
   // (it was expected).
   bool counted = false;
+
+  // Publishes the outcome: `status`, with whatever the completer set
+  // before. seq_cst, not just release: a waiter across threads reads it
+  // after counting itself (RequestCompletions, mailbox.h), and the
+  // completer tells that count after this store.
+  void Complete(Status outcome) {
+    status = std::move(outcome);
+    done.store(true, std::memory_order_seq_cst);
+  }
 };
 
 // The posted receives of one mailbox in post order (intrusive: posting and

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
@@ -67,7 +66,7 @@ ReceiveSide::~ReceiveSide() {
 }
 
 Mailbox* ReceiveSide::AddInternal(uint32_t index) {
-  auto mailbox = std::make_unique<Mailbox>(Gid::Thread(process_, index));
+  auto mailbox = std::make_unique<Mailbox>(Gid::Thread(process_, index), &completions_);
   Mailbox* raw = mailbox.get();
   threads_.Insert(index, std::move(mailbox));
   return raw;
@@ -88,6 +87,7 @@ void ReceiveSide::LeaveAll() {
 
 void ReceiveSide::WakeAll() {
   threads_.ForEach([](Mailbox& mailbox) { mailbox.Wake(); });
+  completions_.mailbox().Wake();
 }
 
 Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
@@ -105,18 +105,13 @@ Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
     expecting.got = slot.release();
     return Status::Ok();
   }
-  const size_t bytes = Mailbox::SlotBytes(slot.get());
-  unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  // Mailbox::Deliver takes the reference only when it returns true.
-  bool to_posted = false;
-  if (!mailbox->Deliver(slot.get(), &to_posted)) {
-    unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  // Mailbox::Deliver takes the reference only when it returns true. It
+  // counts the message as unexpected only when it queues it: one a posted
+  // receive had asked for never was.
+  if (!mailbox->Deliver(slot.get(), &unexpected_bytes_)) {
     return FailedPrecondition(fmt::format("thread {} has left", to.ToString()));
   }
   (void)slot.release();  // the mailbox's now
-  // A posted receive had asked for it: never unexpected (its owner may
-  // already have it, so the slot is not touched again here).
-  if (to_posted) Uncount(bytes);
   return Status::Ok();
 }
 
@@ -376,6 +371,16 @@ detail::BufferSlot* ReceiveSide::TakeSlot(PostedReceive& post) {
 Status ReceiveSide::Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
                           const std::function<bool()>& done) {
   return WaitOn(mailbox, deadline, blocking, [&](Mailbox&) { return done(); });
+}
+
+Status ReceiveSide::AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done) {
+  completions_.BeginCrossWait();
+  Status waited = WaitOn(completions_.mailbox(), deadline, true, [&](Mailbox&) { return done(); });
+  completions_.EndCrossWait();
+  if (waited.code() == StatusCode::kDeadlineExceeded) {
+    return DeadlineExceeded("no request completed in time");
+  }
+  return waited;
 }
 
 void ReceiveSide::CompletePosted(const Status& status) {

@@ -66,7 +66,7 @@ class ReceiveSide {
 
   // --- threads ---
   void AddThread(Gid thread) {
-    threads_.Insert(thread.thread_index(), std::make_unique<Mailbox>(thread));
+    threads_.Insert(thread.thread_index(), std::make_unique<Mailbox>(thread, &completions_));
   }
   // A mailbox at a reserved index, never registered with the directory.
   Mailbox* AddInternal(uint32_t index);
@@ -132,6 +132,12 @@ class ReceiveSide {
   // mailbox's thread left).
   Status Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
                const std::function<bool()>& done);
+  // As Await, for requests of several threads (WaitAny, WaitAll): `done()`
+  // is asked whenever one of them completes (RequestCompletions).
+  Status AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done);
+  // A request's `done` was just stored (a posted receive completed outside
+  // its mailbox, a long send): a waiter across threads may need to know.
+  void NoteRequestDone() { completions_.NoteDone(); }
   // Every receive still posted completes with `status` (shutdown).
   void CompletePosted(const Status& status);
   // Until `mailbox`'s signal moves on from `seen`: polls for it when the
@@ -156,6 +162,7 @@ class ReceiveSide {
   const std::atomic<bool>& shutting_down_;
   const Hooks hooks_;
   ProgressEngine* progress_ = nullptr;
+  RequestCompletions completions_;  // before threads_: their mailboxes point to it
   ThreadTable threads_;
   std::atomic<size_t> unexpected_bytes_{0};
 };

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
@@ -23,17 +22,14 @@ void RequestState::Finish() {
   finished = true;
   switch (kind) {
     case Request::Kind::kSend:
-      if (send != nullptr) status = send->status;
+      if (send != nullptr) post.status = send->status;
       return;
     case Request::Kind::kRecv:
-      status = post.status;
-      info = post.info;
       // No slot (cancelled, failed): the runtime is not needed, and may be gone.
       if (post.slot != nullptr) buffer = Buffer(receive->TakeSlot(post));
       return;
     case Request::Kind::kRecvInto:
-      info = post.info;
-      status = post.slot != nullptr ? receive->FinishInto(post).status() : post.status;
+      if (post.slot != nullptr) post.status = receive->FinishInto(post).status();
       return;
   }
 }
@@ -50,13 +46,13 @@ Status Empty(const char* what) {
 // complete with Cancelled).
 bool Withdraw(detail::RequestState& state) {
   if (!state.receive->Withdraw(*state.mailbox, state.post)) return false;
-  state.post.status = Status(StatusCode::kCancelled, "the request was cancelled");
-  state.post.done.store(true, std::memory_order_release);
+  state.post.Complete(Status(StatusCode::kCancelled, "the request was cancelled"));
+  state.receive->NoteRequestDone();
   return true;
 }
 
-// Waits until `done()`: on `mailbox` when every pending request is of it,
-// else on the first pending one's for a millisecond at a time.
+// Waits until `done()`: on their mailbox when every pending request is of
+// one thread, else on the process's completions (RequestCompletions).
 Status AwaitRequests(std::span<Request> requests, Clock::time_point deadline,
                      const std::function<bool()>& done) {
   detail::RequestState* first = nullptr;
@@ -71,13 +67,10 @@ Status AwaitRequests(std::span<Request> requests, Clock::time_point deadline,
     }
   }
   if (first == nullptr) return Status::Ok();
-  for (;;) {
-    const auto until =
-        one_mailbox ? deadline : std::min(deadline, Clock::now() + std::chrono::milliseconds(1));
-    Status waited = first->receive->Await(*first->mailbox, until, true, done);
-    if (waited.ok() || done()) return Status::Ok();
-    if (waited.code() != StatusCode::kDeadlineExceeded || Clock::now() >= deadline) return waited;
-  }
+  Status waited = one_mailbox ? first->receive->Await(*first->mailbox, deadline, true, done)
+                              : first->receive->AwaitAcross(deadline, done);
+  if (waited.ok() || done()) return Status::Ok();
+  return waited;
 }
 
 }  // namespace
@@ -101,10 +94,13 @@ Request::~Request() {
   if (state_->kind == Kind::kSend) {
     // The library reads the caller's memory, and the background thread the
     // job, until the send is done. Wait returns early only while the
-    // runtime shuts down, which then completes the job within a step.
-    while (!state_->Complete()) {
-      if (!Wait().ok() && !state_->Complete()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // runtime shuts down, which then completes the job within a step and
+    // wakes its owner's mailbox (BackgroundSends::Complete).
+    if (!Wait().ok()) {
+      for (;;) {
+        const uint32_t seen = state_->mailbox->signal();
+        if (state_->Complete()) break;
+        state_->mailbox->Wait(seen, Clock::time_point::max());
       }
     }
     return;
@@ -131,7 +127,7 @@ Status Request::Wait(std::chrono::nanoseconds timeout) {
     if (!waited.ok() && !state.Complete()) return waited;
   }
   state.Finish();
-  return state.status;
+  return state.post.status;
 }
 
 Status Request::Test() {
@@ -149,14 +145,14 @@ Status Request::Test() {
     }
   }
   state.Finish();
-  return state.status;
+  return state.post.status;
 }
 
 Status Request::Cancel() {
   if (state_ == nullptr) return Empty("Cancel");
   detail::RequestState& state = *state_;
   if (state.kind == Kind::kSend) return FailedPrecondition("a send request cannot be cancelled");
-  if (state.finished && state.status.code() == StatusCode::kCancelled) {
+  if (state.finished && state.post.status.code() == StatusCode::kCancelled) {
     return FailedPrecondition("the request was cancelled already");
   }
   if (!state.Complete() && Withdraw(state)) {
@@ -164,20 +160,21 @@ Status Request::Cancel() {
     return Status::Ok();
   }
   state.Finish();
-  if (state.status.code() == StatusCode::kCancelled) {
+  if (state.post.status.code() == StatusCode::kCancelled) {
     return FailedPrecondition("the request was cancelled already (the runtime shut down)");
   }
   return FailedPrecondition(
-      state.status.ok() ? "the request completed before it could be cancelled: the message is its"
-                        : "the request completed (with an error) before it could be cancelled");
+      state.post.status.ok()
+          ? "the request completed before it could be cancelled: the message is its"
+          : "the request completed (with an error) before it could be cancelled");
 }
 
 Status Request::status() const {
-  return state_ != nullptr && state_->finished ? state_->status : Status::Ok();
+  return state_ != nullptr && state_->finished ? state_->post.status : Status::Ok();
 }
 
 MessageInfo Request::info() const {
-  return state_ != nullptr && state_->finished ? state_->info : MessageInfo{};
+  return state_ != nullptr && state_->finished ? state_->post.info : MessageInfo{};
 }
 
 Result<Buffer> Request::TakeBuffer() {
@@ -190,7 +187,7 @@ Result<Buffer> Request::TakeBuffer() {
     if (!state.Complete()) return FailedPrecondition("the request is pending");
     state.Finish();
   }
-  TOCL_RETURN_IF_ERROR(state.status);
+  TOCL_RETURN_IF_ERROR(state.post.status);
   if (state.taken) return FailedPrecondition("the request's message was taken already");
   state.taken = true;
   return std::move(state.buffer);
@@ -247,9 +244,9 @@ Status WaitAll(std::span<Request> requests, std::chrono::nanoseconds timeout) {
     detail::RequestState* state = requests[i].state();
     if (state == nullptr) continue;
     state->Finish();
-    if (state->status.ok()) continue;
+    if (state->post.status.ok()) continue;
     if (failed++ == 0) {
-      first = state->status;
+      first = state->post.status;
       first_index = i;
     }
   }

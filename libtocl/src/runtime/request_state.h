@@ -30,14 +30,14 @@ struct RequestState {
   runtime::ReceiveSide* receive = nullptr;
   runtime::Mailbox* mailbox = nullptr;
 
-  runtime::PostedReceive post;             // kRecv, kRecvInto
+  // kRecv, kRecvInto. Its status and info are every request's outcome
+  // once Finish ran (a send's status is copied there).
+  runtime::PostedReceive post;
   std::unique_ptr<runtime::SendJob> send;  // kSend of a long message
 
-  // The outcome, once Finish ran.
+  // Set by Finish, with the message of a kRecv.
   bool finished = false;
-  Status status;
-  MessageInfo info;
-  Buffer buffer;  // kRecv
+  Buffer buffer;
   bool taken = false;
 
   // Whether it completed (its outcome may not have been collected yet).

@@ -16,7 +16,7 @@ Request Completed(Status status) {
   auto state = std::make_unique<detail::RequestState>();
   state->kind = Request::Kind::kSend;
   state->finished = true;
-  state->status = std::move(status);
+  state->post.status = std::move(status);
   return Request(std::move(state));
 }
 
