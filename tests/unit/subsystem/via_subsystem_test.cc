@@ -1318,6 +1318,41 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a route dropped while its peer is unreachable leaves nothing down: a new route to the peer, "
+    "back after unreachable_timeout, delivers its frames",
+    "[via]") {
+  ViaOptions options = Options(kA);
+  options.unreachable_timeout = 300ms;
+  Stalled s(options);
+  Side& a = s.a;
+  s.b->via->Close();
+  s.b.reset();
+  REQUIRE(PumpUntil({&a}, [&] { return s.route->Down(); }));
+  const auto lost_at = Clock::now();
+  // Dropped while down (as the runtime does when the host goes down): its
+  // frames fail with it, nothing is broken.
+  s.route.reset();
+  CHECK(s.Count(BufferState::kSent) + s.Count(BufferState::kFailed) == s.held.size());
+  s.Release();
+  // The timeout passes while nothing waits: an entry left down would still
+  // count its time from the old loss.
+  REQUIRE(PumpUntil({&a}, [&] { return Clock::now() - lost_at > options.unreachable_timeout; }));
+
+  Side b2(Options(kB));
+  auto fresh = ConnectTo(a, kB, b2);
+  Stream stream(a, *fresh, kA, kB);
+  for (uint32_t class_index : Stalled::kClassesUsed) stream.Send(class_index, {&a, &b2});
+  // The timers run before the new VIs can have connected.
+  a.via->Housekeeping();
+  CHECK_FALSE(fresh->Broken());
+  REQUIRE(PumpUntil({&a, &b2},
+                    [&] { return b2.sink.size() == stream.sent.size() && fresh->Drained(); }));
+  CheckPerClass(b2.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(fresh->Broken());
+  CHECK_FALSE(fresh->Down());
+}
+
+TEST_CASE(
     "a down route hands its unacknowledged frames to the runtime, and Abandon fails what it "
     "holds at once",
     "[via]") {
