@@ -8,37 +8,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
 #include "buffers/size_class.h"
 #include "core/logger.h"
+#include "subsystem/reconnect_backoff.h"
 
 namespace tocl::subsystem::tcp {
 
 namespace {
 
 constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
-
-// Reconnecting: at once, then after 1 ms, doubling up to 1 s.
-constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
-constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
-
-uint64_t NewStreamId() {
-  // Unique among this process's streams to one peer, and unlikely to be
-  // anyone else's: the peer keys streams by (process, id).
-  thread_local std::mt19937_64 random(std::random_device{}());
-  uint64_t id = 0;
-  while (id == 0) id = random();
-  return id;
-}
-
-std::chrono::milliseconds Backoff(int attempts) {
-  if (attempts <= 0) return std::chrono::milliseconds(0);
-  const int shift = std::min(attempts - 1, 10);
-  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
-}
 
 }  // namespace
 

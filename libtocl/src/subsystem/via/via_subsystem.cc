@@ -9,6 +9,7 @@
 
 #include "buffers/size_class.h"
 #include "core/logger.h"
+#include "subsystem/reconnect_backoff.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/vi_protocol.h"
 
@@ -26,21 +27,12 @@ constexpr std::string_view kCrossed = "crossed";
 // The reason a request is rejected with when the pool has no buffers to
 // post for it: the requester tries again later, it is not broken.
 constexpr std::string_view kBusy = "no receive buffers now (pool at its cap)";
-// Reconnecting a VI that broke: at once, then after 1 ms, doubling up to 1 s.
-constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
-constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 // The longest an acknowledgement waits for a message to ride on while the
 // poller runs (it never waits past the poller's sleep).
 constexpr auto kAckDelay = std::chrono::microseconds(200);
 
 uint64_t EntryKey(Gid peer, uint32_t class_index) {
   return peer.raw() | class_index;  // a process id has 24 zero thread bits
-}
-
-std::chrono::milliseconds Backoff(int attempts) {
-  if (attempts <= 0) return std::chrono::milliseconds(0);
-  const int shift = std::min(attempts - 1, 10);
-  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
 }
 
 std::string Describe(const ViEntry& entry) {
