@@ -288,14 +288,21 @@ void OutboundConnection::OnAnswerLocked() {
   BreakLocked(fmt::format("connection to {}: {}", description_, error), /*warn=*/true);
 }
 
+uint64_t OutboundConnection::PeerMayHaveLocked() const {
+  // The peer cannot have more than was ever written whole; once this
+  // socket resumed, no more than it wrote whole (the peer closed the old
+  // one's inbound side at the resume). Past that, Acknowledge would cut
+  // the frame being written.
+  const uint64_t most =
+      state_ == State::kConnected ? window_.base() + window_.unwritten() : window_.sent_end();
+  return std::min(most, window_.end());
+}
+
 void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
   const bool resuming = state_ == State::kResuming;
-  // Resuming, the peer may have what an earlier socket carried; later,
-  // only what this one did.
-  const uint64_t most = resuming ? window_.sent_end() : window_.base() + window_.unwritten();
   if (Gid::FromRaw(header.source) != peer_process_ ||
       Gid::FromRaw(header.destination) != context_.self_process || header.seq != stream_id_ ||
-      header.offset > std::max(std::min(most, window_.end()), window_.base())) {
+      header.offset > std::max(PeerMayHaveLocked(), window_.base())) {
     BreakAcknowledgedLocked(header);
     return;
   }
@@ -328,13 +335,7 @@ void OutboundConnection::OnReverseAcknowledged(const wire::Header& header) {
   std::lock_guard lock(mu_);
   if (header.seq != stream_id_ || state_ == State::kBroken) return;
   if (header.offset <= window_.base()) return;
-  // The peer cannot have more than was ever written whole; once this
-  // socket resumed, no more than it wrote whole (the peer closed the old
-  // one's inbound side at the resume). Past that, Acknowledge would cut
-  // the frame being written.
-  const uint64_t most =
-      state_ == State::kConnected ? window_.base() + window_.unwritten() : window_.sent_end();
-  if (header.offset > std::min(most, window_.end())) {
+  if (header.offset > PeerMayHaveLocked()) {
     BreakAcknowledgedLocked(header);
     return;
   }
