@@ -57,9 +57,25 @@ struct Connect {
   StreamPair::Resume at_requester{}, at_acceptor{};
 };
 
+// Two processes' pairs whose first VI connected (A asked), and the
+// frames A posts.
+struct Connected : Fixture {
+  StreamPair a, b;
+  const Connect first{a, b};
+};
+
 // "Sends" `count` frames of `from`'s window from where the VI resumes.
 void Send(StreamPair& from, size_t count) {
   for (size_t i = 0; i < count; ++i) from.window().Written(kFrame);
+}
+
+// The next `count` frames of the peer's stream reach `to`, each a first copy.
+void Arrive(StreamPair& to, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i) {
+    const Result<bool> fresh = to.Arrived(to.received());
+    REQUIRE(fresh.ok());
+    REQUIRE(*fresh);
+  }
 }
 
 TEST_CASE("counts widen to the nearest full number across 2^32", "[via][stream]") {
@@ -84,20 +100,18 @@ TEST_CASE("a first VI starts both streams at frame 0", "[via][stream]") {
   CHECK(b.peer_stream() == a.stream());
 }
 
-TEST_CASE("a VI that replaces a broken one resends exactly what the peer lacks, each way",
-          "[via][stream]") {
-  Fixture f;
-  StreamPair a, b;
-  const Connect first(a, b);
+TEST_CASE_METHOD(Connected,
+                 "a VI that replaces a broken one resends exactly what the peer lacks, each way",
+                 "[via][stream]") {
   // A posted 10 frames and sent 8 on the first VI; B handed 5 on, the
   // other 3 died with the VI. B sent nothing.
-  f.Post(a, 10);
+  Post(a, 10);
   Send(a, 8);
-  for (uint64_t n = 0; n < 5; ++n) REQUIRE(*b.Arrived(n));
+  Arrive(b, 5);
   // B acknowledged 3 of them before the VI broke.
   a.window().Acknowledge(3);
-  CHECK(f.StateOf(2) == BufferState::kSent);
-  CHECK(f.StateOf(3) != BufferState::kSent);
+  CHECK(StateOf(2) == BufferState::kSent);
+  CHECK(StateOf(3) != BufferState::kSent);
 
   SECTION("the sender reconnects") {
     const Connect again(a, b);
@@ -119,19 +133,17 @@ TEST_CASE("a VI that replaces a broken one resends exactly what the peer lacks, 
   CHECK(gap.status().message().find("frame 7") != std::string::npos);
 }
 
-TEST_CASE("frames taken to another network move the receiver's count past them", "[via][stream]") {
-  Fixture f;
-  StreamPair a, b;
-  const Connect first(a, b);
-  f.Post(a, 6);
+TEST_CASE_METHOD(Connected, "frames taken to another network move the receiver's count past them",
+                 "[via][stream]") {
+  Post(a, 6);
   Send(a, 6);
-  for (uint64_t n = 0; n < 2; ++n) REQUIRE(*b.Arrived(n));
+  Arrive(b, 2);
   // The VI broke; the runtime took the 6 frames (B had 2 of them: the
   // runtime drops its second copies) and A posts 3 more.
   const std::vector<tcp::SendWindow::Entry> taken = a.window().Take();
   CHECK(taken.size() == 6);
   for (const auto& frame : taken) frame.slot->pool->Unref(frame.slot);  // the runtime's now
-  f.Post(a, 3);
+  Post(a, 3);
   const Connect again(a, b);
   CHECK(again.at_requester.send_from == 6);
   CHECK(again.at_acceptor.receive_from == 6);
@@ -139,12 +151,10 @@ TEST_CASE("frames taken to another network move the receiver's count past them",
   CHECK(*b.Arrived(6));
 }
 
-TEST_CASE("a peer that claims frames that were never sent is refused and nothing changes",
-          "[via][stream]") {
-  Fixture f;
-  StreamPair a, b;
-  const Connect first(a, b);
-  f.Post(a, 4);
+TEST_CASE_METHOD(Connected,
+                 "a peer that claims frames that were never sent is refused and nothing changes",
+                 "[via][stream]") {
+  Post(a, 4);
   Send(a, 2);
   ConnectData request, accept;
   a.Describe(request);
@@ -159,21 +169,20 @@ TEST_CASE("a peer that claims frames that were never sent is refused and nothing
   CHECK(a.window().base() == 0);
 }
 
-TEST_CASE("a stream begun anew is counted from its start, and counts of the old one are ignored",
-          "[via][stream]") {
-  Fixture f;
-  StreamPair a, b;
-  const Connect first(a, b);
-  f.Post(a, 3);
+TEST_CASE_METHOD(
+    Connected,
+    "a stream begun anew is counted from its start, and counts of the old one are ignored",
+    "[via][stream]") {
+  Post(a, 3);
   Send(a, 3);
-  for (uint64_t n = 0; n < 3; ++n) REQUIRE(*b.Arrived(n));
+  Arrive(b, 3);
   a.window().Acknowledge(3);
   // A's entry broke and starts again: a new stream, numbered from 0.
   const uint64_t old_stream = a.stream();
   a.Renew();
   CHECK(a.stream() != old_stream);
   CHECK(a.window().base() == 0);
-  f.Post(a, 2);
+  Post(a, 2);
   const Connect again(b, a);  // B asks, still counting A's old stream
   CHECK(again.request.peer_stream == old_stream);
   CHECK(again.at_acceptor.send_from == 0);  // B's count is of another stream
@@ -183,10 +192,7 @@ TEST_CASE("a stream begun anew is counted from its start, and counts of the old 
   CHECK(*b.Arrived(0));
 }
 
-TEST_CASE("counts stay right past 2^32 frames", "[via][stream]") {
-  Fixture f;
-  StreamPair a, b;
-  const Connect first(a, b);
+TEST_CASE_METHOD(Connected, "counts stay right past 2^32 frames", "[via][stream]") {
   // B has handed on 2^32 + 5 frames of A's stream (as if): frames numbered
   // past 2^32 arrive in order.
   const uint64_t far = (uint64_t{1} << 32) + 5;

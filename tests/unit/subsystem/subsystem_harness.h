@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include "collecting_sink.h"
 #include "core/logger.h"
 #include "core/posix.h"
+#include "subsystem/subsystem.h"
 #include "subsystem/tcp/socket.h"
 #include "wire/frame.h"
 
@@ -102,6 +104,29 @@ inline bool WaitUntil(const std::function<bool()>& done, std::chrono::millisecon
     std::this_thread::sleep_for(200us);
   }
   return true;
+}
+
+// Posts, pumping `sides` while the route says TryAgain.
+inline Status PostPumping(Route& route, detail::BufferSlot* slot, const Sides& sides,
+                          std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    Status status = route.Post(slot);
+    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
+    Pump(sides);
+  }
+}
+
+// Posts while the route says TryAgain, until `timeout`, for a test whose
+// PumpThread makes the room.
+inline Status PostRetrying(Route& route, detail::BufferSlot* slot,
+                           std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  Status status;
+  while ((status = route.Post(slot)).code() == StatusCode::kTryAgain && Clock::now() < deadline) {
+    std::this_thread::sleep_for(20us);
+  }
+  return status;
 }
 
 inline void FillPayload(std::byte* payload, size_t length, uint64_t seq) {
@@ -189,6 +214,14 @@ class LogCapture {
   std::shared_ptr<spdlog::logger> previous_;
   std::shared_ptr<LineSink> sink_;
 };
+
+// Destroys the tcp sockets matching `filter` (an `ss` filter) with `ss -K`;
+// false when this kernel cannot (no CONFIG_INET_DIAG_DESTROY) or `ss` is
+// missing.
+inline bool KillSockets(const std::string& filter) {
+  const std::string command = "ss -K '" + filter + "' >/dev/null 2>&1";
+  return std::system(command.c_str()) == 0;
+}
 
 // A blocking client socket connected to `address` ("IP:PORT").
 inline Fd RawConnect(const std::string& address) {

@@ -38,9 +38,12 @@ using testing::Arrival;
 using testing::Clock;
 using testing::ClosedByPeer;
 using testing::CollectingSink;
+using testing::KillSockets;
 using testing::LogCapture;
 using testing::NewFrame;
 using testing::Polled;
+using testing::PostPumping;
+using testing::PostRetrying;
 using testing::Pump;
 using testing::PumpRounds;
 using testing::PumpThread;
@@ -103,17 +106,6 @@ void CheckInOrder(const std::vector<Arrival>& arrivals, uint64_t first_seq = 0) 
     REQUIRE(Gid::FromRaw(arrival.header.source).process() == kA);
     REQUIRE(Gid::FromRaw(arrival.header.destination) == Gid::Thread(kB, 1));
     REQUIRE(arrival.intact);
-  }
-}
-
-// Posts, pumping `sides` while the route says TryAgain.
-Status PostPumping(subsystem::Route& route, detail::BufferSlot* slot, const Sides& sides,
-                   std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    Status status = route.Post(slot);
-    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
-    Pump(sides);
   }
 }
 
@@ -249,11 +241,7 @@ std::vector<detail::BufferSlot*> Stream(Side& a, Side& b, subsystem::Route& rout
       slot->refs.fetch_add(1);
       watched.push_back(slot);
     }
-    Status status;
-    while ((status = route.Post(slot)).code() == StatusCode::kTryAgain) {
-      std::this_thread::sleep_for(20us);
-    }
-    REQUIRE(status.ok());
+    REQUIRE(PostRetrying(route, slot, 30s).ok());
   }
   const auto deadline = Clock::now() + 30s;
   while ((b.sink.size() < count || !route.Drained()) && Clock::now() < deadline) {
@@ -268,14 +256,6 @@ void CheckAllSent(const std::vector<detail::BufferSlot*>& watched) {
     CHECK(static_cast<BufferState>(slot->state.load()) == BufferState::kSent);
     slot->pool->Unref(slot);
   }
-}
-
-// Destroys the tcp sockets matching `filter` (an `ss` filter) with
-// `ss -K`; false when this kernel cannot (no CONFIG_INET_DIAG_DESTROY) or
-// `ss` is missing.
-bool KillSockets(const std::string& filter) {
-  const std::string command = "ss -K " + filter + " >/dev/null 2>&1";
-  return std::system(command.c_str()) == 0;
 }
 
 TEST_CASE(
@@ -400,13 +380,7 @@ TEST_CASE(
           watched.push_back(slot);
         }
         // The window full: the pump thread's progress makes room.
-        Status status;
-        const auto post_deadline = Clock::now() + 30s;
-        while ((status = route->Post(slot)).code() == StatusCode::kTryAgain &&
-               Clock::now() < post_deadline) {
-          std::this_thread::sleep_for(20us);
-        }
-        REQUIRE(status.ok());
+        REQUIRE(PostRetrying(*route, slot, 30s).ok());
       }
     }
     const auto deadline = Clock::now() + 30s;

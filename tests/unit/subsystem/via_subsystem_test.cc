@@ -12,7 +12,6 @@
 #include <barrier>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -42,9 +41,12 @@ using namespace std::chrono_literals;
 using testing::Arrival;
 using testing::Clock;
 using testing::CollectingSink;
+using testing::KillSockets;
 using testing::LogCapture;
 using testing::NewFrame;
 using testing::Polled;
+using testing::PostPumping;
+using testing::PostRetrying;
 using testing::Pump;
 using testing::PumpRounds;
 using testing::PumpThread;
@@ -124,17 +126,6 @@ size_t PayloadIn(uint32_t class_index, uint64_t salt) {
   return low + (salt * 7919) % (high - low + 1);
 }
 
-// Posts, pumping `sides` while the route says TryAgain.
-Status PostPumping(Route& route, detail::BufferSlot* slot, const Sides& sides,
-                   std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    Status status = route.Post(slot);
-    if (status.code() != StatusCode::kTryAgain || Clock::now() > deadline) return status;
-    Pump(sides);
-  }
-}
-
 struct Sent {
   uint64_t seq;
   uint32_t class_index;
@@ -154,6 +145,12 @@ struct Stream {
     INFO(status.ToString());
     REQUIRE(status.ok());
     sent.push_back({seq, class_index});
+  }
+
+  // Pumps `sides` until `receiver` has every frame sent and the route holds
+  // none (all acknowledged); false at the timeout.
+  bool DeliveredTo(const Side& receiver, const Sides& sides) const {
+    return PumpUntil(sides, [&] { return receiver.sink.size() == sent.size() && route.Drained(); });
   }
 
   Side& side;
@@ -529,7 +526,7 @@ TEST_CASE("VIs connect only between processes that hold the cluster's secret", "
     for (uint32_t class_index = 0; class_index < kClasses; ++class_index) {
       stream.Send(class_index, sides);
     }
-    REQUIRE(PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size(); }));
+    REQUIRE(stream.DeliveredTo(b, sides));
     CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
   }
   SECTION("another secret, or none on one side: the route breaks and nothing arrives") {
@@ -569,8 +566,7 @@ TEST_CASE("frames of every class arrive whole and in order per class, one VI per
     const uint32_t class_index = random() % 4 == 0 ? random() % kClasses : random() % 3;
     stream.Send(class_index, sides);
   }
-  REQUIRE(
-      PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+  REQUIRE(stream.DeliveredTo(b, sides));
   CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
   CHECK_FALSE(route->Broken());
 
@@ -616,8 +612,7 @@ TEST_CASE("a VI is created on the first send of its class and reused after", "[v
   // More than a credit threshold per class, so each receiver returns credits.
   const int messages = 2 * static_cast<int>(CreditThreshold(DescriptorsPerVi(0)) + 10);
   for (int i = 0; i < messages; ++i) stream.Send(i % 2 == 0 ? 0 : kOther, sides);
-  REQUIRE(
-      PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+  REQUIRE(stream.DeliveredTo(b, sides));
   CheckPerClass(b.sink.arrivals(), kA, kB, stream.sent);
 
   const auto a_pool = a.via->ViPool();
@@ -651,8 +646,7 @@ TEST_CASE("a VI is created on the first send of its class and reused after", "[v
   for (uint32_t class_index : {kOther, 0u, kOther}) {
     INFO("last used " << class_index);
     stream.Send(class_index, sides);
-    REQUIRE(
-        PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+    REQUIRE(stream.DeliveredTo(b, sides));
     CHECK(a.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
     CHECK(b.via->ViPool()[0].class_bytes == buffers::ClassBytes(class_index));
   }
@@ -1068,11 +1062,7 @@ struct TwoWay {
       slot->refs.fetch_add(1);
       watched.push_back(slot);
     }
-    Status status;
-    const auto deadline = Clock::now() + 20s;
-    while ((status = route.Post(slot)).code() == StatusCode::kTryAgain && Clock::now() < deadline) {
-      std::this_thread::sleep_for(20us);
-    }
+    const Status status = PostRetrying(route, slot);
     INFO(status.ToString());
     REQUIRE(status.ok());
     sent.push_back({seq, class_index});
@@ -1106,8 +1096,7 @@ TEST_CASE("past the VI cap the least recently used VIs close and reconnect when 
     INFO("phase " << p << " class " << phase.class_index);
     const uint64_t closed_before = a.via->vis_closed();
     for (int i = 0; i < 20; ++i) stream.Send(phase.class_index, sides);
-    REQUIRE(
-        PumpUntil(sides, [&] { return b.sink.size() == stream.sent.size() && route->Drained(); }));
+    REQUIRE(stream.DeliveredTo(b, sides));
     a.via->Housekeeping();
     std::set<uint32_t> want;
     for (uint32_t c : phase.open) want.insert(static_cast<uint32_t>(buffers::ClassBytes(c)));
@@ -1312,9 +1301,43 @@ TEST_CASE(
   auto fresh = ConnectTo(a, kB, b2);
   Stream stream(a, *fresh, kA, kB);
   for (uint32_t class_index : {0u, 1u, 0u, 2u}) stream.Send(class_index, {&a, &b2});
-  REQUIRE(PumpUntil({&a, &b2}, [&] { return b2.sink.size() == stream.sent.size(); }));
+  REQUIRE(stream.DeliveredTo(b2, {&a, &b2}));
   CheckPerClass(b2.sink.arrivals(), kA, kB, stream.sent);
   CHECK_FALSE(fresh->Broken());
+}
+
+TEST_CASE(
+    "a route dropped while its peer is unreachable leaves nothing down: a new route to the peer, "
+    "back after unreachable_timeout, delivers its frames",
+    "[via]") {
+  ViaOptions options = Options(kA);
+  options.unreachable_timeout = 300ms;
+  Stalled s(options);
+  Side& a = s.a;
+  s.b->via->Close();
+  s.b.reset();
+  REQUIRE(PumpUntil({&a}, [&] { return s.route->Down(); }));
+  const auto lost_at = Clock::now();
+  // Dropped while down (as the runtime does when the host goes down): its
+  // frames fail with it, nothing is broken.
+  s.route.reset();
+  CHECK(s.Count(BufferState::kSent) + s.Count(BufferState::kFailed) == s.held.size());
+  s.Release();
+  // The timeout passes while nothing waits: an entry left down would still
+  // count its time from the old loss.
+  REQUIRE(PumpUntil({&a}, [&] { return Clock::now() - lost_at > options.unreachable_timeout; }));
+
+  Side b2(Options(kB));
+  auto fresh = ConnectTo(a, kB, b2);
+  Stream stream(a, *fresh, kA, kB);
+  for (uint32_t class_index : Stalled::kClassesUsed) stream.Send(class_index, {&a, &b2});
+  // The timers run before the new VIs can have connected.
+  a.via->Housekeeping();
+  CHECK_FALSE(fresh->Broken());
+  REQUIRE(stream.DeliveredTo(b2, {&a, &b2}));
+  CheckPerClass(b2.sink.arrivals(), kA, kB, stream.sent);
+  CHECK_FALSE(fresh->Broken());
+  CHECK_FALSE(fresh->Down());
 }
 
 TEST_CASE(
@@ -1404,18 +1427,6 @@ TEST_CASE("a VI refused by the peer breaks its route at once, with the peer's re
 
 // --- VIs killed under a stream -------------------------------------------------
 
-// Destroys the tcp sockets matching `filter` (an `ss` filter) with `ss -K`;
-// false when this kernel cannot (no CONFIG_INET_DIAG_DESTROY) or `ss` is
-// missing.
-bool KillSockets(const std::string& filter) {
-  const std::string command = "ss -K '" + filter + "' >/dev/null 2>&1";
-  return std::system(command.c_str()) == 0;
-}
-
-std::string PortOf(const std::string& address) {
-  return address.substr(address.rfind(':') + 1);
-}
-
 TEST_CASE(
     "VIs killed while both sides live lose nothing: each connects again, every frame arrives "
     "once, in order per class, and ends kSent",
@@ -1423,8 +1434,10 @@ TEST_CASE(
   Side a(Options(kA));
   Side b(Options(kB));
   TwoWay streams(a, b);
-  const std::string a_listener = "127.0.0.1:" + PortOf(a.SocketAddress());
-  const std::string b_listener = "127.0.0.1:" + PortOf(b.SocketAddress());
+  const std::string a_listener =
+      fmt::format("127.0.0.1:{}", tcp::SocketAddress::Parse(a.SocketAddress())->port());
+  const std::string b_listener =
+      fmt::format("127.0.0.1:{}", tcp::SocketAddress::Parse(b.SocketAddress())->port());
   // A's sockets: its VIs to B's listener, and those its own listener
   // accepted; B's the other ends.
   const std::string a_sockets = fmt::format("( dst {} or src {} )", b_listener, a_listener);

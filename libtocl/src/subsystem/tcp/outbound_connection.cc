@@ -8,37 +8,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <utility>
 
 #include "buffers/buffer_pool.h"
 #include "buffers/size_class.h"
 #include "core/logger.h"
+#include "subsystem/reconnect_backoff.h"
 
 namespace tocl::subsystem::tcp {
 
 namespace {
 
 constexpr uint32_t kReadEvents = EPOLLIN | EPOLLRDHUP;
-
-// Reconnecting: at once, then after 1 ms, doubling up to 1 s.
-constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
-constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
-
-uint64_t NewStreamId() {
-  // Unique among this process's streams to one peer, and unlikely to be
-  // anyone else's: the peer keys streams by (process, id).
-  thread_local std::mt19937_64 random(std::random_device{}());
-  uint64_t id = 0;
-  while (id == 0) id = random();
-  return id;
-}
-
-std::chrono::milliseconds Backoff(int attempts) {
-  if (attempts <= 0) return std::chrono::milliseconds(0);
-  const int shift = std::min(attempts - 1, 10);
-  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
-}
 
 }  // namespace
 
@@ -307,14 +288,21 @@ void OutboundConnection::OnAnswerLocked() {
   BreakLocked(fmt::format("connection to {}: {}", description_, error), /*warn=*/true);
 }
 
+uint64_t OutboundConnection::PeerMayHaveLocked() const {
+  // The peer cannot have more than was ever written whole; once this
+  // socket resumed, no more than it wrote whole (the peer closed the old
+  // one's inbound side at the resume). Past that, Acknowledge would cut
+  // the frame being written.
+  const uint64_t most =
+      state_ == State::kConnected ? window_.base() + window_.unwritten() : window_.sent_end();
+  return std::min(most, window_.end());
+}
+
 void OutboundConnection::OnReceivedLocked(const wire::Header& header) {
   const bool resuming = state_ == State::kResuming;
-  // Resuming, the peer may have what an earlier socket carried; later,
-  // only what this one did.
-  const uint64_t most = resuming ? window_.sent_end() : window_.base() + window_.unwritten();
   if (Gid::FromRaw(header.source) != peer_process_ ||
       Gid::FromRaw(header.destination) != context_.self_process || header.seq != stream_id_ ||
-      header.offset > std::max(std::min(most, window_.end()), window_.base())) {
+      header.offset > std::max(PeerMayHaveLocked(), window_.base())) {
     BreakAcknowledgedLocked(header);
     return;
   }
@@ -347,13 +335,7 @@ void OutboundConnection::OnReverseAcknowledged(const wire::Header& header) {
   std::lock_guard lock(mu_);
   if (header.seq != stream_id_ || state_ == State::kBroken) return;
   if (header.offset <= window_.base()) return;
-  // The peer cannot have more than was ever written whole; once this
-  // socket resumed, no more than it wrote whole (the peer closed the old
-  // one's inbound side at the resume). Past that, Acknowledge would cut
-  // the frame being written.
-  const uint64_t most =
-      state_ == State::kConnected ? window_.base() + window_.unwritten() : window_.sent_end();
-  if (header.offset > std::min(most, window_.end())) {
+  if (header.offset > PeerMayHaveLocked()) {
     BreakAcknowledgedLocked(header);
     return;
   }

@@ -156,6 +156,9 @@ class OutboundConnection final : public subsystem::FdHandler {
   // A kReceived (count `count`): frames leave the window; the first after
   // a kResume also says where writing resumes.
   void OnReceivedLocked(const wire::Header& header);
+  // The highest count the peer may acknowledge now (kReceived while
+  // resuming or connected, a reverse acknowledgement in any state).
+  uint64_t PeerMayHaveLocked() const;
   // A count the peer cannot have sent honestly: broken for good.
   void BreakAcknowledgedLocked(const wire::Header& header);
   void SetHelloLocked();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <random>
 
 #include "buffers/buffer_pool.h"
 
@@ -12,6 +13,13 @@ namespace {
 constexpr size_t kInitialEntries = 64;
 
 }  // namespace
+
+uint64_t NewStreamId() {
+  thread_local std::mt19937_64 random(std::random_device{}());
+  uint64_t id = 0;
+  while (id == 0) id = random();
+  return id;
+}
 
 void SendWindow::Push(Entry entry) {
   if (count_ == capacity_) {

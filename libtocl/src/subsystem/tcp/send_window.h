@@ -27,6 +27,12 @@
 
 namespace tocl::subsystem::tcp {
 
+// A new stream's id (tcp's stream to a peer, via's per (peer, class)):
+// random, never 0 (none). The peer keys what it received by the sender's
+// process and the id, so an id is unlikely to be any earlier stream's or
+// anyone else's.
+uint64_t NewStreamId();
+
 class SendWindow {
  public:
   struct Entry {

@@ -4,29 +4,15 @@
 
 #include <algorithm>
 #include <cassert>
-#include <random>
 
 namespace tocl::subsystem::via {
-
-namespace {
-
-uint64_t NewStreamId() {
-  // The peer keys what it received by (process, class) and checks the id:
-  // unlikely to be any earlier stream's, never 0 (none).
-  thread_local std::mt19937_64 random(std::random_device{}());
-  uint64_t id = 0;
-  while (id == 0) id = random();
-  return id;
-}
-
-}  // namespace
 
 uint64_t WidenCount(uint64_t near, uint32_t low) {
   const auto difference = static_cast<int32_t>(low - static_cast<uint32_t>(near));
   return near + static_cast<uint64_t>(static_cast<int64_t>(difference));
 }
 
-StreamPair::StreamPair() : stream_(NewStreamId()) {
+StreamPair::StreamPair() : stream_(tcp::NewStreamId()) {
   window_.emplace();
 }
 
@@ -81,7 +67,7 @@ Result<bool> StreamPair::Arrived(uint64_t number) {
 void StreamPair::Renew() {
   assert(window_->empty());
   window_.emplace();
-  stream_ = NewStreamId();
+  stream_ = tcp::NewStreamId();
 }
 
 }  // namespace tocl::subsystem::via

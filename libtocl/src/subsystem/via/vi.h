@@ -56,7 +56,8 @@ struct ViEntry {
   // Lost its VI (not closed by the cap) while frames waited, and not
   // connected again: since when (for unreachable_timeout), the attempts
   // since, whether the runtime has been told (OnRouteDown). An entry whose
-  // window empties (taken by another network) is idle again, not down.
+  // window empties (acknowledged by a VI that left it, failed with its
+  // route, taken by another network) is idle again, not down.
   bool down = false;
   Clock::time_point down_since{};
   int attempts = 0;

@@ -9,6 +9,7 @@
 
 #include "buffers/size_class.h"
 #include "core/logger.h"
+#include "subsystem/reconnect_backoff.h"
 #include "subsystem/tcp/socket.h"
 #include "subsystem/via/vi_protocol.h"
 
@@ -26,21 +27,12 @@ constexpr std::string_view kCrossed = "crossed";
 // The reason a request is rejected with when the pool has no buffers to
 // post for it: the requester tries again later, it is not broken.
 constexpr std::string_view kBusy = "no receive buffers now (pool at its cap)";
-// Reconnecting a VI that broke: at once, then after 1 ms, doubling up to 1 s.
-constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
-constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
 // The longest an acknowledgement waits for a message to ride on while the
 // poller runs (it never waits past the poller's sleep).
 constexpr auto kAckDelay = std::chrono::microseconds(200);
 
 uint64_t EntryKey(Gid peer, uint32_t class_index) {
   return peer.raw() | class_index;  // a process id has 24 zero thread bits
-}
-
-std::chrono::milliseconds Backoff(int attempts) {
-  if (attempts <= 0) return std::chrono::milliseconds(0);
-  const int shift = std::min(attempts - 1, 10);
-  return std::min(kFirstBackoff * (1 << shift), kMaxBackoff);
 }
 
 std::string Describe(const ViEntry& entry) {
@@ -74,6 +66,9 @@ class ViaSubsystem::ViaRoute final : public Route {
       entry->streams.window().Fail();
       // The VI's numbers no longer follow the window's.
       owner_.DropViLocked(*entry, "the route was dropped");
+      // Down with nothing to send would keep the poller's timer on it, and
+      // the next route's first Post would find the old down_since.
+      owner_.IdleLocked(*entry);
     }
   }
 
@@ -120,7 +115,7 @@ class ViaSubsystem::ViaRoute final : public Route {
     for (auto& entry : entries_) {
       if (!entry) continue;
       std::lock_guard lock(entry->mu);
-      if (entry->down && entry->broken.ok() && !entry->streams.window().empty()) return true;
+      if (entry->down) return true;
     }
     return false;
   }
@@ -842,8 +837,7 @@ void ViaSubsystem::ResumeLocked(ViEntry& entry, Vi& vi, const StreamPair::Resume
   entry.attempts = 0;
   entry.next_attempt = {};
   if (entry.down) {
-    entry.down = false;
-    down_count_.fetch_sub(1, std::memory_order_relaxed);
+    SetUpLocked(entry);
     vis_restored_.fetch_add(1, std::memory_order_relaxed);
     Log().warn(
         "tocl via: the VI to {} restored after {} ms; {} frames sent again", Describe(entry),
@@ -874,6 +868,8 @@ Status ViaSubsystem::AcknowledgeLocked(ViEntry& entry, Vi& vi, uint32_t low) {
     count = std::min(count, from);
   }
   if (count > window.base()) window.Acknowledge(count);
+  // A VI that left the entry while it was down may acknowledge the rest.
+  if (entry.down && window.empty()) IdleLocked(entry);
   return Status::Ok();
 }
 
@@ -890,8 +886,7 @@ void ViaSubsystem::LoseLocked(ViEntry& entry, const Status& why) {
     // Post connects at once; a peer on its way out is not called back.
     Log().debug("tocl via: the VI to {} was lost with nothing to send: {}", Describe(entry),
                 why.message());
-    SetUpLocked(entry);
-    entry.next_attempt = {};
+    IdleLocked(entry);
     return;
   }
   if (!entry.down) {
@@ -917,6 +912,12 @@ void ViaSubsystem::SetUpLocked(ViEntry& entry) {
   if (!entry.down) return;
   entry.down = false;
   down_count_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ViaSubsystem::IdleLocked(ViEntry& entry) {
+  SetUpLocked(entry);
+  entry.went_down = false;
+  entry.next_attempt = {};
 }
 
 void ViaSubsystem::BreakLocked(ViEntry& entry, const Status& why, bool warn) {
@@ -967,11 +968,9 @@ std::vector<detail::BufferSlot*> ViaSubsystem::TakeLocked(ViEntry& entry) {
   for (const tcp::SendWindow::Entry& frame : entry.streams.window().Take()) {
     slots.push_back(frame.slot);
   }
-  entry.went_down = false;
   // Nothing to send now: idle, as after a loss with an empty window
   // (LoseLocked); the next Post connects at once.
-  SetUpLocked(entry);
-  entry.next_attempt = {};
+  IdleLocked(entry);
   return slots;
 }
 

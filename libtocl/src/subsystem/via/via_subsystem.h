@@ -207,6 +207,11 @@ class ViaSubsystem final : public Subsystem, private CompletionHandler {
   void LoseLocked(ViEntry& entry, const Status& why);
   // The entry is no longer down (connected again, idle, or broken).
   void SetUpLocked(ViEntry& entry);
+  // Its window is empty (acknowledged, failed with its route, taken by
+  // another network): not down, nothing to report, and the next Post
+  // connects at once. Every way a down entry's window empties ends here or
+  // in ResumeLocked or BreakLocked, so that down implies frames wait.
+  void IdleLocked(ViEntry& entry);
   // Broken for good: its frames fail, its VI goes, Post refuses.
   void BreakLocked(ViEntry& entry, const Status& why, bool warn);
   // The peer broke the protocol on `vi`: the entry breaks and the peer's
