@@ -96,36 +96,48 @@ void MembershipWatch::Run(std::stop_token stop, DirectoryRead first) {
   uint64_t seen = first.seen;
   auto retry = kFirstRetry;
   Status last_failure;
-  while (!stop.stop_requested()) {
-    Status failure = Follow(stop, seen);
-    if (stop.stop_requested()) break;
-    // The stream broke (the daemon went away) or a read failed: read again
-    // once the daemon answers, and follow from there.
+  // The daemon going away is expected (a restart); anything else is
+  // warned of once per run of the same failure, from the stream or a read.
+  const auto note = [&](const Status& failure) {
     if (!DaemonWentAway(failure) && failure.code() != last_failure.code()) {
       Log().warn("tocl: the membership watch of '{}' lost the directory's changes: {}", query_,
                  failure.ToString());
     }
     last_failure = failure;
+  };
+  while (!stop.stop_requested()) {
+    bool streamed = false;
+    Status failure = Follow(stop, seen, streamed);
+    if (stop.stop_requested()) break;
+    // Only a stream that delivered something starts the pauses over: a
+    // daemon that ends every stream at once is not read every 20 ms.
+    if (streamed) retry = kFirstRetry;
+    // The stream broke or a read failed: read again once the daemon
+    // answers, and follow from there.
+    note(failure);
     for (;;) {
       PauseUnlessStopped(stop, retry);
       retry = std::min(retry * 2, kLastRetry);
       if (stop.stop_requested()) break;
       Result<DirectoryRead> read = ReadSet();
-      if (!read.ok()) continue;
+      if (!read.ok()) {
+        note(read.status());
+        continue;
+      }
       seen = read->seen;
       Apply(stop, std::move(read->matches));
-      retry = kFirstRetry;
       break;
     }
   }
   finished_.store(true, std::memory_order_release);
 }
 
-Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen) {
+Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen, bool& streamed) {
   Status failed_read;
   Status watched = client_.WatchUntil(
       seen, std::chrono::system_clock::time_point::max(),
       [&](const ChangeEvent& event) {
+        streamed = true;
         if (event.seq <= seen) return true;  // the last read has it
         // An exit, or a host's turn, where no member lies changes nothing
         // (an entity that joined and exited between two reads is not

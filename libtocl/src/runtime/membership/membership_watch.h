@@ -66,8 +66,9 @@ class MembershipWatch {
   Result<DirectoryRead> ReadSet();
   void Run(std::stop_token stop, DirectoryRead first);
   // Follows the change stream from `seen` until it breaks or the watch
-  // stops; `seen` is the last read's.
-  Status Follow(std::stop_token stop, uint64_t& seen);
+  // stops; `seen` is the last read's. `streamed` is set once the stream
+  // delivers a change.
+  Status Follow(std::stop_token stop, uint64_t& seen, bool& streamed);
   // Reports the difference `read` makes, leaves with what the directory
   // says of them now: the entity of `cause` (the change that made the
   // read, if any) when it is that member's exit, else a lookup.
