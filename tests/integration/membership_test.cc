@@ -112,16 +112,18 @@ void CheckNoDuplicates(const EventLog& log) {
   }
 }
 
-// A daemon and a runtime that watches it.
+// A daemon and a runtime that watches it. As a fixture it outlives the
+// test's locals: a test whose own EventLogs `watcher` calls declares them,
+// then a Watching of its own.
 struct Watching {
   Watching() {
     REQUIRE_OK(daemon.Start());
-    runtime = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
+    watcher = REQUIRE_VALUE(StartRuntime(daemon, "watcher", "shm"));
   }
 
   EventLog log;  // first: it outlives the runtime, whose watches call it
   Daemon daemon;
-  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<Runtime> watcher;
 };
 
 MsgWorker MustStartIdle(const Daemon& daemon, const std::string& name, uint32_t threads = 1) {
@@ -129,14 +131,10 @@ MsgWorker MustStartIdle(const Daemon& daemon, const std::string& name, uint32_t 
       MsgWorker::Start(daemon, MsgWorkerArgs("idle", name).Subsystems("shm").Threads(threads)));
 }
 
-TEST_CASE(
-    "a membership watch delivers the current members once, then joins and leaves of "
-    "real processes",
-    "[integration][membership]") {
-  Watching watching;
-  Daemon& daemon = watching.daemon;
-  Runtime* watcher = watching.runtime.get();
-  EventLog& log = watching.log;
+TEST_CASE_METHOD(Watching,
+                 "a membership watch delivers the current members once, then joins and leaves of "
+                 "real processes",
+                 "[integration][membership]") {
   MsgWorker a = MustStartIdle(daemon, "member-a");
   MsgWorker b = MustStartIdle(daemon, "member-b");
   MsgWorker other = MustStartIdle(daemon, "bystander");
@@ -188,7 +186,7 @@ TEST_CASE("threads join and leave a membership watch: enrolled, left, and their 
   EventLog of_worker;  // outlives the runtime, whose watch calls it
   Watching watching;
   Daemon& daemon = watching.daemon;
-  Runtime* watcher = watching.runtime.get();
+  Runtime* watcher = watching.watcher.get();
   EventLog& log = watching.log;
   auto indexers = REQUIRE_VALUE(StartRuntime(daemon, "indexers", "shm"));
   REQUIRE_VALUE(watcher->WatchMembers("kind=thread and role=indexer", log.Callback()));
@@ -229,11 +227,22 @@ TEST_CASE("a membership watch of a query that matches nothing, and bad input",
   REQUIRE_VALUE(runtime->WatchMembers("kind=thread and role=nobody", nothing.Callback()));
   REQUIRE_VALUE(runtime->WatchMembers("kind=thread and role=sentinel", sentinel.Callback()));
   REQUIRE(nothing.WaitUntil(HasCurrent));
-  // Changes that do not match are read past: by the time a later thread is
-  // seen by the other watch, the first still has only its kCurrent.
-  REQUIRE_VALUE(runtime->EnrollThread("t1", {{"role", "somebody"}}));
+  REQUIRE(sentinel.WaitUntil(HasCurrent));
+  // Changes that do not match are read past. One watch handles changes in
+  // order, so once it reports t2 it has read past t1: nothing about t1
+  // came, nor will.
+  const Gid first = REQUIRE_VALUE(runtime->EnrollThread("t1", {{"role", "somebody"}}));
   const Gid last = REQUIRE_VALUE(runtime->EnrollThread("t2", {{"role", "sentinel"}}));
   REQUIRE(sentinel.WaitFor(MembershipChange::kJoined, last));
+  {
+    INFO(sentinel.Describe());
+    const std::vector<Seen> seen = sentinel.Events();
+    CHECK(std::none_of(seen.begin(), seen.end(),
+                       [&](const Seen& event) { return event.gid == first; }));
+    CHECK(seen.size() == 2);  // kCurrent, then t2's kJoined
+  }
+  // The watch that matches nothing got only its kCurrent (by then, at
+  // least: the two watches' threads are not ordered against each other).
   CHECK(nothing.Events().size() == 1);
 
   struct Bad {
@@ -368,13 +377,13 @@ TEST_CASE("a blocked membership callback holds up only its own watch, which then
   Gate gate;
   auto members = REQUIRE_VALUE(StartRuntime(watching.daemon, "members", "shm"));
   const std::string query = "kind=thread and role=member";
-  REQUIRE_VALUE(watching.runtime->WatchMembers(
+  REQUIRE_VALUE(watching.watcher->WatchMembers(
       query, [log = slow.Callback(), opened = gate.opened](const MembershipEvent& event) {
         log(event);
         opened.wait();  // the first call blocks until the test opens the gate
       }));
   REQUIRE(slow.WaitUntil([](const std::vector<Seen>& events) { return events.size() == 1; }));
-  REQUIRE_VALUE(watching.runtime->WatchMembers(query, watching.log.Callback()));
+  REQUIRE_VALUE(watching.watcher->WatchMembers(query, watching.log.Callback()));
   // m0 joins (seen by the other watch), then m1..m4, then m0 leaves (a
   // join and leave between two reads would be reported by neither).
   std::vector<Gid> joined;
@@ -402,14 +411,10 @@ TEST_CASE("a blocked membership callback holds up only its own watch, which then
         slow.Count(MembershipChange::kLeft, joined[0]));
 }
 
-TEST_CASE(
-    "a daemon restart under a membership watch is reconciled: leaves for what died "
-    "meanwhile, no duplicate joins",
-    "[integration][membership]") {
-  Watching watching;
-  Daemon& daemon = watching.daemon;
-  Runtime* watcher = watching.runtime.get();
-  EventLog& log = watching.log;
+TEST_CASE_METHOD(Watching,
+                 "a daemon restart under a membership watch is reconciled: leaves for what died "
+                 "meanwhile, no duplicate joins",
+                 "[integration][membership]") {
   MsgWorker a = MustStartIdle(daemon, "member-a");
   MsgWorker b = MustStartIdle(daemon, "member-b");
   MsgWorker c = MustStartIdle(daemon, "member-c");
@@ -446,12 +451,8 @@ std::string Spread(std::vector<double> ms) {
                      ms[ms.size() / 2], ms.back());
 }
 
-TEST_CASE("the time from a process's SIGKILL to its kLeft callback",
-          "[integration][membership][latency]") {
-  Watching watching;
-  Daemon& daemon = watching.daemon;
-  Runtime* watcher = watching.runtime.get();
-  EventLog& log = watching.log;
+TEST_CASE_METHOD(Watching, "the time from a process's SIGKILL to its kLeft callback",
+                 "[integration][membership][latency]") {
   REQUIRE_VALUE(watcher->WatchMembers("kind=process and name~victim-*", log.Callback()));
   REQUIRE(log.WaitUntil(HasCurrent));
   // The same-run baseline: an exit notice (Notify by callback) of the same

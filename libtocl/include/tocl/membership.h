@@ -51,10 +51,10 @@
 // exit, or a host going down or coming back, only when a member lies in
 // it. A watch of a large set in a cluster where entities come and go all
 // the time costs the daemon that. An entity that joined and left between
-// two reads (within the time of one, about a millisecond) is reported by
-// neither. The entity of a kLeft is what the directory says after it left
-// (exited with its reason and status, or still running when it no longer
-// matches; the last one reported when the daemon no longer knows it).
+// two reads (within the time of one read) is reported by neither. The
+// entity of a kLeft is what the directory says after it left (exited with
+// its reason and status, or still running when it no longer matches; the
+// last one reported when the daemon no longer knows it).
 //
 // Threading: each watch has its own thread, which makes every callback of
 // that watch, one at a time, in order. A slow callback holds up only its

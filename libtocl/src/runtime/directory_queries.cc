@@ -17,26 +17,17 @@ using SystemClock = std::chrono::system_clock;
 // The largest page the daemon gives (its kMaxQueryResults).
 constexpr size_t kPage = 10'000;
 
-// After the daemon could not be reached: the first pause before asking
-// again, and the longest.
-constexpr auto kFirstRetry = std::chrono::milliseconds(20);
-constexpr auto kLastRetry = std::chrono::milliseconds(500);
+}  // namespace
 
-// One look at the directory: the matches up to `count`, and the newest
-// change they include (at least: the query ran after the ping).
-struct Answer {
-  std::vector<Entity> matches;
-  uint64_t seen = 0;
-};
-
-Result<Answer> Ask(DirectoryClient& client, std::string_view expression, size_t count) {
-  Answer answer;
-  TOCL_ASSIGN_OR_RETURN(answer.seen, client.Ping());
-  TOCL_ASSIGN_OR_RETURN(answer.matches, QueryEntities(client, expression, count));
-  return answer;
+bool DaemonWentAway(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kCancelled;
 }
 
-}  // namespace
+void PauseUnlessStopped(std::stop_token stop, std::chrono::nanoseconds pause) {
+  std::mutex mu;
+  std::unique_lock lock(mu);
+  std::condition_variable_any().wait_for(lock, stop, pause, [] { return false; });
+}
 
 Result<std::vector<Entity>> QueryEntities(DirectoryClient& client, std::string_view expression,
                                           size_t limit) {
@@ -55,6 +46,14 @@ Result<std::vector<Entity>> QueryEntities(DirectoryClient& client, std::string_v
   return found;
 }
 
+Result<DirectoryRead> ReadMatches(DirectoryClient& client, std::string_view expression,
+                                  size_t limit) {
+  DirectoryRead read;
+  TOCL_ASSIGN_OR_RETURN(read.seen, client.Ping());
+  TOCL_ASSIGN_OR_RETURN(read.matches, QueryEntities(client, expression, limit));
+  return read;
+}
+
 Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_view expression,
                                          size_t count, std::chrono::milliseconds timeout,
                                          std::stop_token stop) {
@@ -68,7 +67,7 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
   Status unreachable;
   for (;;) {
     if (stop.stop_requested()) return stopped();
-    Result<Answer> answer = Ask(client, expression, count);
+    Result<DirectoryRead> answer = ReadMatches(client, expression, count);
     Status failure;
     std::optional<std::vector<Entity>> found;
     if (answer.ok()) {
@@ -83,7 +82,7 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
           seen, deadline,
           [&](const ChangeEvent& event) {
             if (event.seq <= seen) return true;
-            Result<Answer> again = Ask(client, expression, count);
+            Result<DirectoryRead> again = ReadMatches(client, expression, count);
             if (!again.ok()) {
               asked = again.status();
               return false;
@@ -111,18 +110,12 @@ Result<std::vector<Entity>> AwaitMatches(DirectoryClient& client, std::string_vi
               ? ""
               : fmt::format(" (the daemon was unreachable: {})", unreachable.message())));
     }
-    // The daemon went away (a restart: calls end Unavailable, or Cancelled
-    // by a daemon that stops with them in flight; ours is not, checked
-    // above): ask again shortly, until the deadline. Anything else (a query
-    // the daemon refuses) is final.
-    if (failure.code() != StatusCode::kUnavailable && failure.code() != StatusCode::kCancelled) {
-      return failure;
-    }
+    // The daemon went away (our own cancellation is checked above): ask
+    // again shortly, until the deadline. Anything else (a query the daemon
+    // refuses) is final.
+    if (!DaemonWentAway(failure)) return failure;
     unreachable = failure;
-    const auto pause = std::min<SystemClock::duration>(retry, deadline - SystemClock::now());
-    std::mutex mu;
-    std::unique_lock lock(mu);
-    std::condition_variable_any().wait_for(lock, stop, pause, [] { return false; });
+    PauseUnlessStopped(stop, std::min<SystemClock::duration>(retry, deadline - SystemClock::now()));
     retry = std::min(retry * 2, kLastRetry);
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/gid_scope.h"
 #include "core/logger.h"
 
 namespace tocl::runtime {
@@ -13,13 +14,6 @@ constexpr int kDeliverAttempts = 30;
 
 std::string_view LevelName(Gid gid) {
   return gid.is_thread() ? "thread" : gid.is_process() ? "process" : "host";
-}
-
-// The last raw id inside `scope`.
-uint64_t ScopeEnd(Gid scope) {
-  if (scope.is_thread()) return scope.raw();
-  if (scope.is_process()) return scope.raw() | Gid::kMaxThread;
-  return scope.raw() | ((uint64_t{1} << 48) - 1);
 }
 
 // Why `target` is gone when `exited` (itself, or the process or host it is

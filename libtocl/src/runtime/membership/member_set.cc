@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/gid_scope.h"
+
 namespace tocl {
 
 std::string_view MembershipChangeName(MembershipChange change) {
@@ -25,11 +27,9 @@ std::string_view MembershipChangeName(MembershipChange change) {
 namespace tocl::runtime {
 
 bool MemberSet::AnyWithin(Gid scope) const {
-  if (scope.is_thread()) return members_.contains(scope);
-  // Members in Gid order: a host's or a process's are one range from it.
+  // Members in Gid order: those within a scope are one range from it.
   auto it = members_.lower_bound(scope);
-  if (it == members_.end()) return false;
-  return scope.is_process() ? it->first.process() == scope : it->first.host() == scope.host();
+  return it != members_.end() && WithinScope(it->first, scope);
 }
 
 std::vector<MembershipEvent> MemberSet::Reconcile(std::vector<Entity> read) {

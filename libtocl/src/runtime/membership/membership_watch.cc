@@ -4,20 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
 #include <utility>
 
 #include "core/logger.h"
 
 namespace tocl::runtime {
 namespace {
-
-// After the stream broke or a read failed: the first pause before reading
-// again, and the longest (as WaitForQuery's).
-constexpr auto kFirstRetry = std::chrono::milliseconds(20);
-constexpr auto kLastRetry = std::chrono::milliseconds(500);
 
 // The members: what matches and has not exited (unreachable entities read
 // as running in queries: the state is derived from the host).
@@ -29,13 +22,6 @@ std::string MembersQuery(std::string_view expression) {
 // exited before (never members).
 const std::vector<ChangeOp> kSetChanges = {ChangeOp::kAdded, ChangeOp::kUpdated, ChangeOp::kExited,
                                            ChangeOp::kUnreachable, ChangeOp::kReachable};
-
-// Sleeps `pause` or until `stop` is requested.
-void Pause(std::stop_token stop, std::chrono::milliseconds pause) {
-  std::mutex mu;
-  std::unique_lock lock(mu);
-  std::condition_variable_any().wait_for(lock, stop, pause, [] { return false; });
-}
 
 // What a member that left is reported as: the entity of its exit when that
 // is the change that made the read (`cause`, null for none), else the
@@ -69,7 +55,7 @@ Result<std::unique_ptr<MembershipWatch>> MembershipWatch::Start(DirectoryClient&
   // "a) or (b" would become another query).
   Result<QueryPage> own = client.Query(expression, 1);
   if (!own.ok()) return own.status();
-  Result<Read> first = watch->ReadSet();
+  Result<DirectoryRead> first = watch->ReadSet();
   if (!first.ok() && first.status().code() == StatusCode::kInvalidArgument) {
     // Only the added condition is too much (the query's limits).
     return InvalidArgument(
@@ -100,52 +86,58 @@ bool MembershipWatch::OnOwnThread() const {
   return thread_.get_id() == std::this_thread::get_id();
 }
 
-Result<MembershipWatch::Read> MembershipWatch::ReadSet() {
-  Read read;
-  TOCL_ASSIGN_OR_RETURN(read.seen, client_.Ping());
-  TOCL_ASSIGN_OR_RETURN(read.members, client_.QueryAll(query_));
-  return read;
+Result<DirectoryRead> MembershipWatch::ReadSet() {
+  return ReadMatches(client_, query_, 0);
 }
 
-void MembershipWatch::Run(std::stop_token stop, Read first) {
-  Apply(stop, std::move(first.members));
+void MembershipWatch::Run(std::stop_token stop, DirectoryRead first) {
+  Apply(stop, std::move(first.matches));
   Deliver(stop, {MembershipChange::kCurrent, {}});
   uint64_t seen = first.seen;
   auto retry = kFirstRetry;
   Status last_failure;
-  while (!stop.stop_requested()) {
-    Status failure = Follow(stop, seen);
-    if (stop.stop_requested()) break;
-    // The stream broke (a daemon restart: calls end Unavailable, or
-    // Cancelled by a daemon that stops with them in flight) or a read
-    // failed: read again once the daemon answers, and follow from there.
-    const bool restart =
-        failure.code() == StatusCode::kUnavailable || failure.code() == StatusCode::kCancelled;
-    if (!restart && failure.code() != last_failure.code()) {
+  // The daemon going away is expected (a restart); anything else is
+  // warned of once per run of the same failure, from the stream or a read.
+  const auto note = [&](const Status& failure) {
+    if (!DaemonWentAway(failure) && failure.code() != last_failure.code()) {
       Log().warn("tocl: the membership watch of '{}' lost the directory's changes: {}", query_,
                  failure.ToString());
     }
     last_failure = failure;
+  };
+  while (!stop.stop_requested()) {
+    bool streamed = false;
+    Status failure = Follow(stop, seen, streamed);
+    if (stop.stop_requested()) break;
+    // Only a stream that delivered something starts the pauses over: a
+    // daemon that ends every stream at once is not read every 20 ms.
+    if (streamed) retry = kFirstRetry;
+    // The stream broke or a read failed: read again once the daemon
+    // answers, and follow from there.
+    note(failure);
     for (;;) {
-      Pause(stop, retry);
+      PauseUnlessStopped(stop, retry);
       retry = std::min(retry * 2, kLastRetry);
       if (stop.stop_requested()) break;
-      Result<Read> read = ReadSet();
-      if (!read.ok()) continue;
+      Result<DirectoryRead> read = ReadSet();
+      if (!read.ok()) {
+        note(read.status());
+        continue;
+      }
       seen = read->seen;
-      Apply(stop, std::move(read->members));
-      retry = kFirstRetry;
+      Apply(stop, std::move(read->matches));
       break;
     }
   }
   finished_.store(true, std::memory_order_release);
 }
 
-Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen) {
+Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen, bool& streamed) {
   Status failed_read;
   Status watched = client_.WatchUntil(
       seen, std::chrono::system_clock::time_point::max(),
       [&](const ChangeEvent& event) {
+        streamed = true;
         if (event.seq <= seen) return true;  // the last read has it
         // An exit, or a host's turn, where no member lies changes nothing
         // (an entity that joined and exited between two reads is not
@@ -154,13 +146,13 @@ Status MembershipWatch::Follow(std::stop_token stop, uint64_t& seen) {
         const bool scoped = event.op == ChangeOp::kExited || event.op == ChangeOp::kUnreachable ||
                             event.op == ChangeOp::kReachable;
         if (scoped && !members_.AnyWithin(event.gid)) return true;
-        Result<Read> read = ReadSet();
+        Result<DirectoryRead> read = ReadSet();
         if (!read.ok()) {
           failed_read = read.status();
           return false;
         }
         seen = read->seen;
-        Apply(stop, std::move(read->members), &event);
+        Apply(stop, std::move(read->matches), &event);
         return !stop.stop_requested();
       },
       kSetChanges, stop);

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/directory_queries.h"
 #include "runtime/membership/member_set.h"
 #include "tocl/directory_client.h"
 #include "tocl/membership.h"
@@ -60,18 +61,14 @@ class MembershipWatch {
   bool Finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
-  // One read: the set, and the newest change it includes.
-  struct Read {
-    uint64_t seen = 0;
-    std::vector<Entity> members;
-  };
-
   MembershipWatch(DirectoryClient& client, std::string query, MembershipCallback callback);
-  Result<Read> ReadSet();
-  void Run(std::stop_token stop, Read first);
+  // The members now (ReadMatches of query_).
+  Result<DirectoryRead> ReadSet();
+  void Run(std::stop_token stop, DirectoryRead first);
   // Follows the change stream from `seen` until it breaks or the watch
-  // stops; `seen` is the last read's.
-  Status Follow(std::stop_token stop, uint64_t& seen);
+  // stops; `seen` is the last read's. `streamed` is set once the stream
+  // delivers a change.
+  Status Follow(std::stop_token stop, uint64_t& seen, bool& streamed);
   // Reports the difference `read` makes, leaves with what the directory
   // says of them now: the entity of `cause` (the change that made the
   // read, if any) when it is that member's exit, else a lookup.
