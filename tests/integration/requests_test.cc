@@ -319,6 +319,10 @@ TEST_CASE("Isend of long messages completes when the receiver holds them, keepin
       constexpr int kLong = 6;
       std::vector<std::vector<std::byte>> payloads;
       for (int i = 0; i < kLong; ++i) payloads.push_back(PatternBytes(size, 7 + i));
+      // The route is up first: its lookup and connect may start threads of
+      // their own (gRPC's), which are not the requests'.
+      REQUIRE_OK(sender->Send(s, r, 2, Bytes("route")));
+      CHECK(Text(REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, 2))) == "route");
       const size_t threads_before = ThreadCount();
       std::vector<Request> sends;
       for (int i = 0; i < kLong; ++i)
