@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -93,6 +94,11 @@ struct LongSend {
   LongKey key;
   std::span<const std::byte> data;
   Tag tag = 0;
+  // Set before Begin: a number given by a multicast's sender (else the
+  // pair's next), and wire::kFlagRelayed when this process carries the
+  // message for another's thread (every frame of it says so).
+  std::optional<uint64_t> numbered_as;
+  uint16_t flags = 0;
 
   std::mutex mu;         // the sender and the poller (acknowledgements)
   bool granted = false;  // guarded by mu

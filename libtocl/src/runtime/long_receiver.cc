@@ -300,11 +300,16 @@ Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& mess
 
 Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
                                       std::span<const std::byte> payload) {
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, WholeMessage(from, to, tag, payload));
+  return receive_.Deliver(slot);  // an error drops `slot`
+}
+
+Result<buffers::SlotRef> LongReceiver::WholeMessage(Gid from, Gid to, Tag tag,
+                                                    std::span<const std::byte> payload) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
   large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
-  std::memcpy(large->payload(), payload.data(), payload.size());
-  buffers::SlotRef slot(large);
-  return receive_.Deliver(slot);  // an error drops `slot`
+  if (!payload.empty()) std::memcpy(large->payload(), payload.data(), payload.size());
+  return buffers::SlotRef(large);
 }
 
 // --- the poller's round ---------------------------------------------------------
@@ -474,8 +479,11 @@ void LongReceiver::FlushControls() {
 
 void LongReceiver::SendControl(Gid peer_process, int network, wire::FrameKind kind,
                                const LongKey& about, uint64_t offset, uint64_t length) {
-  // Toward the sender (grant, ack, receiver's abort) or the receiver.
-  const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
+  // Toward the sender (grant, ack, receiver's abort) or the receiver. The
+  // sender's side may be a relay carrying the message for a thread of
+  // another process (multicast): the frame names that thread and says so.
+  const bool to_sender = Gid::FromRaw(about.destination).process() != peer_process;
+  const bool relayed = to_sender && Gid::FromRaw(about.source).process() != peer_process;
   const Gid from = Gid::FromRaw(to_sender ? about.destination : about.source);
   const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
   Tag tag = 0;
@@ -484,8 +492,9 @@ void LongReceiver::SendControl(Gid peer_process, int network, wire::FrameKind ki
   } else if (kind == wire::FrameKind::kProbe) {
     tag = to_sender ? kProbeWaiting : kProbeAsk;
   }
-  events_.SendControl(peer_process, network,
-                      wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
+  wire::Header header = wire::ControlHeader(kind, from, to, about.seq, tag, offset, length);
+  if (relayed) header.flags = wire::kFlagRelayed;
+  events_.SendControl(peer_process, network, header);
 }
 
 }  // namespace tocl::runtime

@@ -130,6 +130,11 @@ class LongReceiver {
   // A long message from a thread of this process: one copy into library
   // memory, delivered whole to thread `to`.
   Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // A copy of `payload` in library memory as a whole message from `from`
+  // to `to` (seq 0: the caller numbers it), not delivered: a multicast
+  // relay hands it to its receiver's pair order.
+  Result<buffers::SlotRef> WholeMessage(Gid from, Gid to, Tag tag,
+                                        std::span<const std::byte> payload);
 
   // Drops our references to the memory of messages still arriving (the
   // runtime goes away; their mailboxes drop theirs).

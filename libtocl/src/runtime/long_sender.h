@@ -87,6 +87,16 @@ class LongSender {
   // failure the receiver is told (best effort).
   Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
 
+  // Send of a message numbered already in the (from, to) pair
+  // (SendQueue::ReserveSeq: a multicast's, multicast_service.h): `seq` is
+  // its number; `relayed` when `from` is a thread of another process, for
+  // which this one carries the message (its frames say so:
+  // wire::kFlagRelayed). `wake` is signalled when the receiver answers
+  // (the carrying thread's mailbox).
+  Status SendNumbered(SendQueue& peer, Gid from, Gid to, Tag tag,
+                      std::span<const std::byte> payload, uint64_t seq, bool relayed,
+                      Mailbox& wake);
+
   // Send in steps, for a thread that carries several sends at once
   // (background_sends.h): Begin numbers and posts the start (the message
   // takes its place among the thread's sends to `to` now) and registers
@@ -109,6 +119,9 @@ class LongSender {
   void OnControl(const wire::Header& header);
 
  private:
+  // Send's steps after Begin: Step until an outcome, waiting on
+  // send.wake between rounds, then End.
+  Status Carry(SendQueue& peer, LongSend& send);
   // Out of the table (the poller no longer finds it).
   void Unregister(LongSend& send);
   // One round of the fragment scheduler for `send` (its mu held): failed
@@ -122,11 +135,11 @@ class LongSender {
   void LearnLocked(SendQueue& peer, LongSend& send);
   // Asks the receiver what became of long message `key`, over the peer's
   // usable networks in turn (round `round`).
-  void ProbeLocked(SendQueue& peer, const LongKey& key, size_t round, Clock::time_point now);
+  void ProbeLocked(SendQueue& peer, const LongSend& send, size_t round, Clock::time_point now);
   // A control frame from the sending thread of long message `key` to its
   // receiver (abort, probe) on the peer's route `route` (an index into
   // peer.rails()).
-  void PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind, const LongKey& key,
+  void PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind, const LongSend& send,
                          Tag tag);
 
   const Limits limits_;

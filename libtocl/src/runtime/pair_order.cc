@@ -40,12 +40,15 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
                   Gid::FromRaw(slot->header().source).ToString(), pair.next_seq);
       return Status::Ok();
     }
-    size_t& process_held = held_by_process_[from_process.raw()];
+    // Counted against the source thread's process, whose numbers they
+    // are: a relayed frame (multicast) comes from another process.
+    const Gid sender = SenderOf(slot->header());
+    size_t& process_held = held_by_process_[sender.raw()];
     if (process_held + bytes > process_cap_) {
       slot.reset();
       const uint64_t expected = pair.next_seq;
-      DropProcess(from_process);
-      if (broken_) broken_(from_process);
+      DropProcess(sender);
+      if (broken_) broken_(sender);
       return InvalidArgument(fmt::format(
           "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
           seq, expected, process_cap_));
@@ -69,19 +72,19 @@ Status PairOrder::DeliverHeld(Gid from_process, Pair& pair) {
     }
     auto next = pair.held.find(pair.next_seq);
     if (next == pair.held.end()) return Status::Ok();
-    buffers::SlotRef slot = TakeHeld(from_process, pair, next);
+    buffers::SlotRef slot = TakeHeld(pair, next);
     ++pair.next_seq;
     TOCL_RETURN_IF_ERROR(deliver_(from_process, std::move(slot)));
   }
 }
 
-buffers::SlotRef PairOrder::TakeHeld(Gid from_process, Pair& pair,
+buffers::SlotRef PairOrder::TakeHeld(Pair& pair,
                                      std::map<uint64_t, buffers::SlotRef>::iterator it) {
   buffers::SlotRef slot = std::move(it->second);
   pair.held.erase(it);
   const size_t bytes = Mailbox::SlotBytes(slot.get());
   pair.held_bytes -= bytes;
-  held_by_process_[from_process.raw()] -= bytes;
+  held_by_process_[SenderOf(slot->header()).raw()] -= bytes;
   unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   return slot;
 }
@@ -104,7 +107,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key) {
   }
   if (auto held = pair.held.find(key.seq); held != pair.held.end()) {
     // The start came but waits behind a gap: it is dropped now.
-    TakeHeld(from_process, pair, held).reset();
+    TakeHeld(pair, held).reset();
   }
   pair.skipped.insert(key.seq);
   return DeliverHeld(from_process, pair);

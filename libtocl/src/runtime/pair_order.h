@@ -8,11 +8,11 @@
 // message the sender gave up (its start lost with a connection, or behind a
 // lost frame) is skipped, and its start dropped if it comes after all.
 //
-// Memory: held frames count per pair, per sending process and in the
-// runtime's unexpected_bytes (flow control). A correct sender's frames are
-// missing only while they travel another network, so a sending process
-// whose gaps hold more than `process_cap` bytes is broken: its pairs are
-// dropped and the frame is refused.
+// Memory: held frames count per pair, per sending process (the source
+// thread's: a relay's frames, multicast, count for the process whose
+// numbers they carry) and in the runtime's unexpected_bytes (flow control). A correct sender's
+// frames are missing only while they travel another network, so a sending process whose gaps hold
+// more than `process_cap` bytes is broken: its pairs are dropped and the frame is refused.
 //
 // Threading: one thread at a time (the poll token holder). Delivery runs
 // the callback on that thread, in order.
@@ -31,6 +31,7 @@
 #include "runtime/long_message.h"
 #include "tocl/gid.h"
 #include "tocl/status.h"
+#include "wire/frame.h"
 
 namespace tocl::runtime {
 
@@ -95,9 +96,10 @@ class PairOrder {
   // Delivers what waits in `pair` from its next_seq on (held frames,
   // skipped numbers), until a number is missing.
   Status DeliverHeld(Gid from_process, Pair& pair);
+  // The process whose number a frame carries (its source thread's).
+  static Gid SenderOf(const wire::Header& header) { return Gid::FromRaw(header.source).process(); }
   // Takes a frame out of `pair.held`, with its memory accounting.
-  buffers::SlotRef TakeHeld(Gid from_process, Pair& pair,
-                            std::map<uint64_t, buffers::SlotRef>::iterator it);
+  buffers::SlotRef TakeHeld(Pair& pair, std::map<uint64_t, buffers::SlotRef>::iterator it);
 
   const size_t process_cap_;
   std::atomic<size_t>& unexpected_bytes_;

@@ -171,6 +171,28 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
+Status SendSide::SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                              uint64_t seq) {
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes_) {
+    return InvalidArgument(fmt::format("a {} byte message is not short", payload.size()));
+  }
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
+  SendQueue& peer = *destination;
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
+                                                            payload, Clock::time_point::max()));
+  slot->header() = wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
+  if (from.process() != process_) slot->header().flags = wire::kFlagRelayed;
+  std::unique_lock lock(peer.mu());
+  TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
+  TOCL_RETURN_IF_ERROR(peer.PostNumbered(slot, peer.default_route()));
+  peer.AwaitRoom(lock);  // back-pressure
+  return Status::Ok();
+}
+
 Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
   subsystem::Subsystem* subsystem = rails_.fastest();
   if (subsystem == nullptr) return Unavailable("no network is open");

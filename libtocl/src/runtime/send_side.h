@@ -83,6 +83,13 @@ class SendSide {
   Status SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer);
   // Sends a copy of `payload` (a long message when it fits no class).
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // A short message (it fits a class) from `from` to `to` of another
+  // process, numbered already in the (from, to) pair (a multicast's:
+  // SendQueue::ReserveSeq), copied into a pool buffer and posted behind
+  // what waits for the process. `from` may be a thread of another process
+  // (this one relays for it: the frame says so, wire::kFlagRelayed).
+  // Send's errors; no check of `from` (the caller's).
+  Status SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq);
   // A message from `source` (any gid) put straight into local thread
   // `self`'s mailbox: exit notices. Waits at most a second for a buffer.
   Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);

@@ -69,7 +69,28 @@ Status CheckStream(const Header& header) {
   return Status::Ok();
 }
 
+// The kinds a relay sends toward a receiver in its source's name, and
+// those a receiver answers it with (both: abort and probe).
+bool RelayedTowardReceiver(FrameKind kind) {
+  return kind == FrameKind::kMessage || kind == FrameKind::kLongStart ||
+         kind == FrameKind::kFragment || kind == FrameKind::kAbort || kind == FrameKind::kProbe;
+}
+bool RelayedTowardSender(FrameKind kind) {
+  return kind == FrameKind::kGrant || kind == FrameKind::kAck || kind == FrameKind::kAbort ||
+         kind == FrameKind::kProbe;
+}
+
 }  // namespace
+
+bool SourceFits(const Header& header, Gid peer_process) {
+  return Gid::FromRaw(header.source).process() == peer_process ||
+         (Relayed(header) && RelayedTowardReceiver(header.kind));
+}
+
+bool DestinationFits(const Header& header, Gid self_process) {
+  return Gid::FromRaw(header.destination).process() == self_process ||
+         (Relayed(header) && RelayedTowardSender(header.kind));
+}
 
 uint32_t HandshakePayloadBytes(FrameKind kind) {
   switch (kind) {
@@ -91,8 +112,13 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.version != kVersion) {
     return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
   }
-  if (header.flags != 0 || (header.reserved != 0 && header.kind != FrameKind::kLongStart)) {
+  if (header.reserved != 0 && header.kind != FrameKind::kLongStart) {
     return InvalidArgument("reserved header bits are set");
+  }
+  if (header.flags != 0 && (header.flags != kFlagRelayed || !(RelayedTowardReceiver(header.kind) ||
+                                                              RelayedTowardSender(header.kind)))) {
+    return InvalidArgument(fmt::format("header flags {:#06x} on a frame of kind {}", header.flags,
+                                       static_cast<unsigned>(header.kind)));
   }
   switch (header.kind) {
     case FrameKind::kMessage:

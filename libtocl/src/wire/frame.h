@@ -8,7 +8,7 @@
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
 //        4     1  version (kVersion: 5)
 //        5     1  kind (FrameKind)
-//        6     2  flags (0; reserved for priorities)
+//        6     2  flags (kFlagRelayed or 0; the other bits reserved)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
 //       16     8  source Gid (a thread; a process for handshake frames)
@@ -55,6 +55,19 @@
 // connection), version 5 kReceived on reverse traffic; peers of another
 // version are refused.
 //
+// Relayed frames (multicast, runtime/multicast_service.h): a relay process
+// carries a message of another process's thread S to a thread R of a third
+// process, in S's pair order (S's number for the (S, R) pair), and runs the
+// long-message conversation in S's place. Its frames to R (kMessage,
+// kLongStart, kFragment, a sender's kAbort and kProbe) name S as their
+// source, and R's answers to it (kGrant, kAck, a receiver's kAbort and
+// kProbe) name S as their destination, so both ends key the message as S
+// sent it; kFlagRelayed on these frames is what lets a network accept a
+// thread of neither end of its connection there (SourceFits,
+// DestinationFits). Other kinds never carry the flag. A peer of the same
+// version without multicast refuses such a frame as malformed, so the
+// version did not change.
+//
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
 #pragma once
@@ -94,6 +107,10 @@ enum class FrameKind : uint8_t {
   kResume = 11,    // stream: the connector says which stream and from which frame on
   kReceived = 12,  // stream: the acceptor's cumulative count of frames received
 };
+
+// Header::flags: the frame is a relay's, on behalf of its source (to its
+// receiver) or its destination (a receiver's answer); see above.
+inline constexpr uint16_t kFlagRelayed = 1;
 
 // The payload a handshake frame carries (0 for other kinds).
 uint32_t HandshakePayloadBytes(FrameKind kind);
@@ -204,6 +221,18 @@ constexpr Header StreamHeader(FrameKind kind, Gid from_process, Gid to_process, 
                 .offset = frame};
 }
 
+inline bool Relayed(const Header& header) {
+  return (header.flags & kFlagRelayed) != 0;
+}
+
+// Whether a frame that came on a connection (shm channel, VI) from
+// `peer_process` may name its source: a thread of that process, or
+// anyone's for a relay's frame toward a message's receiver.
+bool SourceFits(const Header& header, Gid peer_process);
+// Whether a frame that came to `self_process` may name its destination: a
+// thread of this process, or anyone's for a receiver's answer to a relay.
+bool DestinationFits(const Header& header, Gid self_process);
+
 // What a receiver accepts: payloads up to `max_payload` bytes.
 struct Limits {
   uint32_t max_payload = 0;
@@ -211,7 +240,8 @@ struct Limits {
 
 // Reads and checks a header from the first kHeaderBytes of `bytes`.
 // InvalidArgument (with what was wrong) for: too few bytes, bad magic,
-// unknown version or kind, nonzero flags/reserved, a length over the limit,
+// unknown version or kind, flags other than kFlagRelayed (on the kinds
+// above), nonzero reserved, a length over the limit,
 // offset/total that do not fit the kind (see above), source or destination
 // that are not thread ids (process ids for handshake frames), a handshake
 // frame whose length is not its payload's.

@@ -22,6 +22,7 @@ constexpr Gid kSender = Gid::Thread(1, 2, 3);
 constexpr Gid kSenderSibling = Gid::Thread(1, 2, 4);  // another thread of its process
 constexpr Gid kOtherSender = Gid::Thread(1, 5, 3);    // a thread of another process
 constexpr Gid kReceiver = Gid::Thread(1, 9, 1);
+constexpr Gid kRelay = Gid::Process(1, 11);  // carries kSender's multicasts
 const size_t kFrameBytes = buffers::ClassBytes(0);
 constexpr uint32_t kTag = 5;
 
@@ -32,7 +33,9 @@ struct Fixture {
       : budget(size_t{4} << 20),
         pool(Network::kShm, 9, memory, budget),
         order(process_cap, unexpected, [this](Gid from_process, buffers::SlotRef slot) {
-          CHECK(from_process == Gid::FromRaw(slot->header().source).process());
+          // A relay's frames (multicast) come from the relay's process.
+          CHECK((from_process == Gid::FromRaw(slot->header().source).process() ||
+                 from_process == kRelay));
           delivered.push_back(std::to_string(Gid::FromRaw(slot->header().source).thread_index()) +
                               ":" + std::to_string(slot->header().seq));
           return Status::Ok();
@@ -91,6 +94,25 @@ TEST_CASE("frames that arrive ahead are held, counted, and released when the gap
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
   CHECK(f.unexpected == 0);
   CHECK(f.order.HeldBytes(kSender.process()) == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a relay's frame takes its place in the sender's pair, counted against the sender",
+          "[order][multicast]") {
+  Fixture f;
+  // Number 1 was the multicast, carried by the relay; 0 and 2 came direct.
+  REQUIRE(f.order.OnOrdered(kRelay, f.Frame(kSender, 1)).ok());
+  REQUIRE(f.Arrive(kSender, 2).ok());
+  CHECK(f.delivered.empty());
+  CHECK(f.order.HeldBytes(kSender.process()) == 2 * kFrameBytes);
+  CHECK(f.order.HeldBytes(kRelay) == 0);
+  REQUIRE(f.Arrive(kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
+  CHECK(f.order.HeldBytes(kSender.process()) == 0);
+  CHECK(f.unexpected == 0);
+  // The sender's own second try (its relay failed) is a second copy.
+  REQUIRE(f.Arrive(kSender, 1).ok());
+  CHECK(f.order.duplicates() == 1);
   CHECK(f.InUse() == 0);
 }
 

@@ -182,10 +182,15 @@ TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
 
 TEST_CASE("a header with flags or reserved bits set is rejected", "[wire]") {
   Header header = ValidMessage();
-  header.flags = 1;
-  CheckRejected(header, "reserved header bits are set");
+  header.flags = 2;
+  CheckRejected(header, "header flags 0x0002 on a frame of kind 1");
   header.flags = 0x8000;
-  CheckRejected(header, "reserved header bits are set");
+  CheckRejected(header, "header flags 0x8000 on a frame of kind 1");
+  header.flags = kFlagRelayed | 0x8000;
+  CheckRejected(header, "header flags 0x8001 on a frame of kind 1");
+  header = ValidHello();
+  header.flags = kFlagRelayed;  // a handshake is never relayed
+  CheckRejected(header, "header flags 0x0001 on a frame of kind 2");
   header = ValidMessage();
   header.reserved = uint64_t{1} << 63;
   CheckRejected(header, "reserved header bits are set");
@@ -385,6 +390,47 @@ TEST_CASE("long-message frames: starts, fragments, acks and control frames are c
     control.source = Gid::Process(1, 2).raw();
     CheckRejected(control, "is not a thread");
   }
+}
+
+}  // namespace
+}  // namespace tocl::wire
+
+namespace tocl::wire {
+namespace {
+
+TEST_CASE(
+    "a relayed frame may name a thread of neither end of its connection, in its direction only",
+    "[wire][multicast]") {
+  const Gid sender_process = Gid::Process(1, 2);
+  const Gid relay_process = Gid::Process(2, 3);
+  const Gid receiver_process = Gid::Process(2, 4);
+  // The relay's frame toward the receiver names the multicast's sender.
+  Header toward = MessageHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1), 7,
+                                0, /*seq=*/5);
+  CHECK_FALSE(SourceFits(toward, relay_process));
+  toward.flags = kFlagRelayed;
+  CHECK(ValidateHeader(toward, kLimits).ok());
+  CHECK(SourceFits(toward, relay_process));
+  CHECK(DestinationFits(toward, receiver_process));
+  CHECK_FALSE(DestinationFits(toward, relay_process));  // not for anyone but its receiver
+
+  // The receiver's grant goes to the relay, naming the sender.
+  Header grant = ControlHeader(FrameKind::kGrant, Gid::Thread(receiver_process, 1),
+                               Gid::Thread(sender_process, 1), 5);
+  CHECK_FALSE(DestinationFits(grant, relay_process));
+  grant.flags = kFlagRelayed;
+  CHECK(ValidateHeader(grant, kLimits).ok());
+  CHECK(DestinationFits(grant, relay_process));
+  CHECK(SourceFits(grant, receiver_process));
+  // A grant claiming a foreign source is refused even when relayed.
+  CHECK_FALSE(SourceFits(grant, relay_process));
+
+  // A relayed data frame cannot claim a foreign destination.
+  Header fragment = FragmentHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1),
+                                   7, 5, 0, 100, 1000);
+  fragment.flags = kFlagRelayed;
+  CHECK(ValidateHeader(fragment, kLimits).ok());
+  CHECK_FALSE(DestinationFits(fragment, relay_process));
 }
 
 }  // namespace
