@@ -349,6 +349,57 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     cases.push_back({"acknowledgements and grants for messages never sent",
                      Frames().Add(ack).Add(grant), false, /*must_close=*/false, sender});
   }
+  // Multicast (issue #19): relayed frames, and requests to the relay.
+  {
+    wire::Header bad = Hello(stranger, target_process);
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a hello marked relayed", Frames().AddHello(bad)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, Gid::Thread(honest_process, 1), 1, payload.size());
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed message for another process", Frames().Add(bad, Bytes(payload)),
+                     false, true, stranger});
+  }
+  {
+    wire::Header bad = Message(Gid::Thread(honest_process, 1), target, 1, 0);
+    bad.kind = wire::FrameKind::kGrant;
+    bad.total = 0;
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed grant from another process than the handshake's", Frames().Add(bad),
+                     false, true, stranger});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, payload.size());
+    bad.flags = wire::kFlagRelayed | 4;
+    cases.push_back({"unknown flag bits beside relayed", Frames().Add(bad, Bytes(payload)), false,
+                     true, stranger});
+  }
+  {
+    // A relay's frame for a third process's thread: accepted and ordered
+    // in that thread's pair (the target drops it: nobody receives it).
+    const Gid sender = new_stranger();
+    const Gid relayer = new_stranger();
+    wire::Header relayed = Message(Gid::Thread(sender, 1), target, 77, payload.size());
+    relayed.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed message naming a third process's thread",
+                     Frames().Add(relayed, Bytes(payload)), false, /*must_close=*/false, relayer});
+  }
+  {
+    // Garbage, and a request from a user thread, to the target's multicast
+    // relay (the thread index before the spawn service's): refused with a
+    // log line, never answered to a user thread, and the target goes on.
+    const Gid sender = new_stranger();
+    const Gid relay = Gid::Thread(target_process, Gid::kMaxThread - 1);
+    Frames frames;
+    frames.Add(Message(Gid::Thread(sender, 1), relay, 3, garbage.size(), 0), garbage);
+    std::vector<std::byte> truncated(garbage.begin(), garbage.begin() + 40);
+    const uint32_t magic = 0x31514D54;  // "TMQ1": a request cut short after its marker
+    std::memcpy(truncated.data(), &magic, sizeof magic);
+    frames.Add(Message(Gid::Thread(sender, 1), relay, 3, truncated.size(), 1), truncated);
+    cases.push_back({"malformed multicast requests to the relay", std::move(frames), false,
+                     /*must_close=*/false, sender});
+  }
   // Left open: the target must not wait for the rest of it.
   cases.push_back({"a header cut short, left open", hello().Truncate(20), false, false});
   cases.push_back({"a payload cut short, left open",

@@ -11,6 +11,7 @@
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
 #include "runtime/membership/membership_watches.h"
+#include "runtime/multicast_service.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -112,17 +113,36 @@ Status Runtime::Impl::Open() {
           },
       .deliver_arrived = [this](Gid gone,
                                 const std::string& reason) { DeliverArrivedFrom(gone, reason); }});
+  reply_mailboxes = std::make_unique<runtime::ReplyMailboxes>(receive);
+  multicasts = std::make_unique<runtime::MulticastService>(
+      receive, *reply_mailboxes, shutting_down,
+      runtime::MulticastHooks{
+          .peer_of = [this](Gid to) { return routes.PeerOf(to); },
+          .send =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                return send_side.SendCopy(from, to, tag, payload);
+              },
+          .send_numbered =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
+                     runtime::Mailbox& wake) {
+                return SendNumbered(from, to, tag, payload, seq, wake);
+              },
+          .sender_mailbox = [this](Gid from) -> Result<runtime::Mailbox*> {
+            TOCL_RETURN_IF_ERROR(send_side.CheckSender(from));
+            return receive.LocalMailbox(from);
+          }});
   spawn_service = std::make_unique<runtime::ThreadService>(
-      receive, runtime::ThreadServiceHooks{
-                   .enroll =
-                       [this](std::string name, Attributes attributes) {
-                         return EnrollThread(std::move(name), std::move(attributes));
-                       },
-                   .leave = [this](Gid thread) { LeaveThread(thread); },
-                   .send =
-                       [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-                         return send_side.SendCopy(from, to, tag, payload);
-                       }});
+      receive, *reply_mailboxes,
+      runtime::ThreadServiceHooks{
+          .enroll =
+              [this](std::string name, Attributes attributes) {
+                return EnrollThread(std::move(name), std::move(attributes));
+              },
+          .leave = [this](Gid thread) { LeaveThread(thread); },
+          .send =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                return send_side.SendCopy(from, to, tag, payload);
+              }});
 
   EnrollOptions enroll;
   enroll.name = options.name.empty() ? runtime::ProgramName() : options.name;
@@ -130,7 +150,7 @@ Status Runtime::Impl::Open() {
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
   events.on_change = [this](const ChangeEvent& event) {
-    runtime::ApplyClusterChange(event, routes, *spawn_service, *notifier);
+    runtime::ApplyClusterChange(event, routes, *reply_mailboxes, *notifier);
   };
   // The registrar reports from its own thread, which starts with the link,
   // before the networks below are opened: until they are, there is nothing
@@ -160,6 +180,7 @@ Status Runtime::Impl::Open() {
   }
   // Before the endpoints are published: requests may come as soon as they are.
   spawn_service->Open(process, ShortMaxPayload());
+  multicasts->Open(process);
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = queue_events.RetryWaiting();
@@ -250,6 +271,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   if (memberships) memberships->StopAll();
   if (notifier) notifier->Stop();
   if (spawn_service) spawn_service->Stop();
+  if (multicasts) multicasts->Stop();
   rails.Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
@@ -335,6 +357,26 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   if (to.process() == process) return long_receiver.DeliverInProcess(from, to, tag, payload);
   TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
   return long_sender.Send(*peer, from, to, tag, payload);
+}
+
+Status Runtime::Impl::SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                                   uint64_t seq, runtime::Mailbox& wake) {
+  if (shutting_down.load()) return Unavailable("the runtime is shutting down");
+  if (to.process() == process) {
+    // A relay's own receiver: through its pair order, as if the frame had
+    // come from the sender's process.
+    TOCL_RETURN_IF_ERROR(receive.LocalMailbox(to).status());
+    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
+                          long_receiver.WholeMessage(from, to, tag, payload));
+    slot->header().seq = seq;
+    return lanes.OnOrdered(from.process(), std::move(slot));
+  }
+  if (buffers::ClassFor(payload.size()) < num_classes) {
+    return send_side.SendNumbered(from, to, tag, payload, seq);
+  }
+  TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
+  return long_sender.SendNumbered(*peer, from, to, tag, payload, seq, from.process() != process,
+                                  wake);
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
@@ -434,6 +476,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions options) {
   TOCL_RETURN_IF_ERROR(impl->Open());
   std::unique_ptr<Runtime> runtime(new Runtime(std::move(impl)));
   runtime->impl_->spawn_service->Start(*runtime);
+  runtime->impl_->multicasts->Start();
   return runtime;
 }
 
@@ -561,6 +604,33 @@ Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, s
                                                   std::chrono::milliseconds timeout) {
   return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
                                impl_->query_stop.get_token());
+}
+
+Result<MulticastResult> Runtime::Multicast(Gid from, std::span<const Gid> to, Tag tag,
+                                           std::span<const std::byte> payload,
+                                           MulticastOptions options) {
+  return impl_->multicasts->Send(from, to, tag, payload, options);
+}
+
+Result<MulticastResult> Runtime::Multicast(Gid from, std::string_view query, Tag tag,
+                                           std::span<const std::byte> payload,
+                                           MulticastOptions options) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
+  // Resolved now: the threads that match when it is sent.
+  TOCL_ASSIGN_OR_RETURN(std::vector<Entity> matches,
+                        runtime::QueryEntities(impl_->link->client(), query, 0));
+  std::vector<Gid> to;
+  for (const Entity& entity : matches) {
+    if (entity.gid.is_thread() && entity.gid != from && entity.state != EntityState::kExited) {
+      to.push_back(entity.gid);
+    }
+  }
+  if (to.empty()) {
+    return NotFound(fmt::format("multicast: the query '{}' matches no thread (of {} entities)",
+                                query, matches.size()));
+  }
+  return impl_->multicasts->Send(from, to, tag, payload, options);
 }
 
 Gid Runtime::parent() const {

@@ -26,6 +26,10 @@
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's
 //            steps on one thread; Request (request.cc) waits through
 //            ReceiveSide
+//   Multicast ──> MulticastService (multicast_service.h): numbers taken
+//            from the receivers' SendQueues, requests to relays; a relay's
+//            service thread ──> SendNumbered (SendSide, LongSender, or the
+//            pair order of its own receivers)
 //   Directory: DirectoryLink (our daemon: enrollment, registrations, the
 //            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
 //            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
@@ -73,6 +77,7 @@
 #include "runtime/rails.h"
 #include "runtime/receive_lanes.h"
 #include "runtime/receive_side.h"
+#include "runtime/reply_mailboxes.h"
 #include "runtime/runtime_options.h"
 #include "runtime/send_queue.h"
 #include "runtime/send_side.h"
@@ -83,6 +88,7 @@
 
 namespace tocl::runtime {
 class MembershipWatches;
+class MulticastService;
 class Notifier;
 class ThreadService;
 }  // namespace tocl::runtime
@@ -162,6 +168,13 @@ struct Runtime::Impl final {
   // A message over the short maximum: whole into a local thread's mailbox,
   // or by long_sender to another process.
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // A multicast's message to `to` as number `seq` of the (from, to) pair
+  // (multicast_service.h): `from` is a thread of this process (a relay
+  // failed) or of the process this one relays for. Into `to`'s pair order
+  // here when it is this process's; else short by SendSide::SendNumbered,
+  // long by LongSender::SendNumbered (waking `wake`).
+  Status SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
+                      runtime::Mailbox& wake);
 
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
@@ -226,7 +239,11 @@ struct Runtime::Impl final {
   Gid parent;  // $TOCL_PARENT
   // Last: they use everything above, and are stopped by Shutdown.
   std::unique_ptr<runtime::Notifier> notifier;
+  // Where internal calls (SpawnThread, multicasts) wait for replies.
+  std::unique_ptr<runtime::ReplyMailboxes> reply_mailboxes;
   std::unique_ptr<runtime::ThreadService> spawn_service;
+  // Runtime::Multicast, and this process's relay (multicast_service.h).
+  std::unique_ptr<runtime::MulticastService> multicasts;
   // Runtime::WatchMembers (membership/membership_watches.h).
   std::unique_ptr<runtime::MembershipWatches> memberships;
 };

@@ -1,0 +1,113 @@
+// Multicast (PVM's pvm_mcast, an Ibis send port connected to many receive
+// ports): one message from one thread to a list of threads, or to every
+// thread a directory query matches when it is sent (Runtime::Multicast).
+//
+//   std::vector<tocl::Gid> workers = ...;
+//   auto sent = runtime->Multicast(me, workers, /*tag=*/7, table);
+//   if (!sent.ok()) return fail(sent.status());        // bad use: nothing sent
+//   for (const tocl::MulticastOutcome& r : sent->receivers)
+//     if (!r.status.ok()) fmt::print("{}: {}\n", r.receiver.ToString(), r.status.ToString());
+//
+// Each receiver gets an ordinary message (Recv, handlers, requests see it
+// as if `from` had sent it with Send), in its place among `from`'s other
+// messages to that receiver: a Send to R before the Multicast is received
+// before it, one after it is received after it (the runtime's pair order:
+// the multicast takes its number in each (from, receiver) pair when it is
+// sent, and whichever process carries it, the receiver orders it by that
+// number).
+//
+// How it travels: the payload leaves the sender's host once per other host
+// that has receivers, not once per receiver. Receivers are grouped by host;
+// each group's relay is the process of its lowest receiver. The sender
+// sends the message, with the list of receivers and their numbers, to the
+// relays of a binomial tree over the groups (ceil(log2(groups + 1))
+// copies: 1 for one other host, 2 for two or three, 3 for up to seven);
+// each relay passes it on to the relays of its subtree the same way,
+// delivers it to its own receivers and sends it to the other receiving
+// processes of its host (over shm), each in the receiver's pair order and,
+// for long messages, by the long-message protocol the relay carries in the
+// sender's place (the payload is in the relay's memory once). Receivers in
+// the sender's own process get it as Send gives it; those of other
+// processes on the sender's host get it from the sender directly (one shm
+// copy each: nothing crosses a link), unless MulticastOptions::relay_local
+// asks for a relay there too.
+//
+// Outcomes: Multicast returns once every relay has answered for its
+// receivers (or failed), with one outcome per receiver, in the order of the
+// list (a query's: Gid order). Ok means what Send's Ok means for a message
+// of that size (short: queued toward the receiver by its relay, which then
+// delivers it or learns it failed; long: the receiver holds all of it). An
+// outcome is an error when that receiver could not be given the message:
+// NotFound (no such thread), FailedPrecondition (it has exited),
+// Unavailable (its process or host cannot be reached) and Send's other
+// errors; the other receivers still get it. A relay that dies or does not
+// answer within MulticastOptions::timeout: the sender sends its receivers
+// the message itself, with the same numbers (a receiver that had it from
+// the relay drops the second copy); the receivers of a relay's subtree
+// that never heard from it are treated the same way. So nothing is
+// silently lost, and a receiver is reported failed only when the sender
+// itself could not reach it either. (A long message the relay had already
+// delivered before it died can be reported Unavailable by that second
+// try: as with Send, a failure means "not known to have arrived".)
+//
+// Errors of the call itself (nothing is sent): InvalidArgument for a
+// sender that is not an enrolled thread of this process, kAnyTag, an empty
+// list, a receiver that is not a thread id (or is one of the runtime's
+// own), the same receiver twice, the sender among the receivers, a payload
+// over kMaxMessageBytes, a query that does not parse; NotFound "multicast:
+// the query ... matches no thread" when a query matches no thread (besides
+// the sender, which a query's result never includes); Unavailable once the
+// runtime is shutting down.
+//
+// Threading: any thread, several at once (each call waits for its own
+// relays' answers). `payload` may be reused once Multicast returns.
+// Memory: the sender holds one copy of the payload per relay it sends to
+// while the request is on its way (as a Send of a copy would), and a relay
+// holds the payload once while it passes it on.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl {
+
+struct MulticastOptions {
+  // How long the sender waits for a relay's answer before it sends that
+  // relay's receivers the message itself. A relay answers once each of its
+  // sends returned (a long one: once its receiver holds the message).
+  std::chrono::milliseconds timeout{10000};
+  // Receivers in other processes of the sender's host get the message
+  // through a relay there too (one copy from the sender, the relay copying
+  // for the others) instead of one shm copy each from the sender. Off by
+  // default: on one host the sender's copies cross no link.
+  bool relay_local = false;
+};
+
+// What became of the message for one receiver.
+struct MulticastOutcome {
+  Gid receiver;
+  Status status;  // ok: given to the receiver, as Send's Ok means
+  // The process that carried the message to it: a relay, or this process
+  // (the sender sent it itself: its own host, or a relay failed).
+  Gid carried_by;
+};
+
+struct MulticastResult {
+  std::vector<MulticastOutcome> receivers;
+  // The copies of the payload this process sent: to relays, and to
+  // receivers it sent to itself.
+  size_t copies_sent = 0;
+
+  size_t delivered() const {
+    size_t n = 0;
+    for (const MulticastOutcome& outcome : receivers) n += outcome.status.ok() ? 1 : 0;
+    return n;
+  }
+  bool all_delivered() const { return delivered() == receivers.size(); }
+};
+
+}  // namespace tocl

@@ -1,0 +1,132 @@
+// Multicast (tocl/multicast.h), both ends: the sender's side (Send: the
+// receivers numbered in their pairs, grouped by host, the requests to the
+// relays of a binomial tree, the answers awaited, a failed relay's
+// receivers sent to directly) and the relay every runtime runs (a thread
+// serving the internal mailbox at kRelayThread: it passes a request on to
+// its subtree's relays, carries the message to its own group's receivers
+// in the sender's place and answers the sender).
+//
+// Order: the sender takes the message's number in each (sender, receiver)
+// pair from its own send queue (SendQueue::ReserveSeq) and the relay posts
+// the receiver's frames with that number (SendQueue::PostNumbered,
+// LongSender::SendNumbered), marked relayed (wire::kFlagRelayed); the
+// receiver's pair order (pair_order.h) places them among the sender's
+// direct messages. A receiver in the relay's own process gets it through
+// its pair order too. Nothing else orders multicasts.
+//
+// Requests and replies are ordinary messages between internal mailboxes
+// (multicast_protocol.h): the sender's reply mailbox (reply_mailboxes.h,
+// failed at once when a relay's process exits or its host goes down) and
+// the relays' kRelayThread. The relay carries long messages one receiver
+// after the other, and one request after the other (tried and not kept:
+// nothing yet; a relay thread per request is the next step if relays
+// queue).
+//
+// It sees the runtime only through its hooks.
+//
+// Threading: Send from any thread, several at once; Open, Start and Stop
+// from Runtime::Start and Runtime::Impl::Shutdown.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/mailbox.h"
+#include "runtime/multicast_plan.h"
+#include "runtime/multicast_protocol.h"
+#include "runtime/receive_side.h"
+#include "runtime/reply_mailboxes.h"
+#include "runtime/send_queue.h"
+#include "tocl/multicast.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+struct MulticastHooks {
+  // The send queue of the process of thread `to` (PeerRoutes::PeerOf): its
+  // errors are Send's for that receiver.
+  std::function<Result<SendQueue*>(Gid to)> peer_of;
+  // A copy of `payload` from `from` (a thread of this process, internal
+  // ones included) to `to`: Runtime::Send without the public checks.
+  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)> send;
+  // `payload` to `to` as message `seq` of the (from, to) pair, `from` a
+  // thread of this process or of the one this relays for; `wake` is the
+  // carrying thread's mailbox (a long message's answers ring it).
+  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
+                       Mailbox& wake)>
+      send_numbered;
+  // The mailbox of enrolled thread `from` (SendSide::CheckSender's errors).
+  std::function<Result<Mailbox*>(Gid from)> sender_mailbox;
+};
+
+class MulticastService {
+ public:
+  // `receive`, `replies` and `shutting_down` must outlive this.
+  MulticastService(ReceiveSide& receive, ReplyMailboxes& replies,
+                   const std::atomic<bool>& shutting_down, MulticastHooks hooks)
+      : receive_(receive),
+        replies_(replies),
+        shutting_down_(shutting_down),
+        hooks_(std::move(hooks)) {}
+  ~MulticastService();
+  MulticastService(const MulticastService&) = delete;
+  MulticastService& operator=(const MulticastService&) = delete;
+
+  // Creates the relay mailbox of `process`: requests that arrive before
+  // Start wait in it. Before the endpoints are published.
+  void Open(Gid process);
+  void Start();
+  // The relay thread ends (the runtime is shutting down and has woken the
+  // mailboxes).
+  void Stop();
+
+  // Runtime::Multicast with a list (tocl/multicast.h): `to` checked here.
+  Result<MulticastResult> Send(Gid from, std::span<const Gid> to, Tag tag,
+                               std::span<const std::byte> payload, const MulticastOptions& options);
+
+ private:
+  // The call's receivers on other hosts, numbered and grouped, and what
+  // became of each of them (their index in the caller's list).
+  struct Relayed {
+    std::vector<MulticastGroup> groups;
+    std::vector<bool> answered;                     // per group: answered, or sent to directly
+    std::unordered_map<uint64_t, size_t> index_of;  // receiver's raw gid -> its outcome
+    Mailbox* wake = nullptr;                        // the sending thread's
+  };
+
+  // Checks of the list (InvalidArgument).
+  Status CheckReceivers(Gid from, std::span<const Gid> to) const;
+  // Sends the requests down the tree and waits for every group's answer,
+  // or its relay's failure, or the deadline; groups unanswered then are
+  // sent to directly.
+  void RelayAndWait(Gid from, Tag tag, std::span<const std::byte> payload,
+                    const MulticastOptions& options, Relayed& relayed, MulticastResult& result);
+  // Sends group `group`'s receivers the message from this process itself
+  // (with their numbers): its relay failed or said nothing in time.
+  void SendGroupDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
+                         const MulticastGroup& group, const Status& why, Relayed& relayed,
+                         MulticastResult& result);
+
+  void Serve();
+  void Handle(const Buffer& message);
+  // Passes `request` on to the relays of its subtrees (groups[1..]); a
+  // subtree that cannot be reached is answered for with the error.
+  void PassOn(const MulticastRequest& request);
+  void Answer(Gid reply_to, const MulticastReply& reply);
+
+  ReceiveSide& receive_;
+  ReplyMailboxes& replies_;
+  const std::atomic<bool>& shutting_down_;
+  const MulticastHooks hooks_;
+  Gid process_;               // set by Open
+  Mailbox* relay_ = nullptr;  // owned by the thread table
+  std::thread server_;
+  std::atomic<uint64_t> next_request_{1};
+};
+
+}  // namespace tocl::runtime

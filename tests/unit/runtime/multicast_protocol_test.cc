@@ -1,0 +1,127 @@
+// The relays' requests and replies: what goes in comes out, and bytes from
+// the network that are cut short, miscounted or name the wrong ids are
+// refused with a clear error, never read past.
+#include "runtime/multicast_protocol.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace tocl::runtime {
+namespace {
+
+const Gid kSource = Gid::Thread(1, 2, 3);
+const Gid kReplyTo = Gid::Thread(1, 2, 16000000);
+
+std::vector<MulticastGroup> TwoGroups() {
+  return {
+      MulticastGroup{Gid::Process(2, 5), {{Gid::Thread(2, 5, 1), 7}, {Gid::Thread(2, 6, 1), 9}}},
+      MulticastGroup{Gid::Process(3, 4), {{Gid::Thread(3, 4, 2), 0}}}};
+}
+
+std::vector<std::byte> Payload(size_t n) {
+  std::vector<std::byte> payload(n);
+  for (size_t i = 0; i < n; ++i) payload[i] = std::byte(i * 7);
+  return payload;
+}
+
+std::vector<std::byte> Request(const std::vector<std::byte>& payload) {
+  MulticastRequest header{.id = 42, .source = kSource, .reply_to = kReplyTo, .tag = 77};
+  header.payload = payload;
+  const auto groups = TwoGroups();
+  return EncodeMulticastRequest(header, groups);
+}
+
+void CheckRefused(std::span<const std::byte> bytes, const std::string& words) {
+  uint64_t id = 0;
+  Gid reply_to;
+  auto decoded = DecodeMulticastRequest(bytes, id, reply_to);
+  REQUIRE_FALSE(decoded.ok());
+  CHECK(decoded.status().code() == StatusCode::kInvalidArgument);
+  INFO(decoded.status().message());
+  CHECK(decoded.status().message().find(words) != std::string::npos);
+}
+
+TEST_CASE("a multicast request comes out as it went in", "[multicast]") {
+  const auto payload = Payload(5000);
+  const auto bytes = Request(payload);
+  uint64_t id = 0;
+  Gid reply_to;
+  auto decoded = DecodeMulticastRequest(bytes, id, reply_to);
+  REQUIRE(decoded.ok());
+  CHECK(id == 42);
+  CHECK(reply_to == kReplyTo);
+  CHECK(decoded->source == kSource);
+  CHECK(decoded->tag == 77);
+  CHECK(decoded->groups == TwoGroups());
+  REQUIRE(decoded->payload.size() == payload.size());
+  CHECK(std::memcmp(decoded->payload.data(), payload.data(), payload.size()) == 0);
+}
+
+TEST_CASE("a malformed multicast request is refused naming what is wrong", "[multicast]") {
+  const auto payload = Payload(100);
+  const auto good = Request(payload);
+
+  CheckRefused(std::span(good).first(3), "not a multicast request");
+  auto bad = good;
+  bad[0] = std::byte{0};
+  CheckRefused(bad, "not a multicast request");
+  CheckRefused(std::span(good).first(20), "cut short");
+  // Every cut of the bytes is refused, and none is read past.
+  for (size_t n = 0; n < good.size(); ++n) {
+    uint64_t id = 0;
+    Gid reply_to;
+    CHECK_FALSE(DecodeMulticastRequest(std::span(good).first(n), id, reply_to).ok());
+  }
+  // One byte too many: the payload length does not match.
+  bad = good;
+  bad.push_back(std::byte{1});
+  CheckRefused(bad, "says 100 payload bytes, but 101 follow");
+
+  // Field offsets: magic 0, id 4, source 12, reply-to 20, tag 28, groups
+  // 32, first relay 36, its count 44, first receiver 48.
+  auto put = [](std::vector<std::byte>& bytes, size_t at, auto value) {
+    std::memcpy(bytes.data() + at, &value, sizeof(value));
+  };
+  bad = good;
+  put(bad, 20, Gid::Thread(9, 9, 9).raw());  // answers to another process
+  CheckRefused(bad, "both must be threads of one process");
+  bad = good;
+  put(bad, 32, uint32_t{0xFFFFFFFF});  // more groups than bytes
+  CheckRefused(bad, "says 4294967295 groups");
+  bad = good;
+  put(bad, 44, uint32_t{1000000});  // more receivers than bytes
+  CheckRefused(bad, "says 1000000 receivers");
+  bad = good;
+  put(bad, 36, Gid::Thread(2, 5, 1).raw());  // a relay that is not a process
+  CheckRefused(bad, "receivers in");
+  bad = good;
+  put(bad, 48, Gid::Thread(7, 5, 1).raw());  // a receiver on another host than its relay
+  CheckRefused(bad, "names receiver h7.p5.t1 in the group of h2.p5");
+}
+
+TEST_CASE("a multicast reply comes out as it went in; a malformed one is refused", "[multicast]") {
+  MulticastReply reply{.id = 5, .relay = Gid::Process(2, 5), .status = Status::Ok()};
+  reply.receivers.push_back({Gid::Thread(2, 5, 1), Status::Ok()});
+  reply.receivers.push_back({Gid::Thread(2, 6, 1), NotFound(std::string(2000, 'x'))});
+  const auto bytes = EncodeMulticastReply(reply);
+  auto decoded = DecodeMulticastReply(bytes);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->id == 5);
+  CHECK(decoded->relay == Gid::Process(2, 5));
+  CHECK(decoded->status.ok());
+  REQUIRE(decoded->receivers.size() == 2);
+  CHECK(decoded->receivers[0].status.ok());
+  CHECK(decoded->receivers[1].status.code() == StatusCode::kNotFound);
+  CHECK(decoded->receivers[1].status.message().size() == kMaxMulticastMessageBytes);
+
+  for (size_t n = 0; n < bytes.size(); ++n)
+    CHECK_FALSE(DecodeMulticastReply(std::span(bytes).first(n)).ok());
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK_FALSE(DecodeMulticastReply(longer).ok());
+}
+
+}  // namespace
+}  // namespace tocl::runtime
