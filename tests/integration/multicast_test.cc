@@ -6,6 +6,7 @@
 // (Across hosts, through the relays of other hosts: tests/netns.)
 #include "tocl/multicast.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>

@@ -101,7 +101,8 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
   CheckRefused(bad, "names receiver h7.p5.t1 in the group of h2.p5");
 }
 
-TEST_CASE("a multicast reply comes out as it went in; a malformed one is refused", "[multicast]") {
+TEST_CASE("a multicast reply comes out as it went in, and a malformed one is refused",
+          "[multicast]") {
   MulticastReply reply{.id = 5, .relay = Gid::Process(2, 5), .status = Status::Ok()};
   reply.receivers.push_back({Gid::Thread(2, 5, 1), Status::Ok()});
   reply.receivers.push_back({Gid::Thread(2, 6, 1), NotFound(std::string(2000, 'x'))});
