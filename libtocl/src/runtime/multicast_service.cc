@@ -113,9 +113,13 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
   }
   const ReplyMailboxes::Lease mailbox(replies_, *acquired);
   const std::vector<size_t> subtree_sizes = SubtreeSizes(groups);
-  // A relay that failed: its group and, since the message may not have
-  // gone on from it, every group of its subtree that has not answered.
+  // A relay that answered had passed the message on to its subtree first.
+  std::vector<bool> passed_on(groups.size(), false);
+  // A relay that failed (or refused) before it answered: its group and,
+  // since the message may not have gone on from it, every group of its
+  // subtree that has not answered.
   auto relay_failed = [&](size_t index, const Status& why) {
+    if (passed_on[index]) return;
     for (size_t k = index; k < index + subtree_sizes[index]; ++k) {
       SendGroupDirectly(from, tag, payload, groups[k], why, relayed, result);
     }
@@ -189,11 +193,12 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
     const size_t g = static_cast<size_t>(group - groups.begin());
     if (relayed.answered[g]) continue;  // sent to directly already
     if (!reply->status.ok()) {
-      // The relay did not take it (or could not pass it on to this group's
-      // relay and answers for it): this group only.
-      SendGroupDirectly(from, tag, payload, *group, reply->status, relayed, result);
+      // The relay did not take it, or its parent could not pass it on to
+      // it and answers for it: nothing went on from it either.
+      relay_failed(g, reply->status);
       continue;
     }
+    passed_on[g] = true;
     for (const MulticastReceiverOutcome& receiver : reply->receivers) {
       auto index = relayed.index_of.find(receiver.thread.raw());
       if (index == relayed.index_of.end() || receiver.thread.host() != group->relay.host()) {
