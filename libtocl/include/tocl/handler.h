@@ -1,0 +1,121 @@
+// Message handlers (upcalls: Ibis IPL's upcall receive ports, PVM's
+// pvm_addmhf): Runtime::RegisterHandler makes every message for a thread
+// that matches a source and a tag selector run a function on a thread the
+// runtime manages, instead of waiting for a Recv.
+//
+//   auto registration = runtime->RegisterHandler(
+//       tocl::Gid(), /*source=*/tocl::Gid(), kRequest,
+//       [&](tocl::HandlerContext& call) {
+//         // call.message is the request; answer its sender.
+//         runtime->Send(call.self, call.info.source, kReply, Answer(call.message));
+//       },
+//       {.ordered = false, .thread_name = "server"});
+//   // registration->thread: the Gid clients send requests to.
+//   ...
+//   runtime->CancelHandler(registration->id);  // no call runs once it returns
+//
+// Which messages: a handler stands on a thread of this process (one that
+// EnrollThread gave, or a new one the runtime enrolls for it when `thread`
+// is Gid(); the Gid is in the HandlerRegistration). It is a receive posted
+// on that thread that never completes (tocl/request.h's rules): it takes
+// every message matching its selector that no receive posted before it
+// takes, from the messages already waiting on the thread at registration
+// on. Receives posted after it (Recv, Irecv, a later handler) see only the
+// messages it does not match. Each message runs the function once.
+//
+// Order and concurrency: calls start in the order the messages arrived
+// (per sender, the order they were sent). An unordered handler (default)
+// runs up to `max_concurrent_calls` calls at once, so they may finish in
+// any order; an ordered one (Ibis' "ordered" property) runs one call at a
+// time, each after the previous returned, in arrival order.
+//
+// Threads: calls run on a pool the runtime owns, shared by every handler of
+// the process. It starts with one thread when the first handler is
+// registered and grows, one thread at a time, while more calls can run at
+// once than it has threads, up to kMaxHandlerThreads; threads stay until
+// Shutdown. An idle pool thread waits as a blocked Recv does (it polls the
+// networks itself while messages keep coming, then sleeps), so a handler's
+// message reaches it about as fast as it would reach a Recv. A slow or
+// blocked call holds up only its own handler (an ordered one waits; an
+// unordered one has its other calls): the others keep being called, as
+// long as fewer than kMaxHandlerThreads calls are blocked at once.
+//
+// What a call may do: any Runtime method (Send, Recv on any thread,
+// requests, RegisterHandler, CancelHandler) but Shutdown (refused with
+// FailedPrecondition). The message is the call's: move it out of
+// HandlerContext::message to keep it after the call.
+//
+// Errors in a call: a function that throws has its exception caught and
+// logged (the library's logger, stderr: "tocl: handler 3 on h1.p2.t5
+// threw on a message from h1.p4.t1 (tag 7): ..."); the message counts as
+// handled (it is not delivered again) and the handler goes on with the next.
+//
+// Cancel (Runtime::CancelHandler) is synchronous: once it returns, no call
+// of the handler runs or will start. Messages it had not yet started a call
+// for stay on the thread, in their place, for any other receive (Recv,
+// Irecv, a handler registered after it): nothing is lost, nothing is
+// handled twice. From inside a call of the handler itself, CancelHandler
+// cannot wait for that call: it returns at once (no call starts after it;
+// the calls already running, this one and for an unordered handler the
+// others, finish on their own). Likewise it does not wait for calls that
+// are themselves waiting, through CancelHandler, for the caller's own call
+// (two handlers cancelling each other from their calls): no deadlock.
+//
+// Lifetime: a handler lasts until CancelHandler or Shutdown. Its thread
+// stays enrolled after a cancel (the messages left there are receivable;
+// LeaveThread it when done). If its thread leaves, the handler gets nothing
+// more (the thread's waiting messages are dropped) until it is cancelled.
+// Shutdown starts no call once it begins, wakes calls blocked in Recv or a
+// request (Cancelled), waits for the running calls to return, then
+// cancels every handler: a call that blocks on something only the
+// application can end holds Shutdown up.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "tocl/buffer.h"
+#include "tocl/entity.h"
+#include "tocl/gid.h"
+#include "tocl/message_info.h"
+
+namespace tocl {
+
+using HandlerId = uint64_t;
+
+// The most pool threads a runtime runs handler calls on.
+inline constexpr size_t kMaxHandlerThreads = 64;
+
+// One call of a handler.
+struct HandlerContext {
+  HandlerId handler = 0;
+  // The thread the message came to (the handler's thread): send replies
+  // from it.
+  Gid self;
+  // The message's source, tag and size.
+  MessageInfo info;
+  // The message itself; move it out to keep it past the call.
+  Buffer message;
+};
+
+using HandlerFunction = std::function<void(HandlerContext&)>;
+
+struct HandlerOptions {
+  // One call at a time, in arrival order.
+  bool ordered = false;
+  // An unordered handler's most calls at once (at least 1).
+  uint32_t max_concurrent_calls = 4;
+  // For a thread the runtime enrolls for the handler (RegisterHandler with
+  // a null thread): its name and attributes in the directory.
+  std::string thread_name = "handler";
+  Attributes attributes;
+};
+
+struct HandlerRegistration {
+  HandlerId id = 0;  // for CancelHandler
+  Gid thread;        // where its messages are sent to
+};
+
+}  // namespace tocl

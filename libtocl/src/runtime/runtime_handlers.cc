@@ -1,0 +1,55 @@
+// Runtime's message handlers (tocl/handler.h): the public checks, then a
+// registration with the dispatch (handler_dispatch.h).
+#include <fmt/format.h>
+
+#include "runtime/handler_dispatch.h"
+#include "runtime/runtime_impl.h"
+#include "tocl/runtime.h"
+
+namespace tocl {
+
+namespace {
+
+Status CheckSelector(Gid source, TagMatch tag) {
+  if (!source.is_null() && !source.valid()) {
+    return InvalidArgument(
+        fmt::format("handler source {} is not a thread, process or host (Gid() for any source)",
+                    source.ToString()));
+  }
+  if ((tag.tag & ~tag.mask) != 0) {
+    return InvalidArgument(fmt::format(
+        "handler tag selector {:#x} has bits outside its mask {:#x} (TagMatch::Masked clears "
+        "them)",
+        tag.tag, tag.mask));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<HandlerRegistration> Runtime::RegisterHandler(Gid thread, Gid source, TagMatch tag,
+                                                     HandlerFunction handler,
+                                                     HandlerOptions options) {
+  Impl& impl = *impl_;
+  if (!handler) return InvalidArgument("RegisterHandler with an empty handler function");
+  TOCL_RETURN_IF_ERROR(CheckSelector(source, tag));
+  if (!options.ordered && options.max_concurrent_calls == 0) {
+    return InvalidArgument("an unordered handler needs max_concurrent_calls of at least 1");
+  }
+  if (impl.shutting_down.load()) return Unavailable("the runtime is shutting down");
+  if (thread.is_null()) {
+    TOCL_ASSIGN_OR_RETURN(
+        thread, impl.EnrollThread(std::move(options.thread_name), std::move(options.attributes)));
+  }
+  TOCL_ASSIGN_OR_RETURN(runtime::Mailbox * mailbox, impl.receive.LocalMailbox(thread));
+  TOCL_ASSIGN_OR_RETURN(HandlerId id,
+                        impl.handlers->Register(thread, *mailbox, runtime::Selector{source, tag},
+                                                options, std::move(handler)));
+  return HandlerRegistration{id, thread};
+}
+
+Status Runtime::CancelHandler(HandlerId id) {
+  return impl_->handlers->Cancel(id);
+}
+
+}  // namespace tocl
