@@ -110,7 +110,7 @@ struct HandlerOptions {
   // For a thread the runtime enrolls for the handler (RegisterHandler with
   // a null thread): its name and attributes in the directory.
   std::string thread_name = "handler";
-  Attributes attributes;
+  Attributes attributes = {};
 };
 
 struct HandlerRegistration {
