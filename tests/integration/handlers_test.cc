@@ -393,14 +393,14 @@ TEST_CASE("cancel waits for a running call, but not from inside its own call",
                            {.ordered = true}));
     REQUIRE_OK(sender->Send(s, r, 1, Bytes("a")));
     REQUIRE(shared.WaitFor([&] { return running; }, seconds(30)));
-    std::atomic<bool> cancel_started{false};
+    bool cancel_started = false;
     auto cancel = std::async(std::launch::async, [&] {
-      cancel_started = true;
+      shared.With([&] { cancel_started = true; });
       Status status = rt.CancelHandler(handler.id);
       // The call had returned by then.
       return std::make_pair(status, shared.With([&] { return finished; }));
     });
-    REQUIRE(shared.WaitFor([&] { return cancel_started.load(); }, seconds(10)));
+    REQUIRE(shared.WaitFor([&] { return cancel_started; }, seconds(10)));
     // The cancel is waiting for the call.
     CHECK(cancel.wait_for(milliseconds(100)) == std::future_status::timeout);
     // A message sent now is not handled: it stays receivable.
