@@ -42,7 +42,7 @@ struct SendJob {
   // Signalled when the send completes: the sending thread's mailbox, where
   // its owner waits (Request::Wait, WaitAny).
   Mailbox* owner = nullptr;
-  std::atomic<bool> done{false};  // seq_cst by the thread, acquire by the owner
+  std::atomic<bool> done{false};  // seq_cst both ways (RequestCompletions)
   Status status;                  // the owner's once done
 };
 

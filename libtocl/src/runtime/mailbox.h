@@ -175,10 +175,11 @@ class Mailbox {
 
 // Where a wait for requests of several threads (WaitAny, WaitAll) sleeps:
 // one mailbox for the process, woken when a request completes while such
-// a waiter counts itself. The completer stores `done` (seq_cst), then
-// reads the count; the waiter counts itself (seq_cst), then reads its
-// requests' `done` flags: one of them sees the other, so no completion
-// goes unseen and a lone waiter costs completers one load.
+// a waiter counts itself. The completer stores `done`, then reads the
+// count; the waiter counts itself, then reads its requests' `done` flags
+// (RequestState::Complete). All four are seq_cst, so one of the two sees
+// the other: no completion goes unseen, and a lone waiter costs
+// completers one load. (No fence instead: TSan does not model fences.)
 class RequestCompletions {
  public:
   Mailbox& mailbox() { return mailbox_; }
@@ -188,13 +189,7 @@ class RequestCompletions {
   }
   // Around such a wait: Begin before the first look at mailbox().signal()
   // and the requests.
-  void BeginCrossWait() {
-    cross_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    // The waiter's later loads of `done` are acquire: the fence keeps them
-    // after the count in the single order the completers' seq_cst reads
-    // of it are in.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  void BeginCrossWait() { cross_waiters_.fetch_add(1, std::memory_order_seq_cst); }
   void EndCrossWait() { cross_waiters_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:

@@ -23,7 +23,7 @@
 //
 // Threading: the list and a receive's links are guarded by its mailbox's
 // lock; `done` publishes the outcome (stored by whoever completes it,
-// acquire by the waiter), after which only the receive's owner touches it.
+// read by the waiter), after which only the receive's owner touches it.
 #pragma once
 
 #include <atomic>

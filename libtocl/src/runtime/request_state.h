@@ -41,10 +41,13 @@ struct RequestState {
   bool taken = false;
 
   // Whether it completed (its outcome may not have been collected yet).
+  // seq_cst, not just acquire: a waiter across threads reads it after
+  // counting itself (RequestCompletions, mailbox.h); on x86 and ARMv8 it
+  // costs what an acquire load does.
   bool Complete() const {
     if (finished) return true;
-    if (send != nullptr) return send->done.load(std::memory_order_acquire);
-    return post.done.load(std::memory_order_acquire);
+    if (send != nullptr) return send->done.load(std::memory_order_seq_cst);
+    return post.done.load(std::memory_order_seq_cst);
   }
   // Collects the outcome of a complete request.
   void Finish();
