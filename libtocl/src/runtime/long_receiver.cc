@@ -241,7 +241,6 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
       PostedReceive* post = message.posted;
       post->info = MessageInfo{Gid::FromRaw(message.key.source), message.tag, message.total};
       post->Complete(status);
-      receive_.NoteRequestDone();
       message.posted = nullptr;
     } else if (message.slot != nullptr) {
       if (status.ok()) {

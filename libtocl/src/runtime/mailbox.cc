@@ -151,13 +151,11 @@ bool Mailbox::CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, 
         "the next matching message ({} bytes from {}, tag {}) is larger than the {} byte buffer; "
         "it stays queued",
         post->info.size, post->info.source.ToString(), post->info.tag, post->out.size())));
-    NoteDone();
     return false;
   }
   post->slot = slot;
   post->counted = queued;
   post->Complete(Status::Ok());
-  NoteDone();
   return true;
 }
 
@@ -169,13 +167,8 @@ void Mailbox::CompleteAllLocked(const Status& status) {
     posted_.Remove(post);
     if (post->standing != nullptr) continue;
     post->Complete(status);
-    NoteDone();
   }
   CountPostedLocked();
-}
-
-void Mailbox::NoteDone() {
-  if (completions_ != nullptr) completions_->NoteDone();
 }
 
 void Mailbox::CountPostedLocked() {
@@ -183,11 +176,11 @@ void Mailbox::CountPostedLocked() {
 }
 
 void Mailbox::Post(PostedReceive* post) {
+  post->completions = completions_;
   {
     std::lock_guard lock(mu_);
     if (left_.load(std::memory_order_relaxed)) {
       post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
-      NoteDone();
       return;
     }
     if (post->standing != nullptr) {

@@ -33,8 +33,9 @@ class RequestCompletions;
 
 class Mailbox {
  public:
-  // `completions`: told of each posted receive this mailbox completes (a
-  // waiter across threads may sleep there); none for internal mailboxes.
+  // `completions`: given to each receive posted here, which tells it when
+  // it completes (a waiter across threads may sleep there); none for
+  // internal mailboxes.
   explicit Mailbox(Gid gid, RequestCompletions* completions = nullptr)
       : gid_(gid), completions_(completions) {}
   ~Mailbox();
@@ -151,8 +152,6 @@ class Mailbox {
   bool CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, bool queued);
   // Every listed receive completes with `status`.
   void CompleteAllLocked(const Status& status);
-  // `post` was just completed: a waiter across threads may need to know.
-  void NoteDone();
 
   const Gid gid_;
   RequestCompletions* const completions_;

@@ -1,6 +1,18 @@
 #include "runtime/posted_receive.h"
 
+#include <utility>
+
+#include "runtime/mailbox.h"
+
 namespace tocl::runtime {
+
+void PostedReceive::Complete(Status outcome) {
+  status = std::move(outcome);
+  // Read before `done`: the owner may free the receive as soon as it is set.
+  RequestCompletions* tell = completions;
+  done.store(true, std::memory_order_seq_cst);
+  if (tell != nullptr) tell->NoteDone();
+}
 
 void PostedReceives::Append(PostedReceive* post) {
   post->prev = tail_;

@@ -39,6 +39,8 @@
 
 namespace tocl::runtime {
 
+class RequestCompletions;
+
 // What a receiver asks for: a source (thread, process, host or any) and a
 // tag selector (exact, masked or any).
 struct Selector {
@@ -94,15 +96,15 @@ struct PostedReceive {
   // unexpected bytes until taken; one handed over as it arrived never was
   // (it was expected).
   bool counted = false;
+  // Told of the completion (a waiter across threads may sleep there); set
+  // by Mailbox::Post, none for a mailbox without one.
+  RequestCompletions* completions = nullptr;
 
   // Publishes the outcome: `status`, with whatever the completer set
-  // before. seq_cst, not just release: a waiter across threads reads it
-  // after counting itself (RequestCompletions, mailbox.h), and the
-  // completer tells that count after this store.
-  void Complete(Status outcome) {
-    status = std::move(outcome);
-    done.store(true, std::memory_order_seq_cst);
-  }
+  // before, and tells `completions`. seq_cst, not just release: a waiter
+  // across threads reads it after counting itself (RequestCompletions,
+  // mailbox.h), and the completer reads that count after this store.
+  void Complete(Status outcome);
 };
 
 // The posted receives of one mailbox in post order (intrusive: posting and

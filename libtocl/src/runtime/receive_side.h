@@ -135,8 +135,8 @@ class ReceiveSide {
   // As Await, for requests of several threads (WaitAny, WaitAll): `done()`
   // is asked whenever one of them completes (RequestCompletions).
   Status AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done);
-  // A request's `done` was just stored (a posted receive completed outside
-  // its mailbox, a long send): a waiter across threads may need to know.
+  // A long send's `done` was just stored (posted receives tell their own,
+  // PostedReceive::Complete): a waiter across threads may need to know.
   void NoteRequestDone() { completions_.NoteDone(); }
   // Every receive still posted completes with `status` (shutdown).
   void CompletePosted(const Status& status);

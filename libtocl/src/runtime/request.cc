@@ -47,7 +47,6 @@ Status Empty(const char* what) {
 bool Withdraw(detail::RequestState& state) {
   if (!state.receive->Withdraw(*state.mailbox, state.post)) return false;
   state.post.Complete(Status(StatusCode::kCancelled, "the request was cancelled"));
-  state.receive->NoteRequestDone();
   return true;
 }
 
