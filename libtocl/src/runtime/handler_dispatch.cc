@@ -53,11 +53,6 @@ bool HandlerDispatch::InCall() {
   return current_call != nullptr;
 }
 
-size_t HandlerDispatch::threads() const {
-  std::lock_guard lock(mu_);
-  return pool_.size();
-}
-
 Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Selector selector,
                                             const HandlerOptions& options,
                                             HandlerFunction function) {

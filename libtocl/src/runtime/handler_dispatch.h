@@ -62,9 +62,6 @@ class HandlerDispatch {
   // registration (their unhandled messages stay queued) and joins the pool.
   void Stop();
 
-  // For tests: the pool's size.
-  size_t threads() const;
-
  private:
   struct Registration;
   // Why Cancel may not wait: whether `target` waits, through calls waiting
