@@ -227,6 +227,51 @@ TEST_CASE("a handler may send, receive, register and cancel handlers", "[integra
   REQUIRE_OK(rt.CancelHandler(outer.id));
 }
 
+TEST_CASE("a handler's call belongs to its own runtime: it may cancel and shut down another",
+          "[integration][handlers]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // Two runtimes of this process, each with a handler.
+  auto [a, b, ra, sb] = REQUIRE_VALUE(StartRuntimePair(daemon, "two-runtimes"));
+  Runtime& rb = *b;
+  Shared shared;
+  bool b_running = false, b_release = false, b_finished = false, a_started = false;
+  HandlerRegistration on_b = REQUIRE_VALUE(rb.RegisterHandler(sb, ra, 1, [&](HandlerContext&) {
+    shared.With([&] { b_running = true; });
+    (void)shared.WaitFor([&] { return b_release; }, seconds(60));
+    shared.With([&] { b_finished = true; });
+  }));
+  Status cancelled, shut_down;
+  bool finished_at_cancel = false, a_done = false;
+  HandlerRegistration on_a = REQUIRE_VALUE(a->RegisterHandler(ra, sb, 2, [&](HandlerContext&) {
+    shared.With([&] { a_started = true; });
+    // Another runtime's handler: this call is not one of its, so the
+    // cancel waits for its running call.
+    Status status = rb.CancelHandler(on_b.id);
+    const bool finished = shared.With([&] { return b_finished; });
+    // And another runtime may be shut down from here.
+    Status shutdown = rb.Shutdown();
+    shared.With([&] {
+      cancelled = status;
+      finished_at_cancel = finished;
+      shut_down = shutdown;
+      a_done = true;
+    });
+  }));
+  REQUIRE_OK(a->Send(ra, sb, 1, Bytes("to b")));
+  REQUIRE(shared.WaitFor([&] { return b_running; }, seconds(30)));
+  REQUIRE_OK(rb.Send(sb, ra, 2, Bytes("to a")));
+  REQUIRE(shared.WaitFor([&] { return a_started; }, seconds(30)));
+  shared.With([&] { b_release = true; });
+  REQUIRE(shared.WaitFor([&] { return a_done; }, seconds(60)));
+  shared.With([&] {
+    CHECK(cancelled.ok());
+    CHECK(finished_at_cancel);  // it waited for b's call
+    CHECK(shut_down.ok());      // a call of a's handler is none of b's
+  });
+  REQUIRE_OK(a->CancelHandler(on_a.id));
+}
+
 TEST_CASE("a blocked handler holds up only its own registration", "[integration][handlers]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());

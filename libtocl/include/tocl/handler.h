@@ -41,9 +41,12 @@
 // long as fewer than kMaxHandlerThreads calls are blocked at once.
 //
 // What a call may do: any Runtime method (Send, Recv on any thread,
-// requests, RegisterHandler, CancelHandler) but Shutdown (refused with
-// FailedPrecondition). The message is the call's: move it out of
-// HandlerContext::message to keep it after the call.
+// requests, RegisterHandler, CancelHandler) but its own runtime's Shutdown
+// (refused with FailedPrecondition). A call is its runtime's only: another
+// Runtime of the process sees it as any other thread (its Shutdown is
+// allowed, its CancelHandler waits for its own running calls). The message
+// is the call's: move it out of HandlerContext::message to keep it after
+// the call.
 //
 // Errors in a call: a function that throws has its exception caught and
 // logged (the library's logger, stderr: "tocl: handler 3 on h1.p2.t5

@@ -34,13 +34,7 @@ struct HandlerDispatch::Registration final : ClaimSink {
   std::vector<const Registration*> waiting_for;
 };
 
-namespace {
-
-// The registration whose call this thread is running, if any (a
-// Registration; the type is private to the class).
-thread_local void* current_call = nullptr;
-
-}  // namespace
+thread_local HandlerDispatch::CurrentCall HandlerDispatch::current_call_;
 
 HandlerDispatch::HandlerDispatch(ReceiveSide& receive, const std::atomic<bool>& shutting_down)
     : receive_(receive), shutting_down_(shutting_down) {}
@@ -49,8 +43,12 @@ HandlerDispatch::~HandlerDispatch() {
   Stop();
 }
 
-bool HandlerDispatch::InCall() {
-  return current_call != nullptr;
+bool HandlerDispatch::InCall() const {
+  return current_call_.dispatch == this;
+}
+
+HandlerDispatch::Registration* HandlerDispatch::Caller() const {
+  return current_call_.dispatch == this ? current_call_.registration : nullptr;
 }
 
 Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Selector selector,
@@ -116,7 +114,7 @@ Status HandlerDispatch::Cancel(HandlerId id) {
   // mailbox's lock): what is left stays queued, unclaimed.
   registration->mailbox->WithdrawStanding(&registration->post);
   std::unique_lock lock(mu_);
-  auto* waiter = static_cast<Registration*>(current_call);
+  Registration* waiter = Caller();
   // From its own call, or from a call that the target's calls wait for:
   // waiting would never end.
   if (waiter == registration.get()) return Status::Ok();
@@ -221,7 +219,7 @@ void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
     // Shutdown began since the call was counted: it does not start (the
     // message goes, as every unreceived one does at shutdown).
     if (!shutting_down_.load(std::memory_order_acquire)) {
-      current_call = &r;
+      current_call_ = CurrentCall{this, &r};
       try {
         r.function(call);
       } catch (const std::exception& e) {
@@ -231,7 +229,7 @@ void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
         Log().error("tocl: handler {} on {} threw on a message from {} (tag {})", r.id,
                     r.thread.ToString(), call.info.source.ToString(), call.info.tag);
       }
-      current_call = nullptr;
+      current_call_ = CurrentCall{};
     }
   }
   lock.lock();

@@ -54,8 +54,10 @@ class HandlerDispatch {
   // tocl/handler.h's CancelHandler. NotFound for an id that is not a
   // registration (never was, or cancelled already).
   Status Cancel(HandlerId id);
-  // Whether the calling thread is in a handler call (Shutdown refuses it).
-  static bool InCall();
+  // Whether the calling thread is in a call of one of this dispatch's
+  // handlers (Shutdown refuses it). A call of another runtime's handler is
+  // not one.
+  bool InCall() const;
 
   // Shutdown: waits for the running calls (no new one starts: the runtime's
   // shutting_down flag is set and its receivers woken), withdraws every
@@ -67,6 +69,17 @@ class HandlerDispatch {
   // Why Cancel may not wait: whether `target` waits, through calls waiting
   // in Cancel, for a call of `caller`'s. Under mu_.
   bool WaitsForLocked(const Registration* target, const Registration* caller) const;
+  // The call the calling thread is running, if any: per dispatch, since
+  // a handler of one runtime may call another runtime's CancelHandler.
+  struct CurrentCall {
+    const HandlerDispatch* dispatch = nullptr;
+    Registration* registration = nullptr;
+  };
+  static thread_local CurrentCall current_call_;
+  // The registration whose call the calling thread is running, if it is
+  // one of this dispatch's; else null.
+  Registration* Caller() const;
+
   void Claimed(Registration& registration);
   bool RunnableLocked(const Registration& registration) const;
   void MakeReadyLocked(Registration& registration);

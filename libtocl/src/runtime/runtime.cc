@@ -450,7 +450,7 @@ const RuntimeOptions& Runtime::options() const {
 }
 
 Status Runtime::Shutdown(std::chrono::milliseconds flush_timeout) {
-  if (runtime::HandlerDispatch::InCall()) {
+  if (impl_->handlers && impl_->handlers->InCall()) {
     return FailedPrecondition("Shutdown from a message handler (it waits for the handler's call)");
   }
   return impl_->Shutdown(flush_timeout);
