@@ -14,11 +14,13 @@
 #include <condition_variable>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/logger.h"
@@ -483,6 +485,65 @@ TEST_CASE("cancel waits for a running call, but not from inside its own call",
     CHECK(Text(REQUIRE_VALUE(rt.RecvFor(r, seconds(10), s, 1))) == "2");
     CHECK(calls == 1);
     CHECK(rt.CancelHandler(handler.id).code() == StatusCode::kNotFound);
+  }
+
+  SECTION("unordered, from inside while other calls start: none starts after it returns") {
+    // Each round: an unordered handler gets a burst; its first call cancels
+    // it while other pool threads are taking the next messages. A call
+    // that starts after the cancel returned is late; every message is
+    // handled once or stays receivable.
+    struct Round {
+      HandlerId id = 0;
+      bool cancelling = false, returned = false;
+      int active = 0, calls = 0, late = 0;
+      Status status;
+    };
+    const int burst = 8;
+    int rounds = 0, late = 0, handled = 0, received = 0;
+    for (; rounds < 40; ++rounds) {
+      auto round = std::make_shared<Round>();
+      HandlerRegistration handler = REQUIRE_VALUE(rt.RegisterHandler(
+          r, s, 1,
+          [&rt, &shared, round](HandlerContext&) {
+            const bool cancel = shared.With([&] {
+              ++round->active;
+              ++round->calls;
+              if (round->returned) ++round->late;
+              return !std::exchange(round->cancelling, true);
+            });
+            Status status = cancel ? rt.CancelHandler(shared.With([&] { return round->id; }))
+                                   : Status::Ok();
+            shared.With([&] {
+              if (cancel) {
+                round->status = status;
+                round->returned = true;
+              }
+              --round->active;
+            });
+          },
+          {.max_concurrent_calls = 4}));
+      shared.With([&] { round->id = handler.id; });
+      for (int i = 0; i < burst; ++i) REQUIRE_OK(sender->Send(s, r, 1, Bytes(std::to_string(i))));
+      // The cancel returned and the calls it did not wait for are over.
+      REQUIRE(shared.WaitFor([&] { return round->returned && round->active == 0; }, seconds(30)));
+      shared.With([&] { CHECK(round->status.ok()); });
+      // What no call took is receivable.
+      int left = 0;
+      while (shared.With([&] { return round->calls; }) + left < burst) {
+        Result<Buffer> message = rt.RecvFor(r, seconds(10), s, 1);
+        REQUIRE_OK(message.status());
+        ++left;
+      }
+      shared.With([&] {
+        CHECK(round->calls + left == burst);
+        late += round->late;
+        handled += round->calls;
+      });
+      received += left;
+    }
+    INFO(rounds << " rounds: " << handled << " handled, " << received << " received");
+    CHECK(late == 0);
+    CHECK(rt.TryRecv(r).status().code() == StatusCode::kTryAgain);
   }
 
   SECTION("two handlers cancelling each other from their calls do not deadlock") {

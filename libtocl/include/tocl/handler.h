@@ -58,9 +58,10 @@
 // for stay on the thread, in their place, for any other receive (Recv,
 // Irecv, a handler registered after it): nothing is lost, nothing is
 // handled twice. From inside a call of the handler itself, CancelHandler
-// cannot wait for that call: it returns at once (no call starts after it;
-// the calls already running, this one and for an unordered handler the
-// others, finish on their own). Likewise it does not wait for calls that
+// cannot wait for that call: it returns without waiting for the running
+// calls (this one and, for an unordered handler, the others finish on
+// their own), but only once every call that had begun taking its message
+// has it; no call starts after it returns. Likewise it does not wait for calls that
 // are themselves waiting, through CancelHandler, for the caller's own call
 // (two handlers cancelling each other from their calls): no deadlock.
 //

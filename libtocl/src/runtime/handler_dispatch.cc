@@ -27,6 +27,9 @@ struct HandlerDispatch::Registration final : ClaimSink {
   // Guarded by dispatch.mu_.
   size_t claimed = 0;    // claims no call has taken yet
   uint32_t running = 0;  // calls counted (between taking one and its end)
+  // Of those, the calls still taking their message (Mailbox::TakeClaimed):
+  // a call whose message is taken starts, whatever happens meanwhile.
+  uint32_t taking = 0;
   bool ready = false;    // in ready_
   bool cancelled = false;
   // Registrations that calls of this one wait for in Cancel (one entry
@@ -116,9 +119,15 @@ Status HandlerDispatch::Cancel(HandlerId id) {
   std::unique_lock lock(mu_);
   Registration* waiter = Caller();
   // From its own call, or from a call that the target's calls wait for:
-  // waiting would never end.
-  if (waiter == registration.get()) return Status::Ok();
-  if (waiter != nullptr && WaitsForLocked(registration.get(), waiter)) return Status::Ok();
+  // waiting for the running calls would never end. A call counted but
+  // still taking its message would start after the return, though: wait
+  // for those (TakeClaimed does not block; the withdrawal above leaves
+  // them nothing more to take).
+  if (waiter == registration.get() ||
+      (waiter != nullptr && WaitsForLocked(registration.get(), waiter))) {
+    finished_cv_.wait(lock, [&] { return registration->taking == 0; });
+    return Status::Ok();
+  }
   if (waiter != nullptr) waiter->waiting_for.push_back(registration.get());
   finished_cv_.wait(lock, [&] { return registration->running == 0; });
   if (waiter != nullptr) {
@@ -177,6 +186,7 @@ void HandlerDispatch::Work() {
       ready_.pop_front();
       --front->claimed;
       ++front->running;
+      ++front->taking;
       // Still runnable (an unordered one with more claims): back in line,
       // behind the others.
       if (RunnableLocked(*front)) {
@@ -209,33 +219,42 @@ void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
                               std::unique_lock<std::mutex>& lock) {
   Registration& r = *registration;
   lock.unlock();
-  if (detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post)) {
-    receive_.NoteReceived(slot);
-    HandlerContext call;
-    call.handler = r.id;
-    call.self = r.thread;
-    call.message = Buffer(slot);
-    call.info = MessageInfo{call.message.source(), call.message.tag(), call.message.size()};
-    // Shutdown began since the call was counted: it does not start (the
-    // message goes, as every unreceived one does at shutdown).
-    if (!shutting_down_.load(std::memory_order_acquire)) {
-      current_call_ = CurrentCall{this, &r};
-      try {
-        r.function(call);
-      } catch (const std::exception& e) {
-        Log().error("tocl: handler {} on {} threw on a message from {} (tag {}): {}", r.id,
-                    r.thread.ToString(), call.info.source.ToString(), call.info.tag, e.what());
-      } catch (...) {
-        Log().error("tocl: handler {} on {} threw on a message from {} (tag {})", r.id,
-                    r.thread.ToString(), call.info.source.ToString(), call.info.tag);
-      }
-      current_call_ = CurrentCall{};
-    }
-  }
+  detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post);
   lock.lock();
+  --r.taking;
+  if (r.cancelled) finished_cv_.notify_all();  // a Cancel from a call may wait for this
+  if (slot != nullptr) {
+    lock.unlock();
+    Call(r, slot);
+    lock.lock();
+  }
   --r.running;
   MakeReadyLocked(r);  // an ordered one's next message
   if (r.cancelled || stopping_) finished_cv_.notify_all();
+}
+
+void HandlerDispatch::Call(Registration& r, detail::BufferSlot* slot) {
+  receive_.NoteReceived(slot);
+  HandlerContext call;
+  call.handler = r.id;
+  call.self = r.thread;
+  call.message = Buffer(slot);
+  call.info = MessageInfo{call.message.source(), call.message.tag(), call.message.size()};
+  // Shutdown began since the call was counted: it does not start (the
+  // message goes, as every unreceived one does at shutdown).
+  if (!shutting_down_.load(std::memory_order_acquire)) {
+    current_call_ = CurrentCall{this, &r};
+    try {
+      r.function(call);
+    } catch (const std::exception& e) {
+      Log().error("tocl: handler {} on {} threw on a message from {} (tag {}): {}", r.id,
+                  r.thread.ToString(), call.info.source.ToString(), call.info.tag, e.what());
+    } catch (...) {
+      Log().error("tocl: handler {} on {} threw on a message from {} (tag {})", r.id,
+                  r.thread.ToString(), call.info.source.ToString(), call.info.tag);
+    }
+    current_call_ = CurrentCall{};
+  }
 }
 
 void HandlerDispatch::Stop() {

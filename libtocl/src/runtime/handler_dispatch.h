@@ -92,6 +92,9 @@ class HandlerDispatch {
   // released meanwhile.
   void RunCall(const std::shared_ptr<Registration>& registration,
                std::unique_lock<std::mutex>& lock);
+  // The call itself, with the message `slot` (its reference taken); no
+  // lock held.
+  void Call(Registration& registration, detail::BufferSlot* slot);
 
   ReceiveSide& receive_;
   const std::atomic<bool>& shutting_down_;
