@@ -31,9 +31,11 @@
 //
 // Threads: calls run on a pool the runtime owns, shared by every handler of
 // the process. It starts with one thread when the first handler is
-// registered and grows, one thread at a time, while more calls can run at
-// once than it has threads, up to kMaxHandlerThreads; threads stay until
-// Shutdown. An idle pool thread waits as a blocked Recv does (it polls the
+// registered and grows by one whenever a thread leaves for a call and no
+// other idle thread is left (so a message that comes meanwhile finds one),
+// up to kMaxHandlerThreads; threads stay until Shutdown. Threads are
+// started by the pool's own threads, not on the path that delivers
+// messages. An idle pool thread waits as a blocked Recv does (it polls the
 // networks itself while messages keep coming, then sleeps), so a handler's
 // message reaches it about as fast as it would reach a Recv. A slow or
 // blocked call holds up only its own handler (an ordered one waits; an

@@ -153,23 +153,32 @@ void HandlerDispatch::Claimed(Registration& registration) {
   std::lock_guard lock(mu_);
   ++registration.claimed;
   MakeReadyLocked(registration);
-  if (registration.ready) KickLocked();
+  if (!registration.ready || NotifyLocked() || starting_ > 0) return;
+  // No thread is idle or starting: every one is in a call. Work keeps one
+  // idle while the pool is below its bound, so this happens only once the
+  // pool is full (a thread ending its call takes the work; nothing is
+  // started) or when starting a thread failed: then, and only then, the
+  // delivery path starts one.
+  AddThreadLocked();
 }
 
-void HandlerDispatch::KickLocked() {
+bool HandlerDispatch::NotifyLocked() {
   if (lead_waiting_) {
     bell_.Wake();
   } else if (sleeping_ > 0) {
     idle_cv_.notify_one();
-  } else if (pool_.size() < kMaxHandlerThreads) {
-    AddThreadLocked();
+  } else {
+    return false;
   }
+  return true;
 }
 
 void HandlerDispatch::AddThreadLocked() {
-  if (stopping_) return;  // Stop has taken the pool to join it
+  // Stop has taken the pool to join it.
+  if (stopping_ || pool_.size() >= kMaxHandlerThreads) return;
   try {
     pool_.emplace_back([this] { Work(); });
+    ++starting_;
   } catch (const std::system_error& e) {
     // Calls wait for a thread of the pool instead.
     Log().warn("tocl: cannot start a handler thread ({} running): {}", pool_.size(), e.what());
@@ -178,6 +187,7 @@ void HandlerDispatch::AddThreadLocked() {
 
 void HandlerDispatch::Work() {
   std::unique_lock lock(mu_);
+  --starting_;
   for (;;) {
     if (stopping_) return;
     const bool starting = !shutting_down_.load(std::memory_order_acquire);
@@ -195,7 +205,12 @@ void HandlerDispatch::Work() {
         front->ready = false;
       }
       work_.store(!ready_.empty(), std::memory_order_release);
-      if (!ready_.empty()) KickLocked();
+      // Leaving for a call: the work still ready goes to the lead or a
+      // sleeper. With none of them left (nor a thread starting), add one
+      // here, off the delivery path, so that a claim made while the calls
+      // run finds a thread to tell.
+      if (!ready_.empty()) (void)NotifyLocked();
+      if (!lead_waiting_ && sleeping_ == 0 && starting_ == 0) AddThreadLocked();
       std::shared_ptr<Registration> registration = registrations_.at(front->id);
       RunCall(registration, lock);
       continue;

@@ -7,11 +7,15 @@
 // blocked Recv does (ReceiveSide::Await on the dispatch's own mailbox:
 // polling the networks while eager, then asleep), so a claim made by its
 // own poll round costs it no wake-up. Other idle threads sleep on a
-// condition variable. A claim that finds no lead wakes a sleeping thread,
-// else adds one (up to kMaxHandlerThreads). A thread that takes a call
-// while more work is ready wakes (or adds) another first, so calls of
-// different registrations, and an unordered registration's calls, run at
-// once.
+// condition variable. A claim (on the delivery path, under the mailbox's
+// lock) only tells an idle thread: the lead, else a sleeping one. Threads
+// are started by the pool itself: a thread that leaves for a call wakes
+// the lead or a sleeper when more work is ready, and starts a new thread
+// when no idle (or starting) one is left, up to kMaxHandlerThreads. So a
+// claim always finds an idle thread, and calls of different
+// registrations, and an unordered registration's calls, run at once. The
+// delivery path starts a thread only when none is idle or starting below
+// the bound, which happens only after starting one failed.
 //
 // Locks, in the order they are taken: register_mu_ ──> a Mailbox's ──> mu_ (Claimed runs
 // under the mailbox's lock). Calls run with no lock held.
@@ -84,8 +88,9 @@ class HandlerDispatch {
   bool RunnableLocked(const Registration& registration) const;
   void MakeReadyLocked(Registration& registration);
   // Somebody must take the ready work: the lead is told, else a sleeping
-  // thread, else a new one starts (while the pool is below the bound).
-  void KickLocked();
+  // thread; false when neither is there.
+  bool NotifyLocked();
+  // Starts a pool thread, unless stopping or at kMaxHandlerThreads.
   void AddThreadLocked();
   void Work();
   // Runs one call of `registration` (its call is counted); with mu_
@@ -116,6 +121,7 @@ class HandlerDispatch {
   std::vector<std::thread> pool_;        // guarded by mu_
   bool lead_waiting_ = false;            // guarded by mu_
   size_t sleeping_ = 0;                  // guarded by mu_
+  size_t starting_ = 0;  // started, not yet in Work's loop; guarded by mu_
   bool stopping_ = false;                // guarded by mu_
   std::condition_variable idle_cv_;      // followers sleep here
   std::condition_variable finished_cv_;  // Cancel and Stop wait for calls here
