@@ -9,6 +9,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "core/logger.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -74,6 +75,7 @@ Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Select
     id = next_id_++;
     registration->id = id;
     registrations_.emplace(id, registration);
+    lanes_.fetch_or(uint32_t{1} << wire::LaneOf(thread), std::memory_order_relaxed);
     // A lead polls before the first message comes.
     if (pool_.empty()) AddThreadLocked();
   }
@@ -106,6 +108,7 @@ Status HandlerDispatch::Cancel(HandlerId id) {
     }
     registration = std::move(it->second);
     registrations_.erase(it);
+    CountLanesLocked();
     registration->cancelled = true;
     if (registration->ready) {
       ready_.erase(std::find(ready_.begin(), ready_.end(), registration.get()));
@@ -135,6 +138,14 @@ Status HandlerDispatch::Cancel(HandlerId id) {
         std::find(waiter->waiting_for.begin(), waiter->waiting_for.end(), registration.get()));
   }
   return Status::Ok();
+}
+
+void HandlerDispatch::CountLanesLocked() {
+  uint32_t lanes = 0;
+  for (const auto& [id, registration] : registrations_) {
+    lanes |= uint32_t{1} << wire::LaneOf(registration->thread);
+  }
+  lanes_.store(lanes, std::memory_order_relaxed);
 }
 
 bool HandlerDispatch::RunnableLocked(const Registration& registration) const {
@@ -218,8 +229,9 @@ void HandlerDispatch::Work() {
     if (starting && !lead_waiting_) {
       lead_waiting_ = true;
       lock.unlock();
-      (void)receive_.Await(bell_, ReceiveSide::Clock::time_point::max(), true,
-                           [this] { return work_.load(std::memory_order_acquire); });
+      (void)receive_.Await(
+          bell_, ReceiveSide::Clock::time_point::max(), true,
+          [this] { return work_.load(std::memory_order_acquire); }, &lanes_);
       lock.lock();
       lead_waiting_ = false;
       continue;
@@ -289,6 +301,7 @@ void HandlerDispatch::Stop() {
       all.push_back(registration);
     }
     registrations_.clear();
+    lanes_.store(0, std::memory_order_relaxed);
     ready_.clear();
     work_.store(true, std::memory_order_release);  // the lead's wait ends
     idle_cv_.notify_all();

@@ -6,7 +6,9 @@
 // The pool (leader/followers): one idle thread, the lead, waits the way a
 // blocked Recv does (ReceiveSide::Await on the dispatch's own mailbox:
 // polling the networks while eager, then asleep), so a claim made by its
-// own poll round costs it no wake-up. Other idle threads sleep on a
+// own poll round costs it no wake-up. While another thread holds the poll
+// token, the lead drains the receive lanes of the registrations' threads
+// (lanes_), as a Recv on those threads would drain theirs. Other idle threads sleep on a
 // condition variable. A claim (on the delivery path, under the mailbox's
 // lock) only tells an idle thread: the lead, else a sleeping one. Threads
 // are started by the pool itself: a thread that leaves for a call wakes
@@ -85,6 +87,8 @@ class HandlerDispatch {
   Registration* Caller() const;
 
   void Claimed(Registration& registration);
+  // lanes_ again, from the registrations left.
+  void CountLanesLocked();
   bool RunnableLocked(const Registration& registration) const;
   void MakeReadyLocked(Registration& registration);
   // Somebody must take the ready work: the lead is told, else a sleeping
@@ -117,6 +121,9 @@ class HandlerDispatch {
   // ready_ is not empty (or stopping): the lead's wake-up test, read
   // without mu_.
   std::atomic<bool> work_{false};
+  // A bit per receive lane (wire/lanes.h) of a registration's thread: the
+  // lanes the lead drains while another thread polls. Written under mu_.
+  std::atomic<uint32_t> lanes_{0};
   HandlerId next_id_ = 1;                // guarded by mu_
   std::vector<std::thread> pool_;        // guarded by mu_
   bool lead_waiting_ = false;            // guarded by mu_
