@@ -80,7 +80,13 @@ Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Select
     if (pool_.empty()) AddThreadLocked();
   }
   // Claims what is queued already (Claimed takes mu_ under the mailbox's lock).
-  mailbox.Post(&registration->post);
+  if (!mailbox.Post(&registration->post)) {
+    // The thread left since the caller looked: nothing was posted.
+    std::lock_guard lock(mu_);
+    registrations_.erase(id);
+    CountLanesLocked();
+    return FailedPrecondition(fmt::format("thread {} has left", thread.ToString()));
+  }
   return id;
 }
 

@@ -54,7 +54,9 @@ class HandlerDispatch {
 
   // Posts a standing receive for `selector` on `mailbox` (the thread
   // `thread`, checked by the caller) and returns its id. Messages already
-  // queued there that it matches are claimed at once.
+  // queued there that it matches are claimed at once. FailedPrecondition
+  // when the thread has left (since the caller's check), Unavailable once
+  // stopping.
   Result<HandlerId> Register(Gid thread, Mailbox& mailbox, Selector selector,
                              const HandlerOptions& options, HandlerFunction function);
   // tocl/handler.h's CancelHandler. NotFound for an id that is not a

@@ -175,33 +175,34 @@ void Mailbox::CountPostedLocked() {
   has_posted_.store(!posted_.empty(), std::memory_order_release);
 }
 
-void Mailbox::Post(PostedReceive* post) {
+bool Mailbox::Post(PostedReceive* post) {
   post->completions = completions_;
-  {
-    std::lock_guard lock(mu_);
-    if (left_.load(std::memory_order_relaxed)) {
+  std::lock_guard lock(mu_);
+  if (left_.load(std::memory_order_relaxed)) {
+    if (post->standing == nullptr) {
       post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
-      return;
     }
-    if (post->standing != nullptr) {
-      // Queued messages no earlier receive matches (mailbox.h's rule): it
-      // claims those it matches, in order.
-      posted_.Append(post);
-      CountPostedLocked();
-      (void)OfferQueuedLocked();
-      return;
-    }
-    auto it = FindMatch(queue_, post->selector, claimed_ != 0);
-    if (it == queue_.end()) {
-      posted_.Append(post);
-      CountPostedLocked();
-      return;
-    }
-    if (CompleteWithLocked(post, *it, /*queued=*/true)) {
-      queue_.erase(it);
-      CountQueuedLocked();
-    }
+    return false;
   }
+  if (post->standing != nullptr) {
+    // Queued messages no earlier receive matches (mailbox.h's rule): it
+    // claims those it matches, in order.
+    posted_.Append(post);
+    CountPostedLocked();
+    (void)OfferQueuedLocked();
+    return true;
+  }
+  auto it = FindMatch(queue_, post->selector, claimed_ != 0);
+  if (it == queue_.end()) {
+    posted_.Append(post);
+    CountPostedLocked();
+    return true;
+  }
+  if (CompleteWithLocked(post, *it, /*queued=*/true)) {
+    queue_.erase(it);
+    CountQueuedLocked();
+  }
+  return true;
 }
 
 detail::BufferSlot* Mailbox::TakeClaimed(const PostedReceive* post) {

@@ -65,11 +65,12 @@ class Mailbox {
   // Posts a receive (its selector, `into` and `out` set): the first queued
   // match completes it at once (one too large for `out` completes it with
   // InvalidArgument and stays queued), else it waits in the list for the
-  // delivery path. A thread that has left completes it with
-  // FailedPrecondition. A standing receive (`standing` set) stays listed
-  // and claims every queued message it is the first match for, then each
-  // later one.
-  void Post(PostedReceive* post);
+  // delivery path. A standing receive (`standing` set) stays listed and
+  // claims every queued message it is the first match for, then each later
+  // one. False when the thread has left: a receive is then completed with
+  // FailedPrecondition, a standing one is left untouched (not listed; its
+  // owner reports the error).
+  bool Post(PostedReceive* post);
   // The first message `post` (a standing receive) claimed, removed (one
   // reference, still counted as unexpected: the caller uncounts it), or
   // nullptr when none is left (withdrawn, or the thread left).

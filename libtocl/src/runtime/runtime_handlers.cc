@@ -37,15 +37,22 @@ Result<HandlerRegistration> Runtime::RegisterHandler(Gid thread, Gid source, Tag
     return InvalidArgument("an unordered handler needs max_concurrent_calls of at least 1");
   }
   if (impl.shutting_down.load()) return Unavailable("the runtime is shutting down");
-  if (thread.is_null()) {
+  const bool enroll = thread.is_null();
+  if (enroll) {
     TOCL_ASSIGN_OR_RETURN(
         thread, impl.EnrollThread(std::move(options.thread_name), std::move(options.attributes)));
   }
-  TOCL_ASSIGN_OR_RETURN(runtime::Mailbox * mailbox, impl.receive.LocalMailbox(thread));
-  TOCL_ASSIGN_OR_RETURN(HandlerId id,
-                        impl.handlers->Register(thread, *mailbox, runtime::Selector{source, tag},
-                                                options, std::move(handler)));
-  return HandlerRegistration{id, thread};
+  Result<HandlerId> id = [&]() -> Result<HandlerId> {
+    TOCL_ASSIGN_OR_RETURN(runtime::Mailbox * mailbox, impl.receive.LocalMailbox(thread));
+    return impl.handlers->Register(thread, *mailbox, runtime::Selector{source, tag}, options,
+                                   std::move(handler));
+  }();
+  if (!id.ok()) {
+    // A thread enrolled for the handler goes with it.
+    if (enroll) impl.LeaveThread(thread);
+    return id.status();
+  }
+  return HandlerRegistration{*id, thread};
 }
 
 Status Runtime::CancelHandler(HandlerId id) {
