@@ -7,6 +7,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -647,6 +649,24 @@ TEST_CASE("bad use of handlers gets clear errors", "[integration][handlers]") {
   // Once shut down, no registration.
   REQUIRE_OK(rt.Shutdown());
   CHECK(rt.RegisterHandler(r, Gid(), 1, nothing).status().code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("destroying the runtime from its own handler call aborts with a message, never hangs",
+          "[integration][handlers]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The worker's handler destroys its Runtime; stdin stays open, so only
+  // the library ends the process.
+  MsgWorker worker =
+      REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("destroy-in-handler", "hdestroy")));
+  REQUIRE(worker.WaitForLine("destroying", seconds(60)));
+  Result<int> exit = worker.child().Wait(seconds(60));
+  INFO(worker.Output());
+  REQUIRE_OK(exit.status());
+  CHECK(*exit == 128 + SIGABRT);
+  CHECK_THAT(worker.Output(),
+             Catch::Contains("destroyed from inside one of its own message handler calls"));
+  CHECK_THAT(worker.Output(), !Catch::Contains("destroyed\n"));
 }
 
 TEST_CASE("shutdown starts no call, wakes and waits for the running ones",

@@ -44,7 +44,11 @@
 //
 // What a call may do: any Runtime method (Send, Recv on any thread,
 // requests, RegisterHandler, CancelHandler) but its own runtime's Shutdown
-// (refused with FailedPrecondition). A call is its runtime's only: another
+// (refused with FailedPrecondition) and its destruction: destroying the
+// Runtime from one of its own handler calls logs why and aborts the
+// process (the destructor would wait for that call forever; like a
+// std::thread joining itself, it has no way to report the error). A call
+// is its runtime's only: another
 // Runtime of the process sees it as any other thread (its Shutdown is
 // allowed, its CancelHandler waits for its own running calls). The message
 // is the call's: move it out of HandlerContext::message to keep it after

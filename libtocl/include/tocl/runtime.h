@@ -108,7 +108,8 @@ class TOCL_EXPORT Runtime {
   static Result<std::unique_ptr<Runtime>> Start(RuntimeOptions options = {});
 
   // Shutdown(), then frees everything. Buffers still held by the application
-  // must have been released before.
+  // must have been released before. Not from one of its own message
+  // handler calls: that logs why and aborts the process (tocl/handler.h).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
