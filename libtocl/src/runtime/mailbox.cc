@@ -105,9 +105,11 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
     Offer offer = Offer::kKept;
     if (!posted_.empty() && !Incomplete(slot)) {
       Arriving older;
-      const uint64_t source = slot->header().source;
-      for (detail::BufferSlot* queued : queue_) {
-        if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+      if (incomplete_ != 0) {
+        const uint64_t source = slot->header().source;
+        for (detail::BufferSlot* queued : queue_) {
+          if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+        }
       }
       offer = OfferLocked(slot, /*queued=*/false, older);
     }
@@ -115,6 +117,7 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
     // any other unreceived one (flow control holds a slow handler's).
     if (offer != Offer::kTaken) {
       queue_.push_back(slot);
+      if (Incomplete(slot)) ++incomplete_;
       CountQueuedLocked();
       if (unexpected_bytes != nullptr) {
         unexpected_bytes->fetch_add(SlotBytes(slot), std::memory_order_relaxed);
@@ -253,6 +256,9 @@ void Mailbox::MessageComplete(detail::BufferSlot* slot) {
     // Under the lock: a later message of its sender that arrives now must
     // find it whole and already offered, not overtake it.
     std::lock_guard lock(mu_);
+    // Queued unless the thread left (Deliver refused it, or Leave dropped
+    // it and the count).
+    if (!left_.load(std::memory_order_relaxed) && Incomplete(slot)) --incomplete_;
     slot->set_state(BufferState::kIdle);
     (void)OfferQueuedLocked();
   }
@@ -367,6 +373,7 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   std::lock_guard lock(mu_);
   auto it = std::find(queue_.begin(), queue_.end(), slot);
   if (it == queue_.end()) return false;
+  if (Incomplete(slot)) --incomplete_;
   queue_.erase(it);
   CountQueuedLocked();
   // What its sender sent after it is no longer held behind it.
@@ -382,6 +389,7 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     dropped.swap(queue_);
     for (detail::BufferSlot* slot : dropped) slot->claimed_by = nullptr;
     claimed_ = 0;
+    incomplete_ = 0;
     CountQueuedLocked();
     CompleteAllLocked(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
   }

@@ -164,6 +164,11 @@ class Mailbox {
   // Queued messages a standing receive claimed; guarded by mu_. Zero
   // unless a handler is registered: queue walks look at claims only then.
   size_t claimed_ = 0;
+  // Queued long messages still arriving (their sender's later messages
+  // wait behind them); guarded by mu_. While zero, Deliver does not walk
+  // the queue for them: with a receive always posted (a handler) and a
+  // backlog, that walk per message would cost O(backlog) each.
+  size_t incomplete_ = 0;
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> armed_{false};  // a sleeper has not been woken yet
