@@ -37,10 +37,33 @@
 // started by the pool's own threads, not on the path that delivers
 // messages. An idle pool thread waits as a blocked Recv does (it polls the
 // networks itself while messages keep coming, then sleeps), so a handler's
-// message reaches it about as fast as it would reach a Recv. A slow or
-// blocked call holds up only its own handler (an ordered one waits; an
-// unordered one has its other calls): the others keep being called, as
-// long as fewer than kMaxHandlerThreads calls are blocked at once.
+// message reaches it about as fast as it would reach a Recv (dispatch
+// latency against a blocking Recv loop: measured in `tocl-bench msg
+// --cases handlers`).
+//
+// A slow or blocked call holds up only its own handler (an ordered one
+// waits; an unordered one has its other calls): the others, and every
+// receiver of the process, keep going, within two limits. Threads: fewer
+// than kMaxHandlerThreads calls blocked at once. Memory: the messages
+// waiting for a handler (claimed, not yet taken by a call) count as
+// unreceived messages, as those waiting for a Recv do, against the
+// process's RuntimeOptions::unexpected_cap (short messages; long ones
+// count against reassembly_cap). Until that cap is reached, other
+// handlers and receivers are unaffected. Beyond it the process is
+// congested, as with any unread backlog: it stops taking short messages
+// from its networks (no buffers given to shm peers, tcp connections not
+// read) until the backlog falls below the cap again, so every thread and
+// handler of the process waits and its senders are slowed. A blocked
+// handler whose sender keeps streaming to it gets there; cancel it (its
+// backlog stays receivable) or receive the backlog to recover.
+//
+// Cost with a backlog: a handler's messages stay queued on its thread
+// until a call takes them, so on that thread a Recv or Probe walks past
+// them (O(backlog) per receive), a call's take walks past the messages
+// queued before its own (another handler's, or unreceived ones), and each
+// long message that completes there offers the whole queue again. A
+// message arriving costs no walk, unless a long message to that thread is
+// still arriving.
 //
 // What a call may do: any Runtime method (Send, Recv on any thread,
 // requests, RegisterHandler, CancelHandler) but its own runtime's Shutdown
