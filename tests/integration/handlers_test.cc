@@ -6,10 +6,9 @@
 // handled once or still receivable), cancel waiting for a running call (and
 // from inside one, racing other calls), bad use, destroying the runtime
 // from a call, and shutdown with calls running.
+#include <signal.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-
-#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -513,8 +512,8 @@ TEST_CASE("cancel waits for a running call, but not from inside its own call",
               if (round->returned) ++round->late;
               return !std::exchange(round->cancelling, true);
             });
-            Status status = cancel ? rt.CancelHandler(shared.With([&] { return round->id; }))
-                                   : Status::Ok();
+            Status status =
+                cancel ? rt.CancelHandler(shared.With([&] { return round->id; })) : Status::Ok();
             shared.With([&] {
               if (cancel) {
                 round->status = status;
@@ -598,9 +597,10 @@ TEST_CASE("bad use of handlers gets clear errors", "[integration][handlers]") {
   TagMatch loose;
   loose.tag = 0x13;
   loose.mask = 0xF0;
-  HandlerRegistration masked = REQUIRE_VALUE(rt.RegisterHandler(r, s, loose, [&](HandlerContext& call) {
-    shared.With([&] { loose_tags.push_back(call.info.tag); });
-  }));
+  HandlerRegistration masked =
+      REQUIRE_VALUE(rt.RegisterHandler(r, s, loose, [&](HandlerContext& call) {
+        shared.With([&] { loose_tags.push_back(call.info.tag); });
+      }));
   REQUIRE_OK(sender->Send(s, r, 0x2F, Bytes("not its")));
   REQUIRE_OK(sender->Send(s, r, 0x1F, Bytes("its")));
   REQUIRE(shared.WaitFor([&] { return !loose_tags.empty(); }, seconds(30)));

@@ -31,7 +31,7 @@ struct HandlerDispatch::Registration final : ClaimSink {
   // Of those, the calls still taking their message (Mailbox::TakeClaimed):
   // a call whose message is taken starts, whatever happens meanwhile.
   uint32_t taking = 0;
-  bool ready = false;    // in ready_
+  bool ready = false;  // in ready_
   bool cancelled = false;
   // Registrations that calls of this one wait for in Cancel (one entry
   // per waiting call): the edges Cancel's deadlock check follows.

@@ -130,7 +130,7 @@ class HandlerDispatch {
   std::vector<std::thread> pool_;        // guarded by mu_
   bool lead_waiting_ = false;            // guarded by mu_
   size_t sleeping_ = 0;                  // guarded by mu_
-  size_t starting_ = 0;  // started, not yet in Work's loop; guarded by mu_
+  size_t starting_ = 0;                  // started, not yet in Work's loop; guarded by mu_
   bool stopping_ = false;                // guarded by mu_
   std::condition_variable idle_cv_;      // followers sleep here
   std::condition_variable finished_cv_;  // Cancel and Stop wait for calls here

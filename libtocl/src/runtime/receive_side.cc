@@ -132,8 +132,7 @@ Result<Mailbox*> ReceiveSide::LocalMailbox(Gid self) const {
 }
 
 void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
-                              Clock::time_point wait_deadline,
-                              const std::atomic<uint32_t>* lanes) {
+                              Clock::time_point wait_deadline, const std::atomic<uint32_t>* lanes) {
   if (progress_->TryAcquire()) {
     PollFor(mailbox, seen, poll_deadline);
     progress_->Release();
@@ -377,9 +376,9 @@ detail::BufferSlot* ReceiveSide::TakeSlot(PostedReceive& post) {
 }
 
 Status ReceiveSide::Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
-                          const std::function<bool()>& done,
-                          const std::atomic<uint32_t>* lanes) {
-  return WaitOn(mailbox, deadline, blocking, [&](Mailbox&) { return done(); }, lanes);
+                          const std::function<bool()>& done, const std::atomic<uint32_t>* lanes) {
+  return WaitOn(
+      mailbox, deadline, blocking, [&](Mailbox&) { return done(); }, lanes);
 }
 
 Status ReceiveSide::AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done) {

@@ -132,8 +132,7 @@ class ReceiveSide {
   // (not blocking), Cancelled (shutting down), FailedPrecondition (the
   // mailbox's thread left). `lanes`: see AwaitSignal.
   Status Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
-               const std::function<bool()>& done,
-               const std::atomic<uint32_t>* lanes = nullptr);
+               const std::function<bool()>& done, const std::atomic<uint32_t>* lanes = nullptr);
   // As Await, for requests of several threads (WaitAny, WaitAll): `done()`
   // is asked whenever one of them completes (RequestCompletions).
   Status AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done);
@@ -151,8 +150,7 @@ class ReceiveSide {
   // for messages of other threads: the handler pool's lead); null, as for
   // every receiver, drains the lane of mailbox.gid().
   void AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
-                   Clock::time_point wait_deadline,
-                   const std::atomic<uint32_t>* lanes = nullptr);
+                   Clock::time_point wait_deadline, const std::atomic<uint32_t>* lanes = nullptr);
 
  private:
   template <typename TryMatch>

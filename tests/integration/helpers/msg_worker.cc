@@ -76,8 +76,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -535,11 +535,12 @@ void Worker::Sink(size_t index) {
 
 void Worker::DestroyInHandler() {
   const Gid self = threads_[0];
-  auto registered = runtime_->RegisterHandler(self, Gid(), tocl::kAnyTag, [this](tocl::HandlerContext&) {
-    Say("destroying");
-    runtime_.reset();
-    Say("destroyed");  // not expected
-  });
+  auto registered =
+      runtime_->RegisterHandler(self, Gid(), tocl::kAnyTag, [this](tocl::HandlerContext&) {
+        Say("destroying");
+        runtime_.reset();
+        Say("destroyed");  // not expected
+      });
   if (!registered.ok()) {
     Error("register: " + registered.status().ToString());
     return;
