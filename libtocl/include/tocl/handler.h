@@ -68,14 +68,13 @@
 // What a call may do: any Runtime method (Send, Recv on any thread,
 // requests, RegisterHandler, CancelHandler) but its own runtime's Shutdown
 // (refused with FailedPrecondition) and its destruction: destroying the
-// Runtime from one of its own handler calls logs why and aborts the
-// process (the destructor would wait for that call forever; like a
-// std::thread joining itself, it has no way to report the error). A call
-// is its runtime's only: another
-// Runtime of the process sees it as any other thread (its Shutdown is
-// allowed, its CancelHandler waits for its own running calls). The message
-// is the call's: move it out of HandlerContext::message to keep it after
-// the call.
+// Runtime from one of its own handler calls logs why and aborts the process
+// (the destructor would wait for that call forever; like a std::thread
+// joining itself, it has no way to report the error). A call is its
+// runtime's only: another Runtime of the process sees it as any other
+// thread (its Shutdown is allowed, its CancelHandler waits for its own
+// running calls). The message is the call's: move it out of
+// HandlerContext::message to keep it after the call.
 //
 // Errors in a call: a function that throws has its exception caught and
 // logged (the library's logger, stderr: "tocl: handler 3 on h1.p2.t5

@@ -8,9 +8,10 @@
 // polling the networks while eager, then asleep), so a claim made by its
 // own poll round costs it no wake-up. While another thread holds the poll
 // token, the lead drains the receive lanes of the registrations' threads
-// (lanes_), as a Recv on those threads would drain theirs. Other idle threads sleep on a
-// condition variable. A claim (on the delivery path, under the mailbox's
-// lock) only tells an idle thread: the lead, else a sleeping one. Threads
+// (lanes_), as a Recv on those threads would drain theirs. Other idle
+// threads sleep on a condition variable. A claim (on the delivery path,
+// under the mailbox's lock) only tells an idle thread: the lead, else a
+// sleeping one. Threads
 // are started by the pool itself: a thread that leaves for a call wakes
 // the lead or a sleeper when more work is ready, and starts a new thread
 // when no idle (or starting) one is left, up to kMaxHandlerThreads. So a

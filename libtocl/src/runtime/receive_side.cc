@@ -140,9 +140,9 @@ void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point
   }
   // Someone else polls. For the spin budget, drain our own lane (or
   // `lanes`: the poller drains the lanes nobody else does, and hands us
-  // what came by other ways), yielding the CPU now and then (a sender or the poller may
-  // need it), and take the token if it comes free; then sleep on the
-  // mailbox. A token waiter is handed the token when the holder lets go; a
+  // what came by other ways), yielding the CPU now and then (a sender or
+  // the poller may need it), and take the token if it comes free; then
+  // sleep on the mailbox. A token waiter is handed the token when the holder lets go; a
   // holder asleep in the reactor lets go at once (while it sleeps our
   // senders would ring its bell for every message).
   const uint32_t lane = wire::LaneOf(mailbox.gid());
