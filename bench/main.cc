@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
           "--cases", msg.cases,
           "case groups to run, comma-separated: latency (shm and tcp), blocking, "
           "bandwidth, long, rate, rate64 (64 pairs of threads at once), threads (64 enrolled "
-          "threads), idle (idle CPU)")
+          "threads), idle (idle CPU), requests (Irecv + Wait), handlers (a handler replies)")
       ->delimiter(',')
       ->check(CLI::IsMember(tocl::bench::MsgCaseNames()))
       ->capture_default_str();

@@ -150,7 +150,11 @@ class Peer {
         break;
       case Contender::kToclIrecvPingPong:
         TOCL_RETURN_IF_ERROR(NeedTocl());
-        status = tocl_->PingPong(role_, spec, &latency, /*irecv=*/true);
+        status = tocl_->PingPong(role_, spec, &latency, ToclPeer::Way::kIrecv);
+        break;
+      case Contender::kToclHandlerPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PingPong(role_, spec, &latency, ToclPeer::Way::kHandler);
         break;
       case Contender::kToclStream:
         TOCL_RETURN_IF_ERROR(NeedTocl());

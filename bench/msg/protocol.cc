@@ -24,6 +24,8 @@ std::string_view ContenderName(Contender contender) {
       return "tocl stream";
     case Contender::kToclIrecvPingPong:
       return "tocl Irecv ping-pong";
+    case Contender::kToclHandlerPingPong:
+      return "tocl handler ping-pong";
   }
   return "unknown";
 }

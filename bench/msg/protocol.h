@@ -45,17 +45,19 @@ enum class Contender : uint32_t {
   kRawTcpStream,        // loopback TCP, blocking sockets
   kToclPingPong,        // Runtime::Send / Recv
   kToclStream,
-  kToclIrecvPingPong,  // the initiator posts an Irecv, Sends, then Waits (tocl/request.h)
+  kToclIrecvPingPong,    // the initiator posts an Irecv, Sends, then Waits (tocl/request.h)
+  kToclHandlerPingPong,  // the responder replies from a message handler (tocl/handler.h)
 };
 std::string_view ContenderName(Contender contender);
 inline bool IsPingPong(Contender c) {
   return c == Contender::kRawShmPingPong || c == Contender::kRawTcpPingPong ||
          c == Contender::kRawTcpPollPingPong || c == Contender::kRawFutexPingPong ||
-         c == Contender::kToclPingPong || c == Contender::kToclIrecvPingPong;
+         c == Contender::kToclPingPong || c == Contender::kToclIrecvPingPong ||
+         c == Contender::kToclHandlerPingPong;
 }
 inline bool IsTocl(Contender c) {
   return c == Contender::kToclPingPong || c == Contender::kToclStream ||
-         c == Contender::kToclIrecvPingPong;
+         c == Contender::kToclIrecvPingPong || c == Contender::kToclHandlerPingPong;
 }
 
 struct Command {

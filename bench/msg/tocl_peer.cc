@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <barrier>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <thread>
 #include <utility>
@@ -84,7 +86,8 @@ class RuntimePeer final : public ToclPeer {
     return first;
   }
 
-  Status PingPong(Role role, const RunSpec& spec, LatencyResult* out, bool irecv) override {
+  Status PingPong(Role role, const RunSpec& spec, LatencyResult* out, Way way) override {
+    const bool irecv = way == Way::kIrecv;
     TOCL_RETURN_IF_ERROR(CheckPairs(1));
     const Gid me = threads_[0];
     const Gid peer = peer_threads_[0];
@@ -132,6 +135,7 @@ class RuntimePeer final : public ToclPeer {
       if (!ok) return failure.WithContext("tocl ping-pong");
       return stopped.WithContext("tocl ping-pong: stop");
     }
+    if (way == Way::kHandler) return HandlerResponder(me, peer, size);
     for (;;) {
       Result<Buffer> got = runtime.Recv(me, peer, kAnyTag);
       if (!got.ok()) return got.status().WithContext("tocl ping-pong: Recv");
@@ -178,6 +182,45 @@ class RuntimePeer final : public ToclPeer {
     Gid gid;
     std::thread thread;
   };
+
+  // The responder's side as a handler on `me`: each message runs a call
+  // that copies it out and sends the copy back, as the Recv loop does;
+  // the stop message ends the wait here, then the handler is cancelled.
+  Status HandlerResponder(Gid me, Gid peer, size_t size) {
+    Runtime& runtime = *runtime_;
+    PayloadBuffer buffer(size);
+    std::mutex mu;
+    std::condition_variable stopped_cv;
+    bool stopped = false;
+    Status failure;
+    auto fail = [&](Status status) {
+      std::lock_guard lock(mu);
+      if (failure.ok()) failure = std::move(status);
+      stopped = true;
+      stopped_cv.notify_all();
+    };
+    TOCL_ASSIGN_OR_RETURN(
+        HandlerRegistration handler,
+        runtime.RegisterHandler(
+            me, peer, kAnyTag,
+            [&](HandlerContext& call) {
+              if (call.info.tag == kTagStop) return fail(Status::Ok());
+              if (call.message.size() != size) {
+                return fail(DataLoss(fmt::format("tocl handler ping-pong: {} bytes, expected {}",
+                                                 call.message.size(), size)));
+              }
+              std::memcpy(buffer.data(), call.message.data(), size);
+              Status sent = runtime.Send(me, peer, kTagData, Bytes(buffer, size));
+              if (!sent.ok()) fail(sent.WithContext("tocl handler ping-pong"));
+            },
+            {.ordered = true}));
+    {
+      std::unique_lock lock(mu);
+      stopped_cv.wait(lock, [&] { return stopped; });
+    }
+    TOCL_RETURN_IF_ERROR(runtime.CancelHandler(handler.id));
+    return failure;
+  }
 
   Status CheckPairs(uint32_t pairs) const {
     if (threads_.size() < pairs || peer_threads_.size() < pairs) {

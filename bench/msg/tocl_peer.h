@@ -48,11 +48,15 @@ class ToclPeer {
   // unregisters it.
   virtual Status StopIdleThreads() = 0;
 
+  // How the ping-pong's messages are received.
+  enum class Way {
+    kRecv,     // a blocking Recv on each side
+    kIrecv,    // the initiator: an Irecv posted before its Send, a Wait after
+    kHandler,  // the responder: a message handler (tocl/handler.h) that replies
+  };
   // One side of a ping-pong between main threads (Gid 0 of each peer).
-  // `irecv`: the initiator receives each reply by an Irecv posted before
-  // its Send and a Wait after it (the responder is the same).
   virtual Status PingPong(Role role, const RunSpec& spec, LatencyResult* out,
-                          bool irecv = false) = 0;
+                          Way way = Way::kRecv) = 0;
   // One side of spec.pairs streams: pair j from this peer's Gid j to the
   // other's Gid j, each on its own thread.
   virtual Status Stream(Role role, const RunSpec& spec, StreamResult* out) = 0;

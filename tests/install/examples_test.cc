@@ -180,6 +180,13 @@ TEST_CASE(
                   "h2\\.p[0-9]+ wrote: hello from h2\\.p[0-9]+, spawned by h1\\.p[0-9]+\\.t1"));
   }
 
+  {  // handlers: a service's handler answers each request; an ordered one keeps the log in order
+    const std::string answered =
+        RunOk({cmake_build + "/handlers"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});
+    CHECK(HasLine(answered, "7 squared is 49"));
+    CHECK(HasLine(answered, "8 answers, log: 1 2 3 4 5 6 7 8"));
+  }
+
   {  // multicast: three listeners get hello, the table and bye, in that order
     const std::vector<std::string> env = {"TOCL_DAEMON=" + seed.address()};
     const std::string multicast = cmake_build + "/multicast";

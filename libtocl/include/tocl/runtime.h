@@ -77,6 +77,7 @@
 #include "tocl/exit_notice.h"
 #include "tocl/export.h"
 #include "tocl/gid.h"
+#include "tocl/handler.h"
 #include "tocl/membership.h"
 #include "tocl/message_info.h"
 #include "tocl/multicast.h"
@@ -108,7 +109,8 @@ class TOCL_EXPORT Runtime {
   static Result<std::unique_ptr<Runtime>> Start(RuntimeOptions options = {});
 
   // Shutdown(), then frees everything. Buffers still held by the application
-  // must have been released before.
+  // must have been released before. Not from one of its own message
+  // handler calls: that logs why and aborts the process (tocl/handler.h).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -124,7 +126,10 @@ class TOCL_EXPORT Runtime {
   // (receives: Cancelled; long Isends: Unavailable), waits for the threads
   // spawned by SpawnThread to return from their entries, unregisters, says
   // goodbye to the daemon and closes the networks. Idempotent. Not from an entry thread
-  // or a notification callback.
+  // or a notification callback. Handlers (tocl/handler.h): no call starts
+  // once Shutdown begins, the running ones are waited for (after the wake-up
+  // above), then every handler is cancelled. FailedPrecondition from a
+  // handler's call.
   Status Shutdown(std::chrono::milliseconds flush_timeout = std::chrono::seconds(5));
 
   // --- threads -------------------------------------------------------------
@@ -273,6 +278,28 @@ class TOCL_EXPORT Runtime {
   // stays queued for others).
   Result<Request> IrecvInto(Gid self, std::span<std::byte> out, Gid source = Gid(),
                             TagMatch tag = kAnyTag);
+
+  // --- message handlers (tocl/handler.h) -------------------------------------
+  // Runs `handler` for every message to `thread` from `source` (a thread,
+  // process, host or Gid() for any) whose tag `tag` matches, on the
+  // runtime's handler threads, from the messages already waiting there on.
+  // `source` and `tag` select as they do for Recv (bits of tag.tag outside
+  // tag.mask are ignored).
+  // `thread` is an enrolled thread of this process, or Gid(): the runtime
+  // enrolls a new one (options.thread_name, options.attributes) for the
+  // handler; either way the registration says which. Errors:
+  // InvalidArgument for an empty handler, a `thread` that is not an
+  // enrolled thread of this process (or a reserved one), a `source` that is
+  // not a valid Gid, max_concurrent_calls 0 for an unordered handler, and
+  // the thread name or attributes EnrollThread refuses; FailedPrecondition
+  // when `thread` has left; Unavailable when the runtime is shutting down.
+  Result<HandlerRegistration> RegisterHandler(Gid thread, Gid source, TagMatch tag,
+                                              HandlerFunction handler, HandlerOptions options = {});
+  // Cancels a handler: once this returns no call of it runs or will start,
+  // and the messages it had not started a call for stay on its thread (from
+  // inside its own call it does not wait for that call: tocl/handler.h).
+  // NotFound for an id that is not a handler (or was cancelled already).
+  Status CancelHandler(HandlerId id);
 
   // --- multicast (tocl/multicast.h) ----------------------------------------------
   // Sends `payload` from thread `from` (enrolled here) to every thread of

@@ -38,6 +38,11 @@ struct BufferSlot {
   // because a getter may read it while another takes the slot (its stale
   // read then fails the list's compare-and-swap).
   std::atomic<uint32_t> next_free{0};
+  // While queued in a mailbox: the message handler (a standing posted
+  // receive, runtime/posted_receive.h) that has claimed it, else null.
+  // Guarded by that mailbox's lock; null again whenever the slot leaves
+  // the queue, so a reused slot starts unclaimed.
+  const void* claimed_by = nullptr;
 
   wire::Header& header() { return *reinterpret_cast<wire::Header*>(bytes); }
   std::byte* payload() { return bytes + wire::kHeaderBytes; }

@@ -40,14 +40,16 @@ uint64_t PayloadBytes(detail::BufferSlot* slot) {
 }
 
 // Walks `queue` in order for the first complete match; a match still
-// arriving hides every later message from the same sender.
+// arriving hides every later message from the same sender. `any_claimed`:
+// some queued messages are a handler's (skipped).
 template <typename Queue>
-auto FindMatch(Queue& queue, const Selector& selector) {
+auto FindMatch(Queue& queue, const Selector& selector, bool any_claimed) {
   uint64_t blocked[8];
   size_t num_blocked = 0;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
     const wire::Header& header = (*it)->header();
     if (!selector.Matches(Gid::FromRaw(header.source), header.tag)) continue;
+    if (any_claimed && (*it)->claimed_by != nullptr) continue;
     if (std::find(blocked, blocked + num_blocked, header.source) != blocked + num_blocked) continue;
     if (Incomplete(*it)) {
       if (num_blocked == std::size(blocked)) return queue.end();  // be safe: wait
@@ -100,17 +102,22 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
     if (left_.load(std::memory_order_relaxed)) return false;
     // A message still arriving waits in the queue (MessageComplete offers
     // it), and so does one whose receive must take an older one first.
-    bool posted = false;
+    Offer offer = Offer::kKept;
     if (!posted_.empty() && !Incomplete(slot)) {
       Arriving older;
-      const uint64_t source = slot->header().source;
-      for (detail::BufferSlot* queued : queue_) {
-        if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+      if (incomplete_ != 0) {
+        const uint64_t source = slot->header().source;
+        for (detail::BufferSlot* queued : queue_) {
+          if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+        }
       }
-      posted = OfferLocked(slot, /*queued=*/false, older);
+      offer = OfferLocked(slot, /*queued=*/false, older);
     }
-    if (!posted) {
+    // A claimed message waits in the queue for its handler, counted like
+    // any other unreceived one (flow control holds a slow handler's).
+    if (offer != Offer::kTaken) {
       queue_.push_back(slot);
+      if (Incomplete(slot)) ++incomplete_;
       CountQueuedLocked();
       if (unexpected_bytes != nullptr) {
         unexpected_bytes->fetch_add(SlotBytes(slot), std::memory_order_relaxed);
@@ -121,16 +128,22 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
   return true;
 }
 
-bool Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older) {
+Mailbox::Offer Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older) {
   const wire::Header& header = slot->header();
   const Gid from = Gid::FromRaw(header.source);
   while (PostedReceive* post = posted_.FirstMatch(from, header.tag)) {
-    if (older.Holds(post->selector, header.source)) return false;
+    if (older.Holds(post->selector, header.source)) return Offer::kKept;
+    if (post->standing != nullptr) {
+      slot->claimed_by = post;
+      ++claimed_;
+      post->standing->Claimed();
+      return Offer::kClaimed;
+    }
     const bool taken = CompleteWithLocked(post, slot, queued);
     CountPostedLocked();
-    if (taken) return true;
+    if (taken) return Offer::kTaken;
   }
-  return false;
+  return Offer::kKept;
 }
 
 bool Mailbox::CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, bool queued) {
@@ -151,9 +164,11 @@ bool Mailbox::CompleteWithLocked(PostedReceive* post, detail::BufferSlot* slot, 
 
 void Mailbox::CompleteAllLocked(const Status& status) {
   // Bound ones are no longer listed: they finish with their message (or
-  // their owner moves it).
+  // their owner moves it). A standing one is only unlisted: its handler
+  // finds nothing more to take (TakeClaimed) until it is cancelled.
   while (PostedReceive* post = posted_.head()) {
     posted_.Remove(post);
+    if (post->standing != nullptr) continue;
     post->Complete(status);
   }
   CountPostedLocked();
@@ -163,25 +178,66 @@ void Mailbox::CountPostedLocked() {
   has_posted_.store(!posted_.empty(), std::memory_order_release);
 }
 
-void Mailbox::Post(PostedReceive* post) {
+bool Mailbox::Post(PostedReceive* post) {
   post->completions = completions_;
+  std::lock_guard lock(mu_);
+  if (left_.load(std::memory_order_relaxed)) {
+    if (post->standing == nullptr) {
+      post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
+    }
+    return false;
+  }
+  if (post->standing != nullptr) {
+    // Queued messages no earlier receive matches (mailbox.h's rule): it
+    // claims those it matches, in order.
+    posted_.Append(post);
+    CountPostedLocked();
+    (void)OfferQueuedLocked();
+    return true;
+  }
+  auto it = FindMatch(queue_, post->selector, claimed_ != 0);
+  if (it == queue_.end()) {
+    posted_.Append(post);
+    CountPostedLocked();
+    return true;
+  }
+  if (CompleteWithLocked(post, *it, /*queued=*/true)) {
+    queue_.erase(it);
+    CountQueuedLocked();
+  }
+  return true;
+}
+
+detail::BufferSlot* Mailbox::TakeClaimed(const PostedReceive* post) {
+  std::lock_guard lock(mu_);
+  if (claimed_ == 0) return nullptr;
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    detail::BufferSlot* slot = *it;
+    if (slot->claimed_by != post) continue;
+    slot->claimed_by = nullptr;
+    --claimed_;
+    queue_.erase(it);
+    CountQueuedLocked();
+    return slot;
+  }
+  return nullptr;
+}
+
+void Mailbox::WithdrawStanding(PostedReceive* post) {
   {
     std::lock_guard lock(mu_);
-    if (left_.load(std::memory_order_relaxed)) {
-      post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
-      return;
+    posted_.Remove(post);
+    CountPostedLocked();
+    for (detail::BufferSlot* slot : queue_) {
+      if (slot->claimed_by != post) continue;
+      slot->claimed_by = nullptr;
+      --claimed_;
     }
-    auto it = FindMatch(queue_, post->selector);
-    if (it == queue_.end()) {
-      posted_.Append(post);
-      CountPostedLocked();
-      return;
-    }
-    if (CompleteWithLocked(post, *it, /*queued=*/true)) {
-      queue_.erase(it);
-      CountQueuedLocked();
-    }
+    // Each goes to the first receive posted after the handler that
+    // matches it (another handler's claim included), else stays for Recv.
+    (void)OfferQueuedLocked();
   }
+  Wake();
 }
 
 Mailbox::Withdrawal Mailbox::Withdraw(PostedReceive* post) {
@@ -200,6 +256,9 @@ void Mailbox::MessageComplete(detail::BufferSlot* slot) {
     // Under the lock: a later message of its sender that arrives now must
     // find it whole and already offered, not overtake it.
     std::lock_guard lock(mu_);
+    // Queued unless the thread left (Deliver refused it, or Leave dropped
+    // it and the count).
+    if (!left_.load(std::memory_order_relaxed) && Incomplete(slot)) --incomplete_;
     slot->set_state(BufferState::kIdle);
     (void)OfferQueuedLocked();
   }
@@ -218,7 +277,7 @@ bool Mailbox::OfferQueuedLocked() {
       ++it;
       continue;
     }
-    if (OfferLocked(*it, /*queued=*/true, older)) {
+    if ((*it)->claimed_by == nullptr && OfferLocked(*it, /*queued=*/true, older) == Offer::kTaken) {
       it = queue_.erase(it);
       handed = true;
     } else {
@@ -276,7 +335,7 @@ void Mailbox::Wait(uint32_t seen, std::chrono::steady_clock::time_point deadline
 
 detail::BufferSlot* Mailbox::Take(const Selector& selector) {
   std::lock_guard lock(mu_);
-  auto it = FindMatch(queue_, selector);
+  auto it = FindMatch(queue_, selector, claimed_ != 0);
   if (it == queue_.end()) return nullptr;
   detail::BufferSlot* slot = *it;
   queue_.erase(it);
@@ -286,7 +345,7 @@ detail::BufferSlot* Mailbox::Take(const Selector& selector) {
 
 bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   std::lock_guard lock(mu_);
-  auto it = FindMatch(queue_, selector);
+  auto it = FindMatch(queue_, selector, claimed_ != 0);
   if (it == queue_.end()) return false;
   info = InfoOf(*it);
   return true;
@@ -300,6 +359,7 @@ PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* bind
   if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
   // A queued match goes first; it is offered to the receive once it can be.
   for (detail::BufferSlot* slot : queue_) {
+    if (slot->claimed_by != nullptr) continue;  // a handler's
     const wire::Header& header = slot->header();
     if (post->selector.Matches(Gid::FromRaw(header.source), header.tag)) return nullptr;
   }
@@ -313,6 +373,7 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   std::lock_guard lock(mu_);
   auto it = std::find(queue_.begin(), queue_.end(), slot);
   if (it == queue_.end()) return false;
+  if (Incomplete(slot)) --incomplete_;
   queue_.erase(it);
   CountQueuedLocked();
   // What its sender sent after it is no longer held behind it.
@@ -326,6 +387,9 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     std::lock_guard lock(mu_);
     left_.store(true, std::memory_order_release);
     dropped.swap(queue_);
+    for (detail::BufferSlot* slot : dropped) slot->claimed_by = nullptr;
+    claimed_ = 0;
+    incomplete_ = 0;
     CountQueuedLocked();
     CompleteAllLocked(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
   }

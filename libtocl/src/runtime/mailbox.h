@@ -56,7 +56,8 @@ class Mailbox {
 
   // The first message matching `selector`, removed (one reference for the
   // caller), or nullptr. A long message still arriving is skipped, and so
-  // is every later message from its sender (they stay behind it).
+  // is every later message from its sender (they stay behind it); so is a
+  // message a handler claimed (posted_receive.h).
   detail::BufferSlot* Take(const Selector& selector);
   // The first match, left in place.
   bool Peek(const Selector& selector, MessageInfo& info);
@@ -64,9 +65,20 @@ class Mailbox {
   // Posts a receive (its selector, `into` and `out` set): the first queued
   // match completes it at once (one too large for `out` completes it with
   // InvalidArgument and stays queued), else it waits in the list for the
-  // delivery path. A thread that has left completes it with
-  // FailedPrecondition.
-  void Post(PostedReceive* post);
+  // delivery path. A standing receive (`standing` set) stays listed and
+  // claims every queued message it is the first match for, then each later
+  // one. False when the thread has left: a receive is then completed with
+  // FailedPrecondition, a standing one is left untouched (not listed; its
+  // owner reports the error).
+  bool Post(PostedReceive* post);
+  // The first message `post` (a standing receive) claimed, removed (one
+  // reference, still counted as unexpected: the caller uncounts it), or
+  // nullptr when none is left (withdrawn, or the thread left).
+  detail::BufferSlot* TakeClaimed(const PostedReceive* post);
+  // Withdraws a standing receive: the messages it claimed and nobody took
+  // are unclaimed, in place, and offered to the receives posted after it;
+  // a receiver waiting here is woken. Idempotent.
+  void WithdrawStanding(PostedReceive* post);
   // Withdraws a posted receive: kWithdrawn (it took nothing; the caller is
   // free), kDone (it completed first: its outcome is the caller's), or
   // kBound (a long message is landing in its memory: ask the long receiver
@@ -123,13 +135,16 @@ class Mailbox {
   // Publishes whether posted_ is empty; after every change, under mu_.
   void CountPostedLocked();
   struct Arriving;
+  // What became of a message offered to the posted receives.
+  enum class Offer { kKept, kTaken, kClaimed };
   // Hands `slot` to the first posted receive it matches (receives whose
   // memory is too small for it complete with InvalidArgument on the way):
-  // whether one took it. It stays queued when that receive matches a long
-  // message of its sender still arriving ahead of it (in `older`): that
-  // one is the receive's first. `queued`: it comes from the queue
-  // (PostedReceive::counted).
-  bool OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older);
+  // kTaken when one took it, kClaimed when a standing receive claimed it
+  // (it stays, or goes, in the queue), kKept otherwise. It stays queued
+  // when that receive matches a long message of its sender still arriving
+  // ahead of it (in `older`): that one is the receive's first. `queued`:
+  // it comes from the queue (PostedReceive::counted).
+  Offer OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older);
   // OfferLocked for each queued message that can be received now, in
   // order: whether any was taken.
   bool OfferQueuedLocked();
@@ -146,6 +161,14 @@ class Mailbox {
   std::atomic<size_t> queued_{0};          // queue_.size(), for empty()
   PostedReceives posted_;                  // guarded by mu_
   std::atomic<bool> has_posted_{false};
+  // Queued messages a standing receive claimed; guarded by mu_. Zero
+  // unless a handler is registered: queue walks look at claims only then.
+  size_t claimed_ = 0;
+  // Queued long messages still arriving (their sender's later messages
+  // wait behind them); guarded by mu_. While zero, Deliver does not walk
+  // the queue for them: with a receive always posted (a handler) and a
+  // backlog, that walk per message would cost O(backlog) each.
+  size_t incomplete_ = 0;
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> armed_{false};  // a sleeper has not been woken yet

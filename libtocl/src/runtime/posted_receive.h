@@ -11,6 +11,16 @@
 // matches, and two posted receives that match the same messages complete
 // in post order (MPI's rule for Irecv).
 //
+// A standing receive (a message handler, handler_dispatch.h) is posted
+// once and never completes: each message it is the first match for stays
+// in the mailbox's queue, in its place, marked as claimed by it
+// (BufferSlot::claimed_by), and its sink is told; the handler's dispatcher
+// takes the claimed messages one by one (Mailbox::TakeClaimed). Receives
+// and probes skip claimed messages. Withdrawing it (Mailbox::
+// WithdrawStanding) unclaims the messages not yet taken: they are then
+// where they would have been had no handler existed, so nothing is lost
+// and no order changes.
+//
 // Threading: the list and a receive's links are guarded by its mailbox's
 // lock; `done` publishes the outcome (stored by whoever completes it,
 // read by the waiter), after which only the receive's owner touches it.
@@ -46,8 +56,21 @@ struct Selector {
   }
 };
 
+// Told of each message a standing receive claims, under its mailbox's
+// lock: it must not block, nor call back into that mailbox.
+class ClaimSink {
+ public:
+  virtual void Claimed() = 0;
+
+ protected:
+  ~ClaimSink() = default;
+};
+
 struct PostedReceive {
   Selector selector;
+  // Set for a standing receive (see above): it claims messages instead of
+  // completing; `into`, `out` and the outcome fields are unused.
+  ClaimSink* standing = nullptr;
   // Into the caller's memory (RecvInto, IrecvInto): `out`, and a long
   // message may be bound to it; else (Irecv) the message's own buffer.
   bool into = false;

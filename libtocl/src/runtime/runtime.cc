@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "buffers/large_slot.h"
@@ -10,6 +11,7 @@
 #include "core/logger.h"
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
+#include "runtime/handler_dispatch.h"
 #include "runtime/membership/membership_watches.h"
 #include "runtime/multicast_service.h"
 #include "runtime/notifier.h"
@@ -172,6 +174,7 @@ Status Runtime::Impl::Open() {
   daemons = std::make_unique<runtime::HostDaemons>(link->client(), process,
                                                    std::move(resolved.peer_daemons));
   memberships = std::make_unique<runtime::MembershipWatches>(link->client());
+  handlers = std::make_unique<runtime::HandlerDispatch>(receive, shutting_down);
   {
     const std::string secret = link->data_plane_secret();
     auto key = security::ClusterKey::FromBytes(std::as_bytes(std::span(secret)));
@@ -255,8 +258,11 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   // complete; the background thread ends.
   background_sends.Stop();
   if (progress) progress->Stop();
-  // Wake receivers: they return Cancelled.
+  // Wake receivers: they return Cancelled. Then handler calls (none
+  // started since shutting_down was set) return, and the pool's lead lets
+  // go of the poll token.
   receive.WakeAll();
+  if (handlers) handlers->Stop();
   // Receivers leave the token within their poll round; subsystems close
   // with nobody polling.
   if (progress) (void)progress->AcquireWithin(std::chrono::seconds(2));
@@ -467,6 +473,17 @@ void Runtime::Impl::DeliverArrivedFrom(Gid gone, const std::string& reason) {
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Runtime::~Runtime() {
+  if (impl_->handlers && impl_->handlers->InCall()) {
+    // Shutdown would wait for this very call to return, and the call runs
+    // on what is being freed: a hang at best. As std::thread's join of
+    // itself, a programming error that cannot be reported otherwise.
+    Log().critical(
+        "tocl: Runtime {} destroyed from inside one of its own message handler calls (the "
+        "destructor would wait for that call forever); aborting",
+        impl_->process.ToString());
+    Log().flush();
+    std::abort();
+  }
   // While this object is whole: entry threads hold a reference to it.
   (void)impl_->Shutdown(std::chrono::milliseconds(0));
 }
@@ -488,6 +505,9 @@ const RuntimeOptions& Runtime::options() const {
 }
 
 Status Runtime::Shutdown(std::chrono::milliseconds flush_timeout) {
+  if (impl_->handlers && impl_->handlers->InCall()) {
+    return FailedPrecondition("Shutdown from a message handler (it waits for the handler's call)");
+  }
   return impl_->Shutdown(flush_timeout);
 }
 

@@ -21,6 +21,9 @@
 //                                       └──> a receiver's answers ──> LongSender
 //   Recv ──> ReceiveSide (receive_side.h): the thread's Mailbox, polling
 //            through the ProgressEngine while it waits
+//   RegisterHandler ──> HandlerDispatch (handler_dispatch.h): a standing
+//            PostedReceive on the thread's Mailbox claims messages; the
+//            dispatch's pool runs the calls
 //   Irecv, IrecvInto ──> a PostedReceive on the thread's Mailbox
 //            (posted_receive.h), completed by the delivery path; Isend
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's
@@ -87,6 +90,7 @@
 #include "tocl/runtime.h"
 
 namespace tocl::runtime {
+class HandlerDispatch;
 class MembershipWatches;
 class MulticastService;
 class Notifier;
@@ -246,6 +250,9 @@ struct Runtime::Impl final {
   std::unique_ptr<runtime::MulticastService> multicasts;
   // Runtime::WatchMembers (membership/membership_watches.h).
   std::unique_ptr<runtime::MembershipWatches> memberships;
+  // Message handlers (handler_dispatch.h): first to go, their calls use
+  // everything else.
+  std::unique_ptr<runtime::HandlerDispatch> handlers;
 };
 
 }  // namespace tocl
