@@ -156,6 +156,14 @@ class Peer {
         TOCL_RETURN_IF_ERROR(NeedTocl());
         status = tocl_->PingPong(role_, spec, &latency, ToclPeer::Way::kHandler);
         break;
+      case Contender::kToclPackedPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PackedPingPong(role_, spec, &latency, /*packed=*/true);
+        break;
+      case Contender::kToclPrepackedPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PackedPingPong(role_, spec, &latency, /*packed=*/false);
+        break;
       case Contender::kToclStream:
         TOCL_RETURN_IF_ERROR(NeedTocl());
         status = tocl_->Stream(role_, spec, &stream);

@@ -93,6 +93,10 @@ struct LongSend {
   LongKey key;
   std::span<const std::byte> data;
   Tag tag = 0;
+  // The start's wire flags: a packed message's body piece
+  // (wire::kFlagPackedPiece) is granted only into a posted receive's
+  // memory, never library memory (its reader posts one: no copy).
+  uint16_t flags = 0;
 
   std::mutex mu;         // the sender and the poller (acknowledgements)
   bool granted = false;  // guarded by mu

@@ -17,6 +17,10 @@ constexpr uint64_t kMaxFragments = uint64_t{1} << 24;
 // Messages given up whose late fragments are answered with an abort.
 constexpr size_t kRememberAborted = 4096;
 
+bool IsPiece(const InboundLong& message) {
+  return (message.flags & wire::kFlagPackedPiece) != 0;
+}
+
 }  // namespace
 
 LongReceiver::LongReceiver(Limits limits, ReceiveSide& receive, Events& events)
@@ -53,6 +57,7 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   message->total = header.total;
   message->fragment_bytes = header.reserved;
   message->tag = header.tag;
+  message->flags = header.flags;
   message->mailbox = mailbox;
   message->have.assign(fragments, false);
   message->last_activity = Clock::now();
@@ -64,7 +69,7 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
     }
     // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
     if (!TryGrantLocked(ref, waiting_grant_.empty())) {
-      if (ref.total > limits_.reassembly_cap) {
+      if (ref.total > limits_.reassembly_cap && !IsPiece(ref)) {
         Log().warn(
             "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
             "bytes); receive it with RecvInto",
@@ -203,14 +208,15 @@ bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   const Gid source = Gid::FromRaw(message.key.source);
   if (message.mailbox->HasPosted()) {
     if (PostedReceive* post =
-            message.mailbox->BindPosted(source, message.tag, message.total, &message)) {
+            message.mailbox->BindPosted(source, message.tag, message.flags, message.total,
+                                        &message)) {
       std::lock_guard lock(message.mu);
       message.posted = post;
       message.dest = post->out.data();
     }
   }
   if (message.posted == nullptr) {
-    if (!library) return false;
+    if (!library || IsPiece(message)) return false;
     const uint64_t used = reassembly_used_.load(std::memory_order_relaxed);
     if (used + message.total > limits_.reassembly_cap) return false;
     auto large = NewMessageSlot(message);
@@ -293,15 +299,17 @@ Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& mess
   slot->header() =
       wire::WholeMessageHeader(Gid::FromRaw(message.key.source),
                                Gid::FromRaw(message.key.destination), message.tag, message.total);
+  slot->header().flags = message.flags;
   slot->set_state(BufferState::kInFlight);             // arriving: Take skips it
   slot->refs.fetch_add(1, std::memory_order_relaxed);  // ours, until complete
   return slot;
 }
 
 Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
-                                      std::span<const std::byte> payload) {
+                                      std::span<const std::byte> payload, uint16_t flags) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
   large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
+  large->header().flags = flags;
   std::memcpy(large->payload(), payload.data(), payload.size());
   buffers::SlotRef slot(large);
   return receive_.Deliver(slot);  // an error drops `slot`
@@ -342,7 +350,9 @@ void LongReceiver::GrantWaitingLocked() {
       ++i;
       continue;
     }
-    const bool fits = message->total <= limits_.reassembly_cap;
+    // A packed body piece waits for its reader's receive: it never has
+    // the turn for library memory.
+    const bool fits = message->total <= limits_.reassembly_cap && !IsPiece(*message);
     if (TryGrantLocked(*message, fits && !library_taken)) {
       waiting_grant_.erase(waiting_grant_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;

@@ -128,8 +128,9 @@ class LongReceiver {
   // Process `process` exited: its messages to us will not complete.
   void SenderExited(Gid process, const std::string& reason);
   // A long message from a thread of this process: one copy into library
-  // memory, delivered whole to thread `to`.
-  Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // memory, delivered whole to thread `to`, with wire header `flags`.
+  Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                          uint16_t flags = 0);
 
   // Drops our references to the memory of messages still arriving (the
   // runtime goes away; their mailboxes drop theirs).

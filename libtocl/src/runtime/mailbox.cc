@@ -48,7 +48,7 @@ auto FindMatch(Queue& queue, const Selector& selector, bool any_claimed) {
   size_t num_blocked = 0;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
     const wire::Header& header = (*it)->header();
-    if (!selector.Matches(Gid::FromRaw(header.source), header.tag)) continue;
+    if (!selector.Matches(Gid::FromRaw(header.source), header.tag, header.flags)) continue;
     if (any_claimed && (*it)->claimed_by != nullptr) continue;
     if (std::find(blocked, blocked + num_blocked, header.source) != blocked + num_blocked) continue;
     if (Incomplete(*it)) {
@@ -88,7 +88,7 @@ struct Mailbox::Arriving {
     if (overflow) return true;
     for (size_t i = 0; i < count; ++i) {
       const wire::Header& header = slots[i]->header();
-      if (header.source == source && selector.Matches(Gid::FromRaw(source), header.tag)) {
+      if (header.source == source && selector.Matches(Gid::FromRaw(source), header.tag, header.flags)) {
         return true;
       }
     }
@@ -128,7 +128,7 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
 Mailbox::Offer Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older) {
   const wire::Header& header = slot->header();
   const Gid from = Gid::FromRaw(header.source);
-  while (PostedReceive* post = posted_.FirstMatch(from, header.tag)) {
+  while (PostedReceive* post = posted_.FirstMatch(from, header.tag, header.flags)) {
     if (older.Holds(post->selector, header.source)) return Offer::kKept;
     if (post->standing != nullptr) {
       slot->claimed_by = post;
@@ -344,9 +344,10 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   return true;
 }
 
-PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* binder) {
+PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total,
+                                    void* binder) {
   std::lock_guard lock(mu_);
-  PostedReceive* post = posted_.FirstMatch(from, tag);
+  PostedReceive* post = posted_.FirstMatch(from, tag, flags);
   // A library receive (Irecv) or one too small takes the message once it
   // is whole (MessageComplete offers it).
   if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
@@ -354,7 +355,9 @@ PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* bind
   for (detail::BufferSlot* slot : queue_) {
     if (slot->claimed_by != nullptr) continue;  // a handler's
     const wire::Header& header = slot->header();
-    if (post->selector.Matches(Gid::FromRaw(header.source), header.tag)) return nullptr;
+    if (post->selector.Matches(Gid::FromRaw(header.source), header.tag, header.flags)) {
+      return nullptr;
+    }
   }
   post->bound = binder;
   posted_.Remove(post);

@@ -61,9 +61,10 @@ Status SendSide::CheckSend(Gid from, Gid to, Tag tag) const {
   return Status::Ok();
 }
 
-Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags) {
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  return PostSlot(from, to, tag, slot, network);
+  return PostSlot(from, to, tag, slot, network, flags);
 }
 
 Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer&& buffer) {
@@ -111,8 +112,10 @@ Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
   return SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
-Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags) {
   slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
+  slot->header().flags = flags;
   if (to.process() == process_) return receive_.Deliver(slot);
 
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
@@ -169,6 +172,19 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
                                                             payload, Clock::time_point::max()));
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
+}
+
+Status SendSide::SendCopyFlagged(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                                 uint16_t flags) {
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes_) {
+    return InvalidArgument(
+        fmt::format("a {} byte payload does not fit a short message", payload.size()));
+  }
+  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
+                                                            payload, Clock::time_point::max()));
+  return PostSlot(from, to, tag, slot, Network::kFastest, flags);  // an error drops `slot`
 }
 
 Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {

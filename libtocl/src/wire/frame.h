@@ -8,7 +8,7 @@
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
 //        4     1  version (kVersion: 5)
 //        5     1  kind (FrameKind)
-//        6     2  flags (0; reserved for priorities)
+//        6     2  flags (kFlagPackedPiece or 0; the other bits reserved)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
 //       16     8  source Gid (a thread; a process for handshake frames)
@@ -55,6 +55,14 @@
 // connection), version 5 kReceived on reverse traffic; peers of another
 // version are refused.
 //
+// Flags: kFlagPackedPiece marks a short message or a long-message start as
+// a body piece of a packed message (tocl/packed_message.h): it is matched
+// only by the runtime's packed reader, never by a receive the application
+// posts, so a Recv of the packed message's tag does not take its pieces.
+// The flag brought no version change: a peer older than it refuses such a
+// frame ("reserved header bits are set") and so fails the packed message,
+// not anything else.
+//
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
 #pragma once
@@ -94,6 +102,9 @@ enum class FrameKind : uint8_t {
   kResume = 11,    // stream: the connector says which stream and from which frame on
   kReceived = 12,  // stream: the acceptor's cumulative count of frames received
 };
+
+// Header::flags: a body piece of a packed message (see above).
+inline constexpr uint16_t kFlagPackedPiece = 0x0002;
 
 // The payload a handshake frame carries (0 for other kinds).
 uint32_t HandshakePayloadBytes(FrameKind kind);

@@ -308,6 +308,20 @@ TEST_CASE("a hello frame from something other than a process is rejected naming 
   CheckRejected(header, "hello from null to h4.p2: both must be processes");
 }
 
+TEST_CASE("a packed piece's flag is accepted on messages and long starts only", "[wire][packed]") {
+  Header header = ValidMessage();
+  header.flags = kFlagPackedPiece;
+  CHECK(ValidateHeader(header, kLimits).ok());
+  Header start = LongStartHeader(kSource, kDestination, 42, uint64_t{1} << 30, 65472, 3);
+  start.flags = kFlagPackedPiece;
+  CHECK(ValidateHeader(start, kLimits).ok());
+  Header fragment = FragmentHeader(kSource, kDestination, 42, 3, 0, 100, 1000);
+  fragment.flags = kFlagPackedPiece;
+  CheckRejected(fragment, "reserved header bits are set");
+  header.flags = kFlagPackedPiece | 1;
+  CheckRejected(header, "reserved header bits are set");
+}
+
 TEST_CASE("the first problem found is the one reported: magic before everything else", "[wire]") {
   Header header = ValidMessage();
   header.magic = 0;
