@@ -103,8 +103,9 @@ int main() {
   if (!sent.ok()) return Fail("send an image", sent);
   {
     std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(30), [&] { return report.starts_with("placed") ||
-                                                                 report.starts_with("failed"); })) {
+    if (!cv.wait_for(lock, std::chrono::seconds(30), [&] {
+          return report.starts_with("placed") || report.starts_with("failed");
+        })) {
       return Fail("wait for the image", tocl::Status(tocl::StatusCode::kDeadlineExceeded, report));
     }
     std::printf("%s, checksum %s\n", report.c_str(),

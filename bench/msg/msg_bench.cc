@@ -453,8 +453,9 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
                              Contender::kToclPrepackedPingPong, kBody);
       auto packed = g.Add(fmt::format("tocl {}, packed + header handler", network),
                           Contender::kToclPackedPingPong, kBody);
-      g.AddRow(prepacked, std::nullopt,
-               fmt::format("packed 16 values + 4 MiB: tocl {}, one pre-packed Send, Recv", network));
+      g.AddRow(
+          prepacked, std::nullopt,
+          fmt::format("packed 16 values + 4 MiB: tocl {}, one pre-packed Send, Recv", network));
       g.AddRow(packed, prepacked,
                fmt::format("packed 16 values + 4 MiB: tocl {}, packed, body placed by a header "
                            "handler",

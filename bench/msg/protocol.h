@@ -48,8 +48,8 @@ enum class Contender : uint32_t {
   kToclIrecvPingPong,    // the initiator posts an Irecv, Sends, then Waits (tocl/request.h)
   kToclHandlerPingPong,  // the responder replies from a message handler (tocl/handler.h)
   // A 16-value header and a body of `size` bytes, one way, answered by 8 B:
-  kToclPackedPingPong,      // packed (tocl/packed_message.h), placed by a header handler
-  kToclPrepackedPingPong,   // one Send of the same bytes pre-packed, received with Recv
+  kToclPackedPingPong,     // packed (tocl/packed_message.h), placed by a header handler
+  kToclPrepackedPingPong,  // one Send of the same bytes pre-packed, received with Recv
 };
 std::string_view ContenderName(Contender contender);
 inline bool IsPingPong(Contender c) {

@@ -233,22 +233,37 @@ class RuntimePeer final : public ToclPeer {
     std::thread thread;
   };
 
+  // How a handler-based responder ends: the stop message, or the first
+  // failure, from a handler call; the responder's thread waits for it.
+  class Stop {
+   public:
+    void Fail(Status status) {
+      std::lock_guard lock(mu_);
+      if (failure_.ok()) failure_ = std::move(status);
+      stopped_ = true;
+      stopped_cv_.notify_all();
+    }
+    Status Wait() {
+      std::unique_lock lock(mu_);
+      stopped_cv_.wait(lock, [&] { return stopped_; });
+      return failure_;
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable stopped_cv_;
+    bool stopped_ = false;  // guarded by mu_
+    Status failure_;        // guarded by mu_
+  };
+
   // The responder's side as a handler on `me`: each message runs a call
   // that copies it out and sends the copy back, as the Recv loop does;
   // the stop message ends the wait here, then the handler is cancelled.
   Status HandlerResponder(Gid me, Gid peer, size_t size) {
     Runtime& runtime = *runtime_;
     PayloadBuffer buffer(size);
-    std::mutex mu;
-    std::condition_variable stopped_cv;
-    bool stopped = false;
-    Status failure;
-    auto fail = [&](Status status) {
-      std::lock_guard lock(mu);
-      if (failure.ok()) failure = std::move(status);
-      stopped = true;
-      stopped_cv.notify_all();
-    };
+    Stop stop;
+    auto fail = [&](Status status) { stop.Fail(std::move(status)); };
     TOCL_ASSIGN_OR_RETURN(
         HandlerRegistration handler,
         runtime.RegisterHandler(
@@ -264,10 +279,7 @@ class RuntimePeer final : public ToclPeer {
               if (!sent.ok()) fail(sent.WithContext("tocl handler ping-pong"));
             },
             {.ordered = true}));
-    {
-      std::unique_lock lock(mu);
-      stopped_cv.wait(lock, [&] { return stopped; });
-    }
+    Status failure = stop.Wait();
     TOCL_RETURN_IF_ERROR(runtime.CancelHandler(handler.id));
     return failure;
   }
@@ -298,43 +310,32 @@ class RuntimePeer final : public ToclPeer {
         TOCL_RETURN_IF_ERROR(reply(header[0]).WithContext("tocl pre-packed"));
       }
     }
-    std::mutex mu;
-    std::condition_variable stopped_cv;
-    bool stopped = false;
-    Status failure;
-    auto fail = [&](Status status) {
-      std::lock_guard lock(mu);
-      if (failure.ok()) failure = std::move(status);
-      stopped = true;
-      stopped_cv.notify_all();
-    };
+    Stop stop;
+    auto fail = [&](Status status) { stop.Fail(std::move(status)); };
     uint64_t round = 0;  // the handler's (ordered: one call at a time)
-    TOCL_ASSIGN_OR_RETURN(
-        HandlerRegistration placer,
-        runtime.RegisterPackedHandler(
-            me, peer, kTagData,
-            [&](PackedReader& header) -> Result<PackedPlacement> {
-              for (size_t v = 0; v < kPackedHeaderValues; ++v) {
-                TOCL_ASSIGN_OR_RETURN(uint64_t value, header.Unpack<uint64_t>());
-                if (v == 0) round = value;
-              }
-              return PackedPlacement{{std::span(body.data(), size)}};
-            },
-            [&](const PackedCompletion& done) {
-              Status status = done.status;
-              if (status.ok() && done.placed[0] != size) status = DataLoss("a short body");
-              if (status.ok()) status = reply(round);
-              if (!status.ok()) fail(status.WithContext("tocl packed"));
-            },
-            {.ordered = true}));
-    TOCL_ASSIGN_OR_RETURN(HandlerRegistration stopper,
-                          runtime.RegisterHandler(
-                              me, peer, kTagStop, [&](HandlerContext&) { fail(Status::Ok()); },
+    TOCL_ASSIGN_OR_RETURN(HandlerRegistration placer,
+                          runtime.RegisterPackedHandler(
+                              me, peer, kTagData,
+                              [&](PackedReader& header) -> Result<PackedPlacement> {
+                                for (size_t v = 0; v < kPackedHeaderValues; ++v) {
+                                  TOCL_ASSIGN_OR_RETURN(uint64_t value, header.Unpack<uint64_t>());
+                                  if (v == 0) round = value;
+                                }
+                                return PackedPlacement{{std::span(body.data(), size)}};
+                              },
+                              [&](const PackedCompletion& done) {
+                                Status status = done.status;
+                                if (status.ok() && done.placed[0] != size)
+                                  status = DataLoss("a short body");
+                                if (status.ok()) status = reply(round);
+                                if (!status.ok()) fail(status.WithContext("tocl packed"));
+                              },
                               {.ordered = true}));
-    {
-      std::unique_lock lock(mu);
-      stopped_cv.wait(lock, [&] { return stopped; });
-    }
+    TOCL_ASSIGN_OR_RETURN(
+        HandlerRegistration stopper,
+        runtime.RegisterHandler(me, peer, kTagStop, [&](HandlerContext&) { fail(Status::Ok()); },
+                                {.ordered = true}));
+    Status failure = stop.Wait();
     TOCL_RETURN_IF_ERROR(runtime.CancelHandler(placer.id));
     TOCL_RETURN_IF_ERROR(runtime.CancelHandler(stopper.id));
     return failure;

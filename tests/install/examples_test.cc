@@ -192,8 +192,9 @@ TEST_CASE(
         RunOk({cmake_build + "/packed"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});
     CHECK(HasLine(packed,
                   "placed 1048576 bytes in place \\(0 copied\\): 1024 x 1024 gray, checksum ok"));
-    CHECK(HasLine(packed, "unpacking a u64: invalid argument: piece 0: expected u64 \\(8 bytes\\), "
-                          "found u32 \\(4 bytes\\)"));
+    CHECK(HasLine(packed,
+                  "unpacking a u64: invalid argument: piece 0: expected u64 \\(8 bytes\\), "
+                  "found u32 \\(4 bytes\\)"));
     CHECK(HasLine(packed, "read 512 x 2048, 1048576 bytes, checksum ok"));
   }
 

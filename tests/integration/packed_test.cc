@@ -21,6 +21,7 @@
 #include "daemon_harness.h"
 #include "messaging_payload.h"
 #include "messaging_support.h"
+#include "shared_state.h"
 #include "status_assertions.h"
 #include "tocl/packed_message.h"
 
@@ -31,26 +32,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 enum class Shape : uint16_t { kSquare = 3, kRound = 9 };
-
-// State shared between handler calls and the test, with waits that end at
-// a deadline (no sleeping as synchronisation).
-class Shared {
- public:
-  template <typename F>
-  void With(F&& f) {
-    std::lock_guard lock(mu_);
-    f();
-    cv_.notify_all();
-  }
-  bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, done);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
 
 bool Contains(const Status& status, std::string_view words) {
   return status.message().find(words) != std::string::npos;
@@ -64,7 +45,7 @@ TEST_CASE("a packed message's values and byte ranges come back in order over shm
     DYNAMIC_SECTION("over " << networks) {
       auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "packed", networks));
       const std::vector<std::byte> small = PatternBytes(100, 1);
-      const std::vector<std::byte> medium = PatternBytes(40 * 1024, 2);  // by reference, short
+      const std::vector<std::byte> medium = PatternBytes(40 * 1024, 2);      // by reference, short
       const std::vector<std::byte> body = PatternBytes(size_t{4} << 20, 3);  // by reference, long
       Status sent;
       size_t messages = 0;
@@ -141,7 +122,8 @@ TEST_CASE("unpacking past the end or with the wrong type or length gets a clear 
   // A failed unpack leaves the reader where it was.
   CHECK(REQUIRE_VALUE(in.Unpack<double>()) == 1.5);
   Result<double> not_a_value = in.Unpack<double>();
-  CHECK(not_a_value.status().message() == "piece 1: expected f64 (8 bytes), found bytes (64 bytes)");
+  CHECK(not_a_value.status().message() ==
+        "piece 1: expected f64 (8 bytes), found bytes (64 bytes)");
   std::vector<std::byte> too_small(10);
   Result<size_t> cut = in.UnpackBytes(too_small);
   CHECK(cut.status().code() == StatusCode::kInvalidArgument);
@@ -251,15 +233,16 @@ TEST_CASE("a header handler places 4 MiB bodies from another process with no cop
             });
             return PackedPlacement{{memory}};
           },
-          [&](const PackedCompletion& done) { shared.With([&] { placed.completions.push_back(done); }); },
+          [&](const PackedCompletion& done) {
+            shared.With([&] { placed.completions.push_back(done); });
+          },
           {.ordered = true, .thread_name = "placer"}));
 
-      MsgWorker worker = REQUIRE_VALUE(MsgWorker::Start(
-          daemon, MsgWorkerArgs("packed", "packer")
-                      .Subsystems(networks)
-                      .To({handler.thread})
-                      .Count(kMessages)
-                      .WithTag(9)));
+      MsgWorker worker = REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("packed", "packer")
+                                                                    .Subsystems(networks)
+                                                                    .To({handler.thread})
+                                                                    .Count(kMessages)
+                                                                    .WithTag(9)));
       REQUIRE(shared.WaitFor([&] { return placed.completions.size() >= kMessages; }, seconds(120)));
       CHECK(worker.Finish(seconds(30)).value_or(-1) == 0);
       shared.With([&] {
@@ -289,9 +272,10 @@ TEST_CASE("a header handler places 4 MiB bodies from another process with no cop
   }
 }
 
-TEST_CASE("a header function that throws, fails or gives too small a destination is reported "
-          "and the handler goes on",
-          "[integration][packed][handlers]") {
+TEST_CASE(
+    "a header function that throws, fails or gives too small a destination is reported "
+    "and the handler goes on",
+    "[integration][packed][handlers]") {
   Daemon daemon;
   REQUIRE_OK(daemon.Start());
   auto [receiver, sender, r, s] = REQUIRE_VALUE(StartRuntimePair(daemon, "packed-faults"));
@@ -358,22 +342,30 @@ TEST_CASE("a sender killed mid-stream fails the header handler's message, nothin
   std::vector<PackedCompletion> completions;
   std::vector<std::byte> memory(size_t{4} << 20);
   std::optional<MsgWorker> worker;
+  bool started = false;  // `worker` is set (the header may come first)
   HandlerRegistration handler = REQUIRE_VALUE(receiver->RegisterPackedHandler(
       Gid(), Gid(), 9,
       [&](PackedReader& header) -> Result<PackedPlacement> {
         TOCL_ASSIGN_OR_RETURN(uint64_t index, header.Unpack<uint64_t>());
         (void)index;
+        if (!shared.WaitFor([&] { return started; }, seconds(30))) {
+          return DeadlineExceeded("the worker did not start");
+        }
         // The sender is in PackBytes, its body waiting for this receive:
-        // kill it now, and place the body once it is gone.
-        Result<int> code = worker->Finish(seconds(30));
-        if (code.ok()) shared.With([] {});
+        // kill it now (closing its stdin), and place the body once it is gone.
+        (void)worker->Finish(seconds(30));
         return PackedPlacement{{memory}};
       },
       [&](const PackedCompletion& done) { shared.With([&] { completions.push_back(done); }); }));
   MsgWorkerArgs args("packed", "doomed");
   args.To({handler.thread}).Count(1).WithTag(9);
   args.extra = {"--kill-on-stdin-close"};
-  worker.emplace(REQUIRE_VALUE(MsgWorker::Start(daemon, args)));
+  Result<MsgWorker> started_worker = MsgWorker::Start(daemon, args);
+  REQUIRE_OK(started_worker.status());
+  shared.With([&] {
+    worker.emplace(std::move(*started_worker));
+    started = true;
+  });
   REQUIRE(shared.WaitFor([&] { return !completions.empty(); }, seconds(60)));
   shared.With([&] {
     const Status& status = completions[0].status;

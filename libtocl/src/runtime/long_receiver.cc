@@ -207,9 +207,8 @@ Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header
 bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   const Gid source = Gid::FromRaw(message.key.source);
   if (message.mailbox->HasPosted()) {
-    if (PostedReceive* post =
-            message.mailbox->BindPosted(source, message.tag, message.flags, message.total,
-                                        &message)) {
+    if (PostedReceive* post = message.mailbox->BindPosted(source, message.tag, message.flags,
+                                                          message.total, &message)) {
       std::lock_guard lock(message.mu);
       message.posted = post;
       message.dest = post->out.data();
@@ -305,8 +304,8 @@ Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& mess
   return slot;
 }
 
-Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
-                                      std::span<const std::byte> payload, uint16_t flags) {
+Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                                      uint16_t flags) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
   large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
   large->header().flags = flags;

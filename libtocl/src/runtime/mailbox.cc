@@ -88,7 +88,8 @@ struct Mailbox::Arriving {
     if (overflow) return true;
     for (size_t i = 0; i < count; ++i) {
       const wire::Header& header = slots[i]->header();
-      if (header.source == source && selector.Matches(Gid::FromRaw(source), header.tag, header.flags)) {
+      if (header.source == source &&
+          selector.Matches(Gid::FromRaw(source), header.tag, header.flags)) {
         return true;
       }
     }
@@ -345,7 +346,7 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
 }
 
 PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total,
-                                    void* binder) {
+                                   void* binder) {
   std::lock_guard lock(mu_);
   PostedReceive* post = posted_.FirstMatch(from, tag, flags);
   // A library receive (Irecv) or one too small takes the message once it

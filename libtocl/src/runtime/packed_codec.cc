@@ -154,9 +154,9 @@ Result<Segment> ParseSegment(std::span<const std::byte> bytes) {
       if (!cursor.Read(size)) return Malformed(cursor, "a value without its size");
       const size_t expected = ValueSize(static_cast<PackedType>(code));
       if (size != expected) {
-        return Malformed(cursor, fmt::format("a {} of {} bytes (it has {})",
-                                             PackedTypeName(static_cast<PackedType>(code)), size,
-                                             expected));
+        return Malformed(
+            cursor, fmt::format("a {} of {} bytes (it has {})",
+                                PackedTypeName(static_cast<PackedType>(code)), size, expected));
       }
       item.length = size;
       if (!cursor.Take(size, item.data)) return Malformed(cursor, "a value cut short");

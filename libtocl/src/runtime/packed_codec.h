@@ -89,8 +89,8 @@ class SegmentBuilder {
 
 // One item of a parsed segment.
 struct Item {
-  Code code = Code::kEnd;  // a value's code is its PackedType's
-  uint64_t length = 0;     // value size, inline or reference length
+  Code code = Code::kEnd;           // a value's code is its PackedType's
+  uint64_t length = 0;              // value size, inline or reference length
   std::span<const std::byte> data;  // the value or inline bytes; the abort reason
   bool is_value() const { return IsValueType(static_cast<uint8_t>(code)); }
   PackedType type() const;  // kBytes for inline and reference

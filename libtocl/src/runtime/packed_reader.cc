@@ -62,7 +62,8 @@ Status ReceiveSegment(PackedReaderState& r) {
   Result<Buffer> got =
       r.impl->receive.ReceiveOn(*mailbox, PieceSelector(r), Clock::time_point::max(), check);
   if (!got.ok()) return got.status();
-  TOCL_ASSIGN_OR_RETURN(runtime::packed::Segment segment, runtime::packed::ParseSegment(got->span()));
+  TOCL_ASSIGN_OR_RETURN(runtime::packed::Segment segment,
+                        runtime::packed::ParseSegment(got->span()));
   if (segment.magic != runtime::packed::kSegmentMagic || segment.number != r.next_number) {
     return DataLoss(fmt::format("segment {} of the packed message from {} came as segment {}",
                                 r.next_number, r.source.ToString(), segment.number));
@@ -102,8 +103,8 @@ Status ReceiveReference(PackedReaderState& r, std::span<std::byte> out) {
   const bool in_place = post.slot == nullptr;
   TOCL_ASSIGN_OR_RETURN(MessageInfo info, r.impl->receive.FinishInto(post));
   if (info.size != out.size()) {
-    return DataLoss(fmt::format("piece {}: a {} byte range came as {} bytes", r.piece, out.size(),
-                                info.size));
+    return DataLoss(
+        fmt::format("piece {}: a {} byte range came as {} bytes", r.piece, out.size(), info.size));
   }
   (in_place ? r.bytes_in_place : r.bytes_copied) += out.size();
   return Status::Ok();
@@ -135,9 +136,9 @@ Result<const Item*> Current(PackedReaderState& r) {
         continue;
       case Code::kEnd:
         r.ended = true;
-        return Status(StatusCode::kOutOfRange,
-                      fmt::format("piece {}: past the end of the message ({} pieces)", r.piece,
-                                  r.piece));
+        return Status(
+            StatusCode::kOutOfRange,
+            fmt::format("piece {}: past the end of the message ({} pieces)", r.piece, r.piece));
       case Code::kAbort:
         r.failed = FailedPrecondition(fmt::format(
             "piece {}: {}", r.piece,

@@ -38,8 +38,8 @@ Status SendSegment(PackedWriterState& w) {
   } else {
     const Network network = w.segment.network();
     buffers::SlotRef slot(w.segment.Detach());
-    sent = w.impl->send_side.SendSlot(w.from, w.to, w.stream, slot, network,
-                                      wire::kFlagPackedPiece);
+    sent =
+        w.impl->send_side.SendSlot(w.from, w.to, w.stream, slot, network, wire::kFlagPackedPiece);
   }
   w.segment = Buffer();
   ++w.segments_sent;
@@ -52,8 +52,7 @@ Status SendSegment(PackedWriterState& w) {
 Status SendReference(PackedWriterState& w, std::span<const std::byte> bytes) {
   ++w.messages;
   if (bytes.size() <= w.impl->ShortMaxPayload()) {
-    return w.impl->send_side.SendCopyFlagged(w.from, w.to, w.stream, bytes,
-                                             wire::kFlagPackedPiece);
+    return w.impl->send_side.SendCopyFlagged(w.from, w.to, w.stream, bytes, wire::kFlagPackedPiece);
   }
   return w.impl->SendLong(w.from, w.to, w.stream, bytes, wire::kFlagPackedPiece);
 }
@@ -117,9 +116,9 @@ PackedWriter::~PackedWriter() {
   PackedWriterState& w = *state_;
   w.segment = Buffer();
   if (!StartSegment(w).ok()) return;
-  w.builder.EndWithAbort(w.broken.ok() ? std::string(kDroppedBeforeEnd)
-                                       : fmt::format("{} ({})", kDroppedBeforeEnd,
-                                                     w.broken.ToString()));
+  w.builder.EndWithAbort(w.broken.ok()
+                             ? std::string(kDroppedBeforeEnd)
+                             : fmt::format("{} ({})", kDroppedBeforeEnd, w.broken.ToString()));
   (void)SendSegment(w);
 }
 

@@ -24,6 +24,11 @@
 //   RegisterHandler ──> HandlerDispatch (handler_dispatch.h): a standing
 //            PostedReceive on the thread's Mailbox claims messages; the
 //            dispatch's pool runs the calls
+//   BeginPacked, RecvPacked, RegisterPackedHandler (runtime_packed.cc) ──>
+//            PackedWriter (packed_writer.cc: segments through SendSide,
+//            by-reference ranges through SendLong, flagged as pieces) and
+//            PackedReader (packed_reader.cc: pieces by piece selectors,
+//            long ones into posted receives; ExitedSenders ends its waits)
 //   Irecv, IrecvInto ──> a PostedReceive on the thread's Mailbox
 //            (posted_receive.h), completed by the delivery path; Isend
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's

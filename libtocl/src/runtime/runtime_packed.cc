@@ -62,9 +62,8 @@ Result<PackedWriter> Runtime::BeginPacked(Gid from, Gid to, Tag tag, PackedOptio
     state->stream = impl.next_packed_stream.fetch_add(1, std::memory_order_relaxed);
   } while (state->stream == kAnyTag);
   state->segment_bytes = impl.ShortMaxPayload();
-  state->by_reference_from =
-      std::min(options.by_reference_from,
-               runtime::packed::SegmentBuilder::InlineRoom(state->segment_bytes));
+  state->by_reference_from = std::min(
+      options.by_reference_from, runtime::packed::SegmentBuilder::InlineRoom(state->segment_bytes));
   return PackedWriter(std::move(state));
 }
 
@@ -75,9 +74,10 @@ Result<PackedReader> Runtime::OpenPacked(Gid self, Buffer header) {
   TOCL_ASSIGN_OR_RETURN(runtime::packed::Segment segment,
                         runtime::packed::ParseSegment(header.span()));
   if (segment.magic != runtime::packed::kHeadMagic) {
-    return DataLoss(fmt::format("a message from {} (tag {}) is a later segment of a packed "
-                                "message, not its header",
-                                header.source().ToString(), header.tag()));
+    return DataLoss(
+        fmt::format("a message from {} (tag {}) is a later segment of a packed "
+                    "message, not its header",
+                    header.source().ToString(), header.tag()));
   }
   auto state = std::make_unique<detail::PackedReaderState>();
   state->impl = &impl;
@@ -105,9 +105,9 @@ Status Place(PackedReader& reader, const PackedPlacement& placement,
     Result<PackedPiece> piece = reader.Peek();
     if (!piece.ok()) return reader.at_end() ? Status::Ok() : piece.status();
     if (piece->type != PackedType::kBytes) {
-      return InvalidArgument(fmt::format(
-          "piece {}: a {} after the header; a header handler places byte ranges only",
-          piece->index, PackedTypeName(piece->type)));
+      return InvalidArgument(
+          fmt::format("piece {}: a {} after the header; a header handler places byte ranges only",
+                      piece->index, PackedTypeName(piece->type)));
     }
     if (n >= placement.destinations.size()) {
       return InvalidArgument(
@@ -155,8 +155,8 @@ Result<HandlerRegistration> Runtime::RegisterPackedHandler(Gid thread, Gid sourc
     state.header_only = true;
     Result<PackedPlacement> placement = CallHeader(header, *reader);
     state.header_only = false;
-    completion.status = placement.ok() ? Place(*reader, *placement, completion.placed)
-                                       : placement.status();
+    completion.status =
+        placement.ok() ? Place(*reader, *placement, completion.placed) : placement.status();
     if (!completion.status.ok()) {
       // The rest is received and dropped (its sender waits for that); a
       // failure there is the one already reported, or the sender gone.

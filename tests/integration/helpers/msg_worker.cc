@@ -126,7 +126,7 @@ struct Options {
   bool linger = false;
   int64_t pause_before = -1;  // source, stamp: before this message, wait for stdin to close
   bool kill_self = false;
-  size_t packed_body = 4 << 20;     // packed: body bytes
+  size_t packed_body = 4 << 20;      // packed: body bytes
   bool kill_on_stdin_close = false;  // SIGKILL as soon as stdin closes
 };
 
@@ -718,8 +718,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", options.daemon, "daemon address (unix:/path or host:port)")
       ->required();
   app.add_option("--role", options.role, "what to do")
-      ->check(CLI::IsMember(
-          {"echo", "ping", "stream", "source", "sink", "stamp", "idle", "packed"}));
+      ->check(
+          CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle", "packed"}));
   app.add_option("--subsystems", options.subsystems, "networks to open (shm, tcp, shm,tcp)");
   app.add_option("--name", options.name, "process name");
   app.add_option("--threads", options.threads, "threads to enroll")->check(CLI::Range(1u, 1024u));

@@ -3,6 +3,8 @@
 // a network is refused with what is wrong. Also the mailbox side of
 // packed pieces: a frame flagged as a piece is matched only by a piece
 // selector. No daemon, no network.
+#include "runtime/packed_codec.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -10,7 +12,6 @@
 
 #include "mailbox_messages.h"
 #include "runtime/mailbox.h"
-#include "runtime/packed_codec.h"
 #include "wire/frame.h"
 
 namespace tocl::runtime::packed {
@@ -26,8 +27,7 @@ std::string_view Text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-TEST_CASE("a segment of values, an inline range and a reference parses back in order",
-          "[packed]") {
+TEST_CASE("a segment of values, an inline range and a reference parses back in order", "[packed]") {
   std::vector<std::byte> memory(256);
   SegmentBuilder builder;
   builder.Start(memory, kHeadMagic, 77);
