@@ -346,8 +346,9 @@ TEST_CASE("a sender killed mid-stream fails the header handler's message, nothin
   HandlerRegistration handler = REQUIRE_VALUE(receiver->RegisterPackedHandler(
       Gid(), Gid(), 9,
       [&](PackedReader& header) -> Result<PackedPlacement> {
-        TOCL_ASSIGN_OR_RETURN(uint64_t index, header.Unpack<uint64_t>());
-        (void)index;
+        for (uint32_t v = 0; v < kPackedHeaderValues; ++v) {
+          TOCL_RETURN_IF_ERROR(header.Unpack<uint64_t>().status());
+        }
         if (!shared.WaitFor([&] { return started; }, seconds(30))) {
           return DeadlineExceeded("the worker did not start");
         }

@@ -139,7 +139,8 @@ Result<Segment> ParseSegment(std::span<const std::byte> bytes) {
   Cursor cursor(bytes);
   Segment segment;
   if (!cursor.Read(segment.magic) || !cursor.Read(segment.number)) {
-    return Malformed(cursor, fmt::format("{} bytes, shorter than a segment header", bytes.size()));
+    return DataLoss(fmt::format("not a packed message ({} bytes, shorter than a segment header)",
+                                bytes.size()));
   }
   if (segment.magic != kHeadMagic && segment.magic != kSegmentMagic) {
     return DataLoss(fmt::format("not a packed message (magic {:#010x})", segment.magic));
