@@ -56,6 +56,12 @@
 // (RegisterPackedHandler) sees the header segment and says where each
 // following byte range goes.
 //
+// A header taken by Recv (or a request, or a plain handler) must be given
+// to OpenPacked, and the reader read to its end or dropped: until then the
+// message's later segments wait in the receiving thread's mailbox (counted
+// as unreceived memory; no receive of the application sees them) and its
+// next by-reference range waits with its sender blocked in PackBytes.
+//
 // Errors while receiving: the sender's process exiting (or its thread
 // leaving) before the message is complete ends the wait with Unavailable
 // "its sender h1.p3.t1 exited before piece 2 of the packed message arrived
