@@ -111,10 +111,12 @@ class Peer {
 
   Status Run(const Command& command, Reply& reply) {
     const RunSpec spec = RunSpec::From(command);
-    // Long messages (memcpy and tocl streams only) may be larger than what
-    // the raw rings carry.
+    // Long messages (memcpy, tocl streams and the packed cases only) may be
+    // larger than what the raw rings carry.
     const bool long_ok =
-        command.contender == Contender::kMemcpy || command.contender == Contender::kToclStream;
+        command.contender == Contender::kMemcpy || command.contender == Contender::kToclStream ||
+        command.contender == Contender::kToclPackedPingPong ||
+        command.contender == Contender::kToclPrepackedPingPong;
     const size_t max = long_ok ? kMaxLongPayload : kMaxPayload;
     if (spec.size < 8 || spec.size > max) {
       return InvalidArgument(fmt::format("message size {} is outside 8 .. {}", spec.size, max));
