@@ -451,11 +451,18 @@ std::vector<Group> MakeGroups(const MsgBenchOptions& options, bool tocl,
       GroupBuilder g(fmt::format("packed {}", network), network, Quantity::kLatency, tocl);
       auto prepacked = g.Add(fmt::format("tocl {}, pre-packed Send + Recv", network),
                              Contender::kToclPrepackedPingPong, kBody);
+      auto into = g.Add(fmt::format("tocl {}, pre-packed Send + RecvInto", network),
+                        Contender::kToclPrepackedIntoPingPong, kBody);
       auto packed = g.Add(fmt::format("tocl {}, packed + header handler", network),
                           Contender::kToclPackedPingPong, kBody);
       g.AddRow(
           prepacked, std::nullopt,
           fmt::format("packed 16 values + 4 MiB: tocl {}, one pre-packed Send, Recv", network));
+      g.AddRow(
+          into, prepacked,
+          fmt::format("packed 16 values + 4 MiB: tocl {}, one pre-packed Send, RecvInto", network));
+      g.AddRow(packed, into,
+               fmt::format("packed 16 values + 4 MiB: tocl {}, packed, against RecvInto", network));
       g.AddRow(packed, prepacked,
                fmt::format("packed 16 values + 4 MiB: tocl {}, packed, body placed by a header "
                            "handler",

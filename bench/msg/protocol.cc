@@ -30,6 +30,8 @@ std::string_view ContenderName(Contender contender) {
       return "tocl packed, header handler";
     case Contender::kToclPrepackedPingPong:
       return "tocl pre-packed Send, Recv";
+    case Contender::kToclPrepackedIntoPingPong:
+      return "tocl pre-packed Send, RecvInto";
   }
   return "unknown";
 }

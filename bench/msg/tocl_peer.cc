@@ -152,13 +152,15 @@ class RuntimePeer final : public ToclPeer {
     }
   }
 
-  Status PackedPingPong(Role role, const RunSpec& spec, LatencyResult* out, bool packed) override {
+  Status PackedPingPong(Role role, const RunSpec& spec, LatencyResult* out,
+                        Packing packing) override {
+    const bool packed = packing == Packing::kPacked;
     TOCL_RETURN_IF_ERROR(CheckPairs(1));
     const Gid me = threads_[0];
     const Gid peer = peer_threads_[0];
     const size_t size = spec.size;
     Runtime& runtime = *runtime_;
-    if (role != Role::kInitiator) return PackedResponder(me, peer, size, packed);
+    if (role != Role::kInitiator) return PackedResponder(me, peer, size, packing);
     // The pre-packed buffer: the header's values, then the body, as an
     // application would lay them out for one Send.
     PayloadBuffer prepacked(kPackedHeaderBytes + size);
@@ -285,10 +287,11 @@ class RuntimePeer final : public ToclPeer {
   }
 
   // The packed case's responder: each message's header values are read
-  // (the first is the round, answered in 8 B) and its body placed in
-  // `body`: by a header handler (`packed`), else by Recv (the body stays in
-  // the received buffer, library memory: no copy out is charged to it).
-  Status PackedResponder(Gid me, Gid peer, size_t size, bool packed) {
+  // (the first is the round, answered in 8 B) and its body placed: by a
+  // header handler in `body` (kPacked), by Recv (kPrepacked: the body stays
+  // in the received buffer, library memory, and no copy out is charged to
+  // it), or by RecvInto memory of the responder's (kPrepackedInto).
+  Status PackedResponder(Gid me, Gid peer, size_t size, Packing packing) {
     Runtime& runtime = *runtime_;
     PayloadBuffer body(size);
     PayloadBuffer answer(8);
@@ -296,7 +299,23 @@ class RuntimePeer final : public ToclPeer {
       StoreStamp(answer.data(), round);
       return runtime.Send(me, peer, kTagData, Bytes(answer, 8));
     };
-    if (!packed) {
+    if (packing == Packing::kPrepackedInto) {
+      PayloadBuffer into(kPackedHeaderBytes + size);
+      for (;;) {
+        Result<MessageInfo> got =
+            runtime.RecvInto(me, std::span(into.data(), kPackedHeaderBytes + size), peer, kAnyTag);
+        if (!got.ok()) return got.status().WithContext("tocl pre-packed: RecvInto");
+        if (got->tag == kTagStop) return Status::Ok();
+        if (got->size != kPackedHeaderBytes + size) {
+          return DataLoss(fmt::format("tocl pre-packed: {} bytes, expected {}", got->size,
+                                      kPackedHeaderBytes + size));
+        }
+        uint64_t header[kPackedHeaderValues];
+        std::memcpy(header, into.data(), kPackedHeaderBytes);
+        TOCL_RETURN_IF_ERROR(reply(header[0]).WithContext("tocl pre-packed"));
+      }
+    }
+    if (packing == Packing::kPrepacked) {
       for (;;) {
         Result<Buffer> got = runtime.Recv(me, peer, kAnyTag);
         if (!got.ok()) return got.status().WithContext("tocl pre-packed: Recv");
