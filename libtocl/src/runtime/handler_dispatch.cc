@@ -135,6 +135,8 @@ Status HandlerDispatch::Cancel(HandlerId id) {
   if (waiter == registration.get() ||
       (waiter != nullptr && WaitsForLocked(registration.get(), waiter))) {
     finished_cv_.wait(lock, [&] { return registration->taking == 0; });
+    // Its running calls end after this returns: the last one frees it.
+    if (registration->running > 0) retired_.push_back(std::move(registration));
     return Status::Ok();
   }
   if (waiter != nullptr) waiter->waiting_for.push_back(registration.get());
@@ -228,8 +230,7 @@ void HandlerDispatch::Work() {
       // run finds a thread to tell.
       if (!ready_.empty()) (void)NotifyLocked();
       if (!lead_waiting_ && sleeping_ == 0 && starting_ == 0) AddThreadLocked();
-      std::shared_ptr<Registration> registration = registrations_.at(front->id);
-      RunCall(registration, lock);
+      RunCall(*front, lock);
       continue;
     }
     if (starting && !lead_waiting_) {
@@ -248,9 +249,7 @@ void HandlerDispatch::Work() {
   }
 }
 
-void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
-                              std::unique_lock<std::mutex>& lock) {
-  Registration& r = *registration;
+void HandlerDispatch::RunCall(Registration& r, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post);
   lock.lock();
@@ -264,6 +263,20 @@ void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
   --r.running;
   MakeReadyLocked(r);  // an ordered one's next message
   if (r.cancelled || stopping_) finished_cv_.notify_all();
+  if (r.cancelled && r.running == 0) ReleaseRetiredLocked(r, lock);
+}
+
+void HandlerDispatch::ReleaseRetiredLocked(Registration& r, std::unique_lock<std::mutex>& lock) {
+  auto it = std::find_if(retired_.begin(), retired_.end(),
+                         [&](const auto& retired) { return retired.get() == &r; });
+  if (it == retired_.end()) return;  // its Cancel or Stop holds it
+  std::shared_ptr<Registration> last = std::move(*it);
+  retired_.erase(it);
+  // The handler's function (and what it captured) is destroyed without
+  // mu_: its destructors may call into the runtime.
+  lock.unlock();
+  last.reset();
+  lock.lock();
 }
 
 void HandlerDispatch::Call(Registration& r, detail::BufferSlot* slot) {
