@@ -31,18 +31,49 @@
 //
 // Threads: calls run on a pool the runtime owns, shared by every handler of
 // the process. It starts with one thread when the first handler is
-// registered and grows, one thread at a time, while more calls can run at
-// once than it has threads, up to kMaxHandlerThreads; threads stay until
-// Shutdown. An idle pool thread waits as a blocked Recv does (it polls the
+// registered and grows by one whenever a thread leaves for a call and no
+// other idle thread is left (so a message that comes meanwhile finds one),
+// up to kMaxHandlerThreads; threads stay until Shutdown. Threads are
+// started by the pool's own threads, not on the path that delivers
+// messages. An idle pool thread waits as a blocked Recv does (it polls the
 // networks itself while messages keep coming, then sleeps), so a handler's
-// message reaches it about as fast as it would reach a Recv. A slow or
-// blocked call holds up only its own handler (an ordered one waits; an
-// unordered one has its other calls): the others keep being called, as
-// long as fewer than kMaxHandlerThreads calls are blocked at once.
+// message reaches it about as fast as it would reach a Recv (dispatch
+// latency against a blocking Recv loop: measured in `tocl-bench msg
+// --cases handlers`).
+//
+// A slow or blocked call holds up only its own handler (an ordered one
+// waits; an unordered one has its other calls): the others, and every
+// receiver of the process, keep going, within two limits. Threads: fewer
+// than kMaxHandlerThreads calls blocked at once. Memory: the messages
+// waiting for a handler (claimed, not yet taken by a call) count as
+// unreceived messages, as those waiting for a Recv do, against the
+// process's RuntimeOptions::unexpected_cap (short messages; long ones
+// count against reassembly_cap). Until that cap is reached, other
+// handlers and receivers are unaffected. Beyond it the process is
+// congested, as with any unread backlog: it stops taking short messages
+// from its networks (no buffers given to shm peers, tcp connections not
+// read) until the backlog falls below the cap again, so every thread and
+// handler of the process waits and its senders are slowed. A blocked
+// handler whose sender keeps streaming to it gets there; cancel it (its
+// backlog stays receivable) or receive the backlog to recover.
+//
+// Cost with a backlog: a handler's messages stay queued on its thread
+// until a call takes them, so on that thread a Recv or Probe walks past
+// them (O(backlog) per receive), a call's take walks past the messages
+// queued before its own (another handler's, or unreceived ones), and each
+// long message that completes there offers the whole queue again. A
+// message arriving costs no walk, unless a long message to that thread is
+// still arriving.
 //
 // What a call may do: any Runtime method (Send, Recv on any thread,
-// requests, RegisterHandler, CancelHandler) but Shutdown (refused with
-// FailedPrecondition). The message is the call's: move it out of
+// requests, RegisterHandler, CancelHandler) but its own runtime's Shutdown
+// (refused with FailedPrecondition) and its destruction: destroying the
+// Runtime from one of its own handler calls logs why and aborts the process
+// (the destructor would wait for that call forever; like a std::thread
+// joining itself, it has no way to report the error). A call is its
+// runtime's only: another Runtime of the process sees it as any other
+// thread (its Shutdown is allowed, its CancelHandler waits for its own
+// running calls). The message is the call's: move it out of
 // HandlerContext::message to keep it after the call.
 //
 // Errors in a call: a function that throws has its exception caught and
@@ -55,9 +86,12 @@
 // for stay on the thread, in their place, for any other receive (Recv,
 // Irecv, a handler registered after it): nothing is lost, nothing is
 // handled twice. From inside a call of the handler itself, CancelHandler
-// cannot wait for that call: it returns at once (no call starts after it;
-// the calls already running, this one and for an unordered handler the
-// others, finish on their own). Likewise it does not wait for calls that
+// cannot wait for that call: it returns without waiting for the running
+// calls (this one and, for an unordered handler, the others finish on
+// their own), but only once the calls left to run are settled: each has
+// taken its message off the thread (it may enter the function an instant
+// after the return; it started before). No other message is handled: the
+// rest stay receivable, in order. Likewise it does not wait for calls that
 // are themselves waiting, through CancelHandler, for the caller's own call
 // (two handlers cancelling each other from their calls): no deadlock.
 //

@@ -109,7 +109,8 @@ class TOCL_EXPORT Runtime {
   static Result<std::unique_ptr<Runtime>> Start(RuntimeOptions options = {});
 
   // Shutdown(), then frees everything. Buffers still held by the application
-  // must have been released before.
+  // must have been released before. Not from one of its own message
+  // handler calls: that logs why and aborts the process (tocl/handler.h).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -282,13 +283,14 @@ class TOCL_EXPORT Runtime {
   // Runs `handler` for every message to `thread` from `source` (a thread,
   // process, host or Gid() for any) whose tag `tag` matches, on the
   // runtime's handler threads, from the messages already waiting there on.
+  // `source` and `tag` select as they do for Recv (bits of tag.tag outside
+  // tag.mask are ignored).
   // `thread` is an enrolled thread of this process, or Gid(): the runtime
   // enrolls a new one (options.thread_name, options.attributes) for the
   // handler; either way the registration says which. Errors:
   // InvalidArgument for an empty handler, a `thread` that is not an
   // enrolled thread of this process (or a reserved one), a `source` that is
-  // not a valid Gid, tag bits outside the mask (build masks with
-  // TagMatch::Masked), max_concurrent_calls 0 for an unordered handler, and
+  // not a valid Gid, max_concurrent_calls 0 for an unordered handler, and
   // the thread name or attributes EnrollThread refuses; FailedPrecondition
   // when `thread` has left; Unavailable when the runtime is shutting down.
   Result<HandlerRegistration> RegisterHandler(Gid thread, Gid source, TagMatch tag,

@@ -9,6 +9,7 @@
 
 #include "buffers/buffer_pool.h"
 #include "core/logger.h"
+#include "wire/lanes.h"
 
 namespace tocl::runtime {
 
@@ -27,20 +28,17 @@ struct HandlerDispatch::Registration final : ClaimSink {
   // Guarded by dispatch.mu_.
   size_t claimed = 0;    // claims no call has taken yet
   uint32_t running = 0;  // calls counted (between taking one and its end)
-  bool ready = false;    // in ready_
+  // Of those, the calls still taking their message (Mailbox::TakeClaimed):
+  // a call whose message is taken starts, whatever happens meanwhile.
+  uint32_t taking = 0;
+  bool ready = false;  // in ready_
   bool cancelled = false;
   // Registrations that calls of this one wait for in Cancel (one entry
   // per waiting call): the edges Cancel's deadlock check follows.
   std::vector<const Registration*> waiting_for;
 };
 
-namespace {
-
-// The registration whose call this thread is running, if any (a
-// Registration; the type is private to the class).
-thread_local void* current_call = nullptr;
-
-}  // namespace
+thread_local HandlerDispatch::CurrentCall HandlerDispatch::current_call_;
 
 HandlerDispatch::HandlerDispatch(ReceiveSide& receive, const std::atomic<bool>& shutting_down)
     : receive_(receive), shutting_down_(shutting_down) {}
@@ -49,13 +47,12 @@ HandlerDispatch::~HandlerDispatch() {
   Stop();
 }
 
-bool HandlerDispatch::InCall() {
-  return current_call != nullptr;
+bool HandlerDispatch::InCall() const {
+  return current_call_.dispatch == this;
 }
 
-size_t HandlerDispatch::threads() const {
-  std::lock_guard lock(mu_);
-  return pool_.size();
+HandlerDispatch::Registration* HandlerDispatch::Caller() const {
+  return current_call_.dispatch == this ? current_call_.registration : nullptr;
 }
 
 Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Selector selector,
@@ -78,11 +75,18 @@ Result<HandlerId> HandlerDispatch::Register(Gid thread, Mailbox& mailbox, Select
     id = next_id_++;
     registration->id = id;
     registrations_.emplace(id, registration);
+    lanes_.fetch_or(uint32_t{1} << wire::LaneOf(thread), std::memory_order_relaxed);
     // A lead polls before the first message comes.
     if (pool_.empty()) AddThreadLocked();
   }
   // Claims what is queued already (Claimed takes mu_ under the mailbox's lock).
-  mailbox.Post(&registration->post);
+  if (!mailbox.Post(&registration->post)) {
+    // The thread left since the caller looked: nothing was posted.
+    std::lock_guard lock(mu_);
+    registrations_.erase(id);
+    CountLanesLocked();
+    return FailedPrecondition(fmt::format("thread {} has left", thread.ToString()));
+  }
   return id;
 }
 
@@ -110,6 +114,7 @@ Status HandlerDispatch::Cancel(HandlerId id) {
     }
     registration = std::move(it->second);
     registrations_.erase(it);
+    CountLanesLocked();
     registration->cancelled = true;
     if (registration->ready) {
       ready_.erase(std::find(ready_.begin(), ready_.end(), registration.get()));
@@ -121,11 +126,19 @@ Status HandlerDispatch::Cancel(HandlerId id) {
   // mailbox's lock): what is left stays queued, unclaimed.
   registration->mailbox->WithdrawStanding(&registration->post);
   std::unique_lock lock(mu_);
-  auto* waiter = static_cast<Registration*>(current_call);
+  Registration* waiter = Caller();
   // From its own call, or from a call that the target's calls wait for:
-  // waiting would never end.
-  if (waiter == registration.get()) return Status::Ok();
-  if (waiter != nullptr && WaitsForLocked(registration.get(), waiter)) return Status::Ok();
+  // waiting for the running calls would never end. A call counted but
+  // still taking its message would start after the return, though: wait
+  // for those (TakeClaimed does not block; the withdrawal above leaves
+  // them nothing more to take).
+  if (waiter == registration.get() ||
+      (waiter != nullptr && WaitsForLocked(registration.get(), waiter))) {
+    finished_cv_.wait(lock, [&] { return registration->taking == 0; });
+    // Its running calls end after this returns: the last one frees it.
+    if (registration->running > 0) retired_.push_back(std::move(registration));
+    return Status::Ok();
+  }
   if (waiter != nullptr) waiter->waiting_for.push_back(registration.get());
   finished_cv_.wait(lock, [&] { return registration->running == 0; });
   if (waiter != nullptr) {
@@ -133,6 +146,14 @@ Status HandlerDispatch::Cancel(HandlerId id) {
         std::find(waiter->waiting_for.begin(), waiter->waiting_for.end(), registration.get()));
   }
   return Status::Ok();
+}
+
+void HandlerDispatch::CountLanesLocked() {
+  uint32_t lanes = 0;
+  for (const auto& [id, registration] : registrations_) {
+    lanes |= uint32_t{1} << wire::LaneOf(registration->thread);
+  }
+  lanes_.store(lanes, std::memory_order_relaxed);
 }
 
 bool HandlerDispatch::RunnableLocked(const Registration& registration) const {
@@ -151,23 +172,32 @@ void HandlerDispatch::Claimed(Registration& registration) {
   std::lock_guard lock(mu_);
   ++registration.claimed;
   MakeReadyLocked(registration);
-  if (registration.ready) KickLocked();
+  if (!registration.ready || NotifyLocked() || starting_ > 0) return;
+  // No thread is idle or starting: every one is in a call. Work keeps one
+  // idle while the pool is below its bound, so this happens only once the
+  // pool is full (a thread ending its call takes the work; nothing is
+  // started) or when starting a thread failed: then, and only then, the
+  // delivery path starts one.
+  AddThreadLocked();
 }
 
-void HandlerDispatch::KickLocked() {
+bool HandlerDispatch::NotifyLocked() {
   if (lead_waiting_) {
     bell_.Wake();
   } else if (sleeping_ > 0) {
     idle_cv_.notify_one();
-  } else if (pool_.size() < kMaxHandlerThreads) {
-    AddThreadLocked();
+  } else {
+    return false;
   }
+  return true;
 }
 
 void HandlerDispatch::AddThreadLocked() {
-  if (stopping_) return;  // Stop has taken the pool to join it
+  // Stop has taken the pool to join it.
+  if (stopping_ || pool_.size() >= kMaxHandlerThreads) return;
   try {
     pool_.emplace_back([this] { Work(); });
+    ++starting_;
   } catch (const std::system_error& e) {
     // Calls wait for a thread of the pool instead.
     Log().warn("tocl: cannot start a handler thread ({} running): {}", pool_.size(), e.what());
@@ -176,6 +206,7 @@ void HandlerDispatch::AddThreadLocked() {
 
 void HandlerDispatch::Work() {
   std::unique_lock lock(mu_);
+  --starting_;
   for (;;) {
     if (stopping_) return;
     const bool starting = !shutting_down_.load(std::memory_order_acquire);
@@ -184,6 +215,7 @@ void HandlerDispatch::Work() {
       ready_.pop_front();
       --front->claimed;
       ++front->running;
+      ++front->taking;
       // Still runnable (an unordered one with more claims): back in line,
       // behind the others.
       if (RunnableLocked(*front)) {
@@ -192,16 +224,21 @@ void HandlerDispatch::Work() {
         front->ready = false;
       }
       work_.store(!ready_.empty(), std::memory_order_release);
-      if (!ready_.empty()) KickLocked();
-      std::shared_ptr<Registration> registration = registrations_.at(front->id);
-      RunCall(registration, lock);
+      // Leaving for a call: the work still ready goes to the lead or a
+      // sleeper. With none of them left (nor a thread starting), add one
+      // here, off the delivery path, so that a claim made while the calls
+      // run finds a thread to tell.
+      if (!ready_.empty()) (void)NotifyLocked();
+      if (!lead_waiting_ && sleeping_ == 0 && starting_ == 0) AddThreadLocked();
+      RunCall(*front, lock);
       continue;
     }
     if (starting && !lead_waiting_) {
       lead_waiting_ = true;
       lock.unlock();
-      (void)receive_.Await(bell_, ReceiveSide::Clock::time_point::max(), true,
-                           [this] { return work_.load(std::memory_order_acquire); });
+      (void)receive_.Await(
+          bell_, ReceiveSide::Clock::time_point::max(), true,
+          [this] { return work_.load(std::memory_order_acquire); }, &lanes_);
       lock.lock();
       lead_waiting_ = false;
       continue;
@@ -212,37 +249,58 @@ void HandlerDispatch::Work() {
   }
 }
 
-void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
-                              std::unique_lock<std::mutex>& lock) {
-  Registration& r = *registration;
+void HandlerDispatch::RunCall(Registration& r, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
-  if (detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post)) {
-    receive_.NoteReceived(slot);
-    HandlerContext call;
-    call.handler = r.id;
-    call.self = r.thread;
-    call.message = Buffer(slot);
-    call.info = MessageInfo{call.message.source(), call.message.tag(), call.message.size()};
-    // Shutdown began since the call was counted: it does not start (the
-    // message goes, as every unreceived one does at shutdown).
-    if (!shutting_down_.load(std::memory_order_acquire)) {
-      current_call = &r;
-      try {
-        r.function(call);
-      } catch (const std::exception& e) {
-        Log().error("tocl: handler {} on {} threw on a message from {} (tag {}): {}", r.id,
-                    r.thread.ToString(), call.info.source.ToString(), call.info.tag, e.what());
-      } catch (...) {
-        Log().error("tocl: handler {} on {} threw on a message from {} (tag {})", r.id,
-                    r.thread.ToString(), call.info.source.ToString(), call.info.tag);
-      }
-      current_call = nullptr;
-    }
-  }
+  detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post);
   lock.lock();
+  --r.taking;
+  if (r.cancelled) finished_cv_.notify_all();  // a Cancel from a call may wait for this
+  if (slot != nullptr) {
+    lock.unlock();
+    Call(r, slot);
+    lock.lock();
+  }
   --r.running;
   MakeReadyLocked(r);  // an ordered one's next message
   if (r.cancelled || stopping_) finished_cv_.notify_all();
+  if (r.cancelled && r.running == 0) ReleaseRetiredLocked(r, lock);
+}
+
+void HandlerDispatch::ReleaseRetiredLocked(Registration& r, std::unique_lock<std::mutex>& lock) {
+  auto it = std::find_if(retired_.begin(), retired_.end(),
+                         [&](const auto& retired) { return retired.get() == &r; });
+  if (it == retired_.end()) return;  // its Cancel or Stop holds it
+  std::shared_ptr<Registration> last = std::move(*it);
+  retired_.erase(it);
+  // The handler's function (and what it captured) is destroyed without
+  // mu_: its destructors may call into the runtime.
+  lock.unlock();
+  last.reset();
+  lock.lock();
+}
+
+void HandlerDispatch::Call(Registration& r, detail::BufferSlot* slot) {
+  receive_.NoteReceived(slot);
+  HandlerContext call;
+  call.handler = r.id;
+  call.self = r.thread;
+  call.message = Buffer(slot);
+  call.info = MessageInfo{call.message.source(), call.message.tag(), call.message.size()};
+  // Shutdown began since the call was counted: it does not start (the
+  // message goes, as every unreceived one does at shutdown).
+  if (!shutting_down_.load(std::memory_order_acquire)) {
+    current_call_ = CurrentCall{this, &r};
+    try {
+      r.function(call);
+    } catch (const std::exception& e) {
+      Log().error("tocl: handler {} on {} threw on a message from {} (tag {}): {}", r.id,
+                  r.thread.ToString(), call.info.source.ToString(), call.info.tag, e.what());
+    } catch (...) {
+      Log().error("tocl: handler {} on {} threw on a message from {} (tag {})", r.id,
+                  r.thread.ToString(), call.info.source.ToString(), call.info.tag);
+    }
+    current_call_ = CurrentCall{};
+  }
 }
 
 void HandlerDispatch::Stop() {
@@ -262,6 +320,7 @@ void HandlerDispatch::Stop() {
       all.push_back(registration);
     }
     registrations_.clear();
+    lanes_.store(0, std::memory_order_relaxed);
     ready_.clear();
     work_.store(true, std::memory_order_release);  // the lead's wait ends
     idle_cv_.notify_all();

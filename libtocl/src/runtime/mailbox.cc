@@ -106,9 +106,11 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
     Offer offer = Offer::kKept;
     if (!posted_.empty() && !Incomplete(slot)) {
       Arriving older;
-      const uint64_t source = slot->header().source;
-      for (detail::BufferSlot* queued : queue_) {
-        if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+      if (incomplete_ != 0) {
+        const uint64_t source = slot->header().source;
+        for (detail::BufferSlot* queued : queue_) {
+          if (queued->header().source == source && Incomplete(queued)) older.Add(queued);
+        }
       }
       offer = OfferLocked(slot, /*queued=*/false, older);
     }
@@ -116,6 +118,7 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
     // any other unreceived one (flow control holds a slow handler's).
     if (offer != Offer::kTaken) {
       queue_.push_back(slot);
+      if (Incomplete(slot)) ++incomplete_;
       CountQueuedLocked();
       if (unexpected_bytes != nullptr) {
         unexpected_bytes->fetch_add(SlotBytes(slot), std::memory_order_relaxed);
@@ -176,33 +179,34 @@ void Mailbox::CountPostedLocked() {
   has_posted_.store(!posted_.empty(), std::memory_order_release);
 }
 
-void Mailbox::Post(PostedReceive* post) {
+bool Mailbox::Post(PostedReceive* post) {
   post->completions = completions_;
-  {
-    std::lock_guard lock(mu_);
-    if (left_.load(std::memory_order_relaxed)) {
+  std::lock_guard lock(mu_);
+  if (left_.load(std::memory_order_relaxed)) {
+    if (post->standing == nullptr) {
       post->Complete(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
-      return;
     }
-    if (post->standing != nullptr) {
-      // Queued messages no earlier receive matches (mailbox.h's rule): it
-      // claims those it matches, in order.
-      posted_.Append(post);
-      CountPostedLocked();
-      (void)OfferQueuedLocked();
-      return;
-    }
-    auto it = FindMatch(queue_, post->selector, claimed_ != 0);
-    if (it == queue_.end()) {
-      posted_.Append(post);
-      CountPostedLocked();
-      return;
-    }
-    if (CompleteWithLocked(post, *it, /*queued=*/true)) {
-      queue_.erase(it);
-      CountQueuedLocked();
-    }
+    return false;
   }
+  if (post->standing != nullptr) {
+    // Queued messages no earlier receive matches (mailbox.h's rule): it
+    // claims those it matches, in order.
+    posted_.Append(post);
+    CountPostedLocked();
+    (void)OfferQueuedLocked();
+    return true;
+  }
+  auto it = FindMatch(queue_, post->selector, claimed_ != 0);
+  if (it == queue_.end()) {
+    posted_.Append(post);
+    CountPostedLocked();
+    return true;
+  }
+  if (CompleteWithLocked(post, *it, /*queued=*/true)) {
+    queue_.erase(it);
+    CountQueuedLocked();
+  }
+  return true;
 }
 
 detail::BufferSlot* Mailbox::TakeClaimed(const PostedReceive* post) {
@@ -253,6 +257,9 @@ void Mailbox::MessageComplete(detail::BufferSlot* slot) {
     // Under the lock: a later message of its sender that arrives now must
     // find it whole and already offered, not overtake it.
     std::lock_guard lock(mu_);
+    // Queued unless the thread left (Deliver refused it, or Leave dropped
+    // it and the count).
+    if (!left_.load(std::memory_order_relaxed) && Incomplete(slot)) --incomplete_;
     slot->set_state(BufferState::kIdle);
     (void)OfferQueuedLocked();
   }
@@ -370,6 +377,7 @@ bool Mailbox::Remove(detail::BufferSlot* slot) {
   std::lock_guard lock(mu_);
   auto it = std::find(queue_.begin(), queue_.end(), slot);
   if (it == queue_.end()) return false;
+  if (Incomplete(slot)) --incomplete_;
   queue_.erase(it);
   CountQueuedLocked();
   // What its sender sent after it is no longer held behind it.
@@ -385,6 +393,7 @@ size_t Mailbox::Leave(size_t* dropped_bytes) {
     dropped.swap(queue_);
     for (detail::BufferSlot* slot : dropped) slot->claimed_by = nullptr;
     claimed_ = 0;
+    incomplete_ = 0;
     CountQueuedLocked();
     CompleteAllLocked(FailedPrecondition(fmt::format("thread {} has left", gid_.ToString())));
   }

@@ -65,11 +65,12 @@ class Mailbox {
   // Posts a receive (its selector, `into` and `out` set): the first queued
   // match completes it at once (one too large for `out` completes it with
   // InvalidArgument and stays queued), else it waits in the list for the
-  // delivery path. A thread that has left completes it with
-  // FailedPrecondition. A standing receive (`standing` set) stays listed
-  // and claims every queued message it is the first match for, then each
-  // later one.
-  void Post(PostedReceive* post);
+  // delivery path. A standing receive (`standing` set) stays listed and
+  // claims every queued message it is the first match for, then each later
+  // one. False when the thread has left: a receive is then completed with
+  // FailedPrecondition, a standing one is left untouched (not listed; its
+  // owner reports the error).
+  bool Post(PostedReceive* post);
   // The first message `post` (a standing receive) claimed, removed (one
   // reference, still counted as unexpected: the caller uncounts it), or
   // nullptr when none is left (withdrawn, or the thread left).
@@ -163,6 +164,11 @@ class Mailbox {
   // Queued messages a standing receive claimed; guarded by mu_. Zero
   // unless a handler is registered: queue walks look at claims only then.
   size_t claimed_ = 0;
+  // Queued long messages still arriving (their sender's later messages
+  // wait behind them); guarded by mu_. While zero, Deliver does not walk
+  // the queue for them: with a receive always posted (a handler) and a
+  // backlog, that walk per message would cost O(backlog) each.
+  size_t incomplete_ = 0;
   std::atomic<uint32_t> signal_{0};
   std::atomic<uint32_t> sleepers_{0};
   std::atomic<bool> armed_{false};  // a sleeper has not been woken yet

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <utility>
@@ -132,17 +133,17 @@ Result<Mailbox*> ReceiveSide::LocalMailbox(Gid self) const {
 }
 
 void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
-                              Clock::time_point wait_deadline) {
+                              Clock::time_point wait_deadline, const std::atomic<uint32_t>* lanes) {
   if (progress_->TryAcquire()) {
     PollFor(mailbox, seen, poll_deadline);
     progress_->Release();
     return;
   }
-  // Someone else polls. For the spin budget, drain our own lane (the
-  // poller drains the lanes nobody else does, and hands us what came by
-  // other ways), yielding the CPU now and then (a sender or the poller may
-  // need it), and take the token if it comes free; then sleep on the
-  // mailbox. A token waiter is handed the token when the holder lets go; a
+  // Someone else polls. For the spin budget, drain our own lane (or
+  // `lanes`: the poller drains the lanes nobody else does, and hands us
+  // what came by other ways), yielding the CPU now and then (a sender or
+  // the poller may need it), and take the token if it comes free; then
+  // sleep on the mailbox. A token waiter is handed the token when the holder lets go; a
   // holder asleep in the reactor lets go at once (while it sleeps our
   // senders would ring its bell for every message).
   const uint32_t lane = wire::LaneOf(mailbox.gid());
@@ -159,7 +160,13 @@ void ReceiveSide::AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point
       waiting_for_token = true;
     }
     if (progress_->TryAcquire()) return poll_with_token();
-    progress_->PollLane(lane);
+    if (lanes == nullptr) {
+      progress_->PollLane(lane);
+    } else {
+      for (uint32_t mask = lanes->load(std::memory_order_relaxed); mask != 0; mask &= mask - 1) {
+        progress_->PollLane(static_cast<uint32_t>(std::countr_zero(mask)));
+      }
+    }
     if (mailbox.signal() != seen || shutting_down_.load(std::memory_order_relaxed)) {
       if (waiting_for_token) progress_->RemoveTokenWaiter(&mailbox);
       return;
@@ -211,7 +218,7 @@ Status ReceiveSide::WaitFor(Gid self, Clock::time_point deadline, bool blocking,
 
 template <typename TryMatch>
 Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, bool blocking,
-                           TryMatch&& try_match) {
+                           TryMatch&& try_match, const std::atomic<uint32_t>* lanes) {
   Mailbox* mailbox = &the_mailbox;
   const Gid self = mailbox->gid();
   // Eager: polls for itself, spinning first, for kEagerWait; idle after
@@ -257,7 +264,7 @@ Status ReceiveSide::WaitOn(Mailbox& the_mailbox, Clock::time_point deadline, boo
       mailbox->Wait(seen, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
       continue;
     }
-    AwaitSignal(*mailbox, seen, deadline, std::min(deadline, eager_until));
+    AwaitSignal(*mailbox, seen, deadline, std::min(deadline, eager_until), lanes);
   }
 }
 
@@ -370,8 +377,9 @@ detail::BufferSlot* ReceiveSide::TakeSlot(PostedReceive& post) {
 }
 
 Status ReceiveSide::Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
-                          const std::function<bool()>& done) {
-  return WaitOn(mailbox, deadline, blocking, [&](Mailbox&) { return done(); });
+                          const std::function<bool()>& done, const std::atomic<uint32_t>* lanes) {
+  return WaitOn(
+      mailbox, deadline, blocking, [&](Mailbox&) { return done(); }, lanes);
 }
 
 Status ReceiveSide::AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done) {

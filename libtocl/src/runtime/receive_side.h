@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -130,9 +131,9 @@ class ReceiveSide {
   // which is asked whenever `mailbox` is signalled; `blocking` false asks
   // once after one poll round. When not done: DeadlineExceeded, TryAgain
   // (not blocking), Cancelled (shutting down), FailedPrecondition (the
-  // mailbox's thread left).
+  // mailbox's thread left). `lanes`: see AwaitSignal.
   Status Await(Mailbox& mailbox, Clock::time_point deadline, bool blocking,
-               const std::function<bool()>& done);
+               const std::function<bool()>& done, const std::atomic<uint32_t>* lanes = nullptr);
   // As Await, for requests of several threads (WaitAny, WaitAll): `done()`
   // is asked whenever one of them completes (RequestCompletions).
   Status AwaitAcross(Clock::time_point deadline, const std::function<bool()>& done);
@@ -142,17 +143,22 @@ class ReceiveSide {
   // Every receive still posted completes with `status` (shutdown).
   void CompletePosted(const Status& status);
   // Until `mailbox`'s signal moves on from `seen`: polls for it when the
-  // token is free (up to `poll_deadline`), else sleeps on the mailbox (up
-  // to `wait_deadline`) while the poller of the moment works. Also for a
+  // token is free (up to `poll_deadline`), else drains receive lanes
+  // (wire/lanes.h) for the spin budget and sleeps on the mailbox (up to
+  // `wait_deadline`) while the poller of the moment works. Also for a
   // sending thread waiting for acknowledgements (long_sender.cc).
+  // `lanes`: the lanes to drain, a bit per lane, read each round (a waiter
+  // for messages of other threads: the handler pool's lead); null, as for
+  // every receiver, drains the lane of mailbox.gid().
   void AwaitSignal(Mailbox& mailbox, uint32_t seen, Clock::time_point poll_deadline,
-                   Clock::time_point wait_deadline);
+                   Clock::time_point wait_deadline, const std::atomic<uint32_t>* lanes = nullptr);
 
  private:
   template <typename TryMatch>
   Status WaitFor(Gid self, Clock::time_point deadline, bool blocking, TryMatch&& try_match);
   template <typename TryMatch>
-  Status WaitOn(Mailbox& mailbox, Clock::time_point deadline, bool blocking, TryMatch&& try_match);
+  Status WaitOn(Mailbox& mailbox, Clock::time_point deadline, bool blocking, TryMatch&& try_match,
+                const std::atomic<uint32_t>* lanes = nullptr);
   // Polls (holding the token) until something is delivered to `mailbox`
   // or the deadline passes.
   void PollFor(Mailbox& mailbox, uint32_t seen, Clock::time_point deadline);

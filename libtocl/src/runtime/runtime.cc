@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "buffers/large_slot.h"
@@ -434,6 +435,17 @@ void Runtime::Impl::DeliverArrivedFrom(Gid gone, const std::string& reason) {
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Runtime::~Runtime() {
+  if (impl_->handlers && impl_->handlers->InCall()) {
+    // Shutdown would wait for this very call to return, and the call runs
+    // on what is being freed: a hang at best. As std::thread's join of
+    // itself, a programming error that cannot be reported otherwise.
+    Log().critical(
+        "tocl: Runtime {} destroyed from inside one of its own message handler calls (the "
+        "destructor would wait for that call forever); aborting",
+        impl_->process.ToString());
+    Log().flush();
+    std::abort();
+  }
   // While this object is whole: entry threads hold a reference to it.
   (void)impl_->Shutdown(std::chrono::milliseconds(0));
 }
@@ -454,7 +466,7 @@ const RuntimeOptions& Runtime::options() const {
 }
 
 Status Runtime::Shutdown(std::chrono::milliseconds flush_timeout) {
-  if (runtime::HandlerDispatch::InCall()) {
+  if (impl_->handlers && impl_->handlers->InCall()) {
     return FailedPrecondition("Shutdown from a message handler (it waits for the handler's call)");
   }
   return impl_->Shutdown(flush_timeout);

@@ -10,17 +10,13 @@ namespace tocl {
 
 namespace {
 
-Status CheckSelector(Gid source, TagMatch tag) {
+// The tag selector is taken as Recv takes it: bits of `tag.tag` outside
+// `tag.mask` are ignored (TagMatch::Matches), not refused.
+Status CheckSource(Gid source) {
   if (!source.is_null() && !source.valid()) {
     return InvalidArgument(
         fmt::format("handler source {} is not a thread, process or host (Gid() for any source)",
                     source.ToString()));
-  }
-  if ((tag.tag & ~tag.mask) != 0) {
-    return InvalidArgument(fmt::format(
-        "handler tag selector {:#x} has bits outside its mask {:#x} (TagMatch::Masked clears "
-        "them)",
-        tag.tag, tag.mask));
   }
   return Status::Ok();
 }
@@ -32,20 +28,27 @@ Result<HandlerRegistration> Runtime::RegisterHandler(Gid thread, Gid source, Tag
                                                      HandlerOptions options) {
   Impl& impl = *impl_;
   if (!handler) return InvalidArgument("RegisterHandler with an empty handler function");
-  TOCL_RETURN_IF_ERROR(CheckSelector(source, tag));
+  TOCL_RETURN_IF_ERROR(CheckSource(source));
   if (!options.ordered && options.max_concurrent_calls == 0) {
     return InvalidArgument("an unordered handler needs max_concurrent_calls of at least 1");
   }
   if (impl.shutting_down.load()) return Unavailable("the runtime is shutting down");
-  if (thread.is_null()) {
+  const bool enroll = thread.is_null();
+  if (enroll) {
     TOCL_ASSIGN_OR_RETURN(
         thread, impl.EnrollThread(std::move(options.thread_name), std::move(options.attributes)));
   }
-  TOCL_ASSIGN_OR_RETURN(runtime::Mailbox * mailbox, impl.receive.LocalMailbox(thread));
-  TOCL_ASSIGN_OR_RETURN(HandlerId id,
-                        impl.handlers->Register(thread, *mailbox, runtime::Selector{source, tag},
-                                                options, std::move(handler)));
-  return HandlerRegistration{id, thread};
+  Result<HandlerId> id = [&]() -> Result<HandlerId> {
+    TOCL_ASSIGN_OR_RETURN(runtime::Mailbox * mailbox, impl.receive.LocalMailbox(thread));
+    return impl.handlers->Register(thread, *mailbox, runtime::Selector{source, tag}, options,
+                                   std::move(handler));
+  }();
+  if (!id.ok()) {
+    // A thread enrolled for the handler goes with it.
+    if (enroll) impl.LeaveThread(thread);
+    return id.status();
+  }
+  return HandlerRegistration{*id, thread};
 }
 
 Status Runtime::CancelHandler(HandlerId id) {

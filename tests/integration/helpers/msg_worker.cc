@@ -42,6 +42,11 @@
 //           all), and prints "sent t=NS" when the Send returned: the
 //           receiver measures how long the message took.
 //   idle    does nothing until stdin closes.
+//   destroy-in-handler
+//           registers a message handler on its first thread that destroys
+//           the Runtime, sends that thread a message, prints "sent", and
+//           waits for stdin to close: the library is expected to abort
+//           the process (tocl/handler.h), not to hang.
 //   packed  every thread sends its share of --count packed messages
 //           (tocl/packed_message.h) to the --to threads (or the peer's) in
 //           turn: a header of 16 u64 values (PackedHeaderValue) and a body of
@@ -79,6 +84,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +203,7 @@ class Worker {
   void Source(size_t index);
   void Sink(size_t index);
   void Stamp(size_t index);
+  void DestroyInHandler();
   void Packed(size_t index);
   // Waits for stdin to close before message `i` (0-based) if --pause-before says so.
   void PauseBefore(uint64_t i) {
@@ -536,6 +543,28 @@ void Worker::Sink(size_t index) {
   }
 }
 
+void Worker::DestroyInHandler() {
+  const Gid self = threads_[0];
+  auto registered =
+      runtime_->RegisterHandler(self, Gid(), tocl::kAnyTag, [this](tocl::HandlerContext&) {
+        Say("destroying");
+        runtime_.reset();
+        Say("destroyed");  // not expected
+      });
+  if (!registered.ok()) {
+    Error("register: " + registered.status().ToString());
+    return;
+  }
+  const char text[] = "go";
+  tocl::Status sent = runtime_->Send(self, self, 1, std::as_bytes(std::span(text, 2)));
+  if (!sent.ok()) {
+    Error("send: " + sent.ToString());
+    return;
+  }
+  Say("sent");
+  stdin_.Wait();
+}
+
 void Worker::Stamp(size_t index) {
   const Gid self = threads_[index];
   std::vector<std::byte> payload(options_.size);
@@ -666,6 +695,7 @@ int Worker::Run() {
       }
     }
     if (options_.role == "idle") stdin_.Wait();
+    if (options_.role == "destroy-in-handler") DestroyInHandler();
   }
   if (options_.kill_self) ::kill(::getpid(), SIGKILL);
   const auto elapsed_ms =
@@ -718,8 +748,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", options.daemon, "daemon address (unix:/path or host:port)")
       ->required();
   app.add_option("--role", options.role, "what to do")
-      ->check(
-          CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle", "packed"}));
+      ->check(CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle",
+                             "destroy-in-handler", "packed"}));
   app.add_option("--subsystems", options.subsystems, "networks to open (shm, tcp, shm,tcp)");
   app.add_option("--name", options.name, "process name");
   app.add_option("--threads", options.threads, "threads to enroll")->check(CLI::Range(1u, 1024u));

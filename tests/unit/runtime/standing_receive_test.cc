@@ -165,5 +165,20 @@ TEST_CASE("the thread leaving drops claimed messages and unclaims them", "[mailb
   m.Drop(again);
 }
 
+TEST_CASE("a standing receive is not posted on a thread that has left", "[mailbox][handlers]") {
+  Mailbox mailbox(kReceiver);
+  (void)mailbox.Leave();
+  Standing handler(Selector{});
+  CHECK_FALSE(mailbox.Post(&handler));  // its owner reports the error
+  CHECK_FALSE(handler.listed);
+  CHECK_FALSE(handler.done.load());  // not completed: nobody waits for it
+  CHECK_FALSE(mailbox.HasPosted());
+  // A receive is completed with the error, as before.
+  PostedReceive request;
+  CHECK_FALSE(mailbox.Post(&request));
+  REQUIRE(request.done.load());
+  CHECK(request.status.code() == StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace tocl::runtime
