@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "wire/frame.h"
+
 namespace tocl::runtime::packed {
 
 size_t ValueSize(PackedType type) {
@@ -161,6 +163,12 @@ Result<Segment> ParseSegment(std::span<const std::byte> bytes) {
       }
       item.length = size;
       if (!cursor.Take(size, item.data)) return Malformed(cursor, "a value cut short");
+      // Any other byte copied into a bool is undefined behaviour.
+      if (item.code == static_cast<Code>(PackedType::kBool) &&
+          std::to_integer<uint8_t>(item.data[0]) > 1) {
+        return Malformed(cursor,
+                         fmt::format("a bool of value {}", std::to_integer<uint8_t>(item.data[0])));
+      }
       segment.items.push_back(item);
       continue;
     }
@@ -176,6 +184,11 @@ Result<Segment> ParseSegment(std::span<const std::byte> bytes) {
       }
       case Code::kReference:
         if (!cursor.Read(item.length)) return Malformed(cursor, "a reference without its length");
+        // No message is longer; the reader sizes memory from this length.
+        if (item.length > wire::kMaxMessageBytes) {
+          return Malformed(cursor, fmt::format("a reference of {} bytes (at most {})", item.length,
+                                               wire::kMaxMessageBytes));
+        }
         break;
       case Code::kContinue:
       case Code::kEnd:

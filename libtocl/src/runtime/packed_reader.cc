@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -263,14 +265,22 @@ Status PackedReader::Discard() {
   if (state_ == nullptr) return Empty();
   PackedReaderState& r = *state_;
   r.header_only = false;
-  std::vector<std::byte> scratch;
   for (;;) {
     Result<const Item*> item = Current(r);
     if (!item.ok()) return r.ended ? Status::Ok() : item.status();
     if ((*item)->code == Code::kReference) {
       // Its sender waits for a receive posted into memory: give it some.
-      scratch.resize(static_cast<size_t>((*item)->length));
-      TOCL_RETURN_IF_ERROR(UnpackBytes(scratch).status());
+      // The length comes from the network (ParseSegment caps it at
+      // kMaxMessageBytes), and this runs in the noexcept destructor: an
+      // allocation that fails is an error, not an exception.
+      const size_t length = static_cast<size_t>((*item)->length);
+      std::unique_ptr<std::byte[]> scratch(new (std::nothrow) std::byte[length]);
+      if (scratch == nullptr) {
+        r.failed = ResourceExhausted(
+            fmt::format("no memory for the {} bytes of piece {} to be discarded", length, r.piece));
+        return r.failed;
+      }
+      TOCL_RETURN_IF_ERROR(UnpackBytes(std::span(scratch.get(), length)).status());
     } else {
       Consumed(r, **item);
     }

@@ -145,6 +145,43 @@ TEST_CASE("malformed segments are refused with what is wrong", "[packed]") {
   CheckRefused(bad, "1 bytes after the terminator");
 }
 
+TEST_CASE("a reference longer than any message is refused before anything sizes memory from it",
+          "[packed]") {
+  std::vector<std::byte> memory(64);
+  SegmentBuilder builder;
+  builder.Start(memory, kSegmentMagic, 1);
+  builder.EndWithReference(wire::kMaxMessageBytes);
+  REQUIRE(ParseSegment(std::span(memory).first(builder.size())).ok());
+
+  builder.Start(memory, kSegmentMagic, 1);
+  builder.EndWithReference(wire::kMaxMessageBytes + 1);
+  CheckRefused(std::span(memory).first(builder.size()), "a reference of 1099511627777 bytes");
+
+  builder.Start(memory, kSegmentMagic, 1);
+  builder.EndWithReference(uint64_t{1} << 63);  // would throw in a resize
+  CheckRefused(std::span(memory).first(builder.size()), "a reference of 9223372036854775808");
+}
+
+TEST_CASE("a bool whose byte is neither 0 nor 1 is refused", "[packed]") {
+  std::vector<std::byte> memory(64);
+  SegmentBuilder builder;
+  builder.Start(memory, kSegmentMagic, 1);
+  const bool yes = true;
+  REQUIRE(builder.AddValue(PackedType::kBool, &yes, 1));
+  builder.EndWith(Code::kEnd);
+  memory.resize(builder.size());
+  const size_t value_at = kSegmentHeaderBytes + 2;  // after the code and size bytes
+  REQUIRE(memory[value_at] == std::byte{1});
+  REQUIRE(ParseSegment(memory).ok());
+  memory[value_at] = std::byte{0};
+  REQUIRE(ParseSegment(memory).ok());
+
+  memory[value_at] = std::byte{2};
+  CheckRefused(memory, "a bool of value 2");
+  memory[value_at] = std::byte{0xFF};
+  CheckRefused(memory, "a bool of value 255");
+}
+
 TEST_CASE("value types have the sizes of their C++ types", "[packed]") {
   CHECK(PackedTypeOf<bool>() == PackedType::kBool);
   CHECK(PackedTypeOf<char>() == PackedType::kChar);
