@@ -32,7 +32,11 @@
 // by the zero-copy long-message rendezvous: fragments read straight from
 // the caller's memory over every network that reaches the receiver), and
 // PackBytes returns once the receiver holds all of it: the memory may be
-// reused when PackBytes returns.
+// reused when PackBytes returns. A long range is like a synchronous send:
+// PackBytes waits for the reader's receive of it (UnpackBytes, or a header
+// handler's placement) to be posted, however much library memory there
+// is, so two threads that each pack a long body to the other before
+// reading deadlock.
 //
 // Streaming: pieces leave while the message is being packed, not at End.
 // The first segment (the header) leaves at the first by-reference piece or
@@ -50,9 +54,10 @@
 //
 // Receiving: RecvPacked (or OpenPacked over a message a Recv or a handler
 // returned) gives a PackedReader that receives the rest of the message as
-// it unpacks. A byte range sent by reference is received straight into the
-// span UnpackBytes is given (no copy through library memory: its sender
-// waits for that receive to be posted). A header handler
+// it unpacks. A byte range sent by reference is received into the span
+// UnpackBytes is given with no whole-message reassembly copy (its sender
+// waits for that receive to be posted; over tcp each fragment is still
+// copied from the pool buffer it was read into, over shm from the ring). A header handler
 // (RegisterPackedHandler) sees the header segment and says where each
 // following byte range goes.
 //
@@ -218,7 +223,9 @@ struct PackedPiece {
 class TOCL_EXPORT PackedReader {
  public:
   PackedReader();  // empty: every call is FailedPrecondition
-  // Discards the rest of the message (see the top of this header).
+  // Discards the rest of the message (see the top of this header): it
+  // waits, without a deadline, for every remaining piece to arrive (until
+  // then or until the sender exits).
   ~PackedReader();
   PackedReader(PackedReader&& other) noexcept;
   PackedReader& operator=(PackedReader&& other) noexcept;
@@ -242,7 +249,8 @@ class TOCL_EXPORT PackedReader {
   // The next piece, a byte range, into `out`: its length is returned.
   // InvalidArgument when it is not a byte range or longer than `out`
   // ("piece 2: a 4194304 byte range does not fit the 1024 bytes given").
-  // A by-reference range lands in `out` straight from the network.
+  // A by-reference range lands in `out` with no whole-message reassembly
+  // copy (each fragment is copied into place from the buffer it came in).
   Result<size_t> UnpackBytes(std::span<std::byte> out);
   // Whether every piece was read.
   bool at_end();
@@ -250,7 +258,8 @@ class TOCL_EXPORT PackedReader {
   Status Discard();
 
   // Bytes of by-reference ranges that landed in the caller's memory
-  // straight from the network, and those copied there from library memory
+  // fragment by fragment (no reassembly buffer), and those copied there
+  // whole from library memory
   // (a range that arrived before its receive was posted: only over a
   // network without a rendezvous, or within this process).
   uint64_t bytes_in_place() const;

@@ -60,8 +60,11 @@
 // only by the runtime's packed reader, never by a receive the application
 // posts, so a Recv of the packed message's tag does not take its pieces.
 // The flag brought no version change: a peer older than it refuses such a
-// frame ("reserved header bits are set") and so fails the packed message,
-// not anything else.
+// frame ("reserved header bits are set") as a malformed frame, which closes
+// the whole channel from that process, not only the packed message (tcp:
+// the inbound connection closes, and on resume the same unacknowledged
+// frame comes again; shm: the channel closes for good). Packed messages
+// need both peers to know the flag.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
