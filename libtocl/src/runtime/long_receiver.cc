@@ -68,7 +68,10 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
       return InvalidArgument(fmt::format("long message {} started twice", header.seq));
     }
     // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
-    if (!TryGrantLocked(ref, waiting_grant_.empty())) {
+    const Grant grant = TryGrantLocked(ref, waiting_grant_.empty());
+    if (grant == Grant::kRefused) {
+      FinishLocked(ref, RefusedPiece(ref), /*tell_sender=*/true);
+    } else if (grant == Grant::kWaits) {
       if (ref.total > limits_.reassembly_cap && !IsPiece(ref)) {
         Log().warn(
             "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
@@ -204,24 +207,27 @@ Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header
 
 // --- memory and grants ----------------------------------------------------------
 
-bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
+LongReceiver::Grant LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   const Gid source = Gid::FromRaw(message.key.source);
   if (message.mailbox->HasPosted()) {
+    bool too_small = false;
     if (PostedReceive* post = message.mailbox->BindPosted(source, message.tag, message.flags,
-                                                          message.total, &message)) {
+                                                          message.total, &message, &too_small)) {
       std::lock_guard lock(message.mu);
       message.posted = post;
+      // A refused piece's receive is only completed with the error.
+      if (too_small) return Grant::kRefused;
       message.dest = post->out.data();
     }
   }
   if (message.posted == nullptr) {
-    if (!library || IsPiece(message)) return false;
+    if (!library || IsPiece(message)) return Grant::kWaits;
     const uint64_t used = reassembly_used_.load(std::memory_order_relaxed);
-    if (used + message.total > limits_.reassembly_cap) return false;
+    if (used + message.total > limits_.reassembly_cap) return Grant::kWaits;
     auto large = NewMessageSlot(message);
     if (!large.ok()) {
       Log().warn("tocl: {}", large.status().ToString());
-      return false;
+      return Grant::kWaits;
     }
     buffers::LargeSlot* slot = *large;
     {
@@ -236,7 +242,14 @@ bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   message.granted = true;
   message.last_activity = message.granted_at = Clock::now();
   QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, message.key);
-  return true;
+  return Grant::kGranted;
+}
+
+Status LongReceiver::RefusedPiece(const InboundLong& message) {
+  const size_t room = message.posted != nullptr ? message.posted->out.size() : 0;
+  return InvalidArgument(fmt::format(
+      "a {} byte packed piece from {} for a {} byte range (its sender broke the packed format)",
+      message.total, Gid::FromRaw(message.key.source).ToString(), room));
 }
 
 void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_sender) {
@@ -341,6 +354,7 @@ void LongReceiver::GrantWaitingLocked() {
   // In arrival order: the first that can ever fit has the turn for library
   // memory; any may go into a RecvInto buffer.
   std::vector<InboundLong*> gone;
+  std::vector<InboundLong*> refused;
   bool library_taken = false;
   for (size_t i = 0; i < waiting_grant_.size();) {
     InboundLong* message = waiting_grant_[i];
@@ -352,7 +366,9 @@ void LongReceiver::GrantWaitingLocked() {
     // A packed body piece waits for its reader's receive: it never has
     // the turn for library memory.
     const bool fits = message->total <= limits_.reassembly_cap && !IsPiece(*message);
-    if (TryGrantLocked(*message, fits && !library_taken)) {
+    const Grant grant = TryGrantLocked(*message, fits && !library_taken);
+    if (grant != Grant::kWaits) {
+      if (grant == Grant::kRefused) refused.push_back(message);
       waiting_grant_.erase(waiting_grant_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
@@ -362,6 +378,7 @@ void LongReceiver::GrantWaitingLocked() {
   for (InboundLong* message : gone) {
     FinishLocked(*message, FailedPrecondition("the receiving thread left"), true);
   }
+  for (InboundLong* message : refused) FinishLocked(*message, RefusedPiece(*message), true);
 }
 
 void LongReceiver::DiscardSilentLocked(Clock::time_point now) {

@@ -155,8 +155,13 @@ class LongReceiver {
   enum class Placed { kPlaced, kComplete, kUnknown, kAborted };
 
   // With mu_ held: library memory when `library` (its turn among the
-  // waiting), else only a RecvInto's buffer. True when granted.
-  bool TryGrantLocked(InboundLong& message, bool library);
+  // waiting), else only a RecvInto's buffer. kRefused: a packed piece
+  // whose reader's receive is too small for it (it holds that receive in
+  // `posted`); the caller finishes it with RefusedPiece.
+  enum class Grant { kGranted, kWaits, kRefused };
+  Grant TryGrantLocked(InboundLong& message, bool library);
+  // A kRefused piece's error (its sender broke the packed format).
+  static Status RefusedPiece(const InboundLong& message);
   // With mu_ held; erases `message`. A message given up here (not by its
   // sender) is reported to the sender when `tell_sender`.
   void FinishLocked(InboundLong& message, Status status, bool tell_sender);

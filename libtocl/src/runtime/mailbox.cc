@@ -352,13 +352,16 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   return true;
 }
 
-PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total,
-                                   void* binder) {
+PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total, void* binder,
+                                   bool* too_small) {
   std::lock_guard lock(mu_);
   PostedReceive* post = posted_.FirstMatch(from, tag, flags);
   // A library receive (Irecv) or one too small takes the message once it
-  // is whole (MessageComplete offers it).
-  if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
+  // is whole (MessageComplete offers it); a too small one for a piece is
+  // the caller's to fail.
+  if (post == nullptr || !post->into) return nullptr;
+  const bool refused = total > post->out.size();
+  if (refused && (too_small == nullptr || (flags & wire::kFlagPackedPiece) == 0)) return nullptr;
   // A queued match goes first; it is offered to the receive once it can be.
   for (detail::BufferSlot* slot : queue_) {
     if (slot->claimed_by != nullptr) continue;  // a handler's
@@ -370,6 +373,7 @@ PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t t
   post->bound = binder;
   posted_.Remove(post);
   CountPostedLocked();
+  if (too_small != nullptr) *too_small = refused;
   return post;
 }
 
