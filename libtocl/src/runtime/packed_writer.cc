@@ -2,6 +2,7 @@
 // sends them, and by-reference byte ranges, as it goes (FM_send_piece).
 #include <fmt/format.h>
 
+#include <cstring>
 #include <utility>
 
 #include "buffers/buffer_slot.h"
@@ -28,6 +29,13 @@ Status StartSegment(PackedWriterState& w) {
   return Status::Ok();
 }
 
+// Sends `buffer` (a pool buffer, its length set) as a piece of the stream.
+Status SendPiece(PackedWriterState& w, Buffer&& buffer) {
+  const Network network = buffer.network();
+  buffers::SlotRef slot(buffer.Detach());
+  return w.impl->send_side.SendSlot(w.from, w.to, w.stream, slot, network, wire::kFlagPackedPiece);
+}
+
 // Sends the current segment (its terminator written): the header as a
 // plain message with the writer's tag, the others as pieces.
 Status SendSegment(PackedWriterState& w) {
@@ -36,10 +44,7 @@ Status SendSegment(PackedWriterState& w) {
   if (w.segments_sent == 0) {
     sent = w.runtime->Send(w.from, w.to, w.tag, std::move(w.segment));
   } else {
-    const Network network = w.segment.network();
-    buffers::SlotRef slot(w.segment.Detach());
-    sent =
-        w.impl->send_side.SendSlot(w.from, w.to, w.stream, slot, network, wire::kFlagPackedPiece);
+    sent = SendPiece(w, std::move(w.segment));
   }
   w.segment = Buffer();
   ++w.segments_sent;
@@ -52,7 +57,10 @@ Status SendSegment(PackedWriterState& w) {
 Status SendReference(PackedWriterState& w, std::span<const std::byte> bytes) {
   ++w.messages;
   if (bytes.size() <= w.impl->ShortMaxPayload()) {
-    return w.impl->send_side.SendCopyFlagged(w.from, w.to, w.stream, bytes, wire::kFlagPackedPiece);
+    TOCL_ASSIGN_OR_RETURN(Buffer copy, w.runtime->GetBuffer(bytes.size()));
+    copy.resize(bytes.size());  // within its capacity
+    if (!bytes.empty()) std::memcpy(copy.data(), bytes.data(), bytes.size());
+    return SendPiece(w, std::move(copy));
   }
   return w.impl->SendLong(w.from, w.to, w.stream, bytes, wire::kFlagPackedPiece);
 }

@@ -174,19 +174,6 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
-Status SendSide::SendCopyFlagged(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                                 uint16_t flags) {
-  const uint32_t class_index = buffers::ClassFor(payload.size());
-  if (class_index >= num_classes_) {
-    return InvalidArgument(
-        fmt::format("a {} byte payload does not fit a short message", payload.size()));
-  }
-  TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
-                                                            payload, Clock::time_point::max()));
-  return PostSlot(from, to, tag, slot, Network::kFastest, flags);  // an error drops `slot`
-}
-
 Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {
   subsystem::Subsystem* subsystem = rails_.fastest();
   if (subsystem == nullptr) return Unavailable("no network is open");

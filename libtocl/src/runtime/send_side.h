@@ -78,10 +78,6 @@ class SendSide {
                   uint16_t flags = 0);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
                   uint16_t flags = 0);
-  // A copy of `payload` (at most the short maximum) in a pool buffer, sent
-  // as a short message with wire `flags`.
-  Status SendCopyFlagged(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                         uint16_t flags);
   // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
   // the buffer's reference goes with the send and a failed send gives it
   // back; by reference the runtime shares the buffer (or, to this process
