@@ -33,6 +33,7 @@ void LongReceiver::Clear() {
   }
   inbound_.clear();
   waiting_grant_.clear();
+  waiting_receive_.clear();
 }
 
 // --- frames -------------------------------------------------------------------
@@ -71,8 +72,10 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
     const Grant grant = TryGrantLocked(ref, waiting_grant_.empty());
     if (grant == Grant::kRefused) {
       FinishLocked(ref, RefusedPiece(ref), /*tell_sender=*/true);
+    } else if (grant == Grant::kWaits && IsPiece(ref)) {
+      waiting_receive_.push_back(&ref);
     } else if (grant == Grant::kWaits) {
-      if (ref.total > limits_.reassembly_cap && !IsPiece(ref)) {
+      if (ref.total > limits_.reassembly_cap) {
         Log().warn(
             "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
             "bytes); receive it with RecvInto",
@@ -282,6 +285,7 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
     RememberAbortedLocked(message.key);
   }
   std::erase(waiting_grant_, &message);
+  std::erase(waiting_receive_, &message);
   inbound_.erase(message.key);
 }
 
@@ -344,7 +348,8 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
       next_partial_check_ = now + limits_.partial_check_period;
       DiscardSilentLocked(now);
     }
-    more = !waiting_grant_.empty() || !inbound_.empty();
+    // Pieces waiting for their receive need no round: posting it asks.
+    more = !waiting_grant_.empty() || inbound_.size() > waiting_receive_.size();
   }
   FlushControls();
   return more;
@@ -363,9 +368,7 @@ void LongReceiver::GrantWaitingLocked() {
       ++i;
       continue;
     }
-    // A packed body piece waits for its reader's receive: it never has
-    // the turn for library memory.
-    const bool fits = message->total <= limits_.reassembly_cap && !IsPiece(*message);
+    const bool fits = message->total <= limits_.reassembly_cap;
     const Grant grant = TryGrantLocked(*message, fits && !library_taken);
     if (grant != Grant::kWaits) {
       if (grant == Grant::kRefused) refused.push_back(message);
@@ -374,6 +377,22 @@ void LongReceiver::GrantWaitingLocked() {
     }
     library_taken = library_taken || fits;
     ++i;
+  }
+  // Pieces: only a receive their reader posted takes them.
+  for (size_t i = 0; i < waiting_receive_.size();) {
+    InboundLong* message = waiting_receive_[i];
+    if (message->mailbox->left()) {
+      gone.push_back(message);
+      ++i;
+      continue;
+    }
+    const Grant grant = TryGrantLocked(*message, /*library=*/false);
+    if (grant == Grant::kWaits) {
+      ++i;
+      continue;
+    }
+    if (grant == Grant::kRefused) refused.push_back(message);
+    waiting_receive_.erase(waiting_receive_.begin() + static_cast<std::ptrdiff_t>(i));
   }
   for (InboundLong* message : gone) {
     FinishLocked(*message, FailedPrecondition("the receiving thread left"), true);

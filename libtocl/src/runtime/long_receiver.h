@@ -204,6 +204,10 @@ class LongReceiver {
   std::unordered_map<LongKey, std::unique_ptr<InboundLong>, LongKeyHash>
       inbound_;                             // guarded by mu_
   std::deque<InboundLong*> waiting_grant_;  // guarded by mu_: FIFO
+  // Packed pieces waiting for their reader's receive (never library
+  // memory): only a posted receive serves them, so they hold no start in
+  // waiting_grant_ back and keep the poller no busier. Guarded by mu_.
+  std::deque<InboundLong*> waiting_receive_;
   std::vector<OutControl> control_outbox_;  // guarded by mu_: sent once it is released
   std::vector<OutControl> pending_acks_;    // guarded by mu_: sent at the end of the poll round
   // Guarded by mu_: messages given up here, the last kRememberAborted.

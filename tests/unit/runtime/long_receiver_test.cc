@@ -413,6 +413,22 @@ TEST_CASE("a packed piece larger than its reader's receive fails it and tells th
   CHECK(f.receiver.reassembly_used() == 0);
 }
 
+TEST_CASE(
+    "a packed piece waiting for its reader's receive holds no other start back and keeps the "
+    "poller idle",
+    "[long][packed]") {
+  Fixture f({.reassembly_cap = 1 << 20});
+  buffers::SlotRef piece = f.Start(0, 2000);
+  piece->header().flags = wire::kFlagPackedPiece;
+  REQUIRE(f.receiver.OnLongStart(kSenderProcess, std::move(piece)).ok());
+  CHECK(f.sent.empty());                               // no library memory for a piece
+  CHECK_FALSE(f.receiver.Housekeeping(Clock::now()));  // nothing for the poller to do
+  // A plain start behind it gets library memory at once.
+  REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(1, 500)).ok());
+  CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{1});
+  CHECK(f.receiver.reassembly_used() == 500);
+}
+
 TEST_CASE("a start for a thread that left is answered with an abort", "[long]") {
   Fixture f;
   REQUIRE(f.receive.Leave(kMe));
