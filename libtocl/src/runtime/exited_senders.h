@@ -5,7 +5,11 @@
 // lock and a hash probe, no daemon round trip.
 //
 // Bounded: the last kRemembered exits are kept (a reader asks about a
-// sender it heard from moments ago).
+// sender it heard from moments ago). A reader that finds nothing here for a
+// while asks the directory (packed_reader.cc), so an exit forgotten here
+// ends its wait too, a few seconds later. PeerRoutes keeps exits as well,
+// but per destination this process sends to; a packed reader's source
+// need not be one.
 //
 // Threading: every method from any thread; `mu_` guards the table.
 #pragma once

@@ -5,7 +5,8 @@
 // receive posted into the caller's memory (posted_receive.h), to which the
 // long receiver binds the range's fragments: it lands in place. Waits end
 // with an error when the sender exits (ExitedSenders, asked whenever the
-// wait wakes: at least once a second).
+// wait wakes: at least once a second; the directory, when a wait has found
+// nothing there for a second, and every 5 s after).
 #include <fmt/format.h>
 
 #include <cstring>
@@ -35,13 +36,42 @@ runtime::Selector PieceSelector(const PackedReaderState& r) {
   return selector;
 }
 
+// What one wait knows of the sender: whether what it sent was drained, and
+// when to ask the directory next.
+struct SenderWatch {
+  // ExitedSenders keeps the last exits only: a wait that has found nothing
+  // there for a while asks the directory (a daemon round trip, so not at
+  // every wake).
+  static constexpr auto kFirstAsk = std::chrono::seconds(1);
+  static constexpr auto kAskEvery = std::chrono::seconds(5);
+  bool drained = false;
+  Clock::time_point ask_at = Clock::now() + kFirstAsk;
+};
+
+// Why the sender is gone, if the table or (when due) the directory says so.
+std::optional<std::string> GoneReason(PackedReaderState& r, SenderWatch& watch) {
+  std::optional<std::string> reason = r.impl->exited_senders.Gone(r.source);
+  if (reason || Clock::now() < watch.ask_at) return reason;
+  watch.ask_at = Clock::now() + SenderWatch::kAskEvery;
+  for (Gid gid : {r.source, r.source.process()}) {
+    auto entity = r.impl->daemons->Lookup(gid);
+    // NotFound for a thread whose process runs is a registration still in
+    // flight; any other failure (daemon away) is asked again later.
+    if (!entity.ok() || entity->state != EntityState::kExited) continue;
+    std::string why = entity->exit_reason.empty() ? "exited" : entity->exit_reason;
+    r.impl->exited_senders.Note(gid, why);
+    return why;
+  }
+  return std::nullopt;
+}
+
 // Unavailable when the sender is gone; first delivering whatever it sent
 // that reached this process (so that a piece already here wins).
-Status SenderGone(PackedReaderState& r, bool* drained) {
-  std::optional<std::string> reason = r.impl->exited_senders.Gone(r.source);
+Status SenderGone(PackedReaderState& r, SenderWatch& watch) {
+  std::optional<std::string> reason = GoneReason(r, watch);
   if (!reason) return Status::Ok();
-  if (!*drained) {
-    *drained = true;
+  if (!watch.drained) {
+    watch.drained = true;
     r.impl->DeliverArrivedFrom(r.source, *reason);
     return Status(StatusCode::kTryAgain, "look again");
   }
@@ -56,9 +86,9 @@ Status ReceiveSegment(PackedReaderState& r) {
   // Asked after each look at the mailbox: the first time the sender is
   // seen gone, what it sent is drained and the wait goes on (the next look
   // comes with the drain's delivery, or within a second); then it fails.
-  bool drained = false;
+  SenderWatch watch;
   auto check = [&]() -> Status {
-    Status gone = SenderGone(r, &drained);
+    Status gone = SenderGone(r, watch);
     return gone.code() == StatusCode::kTryAgain ? Status::Ok() : gone;
   };
   Result<Buffer> got =
@@ -86,11 +116,11 @@ Status ReceiveReference(PackedReaderState& r, std::span<std::byte> out) {
   post.into = true;
   post.out = out;
   r.impl->receive.Post(*mailbox, post);
-  bool drained = false;
+  SenderWatch watch;
   Status gone;
   Status waited = r.impl->receive.Await(*mailbox, Clock::time_point::max(), true, [&] {
     if (post.done.load(std::memory_order_acquire)) return true;
-    gone = SenderGone(r, &drained);
+    gone = SenderGone(r, watch);
     if (gone.code() == StatusCode::kTryAgain) {
       gone = Status::Ok();  // drained: the piece may be here now
       return post.done.load(std::memory_order_acquire);
@@ -105,6 +135,20 @@ Status ReceiveReference(PackedReaderState& r, std::span<std::byte> out) {
   const bool in_place = post.slot == nullptr;
   TOCL_ASSIGN_OR_RETURN(MessageInfo info, r.impl->receive.FinishInto(post));
   if (info.size != out.size()) {
+    // A writer whose by-reference send failed ends the message with an
+    // abort segment, which this receive took in place of the range: its
+    // reason is the error.
+    if (info.size < out.size()) {
+      auto segment = runtime::packed::ParseSegment(out.first(info.size));
+      if (segment.ok() && segment->magic == runtime::packed::kSegmentMagic &&
+          segment->number == r.next_number && segment->items.size() == 1 &&
+          segment->items[0].code == Code::kAbort) {
+        const auto& reason = segment->items[0].data;
+        return FailedPrecondition(fmt::format(
+            "piece {}: {}", r.piece,
+            std::string_view(reinterpret_cast<const char*>(reason.data()), reason.size())));
+      }
+    }
     return DataLoss(
         fmt::format("piece {}: a {} byte range came as {} bytes", r.piece, out.size(), info.size));
   }

@@ -52,19 +52,18 @@
 // Both are header-only frames between the two processes.
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
-// connection), version 5 kReceived on reverse traffic; peers of another
-// version are refused.
+// connection), version 5 kReceived on reverse traffic, version 6 header
+// flags (kFlagPackedPiece); peers of another version are refused at the
+// handshake (tcp, via), naming the version, and do not attach to each
+// other's shm segment (its kSegmentVersion follows this one).
 //
 // Flags: kFlagPackedPiece marks a short message or a long-message start as
 // a body piece of a packed message (tocl/packed_message.h): it is matched
 // only by the runtime's packed reader, never by a receive the application
 // posts, so a Recv of the packed message's tag does not take its pieces.
-// The flag brought no version change: a peer older than it refuses such a
-// frame ("reserved header bits are set") as a malformed frame, which closes
-// the whole channel from that process, not only the packed message (tcp:
-// the inbound connection closes, and on resume the same unacknowledged
-// frame comes again; shm: the channel closes for good). Packed messages
-// need both peers to know the flag.
+// The flag came with version 6, so a peer older than it never sees one: it
+// refuses the hello, and the two processes do not talk at all rather than
+// lose a channel to the first packed message.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -85,7 +84,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 5;
+inline constexpr uint8_t kVersion = 6;
 
 // Handshake payloads (security::Nonce and security::Mac).
 inline constexpr uint32_t kHandshakeNonceBytes = 32;
