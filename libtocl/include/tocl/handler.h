@@ -88,9 +88,9 @@
 // handled twice. From inside a call of the handler itself, CancelHandler
 // cannot wait for that call: it returns without waiting for the running
 // calls (this one and, for an unordered handler, the others finish on
-// their own), but only once the calls left to run are settled: each has
-// taken its message off the thread (it may enter the function an instant
-// after the return; it started before). No other message is handled: the
+// their own). Which messages they handle is settled when it returns: a
+// call that took its message off the thread before may still enter the
+// function an instant after the return; no other message is handled, the
 // rest stay receivable, in order. Likewise it does not wait for calls that
 // are themselves waiting, through CancelHandler, for the caller's own call
 // (two handlers cancelling each other from their calls): no deadlock.

@@ -28,10 +28,7 @@ struct HandlerDispatch::Registration final : ClaimSink {
   // Guarded by dispatch.mu_.
   size_t claimed = 0;    // claims no call has taken yet
   uint32_t running = 0;  // calls counted (between taking one and its end)
-  // Of those, the calls still taking their message (Mailbox::TakeClaimed):
-  // a call whose message is taken starts, whatever happens meanwhile.
-  uint32_t taking = 0;
-  bool ready = false;  // in ready_
+  bool ready = false;    // in ready_
   bool cancelled = false;
   // Registrations that calls of this one wait for in Cancel (one entry
   // per waiting call): the edges Cancel's deadlock check follows.
@@ -128,13 +125,14 @@ Status HandlerDispatch::Cancel(HandlerId id) {
   std::unique_lock lock(mu_);
   Registration* waiter = Caller();
   // From its own call, or from a call that the target's calls wait for:
-  // waiting for the running calls would never end. A call counted but
-  // still taking its message would start after the return, though: wait
-  // for those (TakeClaimed does not block; the withdrawal above leaves
-  // them nothing more to take).
+  // waiting for the running calls would never end. What they handle is
+  // settled already: the withdrawal above (under the mailbox's lock, as
+  // TakeClaimed) left a call that had not taken its message nothing to
+  // take.
   if (waiter == registration.get() ||
       (waiter != nullptr && WaitsForLocked(registration.get(), waiter))) {
-    finished_cv_.wait(lock, [&] { return registration->taking == 0; });
+    // Its running calls end after this returns: the last one frees it.
+    if (registration->running > 0) retired_.push_back(std::move(registration));
     return Status::Ok();
   }
   if (waiter != nullptr) waiter->waiting_for.push_back(registration.get());
@@ -213,7 +211,6 @@ void HandlerDispatch::Work() {
       ready_.pop_front();
       --front->claimed;
       ++front->running;
-      ++front->taking;
       // Still runnable (an unordered one with more claims): back in line,
       // behind the others.
       if (RunnableLocked(*front)) {
@@ -228,8 +225,7 @@ void HandlerDispatch::Work() {
       // run finds a thread to tell.
       if (!ready_.empty()) (void)NotifyLocked();
       if (!lead_waiting_ && sleeping_ == 0 && starting_ == 0) AddThreadLocked();
-      std::shared_ptr<Registration> registration = registrations_.at(front->id);
-      RunCall(registration, lock);
+      RunCall(*front, lock);
       continue;
     }
     if (starting && !lead_waiting_) {
@@ -248,22 +244,27 @@ void HandlerDispatch::Work() {
   }
 }
 
-void HandlerDispatch::RunCall(const std::shared_ptr<Registration>& registration,
-                              std::unique_lock<std::mutex>& lock) {
-  Registration& r = *registration;
+void HandlerDispatch::RunCall(Registration& r, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
-  detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post);
+  if (detail::BufferSlot* slot = r.mailbox->TakeClaimed(&r.post)) Call(r, slot);
   lock.lock();
-  --r.taking;
-  if (r.cancelled) finished_cv_.notify_all();  // a Cancel from a call may wait for this
-  if (slot != nullptr) {
-    lock.unlock();
-    Call(r, slot);
-    lock.lock();
-  }
   --r.running;
   MakeReadyLocked(r);  // an ordered one's next message
   if (r.cancelled || stopping_) finished_cv_.notify_all();
+  if (r.cancelled && r.running == 0) ReleaseRetiredLocked(r, lock);
+}
+
+void HandlerDispatch::ReleaseRetiredLocked(Registration& r, std::unique_lock<std::mutex>& lock) {
+  auto it = std::find_if(retired_.begin(), retired_.end(),
+                         [&](const auto& retired) { return retired.get() == &r; });
+  if (it == retired_.end()) return;  // its Cancel or Stop holds it
+  std::shared_ptr<Registration> last = std::move(*it);
+  retired_.erase(it);
+  // The handler's function (and what it captured) is destroyed without
+  // mu_: its destructors may call into the runtime.
+  lock.unlock();
+  last.reset();
+  lock.lock();
 }
 
 void HandlerDispatch::Call(Registration& r, detail::BufferSlot* slot) {

@@ -102,8 +102,9 @@ class HandlerDispatch {
   void Work();
   // Runs one call of `registration` (its call is counted); with mu_
   // released meanwhile.
-  void RunCall(const std::shared_ptr<Registration>& registration,
-               std::unique_lock<std::mutex>& lock);
+  void RunCall(Registration& registration, std::unique_lock<std::mutex>& lock);
+  // Frees `registration` if it is retired and its last call has ended.
+  void ReleaseRetiredLocked(Registration& registration, std::unique_lock<std::mutex>& lock);
   // The call itself, with the message `slot` (its reference taken); no
   // lock held.
   void Call(Registration& registration, detail::BufferSlot* slot);
@@ -117,9 +118,13 @@ class HandlerDispatch {
   // taken before a mailbox's lock.
   std::mutex register_mu_;
   mutable std::mutex mu_;
-  // shared_ptr: a call keeps its registration alive when the registration
-  // is cancelled from inside one of its own calls (Cancel does not wait).
+  // A registration lives while a call of it may run: in registrations_
+  // until cancelled, then held by its Cancel (or Stop) while that waits for
+  // the running calls, or, when Cancel cannot wait (from one of the calls
+  // it would wait for), in retired_ until its last call ends. A call
+  // itself holds no reference: nothing per message.
   std::map<HandlerId, std::shared_ptr<Registration>> registrations_;  // guarded by mu_
+  std::vector<std::shared_ptr<Registration>> retired_;                // guarded by mu_
   std::deque<Registration*> ready_;                                   // guarded by mu_
   // ready_ is not empty (or stopping): the lead's wake-up test, read
   // without mu_.

@@ -32,9 +32,9 @@ LongSender::LongSender(Limits limits, ReceiveSide& receive, const std::atomic<bo
     : limits_(limits), receive_(receive), shutting_down_(shutting_down), events_(events) {}
 
 Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
-                        std::span<const std::byte> payload) {
+                        std::span<const std::byte> payload, uint16_t flags) {
   LongSend send;
-  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send));
+  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send, flags));
   return Carry(peer, send);
 }
 
@@ -77,7 +77,8 @@ LongSender::Clock::duration LongSender::StepWait() const {
 }
 
 Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
-                         std::span<const std::byte> payload, Mailbox* wake, LongSend& send) {
+                         std::span<const std::byte> payload, Mailbox* wake, LongSend& send,
+                         uint16_t flags) {
   send.data = payload;
   send.tag = tag;
   send.wake = wake;
@@ -102,7 +103,7 @@ Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
   // at once); the number is known only once the pair's lane is held (the
   // pair's short messages take theirs without peer.mu()).
   wire::Header start_header = wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_);
-  start_header.flags = send.flags;
+  start_header.flags = send.flags | flags;
   auto start = peer.HeaderFrame(peer.default_route(), start_header);
   Status posted = start.status();
   auto numbered = [&](uint64_t seq) {

@@ -112,13 +112,18 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.version != kVersion) {
     return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
   }
-  if (header.reserved != 0 && header.kind != FrameKind::kLongStart) {
-    return InvalidArgument("reserved header bits are set");
-  }
-  if (header.flags != 0 && (header.flags != kFlagRelayed || !(RelayedTowardReceiver(header.kind) ||
-                                                              RelayedTowardSender(header.kind)))) {
+  const bool piece_kind =
+      header.kind == FrameKind::kMessage || header.kind == FrameKind::kLongStart;
+  const bool relay_kind = RelayedTowardReceiver(header.kind) || RelayedTowardSender(header.kind);
+  const uint16_t allowed_flags =
+      (piece_kind ? kFlagPackedPiece : 0) | (relay_kind ? kFlagRelayed : 0);
+  if ((header.flags & ~allowed_flags) != 0 || header.flags == (kFlagRelayed | kFlagPackedPiece)) {
+    // A relay never carries a packed message's piece.
     return InvalidArgument(fmt::format("header flags {:#06x} on a frame of kind {}", header.flags,
                                        static_cast<unsigned>(header.kind)));
+  }
+  if (header.reserved != 0 && header.kind != FrameKind::kLongStart) {
+    return InvalidArgument("reserved header bits are set");
   }
   switch (header.kind) {
     case FrameKind::kMessage:
