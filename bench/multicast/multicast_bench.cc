@@ -79,7 +79,7 @@ Status RunMulticastBench(const MulticastBenchOptions& options, Report& report) {
   }
 
   std::vector<double> multicast_ms, sends_ms, ratio_time, multicast_tx, sends_tx, ratio_tx;
-  std::vector<double> copies;
+  std::vector<double> copies, sends_copies;
   std::vector<WorkerEvent> ops = sender.Events("op");
   for (int round = 0; round < rounds; ++round) {
     const WorkerEvent* multicast = nullptr;
@@ -99,6 +99,7 @@ Status RunMulticastBench(const MulticastBenchOptions& options, Report& report) {
     sends_tx.push_back(sends->Real("tx") / 1e6);
     ratio_tx.push_back(multicast_tx.back() / std::max(sends_tx.back(), 1e-9));
     copies.push_back(multicast->Real("copies"));
+    sends_copies.push_back(sends->Real("copies"));
   }
   const std::string note = fmt::format("{} rounds, 8 receivers on 2 other hosts, {}", rounds,
                                        options.rate.empty() ? "unlimited veth" : options.rate);
@@ -114,7 +115,9 @@ Status RunMulticastBench(const MulticastBenchOptions& options, Report& report) {
       .WithBaseline(Median(sends_tx))
       .WithRatio(Median(ratio_tx))
       .WithNote("bytes host 1's interfaces sent during the call (/proc/net/dev)");
-  report.Add(name, "copies from the sender", Median(copies), "copies").WithBaseline(8);
+  // Both as the worker printed them (the Sends': one per receiver it sent to).
+  report.Add(name, "copies from the sender", Median(copies), "copies")
+      .WithBaseline(Median(sends_copies));
   return Status::Ok();
 }
 

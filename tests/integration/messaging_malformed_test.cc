@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -376,14 +377,39 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
                      true, stranger});
   }
   {
-    // A relay's frame for a third process's thread: accepted and ordered
-    // in that thread's pair (the target drops it: nobody receives it).
-    const Gid sender = new_stranger();
+    // A fill (a relay's frame, wire/frame.h) naming the honest process's
+    // thread, whose messages to the target are numbered from 0 ("before
+    // anything" took 0), for a number no marker of it took: refused, the
+    // connection closes, and nothing is delivered (the echo would answer
+    // it with tag 77: checked after the cases).
     const Gid relayer = new_stranger();
-    wire::Header relayed = Message(Gid::Thread(sender, 1), target, 77, payload.size());
-    relayed.flags = wire::kFlagRelayed;
-    cases.push_back({"a relayed message naming a third process's thread",
-                     Frames().Add(relayed, Bytes(payload)), false, /*must_close=*/false, relayer});
+    wire::Header forged = Message(me, target, 77, payload.size(), /*seq=*/0);
+    forged.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill naming a third process's thread, for a number no marker took",
+                     Frames().Add(forged, Bytes(payload)), false, /*must_close=*/true, relayer});
+  }
+  {
+    // A fill in the name of a runtime's internal thread (the honest
+    // process's spawn service), or for one: refused at once.
+    const Gid relayer = new_stranger();
+    wire::Header forged = Message(Gid::Thread(honest_process, Gid::kMaxThread), target, 77,
+                                  payload.size(), /*seq=*/0);
+    forged.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill from a runtime's internal thread",
+                     Frames().Add(forged, Bytes(payload)), false, /*must_close=*/true, relayer});
+    wire::Header to_service =
+        Message(me, Gid::Thread(target_process, Gid::kMaxThread), 77, payload.size(), /*seq=*/0);
+    to_service.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill for a runtime's internal thread",
+                     Frames().Add(to_service, Bytes(payload)), false, /*must_close=*/true,
+                     new_stranger()});
+  }
+  {
+    // A marker only comes from its sender's own process.
+    const Gid relayer = new_stranger();
+    cases.push_back({"a marker for another process's thread",
+                     Frames().Add(wire::MarkerHeader(me, target, 77, payload.size(), relayer, 0)),
+                     false, /*must_close=*/true, relayer});
   }
   {
     // Garbage, and a request from a user thread, to the target's multicast
@@ -426,6 +452,9 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     CHECK_OK(ping("after " + test.what));
     ++target_received;
   }
+
+  // Nothing forged was delivered: the echo would have answered it.
+  CHECK(runtime->TryRecv(me, Gid(), 77).status().code() == StatusCode::kTryAgain);
 
   // Many idle connections at once do not starve the honest one.
   for (int i = 0; i < 100; ++i) {
@@ -568,6 +597,69 @@ TEST_CASE(
   CHECK(next_text() == "h");
   CHECK(nothing_more());
   CHECK_FALSE(raw.ClosedByPeer(milliseconds(300)));
+}
+
+// Frames received by `runtime`'s networks so far.
+uint64_t FramesReceived(const Runtime& runtime) {
+  uint64_t frames = 0;
+  for (const NetworkStats& network : runtime.Networks()) frames += network.frames_received;
+  return frames;
+}
+
+TEST_CASE(
+    "forged relayed aborts and probes about a long message in flight are ignored at both ends, "
+    "and the message arrives",
+    "[integration][msg][tcp][long][multicast]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "sender", "tcp"));
+  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  // Its grant waits for a RecvInto: the message stays in flight meanwhile.
+  RuntimeOptions small = RuntimeOptionsFor(daemon, "receiver", "tcp");
+  small.reassembly_cap = size_t{256} << 10;
+  auto receiver = REQUIRE_VALUE(StartRuntime(small));
+  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
+  const std::vector<std::byte> payload = PatternBytes(size_t{1} << 20, 19);
+
+  const uint64_t heard_before = FramesReceived(*sender);
+  auto sent = std::async(std::launch::async, [&] { return sender->Send(s, r, 3, payload); });
+  // The receiver has the start once it answers the sender's probe ("waits
+  // for memory"): the first frame the sender hears.
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*sender) == heard_before && steady_clock::now() < deadline) {
+    REQUIRE(sent.wait_for(milliseconds(20)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*sender) > heard_before);
+
+  // A third process, relay-flagged: the sender's abort and probe to the
+  // receiver, the receiver's abort to the sender (message 0 of the pair).
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 2);
+  auto forge = [&](Runtime& target, wire::Header header) {
+    header.flags = wire::kFlagRelayed;
+    const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, target.gid()));
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    REQUIRE_OK(raw.Handshake(forger, target.gid()));
+    const uint64_t before = FramesReceived(target);
+    REQUIRE(raw.Write(Frames().Add(header).bytes()) == RawConnection::Written::kAll);
+    // Handled (counted as it is taken) while the message is in flight.
+    const auto until = steady_clock::now() + seconds(20);
+    while (FramesReceived(target) == before && steady_clock::now() < until) {
+      REQUIRE(sent.wait_for(milliseconds(5)) == std::future_status::timeout);
+    }
+    REQUIRE(FramesReceived(target) > before);
+  };
+  forge(*receiver, LongControl(wire::FrameKind::kAbort, s, r, 0));  // "its sender gave up"
+  forge(*receiver, LongControl(wire::FrameKind::kProbe, s, r, 0));
+  wire::Header receiver_abort = LongControl(wire::FrameKind::kAbort, r, s, 0);
+  receiver_abort.tag = 1;  // "its receiver gave up"
+  forge(*sender, receiver_abort);
+
+  std::vector<std::byte> out(payload.size());
+  MessageInfo info = REQUIRE_VALUE(receiver->RecvIntoFor(r, out, seconds(30), s, 3));
+  CHECK(info.size == payload.size());
+  CHECK(out == payload);
+  CHECK_OK(sent.get());
 }
 
 }  // namespace

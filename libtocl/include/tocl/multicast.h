@@ -12,9 +12,15 @@
 // as if `from` had sent it with Send), in its place among `from`'s other
 // messages to that receiver: a Send to R before the Multicast is received
 // before it, one after it is received after it (the runtime's pair order:
-// the multicast takes its number in each (from, receiver) pair when it is
-// sent, and whichever process carries it, the receiver orders it by that
-// number).
+// the sender posts a small marker into each (from, receiver) pair when it
+// is called, which takes the message's number there and names the process
+// that will carry it; whichever process carries it, the receiver delivers
+// it where the marker stands).
+//
+// Identity: only the sender's own process speaks for `from`. A receiver
+// takes the message only from the process the marker (which came from the
+// sender's process) names, or from the sender's process itself; anything
+// else claiming to be from `from` is refused and its connection closed.
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -42,13 +48,19 @@
 // Unavailable (its process or host cannot be reached) and Send's other
 // errors; the other receivers still get it. A relay that dies or does not
 // answer within MulticastOptions::timeout: the sender sends its receivers
-// the message itself, with the same numbers (a receiver that had it from
-// the relay drops the second copy); the receivers of a relay's subtree
-// that never heard from it are treated the same way. So nothing is
-// silently lost, and a receiver is reported failed only when the sender
-// itself could not reach it either. (A long message the relay had already
-// delivered before it died can be reported Unavailable by that second
-// try: as with Send, a failure means "not known to have arrived".)
+// the message itself, in the places their markers hold (a receiver that
+// had it from the relay drops the second copy; a long message a relay was
+// still carrying is taken over by the sender's copy, keeping what arrived);
+// the receivers of a relay's subtree that never heard from it, and every
+// receiver a relay reports an error for other than NotFound or
+// FailedPrecondition, are treated the same way. So nothing is silently
+// lost, and a receiver is reported failed only when the sender itself
+// could not reach it either; the receiver is then told that the message
+// will not come, and its later messages from `from` are not held up. (A
+// long message the receiver had whole from its relay before the sender's
+// second try can be reported Unavailable by that try, after the
+// receiver's partial_timeout: as with Send, a failure means "not known to
+// have arrived".)
 //
 // Errors of the call itself (nothing is sent): InvalidArgument for a
 // sender that is not an enrolled thread of this process, kAnyTag, an empty
@@ -63,7 +75,8 @@
 // relays' answers). `payload` may be reused once Multicast returns.
 // Memory: the sender holds one copy of the payload per relay it sends to
 // while the request is on its way (as a Send of a copy would), and a relay
-// holds the payload once while it passes it on.
+// holds the payload once while it passes it on. Each receiver on another
+// host costs the sender a 64-byte marker on its link besides.
 #pragma once
 
 #include <chrono>

@@ -94,9 +94,8 @@ struct LongSend {
   LongKey key;
   std::span<const std::byte> data;
   Tag tag = 0;
-  // Set before Begin: a number given by a multicast's sender (else the
-  // pair's next), and wire::kFlagRelayed when this process carries the
-  // message for another's thread (every frame of it says so).
+  // Set before Begin: a multicast's fill has the number its marker took
+  // (else the pair's next), and wire::kFlagRelayed on every frame.
   std::optional<uint64_t> numbered_as;
   uint16_t flags = 0;
 

@@ -136,6 +136,11 @@ Result<LongReceiver::Placed> LongReceiver::PlaceLocked(Gid from_process, const w
   }
   InboundLong& message = *it->second;
   const uint64_t fragment = message.fragment_bytes;
+  if (message.source_process != from_process && wire::Relayed(header)) {
+    // A fill's fragment from the carrier it was taken from (OnRefill).
+    fragments_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return Placed::kUnknown;
+  }
   if (message.source_process != from_process || !message.granted || header.total != message.total ||
       header.offset % fragment != 0 ||
       header.length != std::min(fragment, message.total - header.offset)) {
@@ -180,9 +185,21 @@ Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header
       std::lock_guard lock(mu_);
       auto it = inbound_.find(key);
       if (it != inbound_.end()) {
-        FinishLocked(*it->second,
-                     Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
-                     false);
+        // Only the process carrying it may end it (a relayed abort may
+        // name any sender: wire::SourceFits).
+        if (it->second->source_process != from_process) {
+          Log().warn("tocl: ignoring an abort of long message {} from {}: {} carries it", key.seq,
+                     from_process.ToString(), it->second->source_process.ToString());
+          return Status::Ok();
+        }
+        if (Gid::FromRaw(key.source).process() != from_process) {
+          // A relay gave up a multicast's fill: its sender sends it itself.
+          OrphanLocked(*it->second);
+        } else {
+          FinishLocked(*it->second,
+                       Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
+                       false);
+        }
         return Status::Ok();
       }
     }
@@ -282,6 +299,9 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
   }
   if (!status.ok() && tell_sender) {
     QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, message.key);
+    RememberAbortedLocked(message.key);
+  } else if (!status.ok() && (message.flags & wire::kFlagRelayed) != 0) {
+    // A multicast's fill: a second one is answered "given up" (OnRefill).
     RememberAbortedLocked(message.key);
   }
   std::erase(waiting_grant_, &message);
@@ -489,9 +509,14 @@ void LongReceiver::CancelBound(const Status& status) {
 void LongReceiver::SenderExited(Gid process, const std::string& reason) {
   std::lock_guard lock(mu_);
   std::vector<InboundLong*> orphans;
+  std::vector<InboundLong*> fills;
   for (auto& [key, message] : inbound_) {
-    if (message->source_process == process) orphans.push_back(message.get());
+    if (message->source_process != process) continue;
+    // A multicast's fill that a relay carried: left for its sender's own
+    // try (OnRefill).
+    (Gid::FromRaw(key.source).process() == process ? orphans : fills).push_back(message.get());
   }
+  for (InboundLong* message : fills) OrphanLocked(*message);
   for (InboundLong* message : orphans) {
     FinishLocked(*message,
                  Unavailable(fmt::format("its sending process {} has exited ({})",
@@ -500,10 +525,74 @@ void LongReceiver::SenderExited(Gid process, const std::string& reason) {
   }
 }
 
+void LongReceiver::OrphanLocked(InboundLong& message) {
+  if (message.granted) {
+    // Its memory is in the mailbox: kept, and what came stays, for
+    // partial_timeout.
+    message.source_process = Gid();
+    message.last_activity = Clock::now();
+    return;
+  }
+  // Nothing of it is in the mailbox yet: as if it never started.
+  const LongKey key = message.key;
+  std::erase(waiting_grant_, &message);
+  std::erase(waiting_receive_, &message);
+  inbound_.erase(key);
+  if (reopened_.size() >= kRememberAborted) reopened_.clear();
+  reopened_.insert(key);
+}
+
+Status LongReceiver::OnRefill(Gid from_process, buffers::SlotRef slot) {
+  const wire::Header header = slot->header();
+  const LongKey key = KeyOf(header);
+  const bool from_its_sender = Gid::FromRaw(key.source).process() == from_process;
+  {
+    std::lock_guard lock(mu_);
+    auto it = inbound_.find(key);
+    if (reopened_.count(key) != 0) {
+      // Its relay exited before the grant: the sender's own try starts
+      // anew (below); anyone else's is a second copy.
+      if (!from_its_sender) return Status::Ok();
+      reopened_.erase(key);
+    } else if (it == inbound_.end()) {
+      // Given up here (its carrier hears so now, not after its
+      // partial_timeout), or here whole (all of it acknowledged: its
+      // carrier sends nothing more).
+      if (aborted_keys_.count(key) != 0) {
+        QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      } else {
+        QueueControlLocked(from_process, -1, wire::FrameKind::kAck, key, 0, header.total);
+      }
+      slot.reset();
+    } else if (it->second->source_process == from_process || it->second->total != header.total ||
+               it->second->fragment_bytes != header.reserved) {
+      return Status::Ok();  // a second copy of its own
+    } else if (!from_its_sender) {
+      // The relay's, late: its sender carries it now.
+      QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      slot.reset();
+    } else {
+      // Taken over by the sender's own process (its relay died midway, or
+      // is too slow for it): granted again, to the new carrier; what came
+      // already stays (its fragments are acknowledged again), and the
+      // relay's later fragments are dropped.
+      InboundLong& message = *it->second;
+      message.source_process = from_process;
+      message.last_activity = message.granted_at = Clock::now();
+      if (message.granted) QueueControlLocked(from_process, -1, wire::FrameKind::kGrant, key);
+      slot.reset();
+    }
+  }
+  if (slot) return OnLongStart(from_process, std::move(slot));
+  FlushControls();
+  return Status::Ok();
+}
+
 // --- control frames ---------------------------------------------------------------
 
 void LongReceiver::QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
                                       const LongKey& about, uint64_t offset, uint64_t length) {
+  if (peer_process.is_null()) return;  // a fill whose carrier died (SenderExited)
   control_outbox_.push_back(OutControl{peer_process, network, kind, about, offset, length});
 }
 

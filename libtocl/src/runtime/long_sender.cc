@@ -38,12 +38,11 @@ Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
   return Carry(peer, send);
 }
 
-Status LongSender::SendNumbered(SendQueue& peer, Gid from, Gid to, Tag tag,
-                                std::span<const std::byte> payload, uint64_t seq, bool relayed,
-                                Mailbox& wake) {
+Status LongSender::SendFill(SendQueue& peer, Gid from, Gid to, Tag tag,
+                            std::span<const std::byte> payload, uint64_t seq, Mailbox& wake) {
   LongSend send;
   send.numbered_as = seq;
-  send.flags = relayed ? wire::kFlagRelayed : 0;
+  send.flags = wire::kFlagRelayed;
   TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, &wake, send));
   return Carry(peer, send);
 }
@@ -113,7 +112,7 @@ Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
     send.registered = true;
   };
   if (posted.ok() && send.numbered_as) {
-    // Numbered by the multicast's sender (SendQueue::ReserveSeq).
+    // A multicast's fill: numbered by its marker.
     (*start)->header().seq = *send.numbered_as;
     numbered(*send.numbered_as);
     posted = peer.PostNumbered(*start, peer.default_route());
@@ -288,7 +287,15 @@ void LongSender::PostControlLocked(SendQueue& peer, int route, wire::FrameKind k
   (void)peer.PostControl(route, header);
 }
 
-void LongSender::OnControl(const wire::Header& header) {
+void LongSender::OnControl(Gid from_process, const wire::Header& header) {
+  // Only the receiver's own process speaks about its message (a relayed
+  // abort or probe may name any thread: wire::SourceFits).
+  if (Gid::FromRaw(header.source).process() != from_process) {
+    Log().warn("tocl: ignoring a {} about message {} to {} from process {}",
+               static_cast<unsigned>(header.kind), header.seq,
+               Gid::FromRaw(header.source).ToString(), from_process.ToString());
+    return;
+  }
   std::lock_guard lock(mu_);
   // About a message we send: key (our thread, their thread, seq).
   auto it = outbound_.find(LongKey{header.destination, header.source, header.seq});

@@ -89,15 +89,14 @@ class LongSender {
   Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
               uint16_t flags = 0);
 
-  // Send of a message numbered already in the (from, to) pair
-  // (SendQueue::ReserveSeq: a multicast's, multicast_service.h): `seq` is
-  // its number; `relayed` when `from` is a thread of another process, for
-  // which this one carries the message (its frames say so:
-  // wire::kFlagRelayed). `wake` is signalled when the receiver answers
-  // (the carrying thread's mailbox).
-  Status SendNumbered(SendQueue& peer, Gid from, Gid to, Tag tag,
-                      std::span<const std::byte> payload, uint64_t seq, bool relayed,
-                      Mailbox& wake);
+  // Send of a multicast's fill (wire/frame.h): number `seq` of the
+  // (from, to) pair, whose marker `from`'s process posted; `from` is a
+  // thread of this process (the sender's fallback) or of another one, for
+  // which this one carries the message. Every frame of it carries
+  // wire::kFlagRelayed. `wake` is signalled when the receiver answers (the
+  // carrying thread's mailbox).
+  Status SendFill(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                  uint64_t seq, Mailbox& wake);
 
   // Send in steps, for a thread that carries several sends at once
   // (background_sends.h): Begin numbers and posts the start (the message
@@ -116,9 +115,10 @@ class LongSender {
   void ListenForBells(bool on) { events_.ListenForBells(on); }
 
   // The poller: a receiver's grant, acknowledgement, abort or answer to a
-  // probe (!FromSender(header)). One about no message being sent (it
-  // finished) is dropped.
-  void OnControl(const wire::Header& header);
+  // probe (!FromSender(header)) that came from `from_process`. One about no
+  // message being sent (it finished), or from a process other than the
+  // receiver's, is dropped.
+  void OnControl(Gid from_process, const wire::Header& header);
 
  private:
   // Send's steps after Begin: Step until an outcome, waiting on

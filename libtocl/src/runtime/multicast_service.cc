@@ -69,7 +69,7 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   result.receivers.resize(to.size());
   Relayed relayed;
   relayed.wake = own;
-  std::vector<NumberedReceiver> numbered;
+  std::vector<NumberedReceiver> remote;
   for (size_t i = 0; i < to.size(); ++i) {
     const Gid receiver = to[i];
     MulticastOutcome& outcome = result.receivers[i];
@@ -83,18 +83,43 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
       if (receiver.process() != process_) ++result.copies_sent;
       continue;
     }
-    auto peer = hooks_.peer_of(receiver);
-    if (!peer.ok()) {
-      outcome.status = peer.status();
-      continue;
-    }
-    // Its place among our messages to the receiver, whoever carries it.
-    numbered.push_back(NumberedReceiver{receiver, (*peer)->ReserveSeq(from, receiver)});
+    remote.push_back(NumberedReceiver{receiver});
     relayed.index_of[receiver.raw()] = i;
   }
-  relayed.groups = GroupByHost(std::move(numbered));
+  relayed.groups = GroupByHost(std::move(remote));
+  // Its place among our messages to each receiver, whoever carries it: a
+  // marker in the pair now, naming the group's relay.
+  for (MulticastGroup& group : relayed.groups) {
+    std::erase_if(group.receivers, [&](NumberedReceiver& receiver) {
+      auto seq = hooks_.post_marker(from, receiver.thread, tag, payload.size(), group.relay);
+      if (!seq.ok()) {
+        result.receivers[relayed.index_of.at(receiver.thread.raw())].status = seq.status();
+        return true;
+      }
+      receiver.seq = *seq;
+      return false;
+    });
+  }
+  std::erase_if(relayed.groups,
+                [](const MulticastGroup& group) { return group.receivers.empty(); });
   if (!relayed.groups.empty()) RelayAndWait(from, tag, payload, options, relayed, result);
   return result;
+}
+
+std::optional<size_t> MulticastService::AnsweredGroup(const Relayed& relayed,
+                                                      const std::vector<size_t>& subtree_sizes,
+                                                      Gid source, Gid relay) const {
+  const std::vector<MulticastGroup>& groups = relayed.groups;
+  const auto group = std::find_if(groups.begin(), groups.end(),
+                                  [&](const MulticastGroup& g) { return g.relay == relay; });
+  if (group == groups.end()) return std::nullopt;
+  const size_t g = static_cast<size_t>(group - groups.begin());
+  // Its relay answers for it, or a relay above it in the tree that could
+  // not pass the message on to it (PassOn): one whose subtree holds it.
+  for (size_t a = 0; a <= g; ++a) {
+    if (a + subtree_sizes[a] > g && source == RelayOf(groups[a].relay)) return g;
+  }
+  return std::nullopt;
 }
 
 void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte> payload,
@@ -146,8 +171,8 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
   const auto deadline = Clock::now() + options.timeout;
   size_t failures_seen = 0;
   auto new_failure = [&]() -> Status {
-    return replies_.Failures(mailbox.get()).size() > failures_seen ? Unavailable("a relay failed")
-                                                                   : Status::Ok();
+    return replies_.FailureCount(mailbox.get()) > failures_seen ? Unavailable("a relay failed")
+                                                                : Status::Ok();
   };
   const Selector replies{Gid(), kMulticastReplyTag};
   while (std::find(relayed.answered.begin(), relayed.answered.end(), false) !=
@@ -186,11 +211,14 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
       continue;
     }
     if (reply->id != request.id) continue;  // a late answer to an earlier call
-    const auto group = std::find_if(groups.begin(), groups.end(), [&](const MulticastGroup& g) {
-      return g.relay == reply->relay;
-    });
-    if (group == groups.end()) continue;
-    const size_t g = static_cast<size_t>(group - groups.begin());
+    const std::optional<size_t> answered =
+        AnsweredGroup(relayed, subtree_sizes, message->source(), reply->relay);
+    if (!answered) {
+      Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not its tree's",
+                 reply->relay.ToString(), message->source().ToString());
+      continue;
+    }
+    const size_t g = *answered;
     if (relayed.answered[g]) continue;  // sent to directly already
     if (!reply->status.ok()) {
       // The relay did not take it, or its parent could not pass it on to
@@ -199,15 +227,31 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
       continue;
     }
     passed_on[g] = true;
-    for (const MulticastReceiverOutcome& receiver : reply->receivers) {
-      auto index = relayed.index_of.find(receiver.thread.raw());
-      if (index == relayed.index_of.end() || receiver.thread.host() != group->relay.host()) {
+    relayed.answered[g] = true;
+    for (const NumberedReceiver& receiver : groups[g].receivers) {
+      const auto outcome = std::find_if(
+          reply->receivers.begin(), reply->receivers.end(),
+          [&](const MulticastReceiverOutcome& o) { return o.thread == receiver.thread; });
+      MulticastOutcome& mine = result.receivers[relayed.index_of.at(receiver.thread.raw())];
+      const Status status = outcome == reply->receivers.end()
+                                ? Unavailable(fmt::format("relay {} said nothing about it",
+                                                          groups[g].relay.ToString()))
+                                : outcome->status;
+      const StatusCode code = status.code();
+      if (status.ok() || code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition) {
+        // Given, or the receiver is gone (as the relay sees it: should
+        // it be alive after all, its pair is told that no fill comes).
+        mine.status = status;
+        mine.carried_by = groups[g].relay;
+        if (!status.ok()) hooks_.post_no_fill(from, receiver.thread, receiver.seq);
         continue;
       }
-      result.receivers[index->second].status = receiver.status;
-      result.receivers[index->second].carried_by = group->relay;
+      // The relay could not give it to a receiver that may be alive: we
+      // try ourselves (the number must be filled).
+      Log().info("tocl: multicast: relay {} could not deliver to {} ({}): sending it directly",
+                 groups[g].relay.ToString(), receiver.thread.ToString(), status.ToString());
+      SendReceiverDirectly(from, tag, payload, receiver, relayed, result);
     }
-    relayed.answered[g] = true;
   }
 }
 
@@ -220,17 +264,48 @@ void MulticastService::SendGroupDirectly(Gid from, Tag tag, std::span<const std:
   Log().info("tocl: multicast: relay {} ({}): sending its {} receivers the message directly",
              group.relay.ToString(), why.ToString(), group.receivers.size());
   for (const NumberedReceiver& receiver : group.receivers) {
-    MulticastOutcome& outcome = result.receivers[relayed.index_of.at(receiver.thread.raw())];
-    outcome.carried_by = process_;
-    // The number the relay had: a receiver that got it from the relay
-    // drops this second copy.
-    outcome.status =
-        hooks_.send_numbered(from, receiver.thread, tag, payload, receiver.seq, *relayed.wake);
-    ++result.copies_sent;
+    SendReceiverDirectly(from, tag, payload, receiver, relayed, result);
   }
 }
 
+void MulticastService::SendReceiverDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
+                                            const NumberedReceiver& receiver, Relayed& relayed,
+                                            MulticastResult& result) {
+  MulticastOutcome& outcome = result.receivers[relayed.index_of.at(receiver.thread.raw())];
+  outcome.carried_by = process_;
+  // The marker's number: a receiver that got it from the relay drops
+  // this second copy.
+  outcome.status =
+      hooks_.send_fill(from, receiver.thread, tag, payload, receiver.seq, *relayed.wake);
+  ++result.copies_sent;
+  if (!outcome.status.ok()) hooks_.post_no_fill(from, receiver.thread, receiver.seq);
+}
+
 // --- the relay ------------------------------------------------------------------
+
+namespace {
+
+// What a relay refuses to carry (its receivers verify the rest: a fill is
+// taken only where its sender's marker names this relay): a message of or
+// to one of a runtime's own threads, or with a tag no Send may use.
+Status CheckRequestEnds(const MulticastRequest& request) {
+  if (!request.source.is_thread() || IsInternalThread(request.source)) {
+    return InvalidArgument(
+        fmt::format("a multicast from {}: not an application's thread", request.source.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(CheckSendableTag(request.tag));
+  for (const MulticastGroup& group : request.groups) {
+    for (const NumberedReceiver& receiver : group.receivers) {
+      if (!receiver.thread.is_thread() || IsInternalThread(receiver.thread)) {
+        return InvalidArgument(fmt::format("a multicast to {}: not an application's thread",
+                                           receiver.thread.ToString()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 void MulticastService::Serve() {
   const Selector requests{Gid(), kMulticastRequestTag};
@@ -263,6 +338,14 @@ void MulticastService::Handle(const Buffer& message) {
     refused =
         InvalidArgument(fmt::format("relay {} got the request for the group of {}",
                                     process_.ToString(), request->groups.front().relay.ToString()));
+  } else if (source.thread_index() != kRelayThread &&
+             source.process() != request->source.process()) {
+    // From a sender's own mailbox (not a relay passing it on): for a
+    // thread of its own process only.
+    refused = InvalidArgument(fmt::format("a multicast request from {} for a message of {}",
+                                          source.ToString(), request->source.ToString()));
+  } else {
+    refused = CheckRequestEnds(*request);
   }
   if (!refused.ok()) {
     Log().warn("tocl: multicast relay: a bad request from {}: {}", source.ToString(),
@@ -279,8 +362,8 @@ void MulticastService::Handle(const Buffer& message) {
   for (const NumberedReceiver& receiver : request->groups.front().receivers) {
     Status status = shutting_down_.load()
                         ? Unavailable("the relay is shutting down")
-                        : hooks_.send_numbered(request->source, receiver.thread, request->tag,
-                                               request->payload, receiver.seq, *relay_);
+                        : hooks_.send_fill(request->source, receiver.thread, request->tag,
+                                           request->payload, receiver.seq, *relay_);
     reply.receivers.push_back(MulticastReceiverOutcome{receiver.thread, std::move(status)});
   }
   Answer(request->reply_to, reply);

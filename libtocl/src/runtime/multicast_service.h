@@ -6,13 +6,20 @@
 // its subtree's relays, carries the message to its own group's receivers
 // in the sender's place and answers the sender).
 //
-// Order: the sender takes the message's number in each (sender, receiver)
-// pair from its own send queue (SendQueue::ReserveSeq) and the relay posts
-// the receiver's frames with that number (SendQueue::PostNumbered,
-// LongSender::SendNumbered), marked relayed (wire::kFlagRelayed); the
-// receiver's pair order (pair_order.h) places them among the sender's
-// direct messages. A receiver in the relay's own process gets it through
-// its pair order too. Nothing else orders multicasts.
+// Order and identity (wire/frame.h: markers and fills): for each receiver
+// on another host the sender posts a marker into the (sender, receiver)
+// pair through its own send queue, like a Send, naming the receiver's
+// relay; the marker takes the message's number there. The relay then
+// carries the message to the receiver as a fill for that number
+// (SendQueue::PostNumbered, LongSender::SendFill, wire::kFlagRelayed), and
+// the receiver's pair order (pair_order.h) delivers it where the marker
+// stands, taking it only from that relay or from the sender's own process.
+// A receiver in the relay's own process gets it through its pair order
+// too. Whenever a relay does not deliver (it failed, refused, did not
+// answer in time, or reported an error for a receiver that is not gone),
+// the sender sends the fill itself; when even that fails it tells the
+// receiver that no fill comes (a sender's abort: PairOrder::Skip), so the
+// pair never stalls on the number.
 //
 // Requests and replies are ordinary messages between internal mailboxes
 // (multicast_protocol.h): the sender's reply mailbox (reply_mailboxes.h,
@@ -31,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -48,18 +56,22 @@
 namespace tocl::runtime {
 
 struct MulticastHooks {
-  // The send queue of the process of thread `to` (PeerRoutes::PeerOf): its
-  // errors are Send's for that receiver.
-  std::function<Result<SendQueue*>(Gid to)> peer_of;
   // A copy of `payload` from `from` (a thread of this process, internal
   // ones included) to `to`: Runtime::Send without the public checks.
   std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)> send;
-  // `payload` to `to` as message `seq` of the (from, to) pair, `from` a
-  // thread of this process or of the one this relays for; `wake` is the
-  // carrying thread's mailbox (a long message's answers ring it).
+  // A marker in the (from, to) pair (SendSide::PostMarker): the number it
+  // took, or Send's error for `to`.
+  std::function<Result<uint64_t>(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier)>
+      post_marker;
+  // `payload` to `to` as the fill of number `seq` of the (from, to) pair,
+  // `from` a thread of this process or of the one this relays for; `wake`
+  // is the carrying thread's mailbox (a long message's answers ring it).
   std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
                        Mailbox& wake)>
-      send_numbered;
+      send_fill;
+  // Tells `to` that number `seq` of the (from, to) pair gets no fill
+  // (SendSide::PostNoFill).
+  std::function<void(Gid from, Gid to, uint64_t seq)> post_no_fill;
   // The mailbox of enrolled thread `from` (SendSide::CheckSender's errors).
   std::function<Result<Mailbox*>(Gid from)> sender_mailbox;
 };
@@ -111,6 +123,16 @@ class MulticastService {
   void SendGroupDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
                          const MulticastGroup& group, const Status& why, Relayed& relayed,
                          MulticastResult& result);
+  // Sends `receiver` the fill for its number from this process itself;
+  // when that fails, tells it that none comes.
+  void SendReceiverDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
+                            const NumberedReceiver& receiver, Relayed& relayed,
+                            MulticastResult& result);
+  // The group whose answer `reply` (from thread `source`) is, if `source`
+  // may answer for it: its relay's or an ancestor's in the tree.
+  std::optional<size_t> AnsweredGroup(const Relayed& relayed,
+                                      const std::vector<size_t>& subtree_sizes, Gid source,
+                                      Gid relay) const;
 
   void Serve();
   void Handle(const Buffer& message);

@@ -19,14 +19,17 @@ thread_local HeldLane held;
 }  // namespace
 
 ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-                           const PairOrder::Deliver& deliver) {
+                           const PairOrder::Deliver& deliver, const PairOrder::Refill& refill) {
   const size_t lane_cap = std::max<size_t>(process_cap / wire::kReceiveLanes, 1);
   for (auto& lane : lanes_) {
-    lane = std::make_unique<Lane>(lane_cap, unexpected_bytes, deliver, [this](Gid from_process) {
-      std::lock_guard lock(broken_mu_);
-      broken_.push_back(from_process);
-      any_broken_.store(true, std::memory_order_release);
-    });
+    lane = std::make_unique<Lane>(
+        lane_cap, unexpected_bytes, deliver,
+        [this](Gid from_process) {
+          std::lock_guard lock(broken_mu_);
+          broken_.push_back(from_process);
+          any_broken_.store(true, std::memory_order_release);
+        },
+        refill);
   }
 }
 

@@ -42,7 +42,7 @@ namespace tocl::runtime {
 class ReceiveLanes {
  public:
   ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-               const PairOrder::Deliver& deliver);
+               const PairOrder::Deliver& deliver, const PairOrder::Refill& refill = {});
   ReceiveLanes(const ReceiveLanes&) = delete;
   ReceiveLanes& operator=(const ReceiveLanes&) = delete;
 
@@ -68,8 +68,9 @@ class ReceiveLanes {
  private:
   struct alignas(64) Lane {
     Lane(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-         const PairOrder::Deliver& deliver, PairOrder::Broken broken)
-        : order(process_cap, unexpected_bytes, deliver, std::move(broken)) {}
+         const PairOrder::Deliver& deliver, PairOrder::Broken broken,
+         const PairOrder::Refill& refill)
+        : order(process_cap, unexpected_bytes, deliver, std::move(broken), refill) {}
     std::atomic<bool> busy{false};  // the lock
     PairOrder order;                // guarded by busy
   };

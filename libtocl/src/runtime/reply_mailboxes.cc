@@ -38,6 +38,12 @@ std::vector<std::pair<Gid, Status>> ReplyMailboxes::Failures(Mailbox* mailbox) {
   return it == pending_.end() ? std::vector<std::pair<Gid, Status>>{} : it->second.failures;
 }
 
+size_t ReplyMailboxes::FailureCount(Mailbox* mailbox) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(mailbox);
+  return it == pending_.end() ? 0 : it->second.failures.size();
+}
+
 Status ReplyMailboxes::FirstFailure(Mailbox* mailbox) {
   std::lock_guard lock(mu_);
   auto it = pending_.find(mailbox);

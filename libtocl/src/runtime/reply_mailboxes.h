@@ -39,6 +39,8 @@ class ReplyMailboxes {
   // The peers of `mailbox`'s call that failed so far, with why (in the
   // order they failed).
   std::vector<std::pair<Gid, Status>> Failures(Mailbox* mailbox);
+  // How many of them (a waiter's cheap look: no copy).
+  size_t FailureCount(Mailbox* mailbox);
   // The first failure of `mailbox`'s call (ok while none).
   Status FirstFailure(Mailbox* mailbox);
   // Calls waiting on a process of `scope` (a process, or a host: every

@@ -12,6 +12,7 @@
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
 #include "runtime/handler_dispatch.h"
+#include "runtime/internal_threads.h"
 #include "runtime/membership/membership_watches.h"
 #include "runtime/multicast_service.h"
 #include "runtime/notifier.h"
@@ -65,10 +66,14 @@ Runtime::Impl::Impl(RuntimeOptions opts)
                 [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
                   return SendLong(from, to, tag, payload);
                 }),
-      lanes(options.unexpected_cap / 2, receive.unexpected_bytes(),
-            [this](Gid from_process, buffers::SlotRef slot) {
-              return DeliverInOrder(from_process, std::move(slot));
-            }),
+      lanes(
+          options.unexpected_cap / 2, receive.unexpected_bytes(),
+          [this](Gid from_process, buffers::SlotRef slot) {
+            return DeliverInOrder(from_process, std::move(slot));
+          },
+          [this](Gid from_process, buffers::SlotRef slot) {
+            return long_receiver.OnRefill(from_process, std::move(slot));
+          }),
       long_receiver(
           runtime::LongReceiver::Limits{
               .reassembly_cap = options.reassembly_cap,
@@ -119,16 +124,21 @@ Status Runtime::Impl::Open() {
   multicasts = std::make_unique<runtime::MulticastService>(
       receive, *reply_mailboxes, shutting_down,
       runtime::MulticastHooks{
-          .peer_of = [this](Gid to) { return routes.PeerOf(to); },
           .send =
               [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
                 return send_side.SendCopy(from, to, tag, payload);
               },
-          .send_numbered =
+          .post_marker =
+              [this](Gid from, Gid to, Tag tag, uint64_t total, Gid carrier) {
+                return send_side.PostMarker(from, to, tag, total, carrier);
+              },
+          .send_fill =
               [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
                      runtime::Mailbox& wake) {
-                return SendNumbered(from, to, tag, payload, seq, wake);
+                return SendFill(from, to, tag, payload, seq, wake);
               },
+          .post_no_fill = [this](Gid from, Gid to,
+                                 uint64_t seq) { send_side.PostNoFill(from, to, seq); },
           .sender_mailbox = [this](Gid from) -> Result<runtime::Mailbox*> {
             TOCL_RETURN_IF_ERROR(send_side.CheckSender(from));
             return receive.LocalMailbox(from);
@@ -317,9 +327,13 @@ void RailSink::LeaveLane(uint32_t lane) {
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
   rails[rail]->CountReceived(lanes.CounterOfThisThread(),
                              wire::kHeaderBytes + slot->header().length);
+  if (slot->header().flags != 0) TOCL_RETURN_IF_ERROR(CheckFill(slot->header()));
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
+      return lanes.OnOrdered(from_process, std::move(slot));
+    case wire::FrameKind::kMarker:
+      TOCL_RETURN_IF_ERROR(CheckFill(slot->header()));
       return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));
@@ -334,10 +348,25 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
       const wire::Header header = slot->header();
       slot.reset();
       if (runtime::FromSender(header)) return long_receiver.OnControl(rail, from_process, header);
-      long_sender.OnControl(header);
+      long_sender.OnControl(from_process, header);
       return Status::Ok();
     }
   }
+}
+
+Status Runtime::Impl::CheckFill(const wire::Header& header) {
+  // Multicast's frames (wire/frame.h: markers and fills) never involve the
+  // runtime's own threads: a carrier must not speak for a spawn service or
+  // a reply mailbox (a packed piece's flag is not a fill's).
+  if (header.kind != wire::FrameKind::kMarker && !wire::Relayed(header)) return Status::Ok();
+  const Gid source = Gid::FromRaw(header.source);
+  const Gid destination = Gid::FromRaw(header.destination);
+  if (runtime::IsInternalThread(source) || runtime::IsInternalThread(destination)) {
+    return InvalidArgument(
+        fmt::format("a multicast frame (kind {}) from {} to {}: a runtime thread",
+                    static_cast<unsigned>(header.kind), source.ToString(), destination.ToString()));
+  }
+  return Status::Ok();
 }
 
 Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
@@ -368,24 +397,24 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   return long_sender.Send(*peer, from, to, tag, payload, flags);
 }
 
-Status Runtime::Impl::SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                                   uint64_t seq, runtime::Mailbox& wake) {
+Status Runtime::Impl::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                               uint64_t seq, runtime::Mailbox& wake) {
   if (shutting_down.load()) return Unavailable("the runtime is shutting down");
   if (to.process() == process) {
-    // A relay's own receiver: through its pair order, as if the frame had
-    // come from the sender's process.
+    // A relay's own receiver: the fill goes into its pair order here, as
+    // if it had come from this process (the marker names it).
     TOCL_RETURN_IF_ERROR(receive.LocalMailbox(to).status());
     TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
                           long_receiver.WholeMessage(from, to, tag, payload));
     slot->header().seq = seq;
-    return lanes.OnOrdered(from.process(), std::move(slot));
+    slot->header().flags = wire::kFlagRelayed;
+    return lanes.OnOrdered(process, std::move(slot));
   }
   if (buffers::ClassFor(payload.size()) < num_classes) {
-    return send_side.SendNumbered(from, to, tag, payload, seq);
+    return send_side.SendFill(from, to, tag, payload, seq);
   }
   TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
-  return long_sender.SendNumbered(*peer, from, to, tag, payload, seq, from.process() != process,
-                                  wake);
+  return long_sender.SendFill(*peer, from, to, tag, payload, seq, wake);
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {

@@ -34,10 +34,11 @@
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's
 //            steps on one thread; Request (request.cc) waits through
 //            ReceiveSide
-//   Multicast ──> MulticastService (multicast_service.h): numbers taken
-//            from the receivers' SendQueues, requests to relays; a relay's
-//            service thread ──> SendNumbered (SendSide, LongSender, or the
-//            pair order of its own receivers)
+//   Multicast ──> MulticastService (multicast_service.h): a marker in
+//            each remote receiver's pair (SendSide::PostMarker), requests
+//            to relays; a relay's service thread (and the sender's
+//            fallback) ──> SendFill (SendSide, LongSender, or the pair
+//            order of its own receivers)
 //   Directory: DirectoryLink (our daemon: enrollment, registrations, the
 //            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
 //            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
@@ -164,6 +165,9 @@ struct Runtime::Impl final {
   // A short message or long-message start whose turn came in its pair's
   // order (pair_order's callback).
   Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
+  // InvalidArgument for a marker or fill (wire/frame.h) naming one of the
+  // runtime's internal threads (the frame's connection closes).
+  static Status CheckFill(const wire::Header& header);
   bool Congested() const { return receive.Congested(); }
 
   // --- threads ---
@@ -181,13 +185,14 @@ struct Runtime::Impl final {
   // message's piece).
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
                   uint16_t flags = 0);
-  // A multicast's message to `to` as number `seq` of the (from, to) pair
-  // (multicast_service.h): `from` is a thread of this process (a relay
-  // failed) or of the process this one relays for. Into `to`'s pair order
-  // here when it is this process's; else short by SendSide::SendNumbered,
-  // long by LongSender::SendNumbered (waking `wake`).
-  Status SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
-                      runtime::Mailbox& wake);
+  // A multicast's fill (wire/frame.h): `payload` to `to` as number `seq`
+  // of the (from, to) pair, whose marker `from`'s process posted; `from`
+  // is a thread of this process (the sender's fallback) or of the process
+  // this one relays for. Into `to`'s pair order here when it is this
+  // process's; else short by SendSide::SendFill, long by
+  // LongSender::SendFill (waking `wake`).
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
+                  runtime::Mailbox& wake);
 
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.

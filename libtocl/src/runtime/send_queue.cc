@@ -231,12 +231,6 @@ Status SendQueue::PostOrFail(int route, buffers::SlotRef& slot, int held_lane) {
   return status;
 }
 
-uint64_t SendQueue::ReserveSeq(Gid from, Gid to) {
-  SendLane& lane = LaneFor(to);
-  std::lock_guard lane_lock(lane.mu);
-  return SeqOf(lane, from, to)++;
-}
-
 Status SendQueue::PostNumbered(buffers::SlotRef& slot, int route) {
   if (!FlushAndCheckReady()) return NotReady();
   if (route < 0) route = default_route_;

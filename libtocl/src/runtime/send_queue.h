@@ -211,13 +211,9 @@ class SendQueue {
   // number is not used. `numbered` (if any) is called with the pair's lane
   // lock held: it takes no lock of the queue.
   Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route, const Numbered& numbered = {});
-  // Takes the (from, to) pair's next number without a frame (any thread,
-  // without mu()): a multicast's sender gives it to the relay that carries
-  // the message (multicast_service.h), so the message keeps its place
-  // among `from`'s sends to `to` whichever process delivers it.
-  uint64_t ReserveSeq(Gid from, Gid to);
-  // Posts a frame numbered already (a number ReserveSeq took, here or in
-  // the process of its source thread: a relayed frame) behind what waits,
+  // Posts a frame numbered already (a multicast's fill, wire/frame.h: the
+  // number its marker took, here or in the process of its source thread)
+  // behind what waits,
   // as Post does, without touching this queue's numbers. Errors as Post's.
   Status PostNumbered(buffers::SlotRef& slot, int route);
   // A short message copied from `payload` onto the receiving thread's lane

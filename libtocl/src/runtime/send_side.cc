@@ -8,6 +8,7 @@
 #include "buffers/large_slot.h"
 #include "buffers/size_class.h"
 #include "runtime/internal_threads.h"
+#include "runtime/long_message.h"
 
 namespace tocl::runtime {
 namespace {
@@ -113,10 +114,15 @@ Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
 }
 
 Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                          uint16_t flags) {
+                          uint16_t flags, std::optional<uint64_t> fill_of) {
   slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
   slot->header().flags = flags;
-  if (to.process() == process_) return receive_.Deliver(slot);
+  if (fill_of) {
+    slot->header().seq = *fill_of;
+    slot->header().flags |= wire::kFlagRelayed;
+  } else if (to.process() == process_) {
+    return receive_.Deliver(slot);
+  }
 
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
   SendQueue& peer = *destination;
@@ -133,7 +139,7 @@ Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Net
       if (!health.failed || health.UsableAt(Clock::now())) route = own;
     }
   }
-  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
+  TOCL_RETURN_IF_ERROR(fill_of ? peer.PostNumbered(slot, route) : peer.Post(from, to, slot, route));
   peer.AwaitRoom(lock);  // back-pressure
   return Status::Ok();
 }
@@ -174,8 +180,26 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
-Status SendSide::SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                              uint64_t seq) {
+Result<uint64_t> SendSide::PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier) {
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
+  SendQueue& peer = *destination;
+  std::unique_lock lock(peer.mu());
+  TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
+  TOCL_ASSIGN_OR_RETURN(
+      buffers::SlotRef marker,
+      peer.HeaderFrame(peer.default_route(), wire::MarkerHeader(from, to, tag, total, carrier)));
+  uint64_t seq = 0;
+  TOCL_RETURN_IF_ERROR(
+      peer.Post(from, to, marker, peer.default_route(), [&](uint64_t number) { seq = number; }));
+  peer.AwaitRoom(lock);  // back-pressure
+  return seq;
+}
+
+Status SendSide::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                          uint64_t seq) {
   const uint32_t class_index = buffers::ClassFor(payload.size());
   if (class_index >= num_classes_) {
     return InvalidArgument(fmt::format("a {} byte message is not short", payload.size()));
@@ -183,17 +207,14 @@ Status SendSide::SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::by
   if (shutting_down_.load(std::memory_order_relaxed)) {
     return Unavailable("the runtime is shutting down");
   }
-  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
-  SendQueue& peer = *destination;
   TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
                                                             payload, Clock::time_point::max()));
-  slot->header() = wire::MessageHeader(from, to, tag, static_cast<uint32_t>(payload.size()), seq);
-  if (from.process() != process_) slot->header().flags = wire::kFlagRelayed;
-  std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
-  TOCL_RETURN_IF_ERROR(peer.PostNumbered(slot, peer.default_route()));
-  peer.AwaitRoom(lock);  // back-pressure
-  return Status::Ok();
+  return PostSlot(from, to, tag, slot, Network::kFastest, 0, seq);  // an error drops `slot`
+}
+
+void SendSide::PostNoFill(Gid from, Gid to, uint64_t seq) {
+  routes_.PostControl(to.process(), -1,
+                      wire::ControlHeader(wire::FrameKind::kAbort, from, to, seq, kAbortBySender));
 }
 
 Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "buffers/slot_ref.h"
@@ -73,11 +74,13 @@ class SendSide {
   // route when it reaches the destination: Ok takes it (`slot` is left
   // empty); on error it is still in `slot`, the caller's. PostSlot skips
   // CheckSend. `flags`: the frame's wire flags (wire::kFlagPackedPiece for
-  // a packed message's piece).
+  // a packed message's piece). `fill_of`: a multicast's fill (wire/frame.h)
+  // for that number of the (from, to) pair, posted numbered already
+  // (SendQueue::PostNumbered) with wire::kFlagRelayed, to another process.
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
                   uint16_t flags = 0);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                  uint16_t flags = 0);
+                  uint16_t flags = 0, std::optional<uint64_t> fill_of = std::nullopt);
   // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
   // the buffer's reference goes with the send and a failed send gives it
   // back; by reference the runtime shares the buffer (or, to this process
@@ -86,13 +89,22 @@ class SendSide {
   Status SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer);
   // Sends a copy of `payload` (a long message when it fits no class).
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
-  // A short message (it fits a class) from `from` to `to` of another
-  // process, numbered already in the (from, to) pair (a multicast's:
-  // SendQueue::ReserveSeq), copied into a pool buffer and posted behind
-  // what waits for the process. `from` may be a thread of another process
-  // (this one relays for it: the frame says so, wire::kFlagRelayed).
-  // Send's errors; no check of `from` (the caller's).
-  Status SendNumbered(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq);
+  // A multicast's marker (wire/frame.h) from `from` (a thread of this
+  // process) to `to` of another process, through the pair's order like a
+  // Send: its number in the (from, to) pair, which now stands for a
+  // `total` byte message with `tag` carried by process `carrier`. Send's
+  // errors (nothing posted); no check of `from` (the caller's).
+  Result<uint64_t> PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier);
+  // A short fill (it fits a class): `payload` to `to` of another process
+  // as number `seq` of the (from, to) pair, copied into a pool buffer and
+  // posted behind what waits for the process. `from` is a thread of this
+  // process (the sender's fallback) or of the one this relays for. Send's
+  // errors; no check of `from` (the caller's).
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq);
+  // Tells `to`'s process that number `seq` of the (from, to) pair, a
+  // marker's, gets no fill (a sender's abort: PairOrder::Skip). Best
+  // effort, as a long message's abort.
+  void PostNoFill(Gid from, Gid to, uint64_t seq);
   // A message from `source` (any gid) put straight into local thread
   // `self`'s mailbox: exit notices. Waits at most a second for a buffer.
   Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);

@@ -69,28 +69,7 @@ Status CheckStream(const Header& header) {
   return Status::Ok();
 }
 
-// The kinds a relay sends toward a receiver in its source's name, and
-// those a receiver answers it with (both: abort and probe).
-bool RelayedTowardReceiver(FrameKind kind) {
-  return kind == FrameKind::kMessage || kind == FrameKind::kLongStart ||
-         kind == FrameKind::kFragment || kind == FrameKind::kAbort || kind == FrameKind::kProbe;
-}
-bool RelayedTowardSender(FrameKind kind) {
-  return kind == FrameKind::kGrant || kind == FrameKind::kAck || kind == FrameKind::kAbort ||
-         kind == FrameKind::kProbe;
-}
-
 }  // namespace
-
-bool SourceFits(const Header& header, Gid peer_process) {
-  return Gid::FromRaw(header.source).process() == peer_process ||
-         (Relayed(header) && RelayedTowardReceiver(header.kind));
-}
-
-bool DestinationFits(const Header& header, Gid self_process) {
-  return Gid::FromRaw(header.destination).process() == self_process ||
-         (Relayed(header) && RelayedTowardSender(header.kind));
-}
 
 uint32_t HandshakePayloadBytes(FrameKind kind) {
   switch (kind) {
@@ -170,6 +149,13 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
     case FrameKind::kResume:
     case FrameKind::kReceived:
       return CheckStream(header);
+    case FrameKind::kMarker:
+      if (header.length != 0 || header.total > kMaxMessageBytes ||
+          !Gid::FromRaw(header.offset).is_process()) {
+        return InvalidArgument(fmt::format("a marker of {} bytes with a payload, or carrier {}",
+                                           header.total, Gid::FromRaw(header.offset).ToString()));
+      }
+      return CheckThreads(header);
   }
   return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));
 }

@@ -67,16 +67,27 @@
 // refuses the hello, and the two processes do not talk at all rather than
 // lose a channel to the first packed message.
 //
-// Relayed frames (multicast, runtime/multicast_service.h): a relay process
-// carries a message of another process's thread S to a thread R of a third
-// process, in S's pair order (S's number for the (S, R) pair), and runs the
-// long-message conversation in S's place. Its frames to R (kMessage,
-// kLongStart, kFragment, a sender's kAbort and kProbe) name S as their
-// source, and R's answers to it (kGrant, kAck, a receiver's kAbort and
-// kProbe) name S as their destination, so both ends key the message as S
-// sent it; kFlagRelayed on these frames is what lets a network accept a
-// thread of neither end of its connection there (SourceFits,
-// DestinationFits). Other kinds never carry the flag.
+// Multicast (runtime/multicast_service.h): markers and fills. A message of
+// thread S to thread R of another host may be carried by a relay process Q
+// (a third process, on R's host). S's own process still numbers it in the
+// (S, R) pair: it posts a header-only kMarker there, through its send
+// queue like a Send, which takes the pair's next number n and says "n is a
+// `total` byte message carried by process Q" (`offset`: Q's process id).
+// The payload then reaches R as a *fill* for (S, R, n): a kMessage or a
+// kLongStart (and its kFragments, and the long-message conversation run in
+// S's place) with kFlagRelayed, from Q, or from S's own process when Q
+// failed (the sender's fallback). Fill frames name S as their source and
+// R's answers to Q (kGrant, kAck, a receiver's kAbort and kProbe) name S
+// as their destination, so both ends key the message as S sent it;
+// kFlagRelayed is what lets a network accept a thread of neither end of
+// its connection there (SourceFits, DestinationFits). The identity stays
+// anchored in S's process: a marker must come from it (SourceFits), and
+// R's pair order (runtime/pair_order.h) takes the fill for n only from the
+// process the marker names or from S's own, and only once the marker came
+// (a fill ahead of it waits, charged to its carrier). A fill from anyone
+// else, for a position that was no marker's, or naming one of a runtime's
+// internal threads, closes its connection. Other kinds never carry the
+// flag.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -116,10 +127,12 @@ enum class FrameKind : uint8_t {
   kProbe = 10,     // long message: the sender asks what became of its start; the receiver answers
   kResume = 11,    // stream: the connector says which stream and from which frame on
   kReceived = 12,  // stream: the acceptor's cumulative count of frames received
+  kMarker = 13,    // multicast: pair number `seq` is a message carried by process `offset`
 };
 
-// Header::flags: the frame is a relay's, on behalf of its source (to its
-// receiver) or its destination (a receiver's answer); see above.
+// Header::flags: a fill (see above): a frame of a message whose number a
+// marker took, carried on behalf of its source (to its receiver), or a
+// receiver's answer about it (to its carrier).
 inline constexpr uint16_t kFlagRelayed = 1;
 
 // Header::flags: a body piece of a packed message (see above).
@@ -234,17 +247,50 @@ constexpr Header StreamHeader(FrameKind kind, Gid from_process, Gid to_process, 
                 .offset = frame};
 }
 
+// A marker (see above): message `seq` of the (from, to) pair, `total`
+// bytes with tag `tag`, is carried by process `carrier`.
+constexpr Header MarkerHeader(Gid from, Gid to, uint32_t tag, uint64_t total, Gid carrier,
+                              uint64_t seq = 0) {
+  return Header{.kind = FrameKind::kMarker,
+                .tag = tag,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .offset = carrier.raw(),
+                .total = total};
+}
+
 inline bool Relayed(const Header& header) {
   return (header.flags & kFlagRelayed) != 0;
 }
 
+// The kinds a fill's carrier sends toward a receiver in its source's name,
+// and those a receiver answers it with (both: abort and probe).
+constexpr bool RelayedTowardReceiver(FrameKind kind) {
+  return kind == FrameKind::kMessage || kind == FrameKind::kLongStart ||
+         kind == FrameKind::kFragment || kind == FrameKind::kAbort || kind == FrameKind::kProbe;
+}
+constexpr bool RelayedTowardSender(FrameKind kind) {
+  return kind == FrameKind::kGrant || kind == FrameKind::kAck || kind == FrameKind::kAbort ||
+         kind == FrameKind::kProbe;
+}
+
 // Whether a frame that came on a connection (shm channel, VI) from
 // `peer_process` may name its source: a thread of that process, or
-// anyone's for a relay's frame toward a message's receiver.
-bool SourceFits(const Header& header, Gid peer_process);
+// anyone's for a fill toward a message's receiver (its pair order checks
+// the carrier). Inline, the process compare first: every received frame
+// is checked.
+inline bool SourceFits(const Header& header, Gid peer_process) {
+  return Gid::FromRaw(header.source).process() == peer_process ||
+         (Relayed(header) && RelayedTowardReceiver(header.kind));
+}
 // Whether a frame that came to `self_process` may name its destination: a
-// thread of this process, or anyone's for a receiver's answer to a relay.
-bool DestinationFits(const Header& header, Gid self_process);
+// thread of this process, or anyone's for a receiver's answer to a fill's
+// carrier.
+inline bool DestinationFits(const Header& header, Gid self_process) {
+  return Gid::FromRaw(header.destination).process() == self_process ||
+         (Relayed(header) && RelayedTowardSender(header.kind));
+}
 
 // What a receiver accepts: payloads up to `max_payload` bytes.
 struct Limits {
@@ -253,8 +299,9 @@ struct Limits {
 
 // Reads and checks a header from the first kHeaderBytes of `bytes`.
 // InvalidArgument (with what was wrong) for: too few bytes, bad magic,
-// unknown version or kind, flags other than kFlagRelayed (on the kinds
-// above), nonzero reserved, a length over the limit,
+// unknown version or kind, flags a kind does not take (kFlagPackedPiece:
+// kMessage, kLongStart; kFlagRelayed: the kinds above; never both), nonzero
+// reserved, a length over the limit,
 // offset/total that do not fit the kind (see above), source or destination
 // that are not thread ids (process ids for handshake frames), a handshake
 // frame whose length is not its payload's.

@@ -32,14 +32,21 @@ struct Fixture {
   explicit Fixture(size_t process_cap = 16 * kFrameBytes)
       : budget(size_t{4} << 20),
         pool(Network::kShm, 9, memory, budget),
-        order(process_cap, unexpected, [this](Gid from_process, buffers::SlotRef slot) {
-          // A relay's frames (multicast) come from the relay's process.
-          CHECK((from_process == Gid::FromRaw(slot->header().source).process() ||
-                 from_process == kRelay));
-          delivered.push_back(std::to_string(Gid::FromRaw(slot->header().source).thread_index()) +
-                              ":" + std::to_string(slot->header().seq));
-          return Status::Ok();
-        }) {}
+        order(
+            process_cap, unexpected,
+            [this](Gid from_process, buffers::SlotRef slot) {
+              delivered.push_back(
+                  std::to_string(Gid::FromRaw(slot->header().source).thread_index()) + ":" +
+                  std::to_string(slot->header().seq));
+              carriers.push_back(from_process);
+              return Status::Ok();
+            },
+            [this](Gid from_process) { broken.push_back(from_process); },
+            [this](Gid from_process, buffers::SlotRef slot) {
+              refilled.push_back(std::to_string(slot->header().seq));
+              carriers.push_back(from_process);
+              return Status::Ok();
+            }) {}
 
   // A short message, or a long message's start, numbered `seq`.
   buffers::SlotRef Frame(Gid source, uint64_t seq,
@@ -56,6 +63,21 @@ struct Fixture {
   Status Arrive(Gid source, uint64_t seq, wire::FrameKind kind = wire::FrameKind::kMessage) {
     return order.OnOrdered(source.process(), Frame(source, seq, kind));
   }
+  // A multicast's marker from `source`'s process: `seq` is carried by
+  // `carrier` (its fill: Fill, `total` bytes as Frame makes them).
+  Status Marker(Gid source, uint64_t seq, Gid carrier, uint64_t total = 0) {
+    buffers::SlotRef slot(pool.TryGet(0));
+    REQUIRE(slot);
+    slot->header() = wire::MarkerHeader(source, kReceiver, kTag, total, carrier, seq);
+    return order.OnOrdered(source.process(), std::move(slot));
+  }
+  // The fill of `source`'s number `seq`, brought by `carrier`.
+  Status Fill(Gid carrier, Gid source, uint64_t seq,
+              wire::FrameKind kind = wire::FrameKind::kMessage) {
+    buffers::SlotRef slot = Frame(source, seq, kind);
+    slot->header().flags = wire::kFlagRelayed;
+    return order.OnOrdered(carrier, std::move(slot));
+  }
   Status Skip(Gid source, uint64_t seq) {
     return order.Skip(source.process(), LongKey{source.raw(), kReceiver.raw(), seq});
   }
@@ -66,6 +88,9 @@ struct Fixture {
   buffers::BufferPool pool;
   std::atomic<size_t> unexpected{0};
   std::vector<std::string> delivered;
+  std::vector<Gid> carriers;  // each delivery's from_process (and refills')
+  std::vector<Gid> broken;
+  std::vector<std::string> refilled;
   PairOrder order;
 };
 
@@ -97,22 +122,187 @@ TEST_CASE("frames that arrive ahead are held, counted, and released when the gap
   CHECK(f.InUse() == 0);
 }
 
-TEST_CASE("a relay's frame takes its place in the sender's pair, counted against the sender",
+constexpr Gid kForger = Gid::Process(1, 13);  // neither the sender's process nor its relay
+constexpr uint64_t kLong = 1 << 20;           // Frame's long start
+
+TEST_CASE("a fill takes its marker's place, delivered under the process that carried it",
           "[order][multicast]") {
   Fixture f;
-  // Number 1 was the multicast, carried by the relay; 0 and 2 came direct.
-  REQUIRE(f.order.OnOrdered(kRelay, f.Frame(kSender, 1)).ok());
+  // Number 1 is the multicast, carried by the relay; 0 and 2 came direct.
+  // The fill came first: held, counted against the relay.
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
   REQUIRE(f.Arrive(kSender, 2).ok());
   CHECK(f.delivered.empty());
-  CHECK(f.order.HeldBytes(kSender.process()) == 2 * kFrameBytes);
-  CHECK(f.order.HeldBytes(kRelay) == 0);
+  CHECK(f.order.HeldBytes(kSender.process()) == kFrameBytes);
+  CHECK(f.order.HeldBytes(kRelay) == kFrameBytes);
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
   REQUIRE(f.Arrive(kSender, 0).ok());
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
+  CHECK(f.carriers == std::vector<Gid>{kSender.process(), kRelay, kSender.process()});
+  CHECK(f.order.HeldBytes(kSender.process()) == 0);
+  CHECK(f.order.HeldBytes(kRelay) == 0);
+  CHECK(f.unexpected == 0);
+  // The sender's own second try (its relay was slow) is a second copy.
+  REQUIRE(f.Fill(kSender.process(), kSender, 1).ok());
+  CHECK(f.order.duplicates() == 1);
+  CHECK(f.broken.empty());
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("held frames keep their own carrier: a fill, then the sender's long start behind it",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  // The sender's long start (number 1) arrives before the relay's fill.
+  REQUIRE(f.Arrive(kSender, 1, wire::FrameKind::kLongStart).ok());
+  CHECK(f.delivered.empty());
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  // The long start is the sender's: its grants must go to it, not the relay.
+  CHECK(f.carriers == std::vector<Gid>{kRelay, kSender.process()});
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a fill from a process the marker does not name is refused", "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 1).ok());
+  // At its turn: refused (the connection that brought it closes).
+  Status forged = f.Fill(kForger, kSender, 0);
+  CHECK(forged.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(forged.message(), Catch::Matchers::Contains("its marker names"));
+  CHECK(f.delivered.empty());
+  // The sender's own fill still fills it.
+  REQUIRE(f.Fill(kSender.process(), kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  CHECK(f.carriers == std::vector<Gid>{kSender.process(), kSender.process()});
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a forged fill that came before its marker is dropped and its carrier found broken",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Fill(kForger, kSender, 0).ok());  // nothing to judge it by yet: held
+  CHECK(f.order.HeldBytes(kForger) == kFrameBytes);
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  CHECK(f.delivered.empty());
+  CHECK(f.broken == std::vector<Gid>{kForger});
+  CHECK(f.order.HeldBytes(kForger) == 0);
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0"});
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a fill for a number that was no marker's is refused, early or late",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Arrive(kSender, 0).ok());
+  // Late: number 0 was a plain message.
+  CHECK(f.Fill(kSender.process(), kSender, 0).code() == StatusCode::kInvalidArgument);
+  // Ahead, where a plain message waits already.
+  REQUIRE(f.Arrive(kSender, 2).ok());
+  CHECK(f.Fill(kRelay, kSender, 2).code() == StatusCode::kInvalidArgument);
+  // Ahead of a plain message that comes later: dropped then, its carrier broken.
+  REQUIRE(f.Fill(kForger, kSender, 1).ok());
+  REQUIRE(f.Arrive(kSender, 1).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
+  CHECK(f.carriers == std::vector<Gid>{kSender.process(), kSender.process(), kSender.process()});
+  CHECK(f.broken == std::vector<Gid>{kForger});
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a fill of another size than its marker says is refused", "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay, /*total=*/100).ok());
+  Status wrong = f.Fill(kRelay, kSender, 0);  // 0 bytes
+  CHECK(wrong.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(wrong.message(), Catch::Matchers::Contains("its marker says 100"));
+  CHECK(f.delivered.empty());
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a marker whose fill will not come is skipped by its sender's abort",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 1).ok());
+  CHECK(f.delivered.empty());
+  // Only the sender's own process can say so.
+  REQUIRE(f.order.Skip(kRelay, LongKey{kSender.raw(), kReceiver.raw(), 0}).ok());
+  CHECK(f.delivered.empty());
+  REQUIRE(f.Skip(kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:1"});
+  // A fill that comes after all is a late second copy.
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:1"});
+  // The same when the sender's "no fill" comes before the marker itself:
+  // the relay's late fill is dropped, not refused.
+  REQUIRE(f.Skip(kSender, 2).ok());
+  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 3).ok());
+  CHECK(f.delivered == Delivered{"3:1", "3:3"});
+  REQUIRE(f.Fill(kRelay, kSender, 2).ok());
+  CHECK(f.delivered == Delivered{"3:1", "3:3"});
+  CHECK(f.broken.empty());
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a second long fill goes to the refill, from its marker's carrier or its sender only",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay, kLong).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 0, wire::FrameKind::kLongStart).ok());
+  CHECK(f.delivered == Delivered{"3:0"});
+  CHECK(f.refilled.empty());
+  // The sender's fallback: the long receiver decides (take over, answer
+  // "all here", or drop).
+  REQUIRE(f.Fill(kSender.process(), kSender, 0, wire::FrameKind::kLongStart).ok());
+  CHECK(f.refilled == std::vector<std::string>{"0"});
+  // The relay's again: the long receiver answers it too.
+  REQUIRE(f.Fill(kRelay, kSender, 0, wire::FrameKind::kLongStart).ok());
+  CHECK(f.refilled == std::vector<std::string>{"0", "0"});
+  CHECK(f.carriers == std::vector<Gid>{kRelay, kSender.process(), kRelay});
+  // A short second fill is just dropped.
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  REQUIRE(f.Fill(kSender.process(), kSender, 1).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  CHECK(f.order.duplicates() == 1);
+  CHECK(f.refilled.size() == 2);
+  // Anyone else: refused.
+  CHECK(f.Fill(kForger, kSender, 0, wire::FrameKind::kLongStart).code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("fills held for a carrier count against it and go when it is dropped",
+          "[order][multicast]") {
+  Fixture f(/*process_cap=*/3 * kFrameBytes);
+  for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Fill(kForger, kSender, seq).ok());
+  CHECK(f.order.HeldBytes(kForger) == 3 * kFrameBytes);
+  CHECK(f.order.HeldBytes(kSender.process()) == 0);
+  // One more is over its cap: it is dropped, the sender's pair is not.
+  CHECK(f.Fill(kForger, kSender, 4).code() == StatusCode::kInvalidArgument);
+  CHECK(f.broken == std::vector<Gid>{kForger});
+  CHECK(f.order.HeldBytes(kForger) == 0);
+  CHECK(f.unexpected == 0);
+  REQUIRE(f.Arrive(kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0"});
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a sender dropped takes the fills others carried for it, and their charge",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Fill(kRelay, kSender, 3).ok());
+  REQUIRE(f.Arrive(kSender, 2).ok());
+  CHECK(f.order.HeldBytes(kRelay) == kFrameBytes);
+  f.order.DropProcess(kSender.process());
+  CHECK(f.order.HeldBytes(kRelay) == 0);
   CHECK(f.order.HeldBytes(kSender.process()) == 0);
   CHECK(f.unexpected == 0);
-  // The sender's own second try (its relay failed) is a second copy.
-  REQUIRE(f.Arrive(kSender, 1).ok());
-  CHECK(f.order.duplicates() == 1);
   CHECK(f.InUse() == 0);
 }
 

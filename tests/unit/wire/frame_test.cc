@@ -163,8 +163,8 @@ TEST_CASE("a header with a bad magic is rejected naming the magic", "[wire]") {
 
 TEST_CASE("a header of another wire version is rejected naming the version", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t version :
-       {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{5}, uint8_t{7}, uint8_t{255}}) {
+  for (uint8_t version : {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{5},
+                          uint8_t{7}, uint8_t{255}}) {
     INFO("version " << int{version});
     header.version = version;
     CheckRejected(header, "unsupported wire version " + std::to_string(version));
@@ -173,7 +173,7 @@ TEST_CASE("a header of another wire version is rejected naming the version", "[w
 
 TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t kind : {uint8_t{0}, uint8_t{13}, uint8_t{200}}) {
+  for (uint8_t kind : {uint8_t{0}, uint8_t{14}, uint8_t{200}}) {
     INFO("kind " << int{kind});
     header.kind = static_cast<FrameKind>(kind);
     CheckRejected(header, "unknown frame kind " + std::to_string(kind));
@@ -445,6 +445,31 @@ TEST_CASE(
   fragment.flags = kFlagRelayed;
   CHECK(ValidateHeader(fragment, kLimits).ok());
   CHECK_FALSE(DestinationFits(fragment, relay_process));
+}
+
+TEST_CASE("a marker names its carrier process and the size of its message, and nothing else",
+          "[wire][multicast]") {
+  const Gid sender = Gid::Thread(Gid::Process(1, 2), 1);
+  const Gid receiver = Gid::Thread(Gid::Process(2, 4), 1);
+  const Gid relay = Gid::Process(2, 3);
+  Header marker = MarkerHeader(sender, receiver, 7, uint64_t{1} << 20, relay, 5);
+  CHECK(ValidateHeader(marker, kLimits).ok());
+  CHECK(Gid::FromRaw(marker.offset) == relay);
+  // It comes from the sender's own process, never from a relay.
+  CHECK(SourceFits(marker, sender.process()));
+  CHECK_FALSE(SourceFits(marker, relay));
+  Header bad = marker;
+  bad.flags = kFlagRelayed;
+  CheckRejected(bad, "header flags 0x0001 on a frame of kind 13");
+  bad = marker;
+  bad.offset = receiver.raw();  // a thread, not a process
+  CheckRejected(bad, "a marker of");
+  bad = marker;
+  bad.total = kMaxMessageBytes + 1;
+  CheckRejected(bad, "a marker of");
+  bad = marker;
+  bad.length = 8;
+  CheckRejected(bad, "a marker of");
 }
 
 }  // namespace
