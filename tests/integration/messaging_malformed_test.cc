@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -26,6 +27,8 @@
 #include "daemon_harness.h"
 #include "messaging_support.h"
 #include "raw_handshake.h"
+#include "runtime/internal_threads.h"
+#include "runtime/multicast_protocol.h"
 #include "security/cluster_key.h"
 #include "status_assertions.h"
 #include "wire/frame.h"
@@ -660,6 +663,74 @@ TEST_CASE(
   CHECK(info.size == payload.size());
   CHECK(out == payload);
   CHECK_OK(sent.get());
+}
+
+TEST_CASE(
+    "a forged relay answer is ignored: the sender waits for its relay's, then gives the message "
+    "itself",
+    "[integration][msg][tcp][multicast]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The relay (the lowest receiving process), stopped: it answers nothing.
+  MsgWorker relay = REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("idle", "stuck-relay")));
+  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "answered-sender", "shm,tcp"));
+  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto other = REQUIRE_VALUE(StartRuntime(daemon, "answered-other"));
+  const Gid o = REQUIRE_VALUE(other->EnrollThread("o"));
+  REQUIRE(relay.process() < other->gid());
+  const std::vector<Gid> to{relay.threads().at(0), o};
+  REQUIRE_OK(relay.child().Signal(SIGSTOP));
+
+  const std::vector<std::byte> payload = PatternBytes(300, 23);
+  const uint64_t other_heard = FramesReceived(*other);
+  auto pending = std::async(std::launch::async, [&] {
+    return sender->Multicast(s, to, 7, payload, {.timeout = seconds(60), .relay_local = true});
+  });
+  // Its marker reached `other`: the sender waits for the relay's answer.
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*other) == other_heard && steady_clock::now() < deadline) {
+    REQUIRE(pending.wait_for(milliseconds(5)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*other) > other_heard);
+
+  // A process outside the multicast's tree answers "ok" for the relay's
+  // group, as the relay would: the sender's first request (id 1), to each
+  // reply mailbox it may wait on.
+  runtime::MulticastReply forged{.id = 1, .relay = relay.process()};
+  for (Gid receiver : to) forged.receivers.push_back({receiver, Status::Ok()});
+  const std::vector<std::byte> answer = runtime::EncodeMulticastReply(forged);
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 3);
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, sender->gid()));
+  RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+  REQUIRE_OK(raw.Handshake(forger, sender->gid()));
+  Frames frames;
+  for (uint32_t k = 0; k < 4; ++k) {
+    const Gid mailbox = Gid::Thread(sender->gid(), runtime::kFirstInternalThread + k);
+    frames.Add(
+        Message(runtime::RelayOf(forger), mailbox, runtime::kMulticastReplyTag, answer.size()),
+        answer);
+  }
+  const uint64_t sender_heard = FramesReceived(*sender);
+  REQUIRE(raw.Write(frames.bytes()) == RawConnection::Written::kAll);
+  while (FramesReceived(*sender) < sender_heard + 4 && steady_clock::now() < deadline) {
+    REQUIRE(pending.wait_for(milliseconds(5)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*sender) >= sender_heard + 4);
+
+  // Killed, the relay fails the wait (the directory says so): the sender
+  // gives `other` the message itself. Taken as the relay's answer, the
+  // forgery would have ended the call with nobody sending to `other`.
+  REQUIRE_VALUE(relay.child().Kill());
+  auto result = REQUIRE_VALUE(pending.get());
+  REQUIRE(result.receivers.size() == 2);
+  CHECK_FALSE(result.receivers[0].status.ok());  // the relay's own thread died with it
+  INFO(result.receivers[1].status.ToString());
+  CHECK(result.receivers[1].status.ok());
+  CHECK(result.receivers[1].carried_by == sender->gid());
+  Buffer got = REQUIRE_VALUE(other->RecvFor(o, seconds(20), s, 7));
+  CHECK(got.size() == payload.size());
+  CHECK(other->TryRecv(o, s, 7).status().code() == StatusCode::kTryAgain);
 }
 
 }  // namespace

@@ -125,6 +125,25 @@ std::vector<std::byte> Numbered(uint32_t index, size_t size) {
   std::memcpy(payload.data(), &index, sizeof(index));
   return payload;
 }
+uint32_t IndexOf(const Buffer& message) {
+  uint32_t index = 0;
+  REQUIRE(message.size() >= sizeof(index));
+  std::memcpy(&index, message.data(), sizeof(index));
+  return index;
+}
+
+// Each of `f`'s receivers gets the sender's messages 0 .. count - 1, in
+// that order, and nothing more.
+void CheckReceivedInOrder(Fanout& f, uint32_t count) {
+  for (Gid r : f.receivers) {
+    for (uint32_t i = 0; i < count; ++i) {
+      Buffer got = REQUIRE_VALUE(f.RuntimeOf(r).RecvFor(r, seconds(20), f.s, kTag));
+      INFO(r.ToString() << " message " << i);
+      REQUIRE(IndexOf(got) == i);
+    }
+    CHECK(f.RuntimeOf(r).TryRecv(r, f.s, kTag).status().code() == StatusCode::kTryAgain);
+  }
+}
 
 TEST_CASE("sends and multicasts to the same receivers, interleaved, arrive in the order sent",
           "[integration][multicast]") {
@@ -143,17 +162,7 @@ TEST_CASE("sends and multicasts to the same receivers, interleaved, arrive in th
       for (Gid r : f.receivers) REQUIRE_OK(f.sender->Send(f.s, r, kTag, payload));
     }
   }
-  for (Gid r : f.receivers) {
-    for (uint32_t i = 0; i < count; ++i) {
-      Buffer got = REQUIRE_VALUE(f.RuntimeOf(r).RecvFor(r, seconds(10), f.s, kTag));
-      uint32_t index = 0;
-      REQUIRE(got.size() >= sizeof(index));
-      std::memcpy(&index, got.data(), sizeof(index));
-      INFO(r.ToString() << " message " << i);
-      REQUIRE(index == i);
-    }
-    CHECK(f.RuntimeOf(r).TryRecv(r, f.s, kTag).status().code() == StatusCode::kTryAgain);
-  }
+  CheckReceivedInOrder(f, count);
 }
 
 TEST_CASE("a multicast to a query reaches the threads it matches now, the sender excluded",
@@ -341,10 +350,8 @@ TEST_CASE("a relay that does not answer in time: its receivers get it from the s
       REQUIRE(got.size() == payload.size());
       CHECK(std::memcmp(got.data(), payload.data(), payload.size()) == 0);
       Buffer after = REQUIRE_VALUE(f.RuntimeOf(r).RecvFor(r, seconds(20), f.s, kTag));
-      uint32_t got_index = 0;
-      REQUIRE(after.size() == 16);
-      std::memcpy(&got_index, after.data(), sizeof(got_index));
-      CHECK(got_index == index + 1);
+      CHECK(after.size() == 16);
+      CHECK(IndexOf(after) == index + 1);
       CHECK(f.RuntimeOf(r).TryRecv(r, f.s, kTag).status().code() == StatusCode::kTryAgain);
     }
     index += 2;
@@ -367,17 +374,7 @@ TEST_CASE("a relayed short multicast, then a direct long Send: each receiver get
       REQUIRE_OK(f.sender->Send(f.s, r, kTag, Numbered(2 * i + 1, size_t{100} << 10)));
     }
   }
-  for (Gid r : f.receivers) {
-    for (uint32_t i = 0; i < 2 * rounds; ++i) {
-      Buffer got = REQUIRE_VALUE(f.RuntimeOf(r).RecvFor(r, seconds(20), f.s, kTag));
-      uint32_t index = 0;
-      REQUIRE(got.size() >= sizeof(index));
-      std::memcpy(&index, got.data(), sizeof(index));
-      INFO(r.ToString() << " message " << i);
-      REQUIRE(index == i);
-    }
-    CHECK(f.RuntimeOf(r).TryRecv(r, f.s, kTag).status().code() == StatusCode::kTryAgain);
-  }
+  CheckReceivedInOrder(f, 2 * rounds);
 }
 
 TEST_CASE("a receiver its relay cannot reach gets the message from the sender, in its place",
@@ -407,10 +404,7 @@ TEST_CASE("a receiver its relay cannot reach gets the message from the sender, i
     CHECK(result.receivers[1].carried_by == sender->gid());  // the relay could not
     for (uint32_t i = index; i < index + 3; ++i) {
       Buffer got = REQUIRE_VALUE(far->RecvFor(far_thread, seconds(20), s, kTag));
-      uint32_t got_index = 0;
-      REQUIRE(got.size() >= sizeof(got_index));
-      std::memcpy(&got_index, got.data(), sizeof(got_index));
-      CHECK(got_index == i);
+      CHECK(IndexOf(got) == i);
       if (i == index + 1) CHECK(got.size() == size);
     }
     CHECK(far->TryRecv(far_thread, s, kTag).status().code() == StatusCode::kTryAgain);
@@ -473,10 +467,8 @@ TEST_CASE(
   for (auto [runtime, thread] : live) {
     REQUIRE_OK(sender->Send(s, thread, kTag, Numbered(1, 16)));
     Buffer next = REQUIRE_VALUE(runtime->RecvFor(thread, seconds(20), s, kTag));
-    uint32_t index = 0;
-    REQUIRE(next.size() == 16);
-    std::memcpy(&index, next.data(), sizeof(index));
-    CHECK(index == 1);
+    CHECK(next.size() == 16);
+    CHECK(IndexOf(next) == 1);
     CHECK(runtime->TryRecv(thread, s, kTag).status().code() == StatusCode::kTryAgain);
   }
 }
