@@ -57,9 +57,10 @@
 // lost, and a receiver is reported failed only when the sender itself
 // could not reach it either; the receiver is then told that the message
 // will not come, and its later messages from `from` are not held up. (A
-// long message the receiver had whole from its relay is answered "all
-// here" when the sender tries again, so it is reported Ok; as with Send, a
-// failure means "not known to have arrived".)
+// long message the receiver had whole from its relay before the sender's
+// second try can be reported Unavailable by that try, after the
+// receiver's partial_timeout: as with Send, a failure means "not known to
+// have arrived".)
 //
 // Errors of the call itself (nothing is sent): InvalidArgument for a
 // sender that is not an enrolled thread of this process, kAnyTag, an empty

@@ -44,6 +44,11 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   const Gid to = Gid::FromRaw(header.destination);
   Mailbox* mailbox = receive_.Find(to);
   if (mailbox == nullptr || mailbox->left()) {
+    if (wire::Relayed(header)) {
+      // A multicast's fill: a second one is answered "given up" too.
+      std::lock_guard lock(mu_);
+      RememberAbortedLocked(KeyOf(header));
+    }
     SendControl(from_process, -1, wire::FrameKind::kAbort, KeyOf(header));
     return Status::Ok();
   }

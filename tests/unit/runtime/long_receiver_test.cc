@@ -566,5 +566,25 @@ TEST_CASE("a long fill its relay gives up before the grant starts anew from its 
   CHECK(f.sent.back().header.kind == wire::FrameKind::kProbe);
 }
 
+TEST_CASE(
+    "a long fill for a thread that left is answered 'given up' on a second try, not 'all here'",
+    "[long][multicast]") {
+  Fixture f;
+  const Gid gone = Gid::Thread(kProcess, 9);  // never enrolled here
+  auto start = [&] {
+    buffers::SlotRef slot = Flagged(f.Start(0, 3000));
+    slot->header().destination = gone.raw();
+    return slot;
+  };
+  REQUIRE(f.receiver.OnLongStart(kRelayProcess, start()).ok());
+  REQUIRE(f.sent.size() == 1);
+  CHECK(f.sent.back().header.kind == wire::FrameKind::kAbort);
+  CHECK(f.sent.back().process == kRelayProcess);
+  REQUIRE(f.receiver.OnRefill(kSenderProcess, start()).ok());
+  REQUIRE(f.sent.size() == 2);
+  CHECK(f.sent.back().header.kind == wire::FrameKind::kAbort);
+  CHECK(f.sent.back().process == kSenderProcess);
+}
+
 }  // namespace
 }  // namespace tocl::runtime
