@@ -6,7 +6,7 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (kVersion: 5)
+//        4     1  version (kVersion: 6)
 //        5     1  kind (FrameKind)
 //        6     2  flags (kFlagPackedPiece or 0; the other bits reserved)
 //        8     4  tag
@@ -54,8 +54,9 @@
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
 // connection), version 5 kReceived on reverse traffic, version 6 header
 // flags (kFlagPackedPiece); peers of another version are refused at the
-// handshake (tcp, via), naming the version, and do not attach to each
-// other's shm segment (its kSegmentVersion follows this one).
+// handshake, naming the version: tcp's hello carries it, via's ConnectData
+// version (3) and shm's kSegmentVersion (5) follow it, so such peers never
+// exchange a frame.
 //
 // Flags: kFlagPackedPiece marks a short message or a long-message start as
 // a body piece of a packed message (tocl/packed_message.h): it is matched

@@ -163,8 +163,8 @@ TEST_CASE("a header with a bad magic is rejected naming the magic", "[wire]") {
 
 TEST_CASE("a header of another wire version is rejected naming the version", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t version :
-       {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{5}, uint8_t{7}, uint8_t{255}}) {
+  for (uint8_t version : {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{5},
+                          uint8_t{7}, uint8_t{255}}) {
     INFO("version " << int{version});
     header.version = version;
     CheckRejected(header, "unsupported wire version " + std::to_string(version));
