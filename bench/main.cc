@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
           "--cases", msg.cases,
           "case groups to run, comma-separated: latency (shm and tcp), blocking, "
           "bandwidth, long, rate, rate64 (64 pairs of threads at once), threads (64 enrolled "
-          "threads), idle (idle CPU), requests (Irecv + Wait), handlers (a handler replies)")
+          "threads), idle (idle CPU), requests (Irecv + Wait), handlers (a handler replies), "
+          "packed (16 values + 4 MiB, packed and placed by a header handler)")
       ->delimiter(',')
       ->check(CLI::IsMember(tocl::bench::MsgCaseNames()))
       ->capture_default_str();

@@ -14,8 +14,8 @@ namespace tocl::bench {
 
 struct MsgBenchOptions {
   // Case groups to run: latency, blocking, bandwidth, long, rate, rate64,
-  // threads, idle, requests, handlers (long, rate64, requests and handlers
-  // only when asked for).
+  // threads, idle, requests, handlers, packed (long, rate64, requests,
+  // handlers and packed only when asked for).
   std::vector<std::string> cases = {"latency", "blocking", "bandwidth", "rate", "threads", "idle"};
   // The tocl networks whose cases run: shm, tcp, via. via runs tocl over via
   // next to tocl over tcp and raw tcp (latency, bandwidth, rate).

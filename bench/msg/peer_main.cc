@@ -111,10 +111,13 @@ class Peer {
 
   Status Run(const Command& command, Reply& reply) {
     const RunSpec spec = RunSpec::From(command);
-    // Long messages (memcpy and tocl streams only) may be larger than what
-    // the raw rings carry.
-    const bool long_ok =
-        command.contender == Contender::kMemcpy || command.contender == Contender::kToclStream;
+    // Long messages (memcpy, tocl streams and the packed cases only) may be
+    // larger than what the raw rings carry.
+    const bool long_ok = command.contender == Contender::kMemcpy ||
+                         command.contender == Contender::kToclStream ||
+                         command.contender == Contender::kToclPackedPingPong ||
+                         command.contender == Contender::kToclPrepackedPingPong ||
+                         command.contender == Contender::kToclPrepackedIntoPingPong;
     const size_t max = long_ok ? kMaxLongPayload : kMaxPayload;
     if (spec.size < 8 || spec.size > max) {
       return InvalidArgument(fmt::format("message size {} is outside 8 .. {}", spec.size, max));
@@ -155,6 +158,18 @@ class Peer {
       case Contender::kToclHandlerPingPong:
         TOCL_RETURN_IF_ERROR(NeedTocl());
         status = tocl_->PingPong(role_, spec, &latency, ToclPeer::Way::kHandler);
+        break;
+      case Contender::kToclPackedPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PackedPingPong(role_, spec, &latency, ToclPeer::Packing::kPacked);
+        break;
+      case Contender::kToclPrepackedPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PackedPingPong(role_, spec, &latency, ToclPeer::Packing::kPrepacked);
+        break;
+      case Contender::kToclPrepackedIntoPingPong:
+        TOCL_RETURN_IF_ERROR(NeedTocl());
+        status = tocl_->PackedPingPong(role_, spec, &latency, ToclPeer::Packing::kPrepackedInto);
         break;
       case Contender::kToclStream:
         TOCL_RETURN_IF_ERROR(NeedTocl());

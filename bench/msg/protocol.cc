@@ -26,6 +26,12 @@ std::string_view ContenderName(Contender contender) {
       return "tocl Irecv ping-pong";
     case Contender::kToclHandlerPingPong:
       return "tocl handler ping-pong";
+    case Contender::kToclPackedPingPong:
+      return "tocl packed, header handler";
+    case Contender::kToclPrepackedPingPong:
+      return "tocl pre-packed Send, Recv";
+    case Contender::kToclPrepackedIntoPingPong:
+      return "tocl pre-packed Send, RecvInto";
   }
   return "unknown";
 }

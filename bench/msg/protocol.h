@@ -47,17 +47,24 @@ enum class Contender : uint32_t {
   kToclStream,
   kToclIrecvPingPong,    // the initiator posts an Irecv, Sends, then Waits (tocl/request.h)
   kToclHandlerPingPong,  // the responder replies from a message handler (tocl/handler.h)
+  // A 16-value header and a body of `size` bytes, one way, answered by 8 B:
+  kToclPackedPingPong,         // packed (tocl/packed_message.h), placed by a header handler
+  kToclPrepackedPingPong,      // one Send of the same bytes pre-packed, received with Recv
+  kToclPrepackedIntoPingPong,  // the same, received with RecvInto (into the receiver's memory)
 };
 std::string_view ContenderName(Contender contender);
 inline bool IsPingPong(Contender c) {
   return c == Contender::kRawShmPingPong || c == Contender::kRawTcpPingPong ||
          c == Contender::kRawTcpPollPingPong || c == Contender::kRawFutexPingPong ||
          c == Contender::kToclPingPong || c == Contender::kToclIrecvPingPong ||
-         c == Contender::kToclHandlerPingPong;
+         c == Contender::kToclHandlerPingPong || c == Contender::kToclPackedPingPong ||
+         c == Contender::kToclPrepackedPingPong || c == Contender::kToclPrepackedIntoPingPong;
 }
 inline bool IsTocl(Contender c) {
   return c == Contender::kToclPingPong || c == Contender::kToclStream ||
-         c == Contender::kToclIrecvPingPong || c == Contender::kToclHandlerPingPong;
+         c == Contender::kToclIrecvPingPong || c == Contender::kToclHandlerPingPong ||
+         c == Contender::kToclPackedPingPong || c == Contender::kToclPrepackedPingPong ||
+         c == Contender::kToclPrepackedIntoPingPong;
 }
 
 struct Command {

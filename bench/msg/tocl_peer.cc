@@ -23,6 +23,9 @@ constexpr Tag kTagAck = 3;       // a stream receiver's answer to kSync and kLas
 constexpr Tag kTagIdleStop = 4;  // ends an idle thread's Recv
 // 64 KiB payloads plus the header need the next size class up.
 constexpr size_t kShortMax = size_t{128} << 10;
+// The packed case's header: this many u64 values.
+constexpr size_t kPackedHeaderValues = 16;
+constexpr size_t kPackedHeaderBytes = kPackedHeaderValues * sizeof(uint64_t);
 // An idle thread wakes this rarely even when nobody stops it.
 constexpr auto kIdleRecvTimeout = std::chrono::seconds(120);
 
@@ -149,6 +152,55 @@ class RuntimePeer final : public ToclPeer {
     }
   }
 
+  Status PackedPingPong(Role role, const RunSpec& spec, LatencyResult* out,
+                        Packing packing) override {
+    const bool packed = packing == Packing::kPacked;
+    TOCL_RETURN_IF_ERROR(CheckPairs(1));
+    const Gid me = threads_[0];
+    const Gid peer = peer_threads_[0];
+    const size_t size = spec.size;
+    Runtime& runtime = *runtime_;
+    if (role != Role::kInitiator) return PackedResponder(me, peer, size, packing);
+    // The pre-packed buffer: the header's values, then the body, as an
+    // application would lay them out for one Send.
+    PayloadBuffer prepacked(kPackedHeaderBytes + size);
+    std::span<const std::byte> body(prepacked.data() + kPackedHeaderBytes, size);
+    Status failure;
+    auto round_trip = [&](uint64_t i) {
+      uint64_t header[kPackedHeaderValues];
+      for (size_t v = 0; v < kPackedHeaderValues; ++v) header[v] = i + v;
+      Status sent;
+      if (packed) {
+        sent = [&]() -> Status {
+          TOCL_ASSIGN_OR_RETURN(PackedWriter writer, runtime.BeginPacked(me, peer, kTagData));
+          for (uint64_t value : header) TOCL_RETURN_IF_ERROR(writer.Pack(value));
+          TOCL_RETURN_IF_ERROR(writer.PackBytes(body));
+          return writer.End();
+        }();
+      } else {
+        std::memcpy(prepacked.data(), header, kPackedHeaderBytes);
+        sent = runtime.Send(me, peer, kTagData, Bytes(prepacked, kPackedHeaderBytes + size));
+      }
+      if (!sent.ok()) {
+        failure = sent.WithContext("send");
+        return false;
+      }
+      Result<Buffer> got = runtime.Recv(me, peer, kTagData);
+      if (!got.ok() || got->size() != 8 || LoadStamp(got->data()) != i) {
+        failure = got.ok() ? DataLoss("a wrong answer") : got.status().WithContext("Recv");
+        return false;
+      }
+      return true;
+    };
+    uint64_t next = 1;
+    bool ok = TimeRoundTrips(round_trip, spec, next, *out);
+    PayloadBuffer stop(8);
+    StoreStamp(stop.data(), kStopStamp);
+    Status stopped = runtime.Send(me, peer, kTagStop, Bytes(stop, 8));
+    if (!ok) return failure.WithContext("tocl packed ping-pong");
+    return stopped.WithContext("tocl packed ping-pong: stop");
+  }
+
   Status Stream(Role role, const RunSpec& spec, StreamResult* out) override {
     TOCL_RETURN_IF_ERROR(CheckPairs(spec.pairs));
     std::vector<Status> results(spec.pairs);
@@ -183,22 +235,37 @@ class RuntimePeer final : public ToclPeer {
     std::thread thread;
   };
 
+  // How a handler-based responder ends: the stop message, or the first
+  // failure, from a handler call; the responder's thread waits for it.
+  class Stop {
+   public:
+    void Fail(Status status) {
+      std::lock_guard lock(mu_);
+      if (failure_.ok()) failure_ = std::move(status);
+      stopped_ = true;
+      stopped_cv_.notify_all();
+    }
+    Status Wait() {
+      std::unique_lock lock(mu_);
+      stopped_cv_.wait(lock, [&] { return stopped_; });
+      return failure_;
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable stopped_cv_;
+    bool stopped_ = false;  // guarded by mu_
+    Status failure_;        // guarded by mu_
+  };
+
   // The responder's side as a handler on `me`: each message runs a call
   // that copies it out and sends the copy back, as the Recv loop does;
   // the stop message ends the wait here, then the handler is cancelled.
   Status HandlerResponder(Gid me, Gid peer, size_t size) {
     Runtime& runtime = *runtime_;
     PayloadBuffer buffer(size);
-    std::mutex mu;
-    std::condition_variable stopped_cv;
-    bool stopped = false;
-    Status failure;
-    auto fail = [&](Status status) {
-      std::lock_guard lock(mu);
-      if (failure.ok()) failure = std::move(status);
-      stopped = true;
-      stopped_cv.notify_all();
-    };
+    Stop stop;
+    auto fail = [&](Status status) { stop.Fail(std::move(status)); };
     TOCL_ASSIGN_OR_RETURN(
         HandlerRegistration handler,
         runtime.RegisterHandler(
@@ -214,11 +281,82 @@ class RuntimePeer final : public ToclPeer {
               if (!sent.ok()) fail(sent.WithContext("tocl handler ping-pong"));
             },
             {.ordered = true}));
-    {
-      std::unique_lock lock(mu);
-      stopped_cv.wait(lock, [&] { return stopped; });
-    }
+    Status failure = stop.Wait();
     TOCL_RETURN_IF_ERROR(runtime.CancelHandler(handler.id));
+    return failure;
+  }
+
+  // The packed case's responder: each message's header values are read
+  // (the first is the round, answered in 8 B) and its body placed: by a
+  // header handler in `body` (kPacked), by Recv (kPrepacked: the body stays
+  // in the received buffer, library memory, and no copy out is charged to
+  // it), or by RecvInto memory of the responder's (kPrepackedInto).
+  Status PackedResponder(Gid me, Gid peer, size_t size, Packing packing) {
+    Runtime& runtime = *runtime_;
+    PayloadBuffer body(size);
+    PayloadBuffer answer(8);
+    auto reply = [&](uint64_t round) {
+      StoreStamp(answer.data(), round);
+      return runtime.Send(me, peer, kTagData, Bytes(answer, 8));
+    };
+    if (packing == Packing::kPrepackedInto) {
+      PayloadBuffer into(kPackedHeaderBytes + size);
+      for (;;) {
+        Result<MessageInfo> got =
+            runtime.RecvInto(me, std::span(into.data(), kPackedHeaderBytes + size), peer, kAnyTag);
+        if (!got.ok()) return got.status().WithContext("tocl pre-packed: RecvInto");
+        if (got->tag == kTagStop) return Status::Ok();
+        if (got->size != kPackedHeaderBytes + size) {
+          return DataLoss(fmt::format("tocl pre-packed: {} bytes, expected {}", got->size,
+                                      kPackedHeaderBytes + size));
+        }
+        uint64_t header[kPackedHeaderValues];
+        std::memcpy(header, into.data(), kPackedHeaderBytes);
+        TOCL_RETURN_IF_ERROR(reply(header[0]).WithContext("tocl pre-packed"));
+      }
+    }
+    if (packing == Packing::kPrepacked) {
+      for (;;) {
+        Result<Buffer> got = runtime.Recv(me, peer, kAnyTag);
+        if (!got.ok()) return got.status().WithContext("tocl pre-packed: Recv");
+        if (got->tag() == kTagStop) return Status::Ok();
+        if (got->size() != kPackedHeaderBytes + size) {
+          return DataLoss(fmt::format("tocl pre-packed: {} bytes, expected {}", got->size(),
+                                      kPackedHeaderBytes + size));
+        }
+        uint64_t header[kPackedHeaderValues];
+        std::memcpy(header, got->data(), kPackedHeaderBytes);
+        TOCL_RETURN_IF_ERROR(reply(header[0]).WithContext("tocl pre-packed"));
+      }
+    }
+    Stop stop;
+    auto fail = [&](Status status) { stop.Fail(std::move(status)); };
+    uint64_t round = 0;  // the handler's (ordered: one call at a time)
+    TOCL_ASSIGN_OR_RETURN(HandlerRegistration placer,
+                          runtime.RegisterPackedHandler(
+                              me, peer, kTagData,
+                              [&](PackedReader& header) -> Result<PackedPlacement> {
+                                for (size_t v = 0; v < kPackedHeaderValues; ++v) {
+                                  TOCL_ASSIGN_OR_RETURN(uint64_t value, header.Unpack<uint64_t>());
+                                  if (v == 0) round = value;
+                                }
+                                return PackedPlacement{{std::span(body.data(), size)}};
+                              },
+                              [&](const PackedCompletion& done) {
+                                Status status = done.status;
+                                if (status.ok() && done.placed[0] != size)
+                                  status = DataLoss("a short body");
+                                if (status.ok()) status = reply(round);
+                                if (!status.ok()) fail(status.WithContext("tocl packed"));
+                              },
+                              {.ordered = true}));
+    TOCL_ASSIGN_OR_RETURN(
+        HandlerRegistration stopper,
+        runtime.RegisterHandler(me, peer, kTagStop, [&](HandlerContext&) { fail(Status::Ok()); },
+                                {.ordered = true}));
+    Status failure = stop.Wait();
+    TOCL_RETURN_IF_ERROR(runtime.CancelHandler(placer.id));
+    TOCL_RETURN_IF_ERROR(runtime.CancelHandler(stopper.id));
     return failure;
   }
 

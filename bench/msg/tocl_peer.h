@@ -57,6 +57,15 @@ class ToclPeer {
   // One side of a ping-pong between main threads (Gid 0 of each peer).
   virtual Status PingPong(Role role, const RunSpec& spec, LatencyResult* out,
                           Way way = Way::kRecv) = 0;
+  // One side of a one-way transfer answered by an 8 B reply: a header of
+  // 16 u64 values and a body of spec.size bytes.
+  enum class Packing {
+    kPacked,         // a packed message; the responder's header handler places the body
+    kPrepacked,      // one Send of the same bytes pre-packed in one buffer; Recv
+    kPrepackedInto,  // the same; RecvInto the responder's memory
+  };
+  virtual Status PackedPingPong(Role role, const RunSpec& spec, LatencyResult* out,
+                                Packing packing) = 0;
   // One side of spec.pairs streams: pair j from this peer's Gid j to the
   // other's Gid j, each on its own thread.
   virtual Status Stream(Role role, const RunSpec& spec, StreamResult* out) = 0;

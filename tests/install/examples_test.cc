@@ -187,6 +187,17 @@ TEST_CASE(
     CHECK(HasLine(answered, "8 answers, log: 1 2 3 4 5 6 7 8"));
   }
 
+  {  // packed: a header handler places an image's pixels; a reader reads a second one
+    const std::string packed =
+        RunOk({cmake_build + "/packed"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});
+    CHECK(HasLine(packed,
+                  "placed 1048576 bytes in place \\(0 copied\\): 1024 x 1024 gray, checksum ok"));
+    CHECK(HasLine(packed,
+                  "unpacking a u64: invalid argument: piece 0: expected u64 \\(8 bytes\\), "
+                  "found u32 \\(4 bytes\\)"));
+    CHECK(HasLine(packed, "read 512 x 2048, 1048576 bytes, checksum ok"));
+  }
+
   {  // requests: results collected from posted receives by WaitAny, a leftover one cancelled
     const std::string collected =
         RunOk({cmake_build + "/requests"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});

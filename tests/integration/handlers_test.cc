@@ -29,6 +29,7 @@
 #include "daemon_harness.h"
 #include "messaging_payload.h"
 #include "messaging_support.h"
+#include "shared_state.h"
 #include "status_assertions.h"
 #include "tocl/handler.h"
 
@@ -41,33 +42,6 @@ using std::chrono::seconds;
 uint64_t SeqOf(const Buffer& buffer) {
   return ReadPayloadHeader(buffer.span()).seq;
 }
-
-// State shared between handler calls and the test, with waits on it that
-// end at a deadline (no sleeping as synchronisation).
-class Shared {
- public:
-  template <typename F>
-  auto With(F&& f) {
-    std::lock_guard lock(mu_);
-    if constexpr (std::is_void_v<decltype(f())>) {
-      f();
-      cv_.notify_all();
-    } else {
-      auto result = f();
-      cv_.notify_all();
-      return result;
-    }
-  }
-  // Whether `done()` (called under the lock) held before `timeout`.
-  bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, done);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
 
 TEST_CASE("a handler runs on runtime threads for each message from another process, in order",
           "[integration][handlers]") {

@@ -122,4 +122,17 @@ inline std::string CheckPayload(std::span<const std::byte> in, Gid from, Gid to)
   return {};
 }
 
+// Packed messages (the msg worker's "packed" role, packed_test.cc): message
+// `index` has a header of kPackedHeaderValues u64 values and a body whose
+// byte `j` is PackedBodyByte(index, j).
+inline constexpr uint32_t kPackedHeaderValues = 16;
+inline uint64_t PackedHeaderValue(uint64_t index, uint32_t value, uint64_t body_bytes) {
+  if (value == 0) return index;
+  if (value == 1) return body_bytes;
+  return index * 1000 + value;
+}
+inline std::byte PackedBodyByte(uint64_t index, size_t j) {
+  return static_cast<std::byte>((index * 131 + j * 7 + (j >> 8)) & 0xFF);
+}
+
 }  // namespace tocl::testing

@@ -81,6 +81,7 @@
 #include "tocl/membership.h"
 #include "tocl/message_info.h"
 #include "tocl/network_stats.h"
+#include "tocl/packed_message.h"
 #include "tocl/pool_stats.h"
 #include "tocl/request.h"
 #include "tocl/runtime_options.h"
@@ -299,6 +300,35 @@ class TOCL_EXPORT Runtime {
   // inside its own call it does not wait for that call: tocl/handler.h).
   // NotFound for an id that is not a handler (or was cancelled already).
   Status CancelHandler(HandlerId id);
+
+  // --- packed messages (tocl/packed_message.h) ---------------------------------
+  // Starts a packed message from thread `from` (enrolled here) to thread
+  // `to` with `tag` (its header's tag). Nothing is sent until the first
+  // segment fills, a by-reference range is packed, or End. Errors: those
+  // Send returns at once (bad ids, kAnyTag, shutting down).
+  Result<PackedWriter> BeginPacked(Gid from, Gid to, Tag tag, PackedOptions options = {});
+  // A reader over the packed message whose header `header` is (a message
+  // Recv, a request or a handler returned to thread `self`); the rest of
+  // the message is received for `self` as it is unpacked. DataLoss for a
+  // message that is not a packed message's header ("not a packed message
+  // (magic ...)"); InvalidArgument / FailedPrecondition for `self` as Recv.
+  Result<PackedReader> OpenPacked(Gid self, Buffer header);
+  // Recv, then OpenPacked.
+  Result<PackedReader> RecvPacked(Gid self, Gid source = Gid(), TagMatch tag = kAnyTag);
+  // A header handler (Madeleine's): a message handler (RegisterHandler:
+  // same selectors, options, threads, ordering, cancel and errors) for
+  // packed messages. Each call reads the header with `header` and places
+  // the byte ranges after it where the placement says, received straight
+  // into that memory, then calls `done`, on the same handler thread, with
+  // the outcome (packed_message.h: PackedCompletion). A message that is not
+  // packed, a header function that fails or throws, a placement that does
+  // not fit, a sender that exits midway: `done` is told the error, the rest
+  // of the message is received and dropped, and the handler goes on with
+  // the next. InvalidArgument for an empty function.
+  Result<HandlerRegistration> RegisterPackedHandler(Gid thread, Gid source, TagMatch tag,
+                                                    PackedHeaderFunction header,
+                                                    PackedDoneFunction done,
+                                                    HandlerOptions options = {});
 
   // --- networks ---------------------------------------------------------------
   // The open networks with their traffic counters and the bandwidth learned

@@ -117,6 +117,10 @@ struct InboundLong {
   uint64_t total = 0;
   uint64_t fragment_bytes = 0;
   Tag tag = 0;
+  // The start's wire flags: a packed message's body piece
+  // (wire::kFlagPackedPiece) is granted only into a posted receive's
+  // memory, never library memory (its reader posts one: no copy).
+  uint16_t flags = 0;
 
   std::mutex mu;                       // the poller placing fragments, a RecvInto that gives up
   std::byte* dest = nullptr;           // guarded by mu

@@ -17,6 +17,10 @@ constexpr uint64_t kMaxFragments = uint64_t{1} << 24;
 // Messages given up whose late fragments are answered with an abort.
 constexpr size_t kRememberAborted = 4096;
 
+bool IsPiece(const InboundLong& message) {
+  return (message.flags & wire::kFlagPackedPiece) != 0;
+}
+
 }  // namespace
 
 LongReceiver::LongReceiver(Limits limits, ReceiveSide& receive, Events& events)
@@ -29,6 +33,7 @@ void LongReceiver::Clear() {
   }
   inbound_.clear();
   waiting_grant_.clear();
+  waiting_receive_.clear();
 }
 
 // --- frames -------------------------------------------------------------------
@@ -53,6 +58,7 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   message->total = header.total;
   message->fragment_bytes = header.reserved;
   message->tag = header.tag;
+  message->flags = header.flags;
   message->mailbox = mailbox;
   message->have.assign(fragments, false);
   message->last_activity = Clock::now();
@@ -63,7 +69,12 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
       return InvalidArgument(fmt::format("long message {} started twice", header.seq));
     }
     // Behind starts that wait for memory (FIFO), unless a RecvInto takes it.
-    if (!TryGrantLocked(ref, waiting_grant_.empty())) {
+    const Grant grant = TryGrantLocked(ref, waiting_grant_.empty());
+    if (grant == Grant::kRefused) {
+      FinishLocked(ref, RefusedPiece(ref), /*tell_sender=*/true);
+    } else if (grant == Grant::kWaits && IsPiece(ref)) {
+      waiting_receive_.push_back(&ref);
+    } else if (grant == Grant::kWaits) {
       if (ref.total > limits_.reassembly_cap) {
         Log().warn(
             "tocl: a {} byte message from {} waits: it is larger than reassembly_cap ({} "
@@ -199,24 +210,27 @@ Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header
 
 // --- memory and grants ----------------------------------------------------------
 
-bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
+LongReceiver::Grant LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   const Gid source = Gid::FromRaw(message.key.source);
   if (message.mailbox->HasPosted()) {
-    if (PostedReceive* post =
-            message.mailbox->BindPosted(source, message.tag, message.total, &message)) {
+    bool too_small = false;
+    if (PostedReceive* post = message.mailbox->BindPosted(source, message.tag, message.flags,
+                                                          message.total, &message, &too_small)) {
       std::lock_guard lock(message.mu);
       message.posted = post;
+      // A refused piece's receive is only completed with the error.
+      if (too_small) return Grant::kRefused;
       message.dest = post->out.data();
     }
   }
   if (message.posted == nullptr) {
-    if (!library) return false;
+    if (!library || IsPiece(message)) return Grant::kWaits;
     const uint64_t used = reassembly_used_.load(std::memory_order_relaxed);
-    if (used + message.total > limits_.reassembly_cap) return false;
+    if (used + message.total > limits_.reassembly_cap) return Grant::kWaits;
     auto large = NewMessageSlot(message);
     if (!large.ok()) {
       Log().warn("tocl: {}", large.status().ToString());
-      return false;
+      return Grant::kWaits;
     }
     buffers::LargeSlot* slot = *large;
     {
@@ -231,7 +245,14 @@ bool LongReceiver::TryGrantLocked(InboundLong& message, bool library) {
   message.granted = true;
   message.last_activity = message.granted_at = Clock::now();
   QueueControlLocked(message.source_process, -1, wire::FrameKind::kGrant, message.key);
-  return true;
+  return Grant::kGranted;
+}
+
+Status LongReceiver::RefusedPiece(const InboundLong& message) {
+  const size_t room = message.posted != nullptr ? message.posted->out.size() : 0;
+  return InvalidArgument(fmt::format(
+      "a {} byte packed piece from {} for a {} byte range (its sender broke the packed format)",
+      message.total, Gid::FromRaw(message.key.source).ToString(), room));
 }
 
 void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_sender) {
@@ -264,6 +285,7 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
     RememberAbortedLocked(message.key);
   }
   std::erase(waiting_grant_, &message);
+  std::erase(waiting_receive_, &message);
   inbound_.erase(message.key);
 }
 
@@ -293,15 +315,17 @@ Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& mess
   slot->header() =
       wire::WholeMessageHeader(Gid::FromRaw(message.key.source),
                                Gid::FromRaw(message.key.destination), message.tag, message.total);
+  slot->header().flags = message.flags;
   slot->set_state(BufferState::kInFlight);             // arriving: Take skips it
   slot->refs.fetch_add(1, std::memory_order_relaxed);  // ours, until complete
   return slot;
 }
 
-Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag,
-                                      std::span<const std::byte> payload) {
+Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                                      uint16_t flags) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
   large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
+  large->header().flags = flags;
   std::memcpy(large->payload(), payload.data(), payload.size());
   buffers::SlotRef slot(large);
   return receive_.Deliver(slot);  // an error drops `slot`
@@ -324,7 +348,8 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
       next_partial_check_ = now + limits_.partial_check_period;
       DiscardSilentLocked(now);
     }
-    more = !waiting_grant_.empty() || !inbound_.empty();
+    // Pieces waiting for their receive need no round: posting it asks.
+    more = !waiting_grant_.empty() || inbound_.size() > waiting_receive_.size();
   }
   FlushControls();
   return more;
@@ -334,6 +359,7 @@ void LongReceiver::GrantWaitingLocked() {
   // In arrival order: the first that can ever fit has the turn for library
   // memory; any may go into a RecvInto buffer.
   std::vector<InboundLong*> gone;
+  std::vector<InboundLong*> refused;
   bool library_taken = false;
   for (size_t i = 0; i < waiting_grant_.size();) {
     InboundLong* message = waiting_grant_[i];
@@ -343,16 +369,35 @@ void LongReceiver::GrantWaitingLocked() {
       continue;
     }
     const bool fits = message->total <= limits_.reassembly_cap;
-    if (TryGrantLocked(*message, fits && !library_taken)) {
+    const Grant grant = TryGrantLocked(*message, fits && !library_taken);
+    if (grant != Grant::kWaits) {
+      if (grant == Grant::kRefused) refused.push_back(message);
       waiting_grant_.erase(waiting_grant_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
     library_taken = library_taken || fits;
     ++i;
   }
+  // Pieces: only a receive their reader posted takes them.
+  for (size_t i = 0; i < waiting_receive_.size();) {
+    InboundLong* message = waiting_receive_[i];
+    if (message->mailbox->left()) {
+      gone.push_back(message);
+      ++i;
+      continue;
+    }
+    const Grant grant = TryGrantLocked(*message, /*library=*/false);
+    if (grant == Grant::kWaits) {
+      ++i;
+      continue;
+    }
+    if (grant == Grant::kRefused) refused.push_back(message);
+    waiting_receive_.erase(waiting_receive_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
   for (InboundLong* message : gone) {
     FinishLocked(*message, FailedPrecondition("the receiving thread left"), true);
   }
+  for (InboundLong* message : refused) FinishLocked(*message, RefusedPiece(*message), true);
 }
 
 void LongReceiver::DiscardSilentLocked(Clock::time_point now) {

@@ -128,8 +128,9 @@ class LongReceiver {
   // Process `process` exited: its messages to us will not complete.
   void SenderExited(Gid process, const std::string& reason);
   // A long message from a thread of this process: one copy into library
-  // memory, delivered whole to thread `to`.
-  Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // memory, delivered whole to thread `to`, with wire header `flags`.
+  Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                          uint16_t flags = 0);
 
   // Drops our references to the memory of messages still arriving (the
   // runtime goes away; their mailboxes drop theirs).
@@ -154,8 +155,13 @@ class LongReceiver {
   enum class Placed { kPlaced, kComplete, kUnknown, kAborted };
 
   // With mu_ held: library memory when `library` (its turn among the
-  // waiting), else only a RecvInto's buffer. True when granted.
-  bool TryGrantLocked(InboundLong& message, bool library);
+  // waiting), else only a RecvInto's buffer. kRefused: a packed piece
+  // whose reader's receive is too small for it (it holds that receive in
+  // `posted`); the caller finishes it with RefusedPiece.
+  enum class Grant { kGranted, kWaits, kRefused };
+  Grant TryGrantLocked(InboundLong& message, bool library);
+  // A kRefused piece's error (its sender broke the packed format).
+  static Status RefusedPiece(const InboundLong& message);
   // With mu_ held; erases `message`. A message given up here (not by its
   // sender) is reported to the sender when `tell_sender`.
   void FinishLocked(InboundLong& message, Status status, bool tell_sender);
@@ -198,6 +204,10 @@ class LongReceiver {
   std::unordered_map<LongKey, std::unique_ptr<InboundLong>, LongKeyHash>
       inbound_;                             // guarded by mu_
   std::deque<InboundLong*> waiting_grant_;  // guarded by mu_: FIFO
+  // Packed pieces waiting for their reader's receive (never library
+  // memory): only a posted receive serves them, so they hold no start in
+  // waiting_grant_ back and keep the poller no busier. Guarded by mu_.
+  std::deque<InboundLong*> waiting_receive_;
   std::vector<OutControl> control_outbox_;  // guarded by mu_: sent once it is released
   std::vector<OutControl> pending_acks_;    // guarded by mu_: sent at the end of the poll round
   // Guarded by mu_: messages given up here, the last kRememberAborted.

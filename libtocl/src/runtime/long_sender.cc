@@ -32,9 +32,9 @@ LongSender::LongSender(Limits limits, ReceiveSide& receive, const std::atomic<bo
     : limits_(limits), receive_(receive), shutting_down_(shutting_down), events_(events) {}
 
 Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
-                        std::span<const std::byte> payload) {
+                        std::span<const std::byte> payload, uint16_t flags) {
   LongSend send;
-  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send));
+  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send, flags));
   // A network may have no room (shm: no buffer provided yet); its owner
   // rings our bell when it provides more, so the poller must hear bells.
   events_.ListenForBells(true);
@@ -63,7 +63,8 @@ LongSender::Clock::duration LongSender::StepWait() const {
 }
 
 Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
-                         std::span<const std::byte> payload, Mailbox* wake, LongSend& send) {
+                         std::span<const std::byte> payload, Mailbox* wake, LongSend& send,
+                         uint16_t flags) {
   send.data = payload;
   send.tag = tag;
   send.wake = wake;
@@ -87,8 +88,9 @@ Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
   // number, in the table before any network carries it (an answer may come
   // at once); the number is known only once the pair's lane is held (the
   // pair's short messages take theirs without peer.mu()).
-  auto start = peer.HeaderFrame(
-      peer.default_route(), wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_));
+  wire::Header start_header = wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_);
+  start_header.flags = flags;
+  auto start = peer.HeaderFrame(peer.default_route(), start_header);
   Status posted = start.status();
   if (posted.ok()) {
     posted = peer.Post(from, to, *start, peer.default_route(), [&](uint64_t seq) {

@@ -84,8 +84,10 @@ class LongSender {
   // Sends `payload` from local thread `from` to thread `to` of the process
   // of `peer` (not this one): Ok once the receiver acknowledged every
   // fragment. Blocks; `payload` must stay as it is until it returns. On
-  // failure the receiver is told (best effort).
-  Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // failure the receiver is told (best effort). `flags`: the start's wire
+  // header flags (wire::kFlagPackedPiece for a packed message's piece).
+  Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+              uint16_t flags = 0);
 
   // Send in steps, for a thread that carries several sends at once
   // (background_sends.h): Begin numbers and posts the start (the message
@@ -97,7 +99,7 @@ class LongSender {
   // the receiver of a failure and unregisters `send`. On an error from
   // Begin there is nothing to end.
   Status Begin(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-               Mailbox* wake, LongSend& send);
+               Mailbox* wake, LongSend& send, uint16_t flags = 0);
   std::optional<Status> Step(SendQueue& peer, LongSend& send);
   void End(SendQueue& peer, LongSend& send, const Status& result);
   Clock::duration StepWait() const;

@@ -48,7 +48,7 @@ auto FindMatch(Queue& queue, const Selector& selector, bool any_claimed) {
   size_t num_blocked = 0;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
     const wire::Header& header = (*it)->header();
-    if (!selector.Matches(Gid::FromRaw(header.source), header.tag)) continue;
+    if (!selector.Matches(Gid::FromRaw(header.source), header.tag, header.flags)) continue;
     if (any_claimed && (*it)->claimed_by != nullptr) continue;
     if (std::find(blocked, blocked + num_blocked, header.source) != blocked + num_blocked) continue;
     if (Incomplete(*it)) {
@@ -88,7 +88,8 @@ struct Mailbox::Arriving {
     if (overflow) return true;
     for (size_t i = 0; i < count; ++i) {
       const wire::Header& header = slots[i]->header();
-      if (header.source == source && selector.Matches(Gid::FromRaw(source), header.tag)) {
+      if (header.source == source &&
+          selector.Matches(Gid::FromRaw(source), header.tag, header.flags)) {
         return true;
       }
     }
@@ -131,7 +132,7 @@ bool Mailbox::Deliver(detail::BufferSlot* slot, std::atomic<size_t>* unexpected_
 Mailbox::Offer Mailbox::OfferLocked(detail::BufferSlot* slot, bool queued, const Arriving& older) {
   const wire::Header& header = slot->header();
   const Gid from = Gid::FromRaw(header.source);
-  while (PostedReceive* post = posted_.FirstMatch(from, header.tag)) {
+  while (PostedReceive* post = posted_.FirstMatch(from, header.tag, header.flags)) {
     if (older.Holds(post->selector, header.source)) return Offer::kKept;
     if (post->standing != nullptr) {
       slot->claimed_by = post;
@@ -351,21 +352,28 @@ bool Mailbox::Peek(const Selector& selector, MessageInfo& info) {
   return true;
 }
 
-PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint64_t total, void* binder) {
+PostedReceive* Mailbox::BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total, void* binder,
+                                   bool* too_small) {
   std::lock_guard lock(mu_);
-  PostedReceive* post = posted_.FirstMatch(from, tag);
+  PostedReceive* post = posted_.FirstMatch(from, tag, flags);
   // A library receive (Irecv) or one too small takes the message once it
-  // is whole (MessageComplete offers it).
-  if (post == nullptr || !post->into || total > post->out.size()) return nullptr;
+  // is whole (MessageComplete offers it); a too small one for a piece is
+  // the caller's to fail.
+  if (post == nullptr || !post->into) return nullptr;
+  const bool refused = total > post->out.size();
+  if (refused && (too_small == nullptr || (flags & wire::kFlagPackedPiece) == 0)) return nullptr;
   // A queued match goes first; it is offered to the receive once it can be.
   for (detail::BufferSlot* slot : queue_) {
     if (slot->claimed_by != nullptr) continue;  // a handler's
     const wire::Header& header = slot->header();
-    if (post->selector.Matches(Gid::FromRaw(header.source), header.tag)) return nullptr;
+    if (post->selector.Matches(Gid::FromRaw(header.source), header.tag, header.flags)) {
+      return nullptr;
+    }
   }
   post->bound = binder;
   posted_.Remove(post);
   CountPostedLocked();
+  if (too_small != nullptr) *too_small = refused;
   return post;
 }
 

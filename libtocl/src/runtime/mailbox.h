@@ -86,10 +86,15 @@ class Mailbox {
   enum class Withdrawal { kWithdrawn, kDone, kBound };
   Withdrawal Withdraw(PostedReceive* post);
   // The poller: binds `binder` to the first posted receive that matches a
-  // message of `total` bytes from `from` with `tag`, when that receive has
-  // room for it in its own memory and nothing queued matches it first. The
-  // receive is then no longer listed.
-  PostedReceive* BindPosted(Gid from, Tag tag, uint64_t total, void* binder);
+  // message of `total` bytes from `from` with `tag` and wire header
+  // `flags`, when that receive has room for it in its own memory and
+  // nothing queued matches it first. The receive is then no longer listed.
+  // A packed piece (wire::kFlagPackedPiece) never gets library memory, so a
+  // matching receive too small for it would wait for ever: with
+  // `too_small`, such a receive is bound and unlisted all the same and
+  // *too_small set, for the caller to fail it.
+  PostedReceive* BindPosted(Gid from, Tag tag, uint16_t flags, uint64_t total, void* binder,
+                            bool* too_small = nullptr);
   // Whether a receive is posted (the poller looks before binding; a
   // receiver's hand-off is off while one is).
   bool HasPosted() const { return has_posted_.load(std::memory_order_acquire); }

@@ -42,9 +42,9 @@ void PostedReceives::Remove(PostedReceive* post) {
   post->listed = false;
 }
 
-PostedReceive* PostedReceives::FirstMatch(Gid from, Tag tag) const {
+PostedReceive* PostedReceives::FirstMatch(Gid from, Tag tag, uint16_t flags) const {
   for (PostedReceive* post = head_; post != nullptr; post = post->next) {
-    if (post->selector.Matches(from, tag)) return post;
+    if (post->selector.Matches(from, tag, flags)) return post;
   }
   return nullptr;
 }

@@ -36,18 +36,25 @@
 #include "tocl/message_info.h"
 #include "tocl/status.h"
 #include "tocl/tag_match.h"
+#include "wire/frame.h"
 
 namespace tocl::runtime {
 
 class RequestCompletions;
 
 // What a receiver asks for: a source (thread, process, host or any) and a
-// tag selector (exact, masked or any).
+// tag selector (exact, masked or any); and whether it takes packed-message
+// body pieces (frames flagged wire::kFlagPackedPiece) or everything else.
+// Only the packed reader (packed_reader.cc) asks for pieces: a receive the
+// application posts never sees them.
 struct Selector {
   Gid source;  // null: any
   TagMatch tag;
+  bool pieces = false;
 
-  bool Matches(Gid from, Tag message_tag) const {
+  // `flags`: the message's wire header flags.
+  bool Matches(Gid from, Tag message_tag, uint16_t flags) const {
+    if (((flags & wire::kFlagPackedPiece) != 0) != pieces) return false;
     if (!tag.Matches(message_tag)) return false;
     if (source.is_null()) return true;
     if (source.is_thread()) return from == source;
@@ -115,8 +122,9 @@ class PostedReceives {
   bool empty() const { return head_ == nullptr; }
   void Append(PostedReceive* post);
   void Remove(PostedReceive* post);
-  // The first posted receive that matches a message from `from` with `tag`.
-  PostedReceive* FirstMatch(Gid from, Tag tag) const;
+  // The first posted receive that matches a message from `from` with `tag`
+  // and wire header `flags`.
+  PostedReceive* FirstMatch(Gid from, Tag tag, uint16_t flags) const;
   PostedReceive* head() const { return head_; }
 
  private:

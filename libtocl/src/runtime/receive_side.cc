@@ -98,7 +98,8 @@ Status ReceiveSide::Deliver(buffers::SlotRef& slot) {
   slot->set_state(BufferState::kIdle);
   if (expecting.mailbox == mailbox && expecting.got == nullptr && !buffers::IsLarge(slot.get()) &&
       mailbox->empty() && !mailbox->HasPosted() && !mailbox->left() &&
-      expecting.selector.Matches(Gid::FromRaw(slot->header().source), slot->header().tag)) {
+      expecting.selector.Matches(Gid::FromRaw(slot->header().source), slot->header().tag,
+                                 slot->header().flags)) {
     // Nothing queued is older (a long message still arriving is queued and
     // keeps its sender's later ones behind it), and no receive posted
     // before this one waits for it: taking it now keeps every pair's order

@@ -102,7 +102,8 @@ class ReceiveSide {
   // Waits for a match; `blocking` false looks once (polling once if the
   // token is free).
   Result<Buffer> Receive(Gid self, Selector selector, Clock::time_point deadline, bool blocking);
-  // Receives on a runtime-internal mailbox. `check` (when set) runs whenever
+  // Receives on a runtime-internal mailbox, or a thread's for its packed
+  // reader (no hand-off from the poller). `check` (when set) runs whenever
   // the mailbox is signalled; its error ends the wait.
   Result<Buffer> ReceiveOn(Mailbox& mailbox, Selector selector, Clock::time_point deadline,
                            const std::function<Status()>& check);

@@ -332,15 +332,18 @@ Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
 
 // --- long messages --------------------------------------------------------------
 
-Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                               uint16_t flags) {
   if (payload.size() > kMaxMessageBytes) {
     return InvalidArgument(fmt::format("a {} byte message is larger than the limit of {} bytes",
                                        payload.size(), kMaxMessageBytes));
   }
   TOCL_RETURN_IF_ERROR(send_side.CheckSend(from, to, tag));
-  if (to.process() == process) return long_receiver.DeliverInProcess(from, to, tag, payload);
+  if (to.process() == process) {
+    return long_receiver.DeliverInProcess(from, to, tag, payload, flags);
+  }
   TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
-  return long_sender.Send(*peer, from, to, tag, payload);
+  return long_sender.Send(*peer, from, to, tag, payload, flags);
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
@@ -380,6 +383,7 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 }
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
+  exited_senders.Note(gid, reason);
   if (gid.is_process()) long_receiver.SenderExited(gid, reason);
   routes.Exited(gid, reason);
 }

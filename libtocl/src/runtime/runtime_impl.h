@@ -24,6 +24,11 @@
 //   RegisterHandler ──> HandlerDispatch (handler_dispatch.h): a standing
 //            PostedReceive on the thread's Mailbox claims messages; the
 //            dispatch's pool runs the calls
+//   BeginPacked, RecvPacked, RegisterPackedHandler (runtime_packed.cc) ──>
+//            PackedWriter (packed_writer.cc: segments through SendSide,
+//            by-reference ranges through SendLong, flagged as pieces) and
+//            PackedReader (packed_reader.cc: pieces by piece selectors,
+//            long ones into posted receives; ExitedSenders ends its waits)
 //   Irecv, IrecvInto ──> a PostedReceive on the thread's Mailbox
 //            (posted_receive.h), completed by the delivery path; Isend
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's
@@ -64,6 +69,7 @@
 #include "runtime/background_sends.h"
 #include "runtime/directory_link.h"
 #include "runtime/epoll_reactor.h"
+#include "runtime/exited_senders.h"
 #include "runtime/host_daemons.h"
 #include "runtime/internal_threads.h"
 #include "runtime/long_message.h"
@@ -165,7 +171,10 @@ struct Runtime::Impl final {
   // --- long messages (long_sender.h, long_receiver.h) ---
   // A message over the short maximum: whole into a local thread's mailbox,
   // or by long_sender to another process.
-  Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // `flags`: the start's wire flags (wire::kFlagPackedPiece for a packed
+  // message's piece).
+  Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                  uint16_t flags = 0);
 
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
@@ -193,6 +202,10 @@ struct Runtime::Impl final {
   std::unique_ptr<runtime::HostDaemons> daemons;
 
   std::atomic<uint32_t> next_thread{1};
+  // Packed messages (tocl/packed_message.h): each writer's stream id (its
+  // pieces' tag), and the senders that exited, which their readers ask.
+  std::atomic<uint32_t> next_packed_stream{1};
+  runtime::ExitedSenders exited_senders;
   std::atomic<bool> networks_open{false};  // release/acquire: `rails` is complete
   std::atomic<bool> shutting_down{false};
   std::atomic<bool> shut_down{false};

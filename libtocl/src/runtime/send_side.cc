@@ -61,9 +61,10 @@ Status SendSide::CheckSend(Gid from, Gid to, Tag tag) const {
   return Status::Ok();
 }
 
-Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+Status SendSide::SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags) {
   TOCL_RETURN_IF_ERROR(CheckSend(from, to, tag));
-  return PostSlot(from, to, tag, slot, network);
+  return PostSlot(from, to, tag, slot, network, flags);
 }
 
 Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer&& buffer) {
@@ -111,8 +112,10 @@ Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
   return SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
-Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network) {
+Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags) {
   slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
+  slot->header().flags = flags;
   if (to.process() == process_) return receive_.Deliver(slot);
 
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));

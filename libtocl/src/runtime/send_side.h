@@ -72,9 +72,12 @@ class SendSide {
   // Sends the reference in `slot` (header length set) over `network`'s
   // route when it reaches the destination: Ok takes it (`slot` is left
   // empty); on error it is still in `slot`, the caller's. PostSlot skips
-  // CheckSend.
-  Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
-  Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network);
+  // CheckSend. `flags`: the frame's wire flags (wire::kFlagPackedPiece for
+  // a packed message's piece).
+  Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                  uint16_t flags = 0);
+  Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                  uint16_t flags = 0);
   // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
   // the buffer's reference goes with the send and a failed send gives it
   // back; by reference the runtime shares the buffer (or, to this process

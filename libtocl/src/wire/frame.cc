@@ -91,7 +91,11 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.version != kVersion) {
     return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
   }
-  if (header.flags != 0 || (header.reserved != 0 && header.kind != FrameKind::kLongStart)) {
+  const bool piece_kind =
+      header.kind == FrameKind::kMessage || header.kind == FrameKind::kLongStart;
+  const uint16_t allowed_flags = piece_kind ? kFlagPackedPiece : 0;
+  if ((header.flags & ~allowed_flags) != 0 ||
+      (header.reserved != 0 && header.kind != FrameKind::kLongStart)) {
     return InvalidArgument("reserved header bits are set");
   }
   switch (header.kind) {

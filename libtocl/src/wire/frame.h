@@ -6,9 +6,9 @@
 //
 //   offset  size  field
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
-//        4     1  version (kVersion: 5)
+//        4     1  version (kVersion: 6)
 //        5     1  kind (FrameKind)
-//        6     2  flags (0; reserved for priorities)
+//        6     2  flags (kFlagPackedPiece or 0; the other bits reserved)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
 //       16     8  source Gid (a thread; a process for handshake frames)
@@ -52,8 +52,19 @@
 // Both are header-only frames between the two processes.
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
-// connection), version 5 kReceived on reverse traffic; peers of another
-// version are refused.
+// connection), version 5 kReceived on reverse traffic, version 6 header
+// flags (kFlagPackedPiece); peers of another version are refused at the
+// handshake, naming the version: tcp's hello carries it, via's ConnectData
+// version (3) and shm's kSegmentVersion (5) follow it, so such peers never
+// exchange a frame.
+//
+// Flags: kFlagPackedPiece marks a short message or a long-message start as
+// a body piece of a packed message (tocl/packed_message.h): it is matched
+// only by the runtime's packed reader, never by a receive the application
+// posts, so a Recv of the packed message's tag does not take its pieces.
+// The flag came with version 6, so a peer older than it never sees one: it
+// refuses the hello, and the two processes do not talk at all rather than
+// lose a channel to the first packed message.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -74,7 +85,7 @@ static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and so is every host we build for");
 
 inline constexpr uint32_t kMagic = 0x4C434F54;  // "TOCL"
-inline constexpr uint8_t kVersion = 5;
+inline constexpr uint8_t kVersion = 6;
 
 // Handshake payloads (security::Nonce and security::Mac).
 inline constexpr uint32_t kHandshakeNonceBytes = 32;
@@ -94,6 +105,9 @@ enum class FrameKind : uint8_t {
   kResume = 11,    // stream: the connector says which stream and from which frame on
   kReceived = 12,  // stream: the acceptor's cumulative count of frames received
 };
+
+// Header::flags: a body piece of a packed message (see above).
+inline constexpr uint16_t kFlagPackedPiece = 0x0002;
 
 // The payload a handshake frame carries (0 for other kinds).
 uint32_t HandshakePayloadBytes(FrameKind kind);

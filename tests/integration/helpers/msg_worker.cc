@@ -47,6 +47,13 @@
 //           the Runtime, sends that thread a message, prints "sent", and
 //           waits for stdin to close: the library is expected to abort
 //           the process (tocl/handler.h), not to hang.
+//   packed  every thread sends its share of --count packed messages
+//           (tocl/packed_message.h) to the --to threads (or the peer's) in
+//           turn: a header of 16 u64 values (PackedHeaderValue) and a body of
+//           --packed-body bytes (PackedBodyByte), packed by reference when
+//           it is that long (PackedOptions' default threshold), then End.
+//           With --kill-on-stdin-close the process SIGKILLs itself when stdin
+//           closes, whatever it is doing (a body in flight).
 // --pause-before N (source, stamp): before message N (0: the first), wait
 // for stdin to close (the test's go: with N > 0, the route is up by then).
 // --kill-self: SIGKILL itself as soon as the role is done (every Send
@@ -125,6 +132,8 @@ struct Options {
   bool linger = false;
   int64_t pause_before = -1;  // source, stamp: before this message, wait for stdin to close
   bool kill_self = false;
+  size_t packed_body = 4 << 20;      // packed: body bytes
+  bool kill_on_stdin_close = false;  // SIGKILL as soon as stdin closes
 };
 
 // --- output ----------------------------------------------------------------
@@ -195,6 +204,7 @@ class Worker {
   void Sink(size_t index);
   void Stamp(size_t index);
   void DestroyInHandler();
+  void Packed(size_t index);
   // Waits for stdin to close before message `i` (0-based) if --pause-before says so.
   void PauseBefore(uint64_t i) {
     if (options_.pause_before >= 0 && i == static_cast<uint64_t>(options_.pause_before)) {
@@ -574,6 +584,29 @@ void Worker::Stamp(size_t index) {
   }
 }
 
+void Worker::Packed(size_t index) {
+  const Gid self = threads_[index];
+  std::vector<std::byte> body(options_.packed_body);
+  for (uint64_t i = 0; i < ShareOf(index); ++i) {
+    PauseBefore(i);
+    const Gid to = peers_[i % peers_.size()];
+    for (size_t j = 0; j < body.size(); ++j) body[j] = tocl::testing::PackedBodyByte(i, j);
+    auto writer = runtime_->BeginPacked(self, to, options_.tag);
+    tocl::Status status = writer.status();
+    for (uint32_t v = 0; status.ok() && v < tocl::testing::kPackedHeaderValues; ++v) {
+      status = writer->Pack(tocl::testing::PackedHeaderValue(i, v, body.size()));
+    }
+    if (status.ok()) status = writer->PackBytes(body);
+    if (status.ok()) status = writer->End();
+    if (!status.ok()) {
+      Error(fmt::format("packed {} from {} to {}: {}", i, self.ToString(), to.ToString(),
+                        status.ToString()));
+      return;
+    }
+    sent_++;
+  }
+}
+
 void Worker::ReportProgress(std::stop_token stop) {
   uint64_t last_sent = 0, last_received = 0;
   while (!stop.stop_requested()) {
@@ -616,7 +649,8 @@ int Worker::Run() {
   Say("ready");
 
   const bool needs_peers = options_.role == "ping" || options_.role == "stream" ||
-                           options_.role == "source" || options_.role == "stamp";
+                           options_.role == "source" || options_.role == "stamp" ||
+                           options_.role == "packed";
   if (tocl::Status found = FindPeers(); !found.ok()) {
     Say("error " + found.ToString());
     return 1;
@@ -632,6 +666,13 @@ int Worker::Run() {
   }
 
   std::jthread progress([this](std::stop_token stop) { ReportProgress(stop); });
+  std::jthread killer;
+  if (options_.kill_on_stdin_close) {
+    killer = std::jthread([this] {
+      stdin_.Wait();
+      ::kill(::getpid(), SIGKILL);
+    });
+  }
   const auto start = steady_clock::now();
   {
     std::vector<std::jthread> workers;
@@ -649,6 +690,8 @@ int Worker::Run() {
         workers.emplace_back([this, i] { Sink(i); });
       } else if (options_.role == "stamp") {
         workers.emplace_back([this, i] { Stamp(i); });
+      } else if (options_.role == "packed") {
+        workers.emplace_back([this, i] { Packed(i); });
       }
     }
     if (options_.role == "idle") stdin_.Wait();
@@ -705,8 +748,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemon", options.daemon, "daemon address (unix:/path or host:port)")
       ->required();
   app.add_option("--role", options.role, "what to do")
-      ->check(CLI::IsMember(
-          {"echo", "ping", "stream", "source", "sink", "stamp", "idle", "destroy-in-handler"}));
+      ->check(CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle",
+                             "destroy-in-handler", "packed"}));
   app.add_option("--subsystems", options.subsystems, "networks to open (shm, tcp, shm,tcp)");
   app.add_option("--name", options.name, "process name");
   app.add_option("--threads", options.threads, "threads to enroll")->check(CLI::Range(1u, 1024u));
@@ -735,6 +778,10 @@ int main(int argc, char** argv) {
   app.add_option("--pause-before", options.pause_before,
                  "source, stamp: before this message (0: the first), wait for stdin to close");
   app.add_flag("--kill-self", options.kill_self, "SIGKILL itself as soon as the role is done");
+  app.add_option("--packed-body", options.packed_body, "packed: body bytes")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 30));
+  app.add_flag("--kill-on-stdin-close", options.kill_on_stdin_close,
+               "SIGKILL itself as soon as stdin closes");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -381,6 +381,54 @@ TEST_CASE("a RecvInto that waits gets a long message landing in its buffer", "[l
   CHECK(f.receiver.reassembly_used() == 0);
 }
 
+// A packed piece never gets library memory: a reader's receive too small
+// for it would leave both sides waiting for ever.
+TEST_CASE("a packed piece larger than its reader's receive fails it and tells the sender",
+          "[long][packed]") {
+  Fixture f({.reassembly_cap = 1 << 20});
+  Selector pieces{kSender, TagMatch(kTag)};
+  pieces.pieces = true;
+  auto piece_start = [&](uint64_t seq) {
+    buffers::SlotRef start = f.Start(seq, 2000);
+    start->header().flags = wire::kFlagPackedPiece;
+    return start;
+  };
+  std::vector<std::byte> out(1000);
+  SECTION("the receive is posted before the start") {
+    f.network.Then([&] { REQUIRE(f.receiver.OnLongStart(kSenderProcess, piece_start(0)).ok()); });
+  }
+  SECTION("the start waits, then the receive is posted") {
+    REQUIRE(f.receiver.OnLongStart(kSenderProcess, piece_start(0)).ok());
+    CHECK(f.sent.empty());  // no library memory for a piece
+    // The posted receive asks for housekeeping; the poll round runs it.
+    f.network.Then([&] { f.receiver.Housekeeping(Clock::now()); });
+  }
+  auto got = f.receive.ReceiveInto(kMe, pieces, out, Clock::now() + 5s);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == StatusCode::kInvalidArgument);
+  INFO(got.status().message());
+  CHECK(got.status().message().find("a 2000 byte packed piece") != std::string::npos);
+  CHECK(f.SentSeqs(wire::FrameKind::kGrant).empty());
+  CHECK(f.SentSeqs(wire::FrameKind::kAbort) == Seqs{0});
+  CHECK(f.receiver.reassembly_used() == 0);
+}
+
+TEST_CASE(
+    "a packed piece waiting for its reader's receive holds no other start back and keeps the "
+    "poller idle",
+    "[long][packed]") {
+  Fixture f({.reassembly_cap = 1 << 20});
+  buffers::SlotRef piece = f.Start(0, 2000);
+  piece->header().flags = wire::kFlagPackedPiece;
+  REQUIRE(f.receiver.OnLongStart(kSenderProcess, std::move(piece)).ok());
+  CHECK(f.sent.empty());                               // no library memory for a piece
+  CHECK_FALSE(f.receiver.Housekeeping(Clock::now()));  // nothing for the poller to do
+  // A plain start behind it gets library memory at once.
+  REQUIRE(f.receiver.OnLongStart(kSenderProcess, f.Start(1, 500)).ok());
+  CHECK(f.SentSeqs(wire::FrameKind::kGrant) == Seqs{1});
+  CHECK(f.receiver.reassembly_used() == 500);
+}
+
 TEST_CASE("a start for a thread that left is answered with an abort", "[long]") {
   Fixture f;
   REQUIRE(f.receive.Leave(kMe));

@@ -25,6 +25,7 @@ struct MailboxMessages {
     slot->header().source = source.raw();
     slot->header().destination = receiver_.raw();
     slot->header().tag = tag;
+    slot->header().flags = 0;  // a reused slot may hold a piece's
     slot->header().length = length;
     slot->header().total = length;
     return slot;

@@ -71,11 +71,11 @@ TEST_CASE("a selector matches by source (any, thread, process or host) and tag",
     INFO("selector " << row.selector_source.ToString() << " tag " << row.selector_tag
                      << ", message from " << row.from.ToString() << " tag " << row.tag);
     Selector selector{row.selector_source, row.selector_tag};
-    CHECK(selector.Matches(row.from, row.tag) == row.matches);
+    CHECK(selector.Matches(row.from, row.tag, 0) == row.matches);
   }
   // Tag 0 is a tag like any other.
-  CHECK(Selector{any, 0}.Matches(kT, 0));
-  CHECK_FALSE(Selector{any, 0}.Matches(kT, 1));
+  CHECK(Selector{any, 0}.Matches(kT, 0, 0));
+  CHECK_FALSE(Selector{any, 0}.Matches(kT, 1, 0));
 }
 
 TEST_CASE("Take returns the first matching message in arrival order", "[mailbox]") {

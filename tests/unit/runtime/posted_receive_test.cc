@@ -69,9 +69,9 @@ TEST_CASE("a tag match is exact, any, or by the bits of a mask", "[mailbox][tags
   CHECK(even.Matches(42));
   CHECK_FALSE(even.Matches(43));
   // The selector combines it with the source.
-  CHECK(Selector{kA, kind}.Matches(kA, 0x0201'0000));
-  CHECK_FALSE(Selector{kA, kind}.Matches(kB, 0x0201'0000));
-  CHECK(Selector{kA.process(), even}.Matches(kA, 8));
+  CHECK(Selector{kA, kind}.Matches(kA, 0x0201'0000, 0));
+  CHECK_FALSE(Selector{kA, kind}.Matches(kB, 0x0201'0000, 0));
+  CHECK(Selector{kA.process(), even}.Matches(kA, 8, 0));
 }
 
 TEST_CASE("Take with a masked selector takes the first message whose masked tag matches",
@@ -275,10 +275,10 @@ TEST_CASE("a long message binds to the first posted receive with room in its mem
   mailbox.Post(&into);
   // The library receive comes first: nothing binds (the message goes to
   // library memory and to it once whole).
-  CHECK(mailbox.BindPosted(kA, 1, 500, &binder) == nullptr);
+  CHECK(mailbox.BindPosted(kA, 1, 0, 500, &binder) == nullptr);
   // Tag 2: only `into` matches; too large, then fitting.
-  CHECK(mailbox.BindPosted(kA, 2, 5000, &binder) == nullptr);
-  CHECK(mailbox.BindPosted(kA, 2, 500, &binder) == &into);
+  CHECK(mailbox.BindPosted(kA, 2, 0, 5000, &binder) == nullptr);
+  CHECK(mailbox.BindPosted(kA, 2, 0, 500, &binder) == &into);
   CHECK(into.bound == &binder);
   CHECK(mailbox.Withdraw(&into) == Mailbox::Withdrawal::kBound);
   CHECK(mailbox.Withdraw(&library) == Mailbox::Withdrawal::kWithdrawn);

@@ -163,8 +163,8 @@ TEST_CASE("a header with a bad magic is rejected naming the magic", "[wire]") {
 
 TEST_CASE("a header of another wire version is rejected naming the version", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t version :
-       {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{6}, uint8_t{255}}) {
+  for (uint8_t version : {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}, uint8_t{5},
+                          uint8_t{7}, uint8_t{255}}) {
     INFO("version " << int{version});
     header.version = version;
     CheckRejected(header, "unsupported wire version " + std::to_string(version));
@@ -306,6 +306,20 @@ TEST_CASE("a hello frame from something other than a process is rejected naming 
   CheckRejected(header, "hello from h3 to h4.p2: both must be processes");
   header.source = 0;
   CheckRejected(header, "hello from null to h4.p2: both must be processes");
+}
+
+TEST_CASE("a packed piece's flag is accepted on messages and long starts only", "[wire][packed]") {
+  Header header = ValidMessage();
+  header.flags = kFlagPackedPiece;
+  CHECK(ValidateHeader(header, kLimits).ok());
+  Header start = LongStartHeader(kSource, kDestination, 42, uint64_t{1} << 30, 65472, 3);
+  start.flags = kFlagPackedPiece;
+  CHECK(ValidateHeader(start, kLimits).ok());
+  Header fragment = FragmentHeader(kSource, kDestination, 42, 3, 0, 100, 1000);
+  fragment.flags = kFlagPackedPiece;
+  CheckRejected(fragment, "reserved header bits are set");
+  header.flags = kFlagPackedPiece | 1;
+  CheckRejected(header, "reserved header bits are set");
 }
 
 TEST_CASE("the first problem found is the one reported: magic before everything else", "[wire]") {

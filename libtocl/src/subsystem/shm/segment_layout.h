@@ -45,7 +45,9 @@
 namespace tocl::subsystem::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31564D4853'4C434FULL;  // "OCLSHMV1"-ish
-inline constexpr uint32_t kSegmentVersion = 4;
+// Follows the frames' wire version too (5 = wire version 6): a process that
+// would send frames its peer cannot read does not attach to its segment.
+inline constexpr uint32_t kSegmentVersion = 5;
 inline constexpr uint32_t kMaxChannels = 64;
 inline constexpr uint32_t kArrivalSlots = 512;
 // Per lane and channel: 96 KiB of a lane that is used. A stream of short
