@@ -196,6 +196,11 @@ class LongReceiver {
   Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
 
   const Limits limits_;
+  // Freed library memory kept for the next message (MappingCache says why):
+  // up to kKeptMappingBytes, or reassembly_cap if less. Declared early: it
+  // outlives every slot freed while the members below go.
+  static constexpr uint64_t kKeptMappingBytes = uint64_t{256} << 20;
+  buffers::MappingCache mappings_;
   ReceiveSide& receive_;
   Events& events_;
   buffers::BufferPool* pool_ = nullptr;
