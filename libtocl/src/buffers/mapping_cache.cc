@@ -29,8 +29,7 @@ void MappingCache::Keep(Mapping mapping) {
   if (mapping.bytes > cap_) {
     unmap.push_back(mapping);
   } else {
-    // Lazily freed before it is listed: no one else touches it until Take.
-    madvise(mapping.memory, mapping.bytes, MADV_FREE);
+    mapping.kept_at = Clock::now();
     std::lock_guard lock(mu_);
     while (!kept_.empty() && (kept_.size() >= kMaxKept || kept_bytes_ + mapping.bytes > cap_)) {
       unmap.push_back(kept_.front());
@@ -39,6 +38,20 @@ void MappingCache::Keep(Mapping mapping) {
     }
     kept_.push_back(mapping);
     kept_bytes_ += mapping.bytes;
+  }
+  for (const Mapping& gone : unmap) munmap(gone.memory, gone.bytes);
+}
+
+void MappingCache::ReleaseUnusedBefore(Clock::time_point before) {
+  std::vector<Mapping> unmap;
+  {
+    std::lock_guard lock(mu_);
+    // Oldest first: the ones kept before `before` are at the front.
+    while (!kept_.empty() && kept_.front().kept_at < before) {
+      unmap.push_back(kept_.front());
+      kept_bytes_ -= kept_.front().bytes;
+      kept_.pop_front();
+    }
   }
   for (const Mapping& gone : unmap) munmap(gone.memory, gone.bytes);
 }

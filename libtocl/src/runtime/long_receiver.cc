@@ -343,6 +343,7 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
     return !waiting_grant_.empty();
   }
   bool more = false;
+  bool periodic = false;
   {
     std::lock_guard lock(mu_);
     MoveAcksToOutboxLocked();
@@ -350,10 +351,12 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
     if (now >= next_partial_check_) {
       next_partial_check_ = now + limits_.partial_check_period;
       DiscardSilentLocked(now);
+      periodic = true;
     }
     // Pieces waiting for their receive need no round: posting it asks.
     more = !waiting_grant_.empty() || inbound_.size() > waiting_receive_.size();
   }
+  if (periodic) mappings_.ReleaseUnusedBefore(now - kKeepMappingsFor);
   FlushControls();
   return more;
 }

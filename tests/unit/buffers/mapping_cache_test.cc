@@ -91,7 +91,7 @@ TEST_CASE("writing a message into a kept mapping takes no page faults", "[buffer
   const long fresh = MinorFaults() - before;
   CHECK(fresh >= static_cast<long>(kBytes / 4096 / 2));
   cache.Keep(mapping);
-  // ... a kept one, written again, does not (no memory pressure here).
+  // ... a kept one, written again, does not.
   MappingCache::Mapping again = cache.Take(kBytes);
   REQUIRE(again.memory == mapping.memory);
   before = MinorFaults();
@@ -100,6 +100,23 @@ TEST_CASE("writing a message into a kept mapping takes no page faults", "[buffer
   INFO("faults: " << fresh << " fresh, " << kept << " kept");
   CHECK(kept < fresh / 8);
   cache.Keep(again);
+}
+
+TEST_CASE("mappings unused since a given time are unmapped, newer ones kept", "[buffers]") {
+  MappingCache cache(64 * kMiB);
+  cache.Keep(Map(kMiB));
+  const auto between = MappingCache::Clock::now();
+  // Kept after `between` (the clock is monotonic; wait for it to move on).
+  while (MappingCache::Clock::now() == between) {
+  }
+  MappingCache::Mapping newer = Map(2 * kMiB);
+  cache.Keep(newer);
+  cache.ReleaseUnusedBefore(between);
+  CHECK(cache.kept_bytes() == 2 * kMiB);
+  CHECK(cache.Take(kMiB).memory == nullptr);
+  cache.ReleaseUnusedBefore(MappingCache::Clock::now() + std::chrono::seconds(1));
+  CHECK(cache.kept_bytes() == 0);
+  CHECK(cache.Take(2 * kMiB).memory == nullptr);
 }
 
 TEST_CASE("a large slot's mapping goes back to its cache and its payload is reported",
