@@ -112,8 +112,7 @@ TEST_CASE("mappings unused since a given time are unmapped, newer ones kept", "[
   MappingCache::Mapping newer = Map(2 * kMiB);
   cache.Keep(newer);
   cache.ReleaseUnusedBefore(between);
-  CHECK(cache.kept_bytes() == 2 * kMiB);
-  CHECK(cache.Take(kMiB).memory == nullptr);
+  CHECK(cache.kept_bytes() == 2 * kMiB);  // the 1 MiB one is gone
   cache.ReleaseUnusedBefore(MappingCache::Clock::now() + std::chrono::seconds(1));
   CHECK(cache.kept_bytes() == 0);
   CHECK(cache.Take(2 * kMiB).memory == nullptr);
