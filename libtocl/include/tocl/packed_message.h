@@ -30,13 +30,16 @@
 // goes by reference: it is sent from the caller's memory as a message of
 // its own (a long message, larger than Runtime::short_max_payload(), goes
 // by the zero-copy long-message rendezvous: fragments read straight from
-// the caller's memory over every network that reaches the receiver), and
-// PackBytes returns once the receiver holds all of it: the memory may be
-// reused when PackBytes returns. A long range is like a synchronous send:
-// PackBytes waits for the reader's receive of it (UnpackBytes, or a header
-// handler's placement) to be posted, however much library memory there
-// is, so two threads that each pack a long body to the other before
-// reading deadlock.
+// the caller's memory over every network that reaches the receiver). The
+// memory may be reused when PackBytes returns in every case: a range up to
+// short_max_payload() is copied into a message of its own and queued; a
+// longer one has been read by then (between processes, the receiver holds
+// all of it; in one process it was copied to the receiving thread). A long
+// range to another process is like a synchronous send: PackBytes waits for
+// the reader's receive of it (UnpackBytes, or a header handler's
+// placement) to be posted, however much library memory there is, so two
+// threads of different processes that each pack a long body to the other
+// before reading deadlock.
 //
 // Streaming: pieces leave while the message is being packed, not at End.
 // The first segment (the header) leaves at the first by-reference piece or
@@ -69,8 +72,10 @@
 //
 // Errors while receiving: the sender's process exiting (or its thread
 // leaving) before the message is complete ends the wait with Unavailable
-// "its sender h1.p3.t1 exited before piece 2 of the packed message arrived
-// (...)"; a writer dropped before End has the reader fail with
+// "its sender h1.p3.t1 exited before piece 2 of the packed message (tag 7)
+// arrived (...)" (the exit is learnt from the directory's change stream,
+// or, for a wait that heard nothing for a second, by asking the directory,
+// again every 5 s); a writer dropped before End has the reader fail with
 // FailedPrecondition "the sender dropped the packed message before End".
 //
 // Lifetime and threading: writers and readers are move-only handles, used
@@ -158,8 +163,8 @@ concept Packable = std::is_arithmetic_v<T> || std::is_enum_v<T>;
 
 struct PackedOptions {
   // Byte ranges at least this long go by reference (see above); shorter
-  // ones are copied. Clamped to what an empty segment holds (a little
-  // under short_max_payload()). Up to short_max_payload() a by-reference
+  // ones are copied. Clamped to at least 64 bytes and to what an empty
+  // segment holds (a little under short_max_payload()). Up to short_max_payload() a by-reference
   // range still costs one copy (into a message of its own, as inline it
   // costs one into the segment); above it, none. The default, half a 64 KiB
   // segment, is reasoned, not measured: a range that long copied inline

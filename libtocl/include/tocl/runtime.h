@@ -325,7 +325,10 @@ class TOCL_EXPORT Runtime {
   // packed, a header function that fails or throws, a placement that does
   // not fit, a sender that exits midway: `done` is told the error, the rest
   // of the message is received and dropped, and the handler goes on with
-  // the next. InvalidArgument for an empty function.
+  // the next. InvalidArgument for an empty function. A call lasts until
+  // its message's last piece arrives, so CancelHandler, which waits for the
+  // running calls, waits for a live sender to finish its message (or to
+  // exit) however long that takes.
   Result<HandlerRegistration> RegisterPackedHandler(Gid thread, Gid source, TagMatch tag,
                                                     PackedHeaderFunction header,
                                                     PackedDoneFunction done,

@@ -24,7 +24,10 @@ bool IsPiece(const InboundLong& message) {
 }  // namespace
 
 LongReceiver::LongReceiver(Limits limits, ReceiveSide& receive, Events& events)
-    : limits_(limits), receive_(receive), events_(events) {}
+    : limits_(limits),
+      mappings_(std::min(limits.reassembly_cap, kKeptMappingBytes)),
+      receive_(receive),
+      events_(events) {}
 
 void LongReceiver::Clear() {
   std::lock_guard lock(mu_);
@@ -325,7 +328,7 @@ void LongReceiver::RememberAbortedLocked(const LongKey& key) {
 Result<buffers::LargeSlot*> LongReceiver::NewReassemblySlot(uint64_t bytes) {
   if (pool_ == nullptr) return FailedPrecondition("no network is open for library memory");
   reassembly_used_.fetch_add(bytes, std::memory_order_relaxed);
-  auto large = buffers::NewLargeSlot(pool_, bytes, [this](uint64_t freed) {
+  auto large = buffers::NewLargeSlot(pool_, bytes, &mappings_, [this](uint64_t freed) {
     // Memory for starts that wait: the poller grants.
     reassembly_used_.fetch_sub(freed);
     housekeeping_.store(true);
@@ -370,6 +373,7 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
     return !waiting_grant_.empty();
   }
   bool more = false;
+  bool periodic = false;
   {
     std::lock_guard lock(mu_);
     MoveAcksToOutboxLocked();
@@ -377,10 +381,12 @@ bool LongReceiver::Housekeeping(Clock::time_point now) {
     if (now >= next_partial_check_) {
       next_partial_check_ = now + limits_.partial_check_period;
       DiscardSilentLocked(now);
+      periodic = true;
     }
     // Pieces waiting for their receive need no round: posting it asks.
     more = !waiting_grant_.empty() || inbound_.size() > waiting_receive_.size();
   }
+  if (periodic) mappings_.ReleaseUnusedBefore(now - kKeepMappingsFor);
   FlushControls();
   return more;
 }

@@ -217,6 +217,13 @@ class LongReceiver {
   Result<buffers::LargeSlot*> NewReassemblySlot(uint64_t bytes);
 
   const Limits limits_;
+  // Freed library memory kept for the next message (MappingCache says why):
+  // up to kKeptMappingBytes, or reassembly_cap if less, each mapping for at
+  // most kKeepMappingsFor unused (Housekeeping unmaps older ones). Declared
+  // early: it outlives every slot freed while the members below go.
+  static constexpr uint64_t kKeptMappingBytes = uint64_t{256} << 20;
+  static constexpr auto kKeepMappingsFor = std::chrono::seconds(5);
+  buffers::MappingCache mappings_;
   ReceiveSide& receive_;
   Events& events_;
   buffers::BufferPool* pool_ = nullptr;

@@ -87,9 +87,10 @@ void SegmentBuilder::EndWith(Code terminator) {
   Put(&code, 1);
 }
 
-void SegmentBuilder::EndWithAbort(std::string_view reason) {
+void SegmentBuilder::EndWithAbort(std::string_view reason, size_t below) {
   const size_t room = memory_.size() - size_ - 3;
-  reason = reason.substr(0, std::min({reason.size(), kMaxAbortReason, room}));
+  const size_t shorter = below > size_ + 4 ? below - size_ - 4 : 0;
+  reason = reason.substr(0, std::min({reason.size(), kMaxAbortReason, room, shorter}));
   const auto code = static_cast<uint8_t>(Code::kAbort);
   const auto length = static_cast<uint16_t>(reason.size());
   Put(&code, 1);
@@ -210,6 +211,17 @@ Result<Segment> ParseSegment(std::span<const std::byte> bytes) {
     }
     return segment;
   }
+}
+
+std::optional<std::string> AbortReason(std::span<const std::byte> bytes, uint32_t number) {
+  if (bytes.size() > kMaxAbortSegment) return std::nullopt;
+  Result<Segment> segment = ParseSegment(bytes);
+  if (!segment.ok() || segment->magic != kSegmentMagic || segment->number != number ||
+      segment->items.size() != 1 || segment->items[0].code != Code::kAbort) {
+    return std::nullopt;
+  }
+  const std::span<const std::byte> reason = segment->items[0].data;
+  return std::string(reinterpret_cast<const char*>(reason.data()), reason.size());
 }
 
 }  // namespace tocl::runtime::packed

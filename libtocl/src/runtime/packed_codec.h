@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,12 @@ enum class Code : uint8_t {
 inline constexpr size_t kTerminatorRoom = 1 + 8;
 // The longest abort reason carried.
 inline constexpr size_t kMaxAbortReason = 512;
+// The longest abort segment (header, code, u16 length, reason).
+inline constexpr size_t kMaxAbortSegment = kSegmentHeaderBytes + 3 + kMaxAbortReason;
+// The shortest by-reference range. A writer's abort segment is cut to
+// below its by_reference_from, so one that a range's receive takes in the
+// range's place is always shorter than the range and told apart.
+inline constexpr size_t kMinByReference = 64;
 
 // The size of each value type (0 for kBytes).
 size_t ValueSize(PackedType type);
@@ -71,9 +78,9 @@ class SegmentBuilder {
   // Terminators (the room for one is always kept).
   void EndWithReference(uint64_t length);
   void EndWith(Code terminator);  // kContinue or kEnd
-  // An abort segment's terminator, its reason cut to kMaxAbortReason (and
-  // to the room left).
-  void EndWithAbort(std::string_view reason);
+  // An abort segment's terminator, its reason cut to kMaxAbortReason, to
+  // the room left, and so that the segment is shorter than `below`.
+  void EndWithAbort(std::string_view reason, size_t below);
 
   size_t size() const { return size_; }
   // The longest inline byte range an empty segment of `capacity` bytes holds.
@@ -101,6 +108,10 @@ struct Segment {
   uint32_t number = 0;      // the header's stream id, or the segment's number
   std::vector<Item> items;  // the last is its terminator
 };
+
+// The reason of `bytes` when they are abort segment `number`, else nothing
+// (a malformed segment included).
+std::optional<std::string> AbortReason(std::span<const std::byte> bytes, uint32_t number);
 
 // Checks and splits `bytes` into items. DataLoss naming what is wrong for
 // a malformed segment (bad magic, unknown code, a size that is not the

@@ -136,18 +136,12 @@ Status ReceiveReference(PackedReaderState& r, std::span<std::byte> out) {
   TOCL_ASSIGN_OR_RETURN(MessageInfo info, r.impl->receive.FinishInto(post));
   if (info.size != out.size()) {
     // A writer whose by-reference send failed ends the message with an
-    // abort segment, which this receive took in place of the range: its
-    // reason is the error.
+    // abort segment, which this receive took in place of the range (an
+    // abort segment is always shorter than a range): its reason is the
+    // error.
     if (info.size < out.size()) {
-      auto segment = runtime::packed::ParseSegment(out.first(info.size));
-      if (segment.ok() && segment->magic == runtime::packed::kSegmentMagic &&
-          segment->number == r.next_number && segment->items.size() == 1 &&
-          segment->items[0].code == Code::kAbort) {
-        const auto& reason = segment->items[0].data;
-        return FailedPrecondition(fmt::format(
-            "piece {}: {}", r.piece,
-            std::string_view(reinterpret_cast<const char*>(reason.data()), reason.size())));
-      }
+      auto reason = runtime::packed::AbortReason(out.first(info.size), r.next_number);
+      if (reason) return FailedPrecondition(fmt::format("piece {}: {}", r.piece, *reason));
     }
     return DataLoss(
         fmt::format("piece {}: a {} byte range came as {} bytes", r.piece, out.size(), info.size));

@@ -126,7 +126,8 @@ PackedWriter::~PackedWriter() {
   if (!StartSegment(w).ok()) return;
   w.builder.EndWithAbort(w.broken.ok()
                              ? std::string(kDroppedBeforeEnd)
-                             : fmt::format("{} ({})", kDroppedBeforeEnd, w.broken.ToString()));
+                             : fmt::format("{} ({})", kDroppedBeforeEnd, w.broken.ToString()),
+                         w.by_reference_from);
   (void)SendSegment(w);
 }
 

@@ -62,8 +62,11 @@ Result<PackedWriter> Runtime::BeginPacked(Gid from, Gid to, Tag tag, PackedOptio
     state->stream = impl.next_packed_stream.fetch_add(1, std::memory_order_relaxed);
   } while (state->stream == kAnyTag);
   state->segment_bytes = impl.ShortMaxPayload();
-  state->by_reference_from = std::min(
-      options.by_reference_from, runtime::packed::SegmentBuilder::InlineRoom(state->segment_bytes));
+  // Abort segments are cut to below it (packed_codec.h); an empty segment
+  // holds it (the smallest short_max leaves 170 bytes).
+  state->by_reference_from =
+      std::clamp(options.by_reference_from, runtime::packed::kMinByReference,
+                 runtime::packed::SegmentBuilder::InlineRoom(state->segment_bytes));
   return PackedWriter(std::move(state));
 }
 

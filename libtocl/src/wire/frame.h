@@ -54,10 +54,11 @@
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
 // connection), version 5 kReceived on reverse traffic, version 6 header
-// flags (kFlagPackedPiece, kFlagRelayed: no release came between the two,
-// so one version covers both); peers of another version are refused at the
-// handshake (tcp, via), naming the version, and do not attach to each
-// other's shm segment (its kSegmentVersion follows this one).
+// flags (kFlagPackedPiece, and kFlagRelayed with kMarker: no release came
+// between the two, so one version covers both); peers of another version
+// are refused at the handshake, naming the version: tcp's hello carries
+// it, via's ConnectData version (3) and shm's kSegmentVersion (5) follow
+// it, so such peers never exchange a frame.
 //
 // Flags: kFlagPackedPiece marks a short message or a long-message start as
 // a body piece of a packed message (tocl/packed_message.h): it is matched

@@ -31,7 +31,7 @@ struct MailboxMessages {
     return slot;
   }
   buffers::LargeSlot* MakeArriving(Gid source, Tag tag, uint64_t size) {
-    auto made = buffers::NewLargeSlot(&pool, size, nullptr);
+    auto made = buffers::NewLargeSlot(&pool, size, nullptr, nullptr);
     REQUIRE(made.ok());
     buffers::LargeSlot* large = *made;
     large->header().source = source.raw();

@@ -88,12 +88,42 @@ TEST_CASE("an abort segment carries its reason, cut to the limit", "[packed]") {
   std::vector<std::byte> memory(4096);
   SegmentBuilder builder;
   builder.Start(memory, kSegmentMagic, 3);
-  builder.EndWithAbort(std::string(2000, 'x'));
+  builder.EndWithAbort(std::string(2000, 'x'), 4096);
   auto segment = ParseSegment(std::span(memory).first(builder.size()));
   REQUIRE(segment.ok());
   REQUIRE(segment->items.size() == 1);
   CHECK(segment->items[0].code == Code::kAbort);
   CHECK(segment->items[0].data.size() == kMaxAbortReason);
+  CHECK(AbortReason(std::span(memory).first(builder.size()), 3) ==
+        std::string(kMaxAbortReason, 'x'));
+}
+
+TEST_CASE("an abort segment is shorter than the by-reference ranges it may stand in for",
+          "[packed]") {
+  std::vector<std::byte> memory(4096);
+  SegmentBuilder builder;
+  for (size_t below : {kMinByReference, size_t{100}, size_t{520}, kMaxAbortSegment + 1}) {
+    INFO("ranges from " << below << " bytes");
+    builder.Start(memory, kSegmentMagic, 2);
+    builder.EndWithAbort(std::string(2000, 'y'), below);
+    CHECK(builder.size() < below);
+    // The reader recognises it in a range's receive, by number.
+    auto reason = AbortReason(std::span(memory).first(builder.size()), 2);
+    REQUIRE(reason.has_value());
+    CHECK(reason->size() == builder.size() - kSegmentHeaderBytes - 3);
+    CHECK_FALSE(AbortReason(std::span(memory).first(builder.size()), 3).has_value());
+  }
+}
+
+TEST_CASE("range bytes that are not an abort segment give no abort reason", "[packed]") {
+  std::vector<std::byte> memory(64);
+  SegmentBuilder builder;
+  builder.Start(memory, kSegmentMagic, 1);
+  builder.EndWith(Code::kEnd);
+  CHECK_FALSE(AbortReason(std::span(memory).first(builder.size()), 1).has_value());
+  std::vector<std::byte> data(40, std::byte{0x54});
+  CHECK_FALSE(AbortReason(data, 1).has_value());
+  CHECK_FALSE(AbortReason({}, 1).has_value());
 }
 
 // A well-formed segment's bytes, for corrupting.

@@ -356,7 +356,7 @@ TEST_CASE("a message is not handed over past its sender's long message still arr
   // A long message of the pair is queued and still arriving: it hides the
   // sender's later messages, so the short one that the round brings must
   // not overtake it.
-  auto made = buffers::NewLargeSlot(&f.pool, 100, nullptr);
+  auto made = buffers::NewLargeSlot(&f.pool, 100, nullptr, nullptr);
   REQUIRE(made.ok());
   buffers::LargeSlot* large = *made;
   large->header().source = kSender.raw();

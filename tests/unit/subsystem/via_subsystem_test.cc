@@ -356,9 +356,9 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
   std::vector<std::byte> bad_magic = bytes;
   bad_magic.at(0) = std::byte{'X'};
   std::vector<std::byte> old_version = bytes;
-  old_version.at(4) = std::byte{1};
+  old_version.at(4) = std::byte{2};
   std::vector<std::byte> new_version = bytes;
-  new_version.at(4) = std::byte{3};
+  new_version.at(4) = std::byte{4};
   ConnectData thread = data;
   thread.process = Gid::Thread(kA, 1);
   ConnectData host = data;
@@ -382,8 +382,8 @@ TEST_CASE("connect data survives an encode and decode and every bad field is ref
       {"short", std::vector<std::byte>(bytes.begin(), bytes.end() - 1),
        "via connect data of 55 bytes (56 expected)"},
       {"magic", bad_magic, "bad magic"},
-      {"an older version", old_version, "version 1 (this is 2)", StatusCode::kFailedPrecondition},
-      {"a newer version", new_version, "version 3 (this is 2)", StatusCode::kFailedPrecondition},
+      {"an older version", old_version, "version 2 (this is 3)", StatusCode::kFailedPrecondition},
+      {"a newer version", new_version, "version 4 (this is 3)", StatusCode::kFailedPrecondition},
       {"a thread as the sender", Encoded(thread), "are not both process ids"},
       {"a host as the peer", Encoded(host), "are not both process ids"},
       {"a null sender", Encoded(null), "are not both process ids"},
@@ -1547,7 +1547,7 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
     short_request.resize(20);  // its magic and version are good
     std::vector<Case> cases = {
         {"garbage", std::vector<std::byte>(64, std::byte{0xab}), false, "bad magic"},
-        {"version", bad_version, false, "refused: via connect data: version 7 (this is 2)"},
+        {"version", bad_version, false, "refused: via connect data: version 7 (this is 3)"},
         {"a thread id", RequestBytes({.process = Gid::Thread(kRaw, 1), .peer = kB, .posted = 8}),
          false, "are not both process ids"},
         {"a class past the last",
@@ -1596,9 +1596,9 @@ TEST_CASE("bad requests and bad messages close one connection while a good peer 
     LogCapture log;
     Fd raw = testing::RawConnect(address);
     testing::RawWrite(raw, old_request);
-    CHECK(RawRefusal(raw, sides) == "via connect data: version 1 (this is 2)");
+    CHECK(RawRefusal(raw, sides) == "via connect data: version 1 (this is 3)");
     REQUIRE(testing::ClosedByPeer(raw, sides));
-    CHECK(log.Contains("refused: via connect data: version 1 (this is 2)"));
+    CHECK(log.Contains("refused: via connect data: version 1 (this is 3)"));
     send_one();
   }
   SECTION("an accepted VI that breaks the message rules") {

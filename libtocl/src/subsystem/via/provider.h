@@ -64,7 +64,7 @@ namespace tocl::subsystem::via {
 //  48 base u32 | 52 received u32
 struct ConnectData {
   static constexpr uint32_t kMagic = 0x41495654;  // "TVIA"
-  static constexpr uint16_t kVersion = 2;
+  static constexpr uint16_t kVersion = 3;         // 3: wire version 6 frames follow
   static constexpr size_t kBytes = 56;
   // Magic and version: what a provider reads first, to refuse another
   // version before it waits for the rest.
