@@ -270,6 +270,10 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
       if (status.ok()) {
         message.mailbox->MessageComplete(message.slot);
       } else if (message.mailbox->Remove(message.slot)) {
+        // Ours alone now: a discarded message's memory goes back to the
+        // system at once rather than to the mapping cache (a message that
+        // failed says little about the next one's size).
+        message.slot->cache = nullptr;
         message.slot->pool->Unref(message.slot);  // the mailbox's
       }
       message.slot->pool->Unref(message.slot);  // ours
