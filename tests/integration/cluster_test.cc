@@ -350,10 +350,13 @@ TEST_CASE("a stopped daemon is marked unreachable within down_after and comes ba
 
   REQUIRE(third->Signal(SIGSTOP).message() == "");
   const auto stopped = Clock::now();
+  // The host's threads are looked at while it is still stopped: once it
+  // runs again they may be back to RUNNING at any moment.
   bool down = WaitUntil(
       [&] {
         return StateOf(*seed, Gid::Host(3)) == pb::UNREACHABLE &&
-               StateOf(*second, Gid::Host(3)) == pb::UNREACHABLE;
+               StateOf(*second, Gid::Host(3)) == pb::UNREACHABLE &&
+               StateOf(*seed, thread) == pb::UNREACHABLE;
       },
       5000ms, 20ms);
   const auto noticed = Clock::now() - stopped;
@@ -364,7 +367,6 @@ TEST_CASE("a stopped daemon is marked unreachable within down_after and comes ba
   // a loaded machine more.
   CHECK(noticed >= 750ms);
   CHECK(noticed < 4000ms);
-  CHECK(StateOf(*seed, thread) == pb::UNREACHABLE);
   CHECK(StateOf(*seed, Gid::Host(2)) == pb::RUNNING);
 
   REQUIRE(WaitUntil(

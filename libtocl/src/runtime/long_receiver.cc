@@ -292,6 +292,10 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
       if (status.ok()) {
         message.mailbox->MessageComplete(message.slot);
       } else if (message.mailbox->Remove(message.slot)) {
+        // Ours alone now: a discarded message's memory goes back to the
+        // system at once rather than to the mapping cache (a message that
+        // failed says little about the next one's size).
+        message.slot->cache = nullptr;
         message.slot->pool->Unref(message.slot);  // the mailbox's
       }
       message.slot->pool->Unref(message.slot);  // ours
@@ -397,39 +401,29 @@ void LongReceiver::GrantWaitingLocked() {
   std::vector<InboundLong*> gone;
   std::vector<InboundLong*> refused;
   bool library_taken = false;
-  for (size_t i = 0; i < waiting_grant_.size();) {
-    InboundLong* message = waiting_grant_[i];
-    if (message->mailbox->left()) {
-      gone.push_back(message);
-      ++i;
-      continue;
-    }
-    const bool fits = message->total <= limits_.reassembly_cap;
-    const Grant grant = TryGrantLocked(*message, fits && !library_taken);
-    if (grant != Grant::kWaits) {
+  // Pieces (waiting_receive_) never get library memory: only a receive
+  // their reader posted takes them.
+  auto sweep = [&](std::deque<InboundLong*>& waiting, bool pieces) {
+    for (size_t i = 0; i < waiting.size();) {
+      InboundLong* message = waiting[i];
+      if (message->mailbox->left()) {
+        gone.push_back(message);
+        ++i;
+        continue;
+      }
+      const bool fits = !pieces && message->total <= limits_.reassembly_cap;
+      const Grant grant = TryGrantLocked(*message, fits && !library_taken);
+      if (grant == Grant::kWaits) {
+        library_taken = library_taken || fits;
+        ++i;
+        continue;
+      }
       if (grant == Grant::kRefused) refused.push_back(message);
-      waiting_grant_.erase(waiting_grant_.begin() + static_cast<std::ptrdiff_t>(i));
-      continue;
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    library_taken = library_taken || fits;
-    ++i;
-  }
-  // Pieces: only a receive their reader posted takes them.
-  for (size_t i = 0; i < waiting_receive_.size();) {
-    InboundLong* message = waiting_receive_[i];
-    if (message->mailbox->left()) {
-      gone.push_back(message);
-      ++i;
-      continue;
-    }
-    const Grant grant = TryGrantLocked(*message, /*library=*/false);
-    if (grant == Grant::kWaits) {
-      ++i;
-      continue;
-    }
-    if (grant == Grant::kRefused) refused.push_back(message);
-    waiting_receive_.erase(waiting_receive_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
+  };
+  sweep(waiting_grant_, /*pieces=*/false);
+  sweep(waiting_receive_, /*pieces=*/true);
   for (InboundLong* message : gone) {
     FinishLocked(*message, FailedPrecondition("the receiving thread left"), true);
   }

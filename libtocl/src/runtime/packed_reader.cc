@@ -53,16 +53,20 @@ std::optional<std::string> GoneReason(PackedReaderState& r, SenderWatch& watch) 
   std::optional<std::string> reason = r.impl->exited_senders.Gone(r.source);
   if (reason || Clock::now() < watch.ask_at) return reason;
   watch.ask_at = Clock::now() + SenderWatch::kAskEvery;
-  for (Gid gid : {r.source, r.source.process()}) {
-    auto entity = r.impl->daemons->Lookup(gid);
-    // NotFound for a thread whose process runs is a registration still in
-    // flight; any other failure (daemon away) is asked again later.
-    if (!entity.ok() || entity->state != EntityState::kExited) continue;
-    std::string why = entity->exit_reason.empty() ? "exited" : entity->exit_reason;
-    r.impl->exited_senders.Note(gid, why);
-    return why;
+  // The thread's entry says it (a process's exit marks its threads); its
+  // process only when the directory does not know the thread yet (a
+  // registration still in flight). Any other failure (daemon away) is
+  // asked again later.
+  Gid gid = r.source;
+  auto entity = r.impl->daemons->Lookup(gid);
+  if (!entity.ok() && entity.status().code() == StatusCode::kNotFound) {
+    gid = r.source.process();
+    entity = r.impl->daemons->Lookup(gid);
   }
-  return std::nullopt;
+  if (!entity.ok() || entity->state != EntityState::kExited) return std::nullopt;
+  std::string why = entity->exit_reason.empty() ? "exited" : entity->exit_reason;
+  r.impl->exited_senders.Note(gid, why);
+  return why;
 }
 
 // Unavailable when the sender is gone; first delivering whatever it sent
