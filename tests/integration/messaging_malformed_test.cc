@@ -22,6 +22,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_harness.h"
@@ -392,6 +393,16 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
                      Frames().Add(forged, Bytes(payload)), false, /*must_close=*/true, relayer});
   }
   {
+    // A fill for a number far ahead: nothing to judge it by yet, so it
+    // waits (charged to its carrier, not delivered: checked after the
+    // cases), and the connection stays.
+    wire::Header ahead = Message(me, target, 77, payload.size(), /*seq=*/1000);
+    ahead.flags = wire::kFlagRelayed;
+    const Gid relayer = new_stranger();
+    cases.push_back({"a fill for a number far ahead of its pair",
+                     Frames().Add(ahead, Bytes(payload)), false, /*must_close=*/false, relayer});
+  }
+  {
     // A fill in the name of a runtime's internal thread (the honest
     // process's spawn service), or for one: refused at once.
     const Gid relayer = new_stranger();
@@ -406,6 +417,24 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     cases.push_back({"a fill for a runtime's internal thread",
                      Frames().Add(to_service, Bytes(payload)), false, /*must_close=*/true,
                      new_stranger()});
+  }
+  {
+    // Relayed aborts go the way their tag says: a sender's (tag 0) only to
+    // a thread of the process it came to, a receiver's (tag 1) only from a
+    // thread of the process it came from (forged ones to made-up
+    // destinations would otherwise each make state there).
+    wire::Header to_elsewhere = Message(me, Gid::Thread(honest_process, 7), 0, 0);
+    to_elsewhere.kind = wire::FrameKind::kAbort;
+    to_elsewhere.flags = wire::kFlagRelayed;
+    const Gid aborter = new_stranger();
+    cases.push_back({"a relayed sender's abort for a thread of another process",
+                     Frames().Add(to_elsewhere), false, /*must_close=*/true, aborter});
+    wire::Header in_anothers_name = Message(me, target, 0, 0);
+    in_anothers_name.kind = wire::FrameKind::kAbort;
+    in_anothers_name.tag = 1;
+    in_anothers_name.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed receiver's abort in another process's thread's name",
+                     Frames().Add(in_anothers_name), false, /*must_close=*/true, new_stranger()});
   }
   {
     // A marker only comes from its sender's own process.
@@ -624,15 +653,11 @@ TEST_CASE(
   const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
   const std::vector<std::byte> payload = PatternBytes(size_t{1} << 20, 19);
 
-  const uint64_t heard_before = FramesReceived(*sender);
   auto sent = std::async(std::launch::async, [&] { return sender->Send(s, r, 3, payload); });
-  // The receiver has the start once it answers the sender's probe ("waits
-  // for memory"): the first frame the sender hears.
-  const auto deadline = steady_clock::now() + seconds(20);
-  while (FramesReceived(*sender) == heard_before && steady_clock::now() < deadline) {
-    REQUIRE(sent.wait_for(milliseconds(20)) == std::future_status::timeout);
-  }
-  REQUIRE(FramesReceived(*sender) > heard_before);
+  // The receiver has the start (it waits there for a RecvInto).
+  MessageInfo started = REQUIRE_VALUE(receiver->Probe(r, seconds(20), s, 3));
+  REQUIRE(started.size == payload.size());
+  REQUIRE(sent.wait_for(milliseconds(0)) == std::future_status::timeout);
 
   // A third process, relay-flagged: the sender's abort and probe to the
   // receiver, the receiver's abort to the sender (message 0 of the pair).
@@ -643,14 +668,14 @@ TEST_CASE(
     const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, target.gid()));
     RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
     REQUIRE_OK(raw.Handshake(forger, target.gid()));
-    const uint64_t before = FramesReceived(target);
-    REQUIRE(raw.Write(Frames().Add(header).bytes()) == RawConnection::Written::kAll);
-    // Handled (counted as it is taken) while the message is in flight.
-    const auto until = steady_clock::now() + seconds(20);
-    while (FramesReceived(target) == before && steady_clock::now() < until) {
-      REQUIRE(sent.wait_for(milliseconds(5)) == std::future_status::timeout);
-    }
-    REQUIRE(FramesReceived(target) > before);
+    // Then a frame with a bad magic, which closes the connection: once
+    // it is closed, the forged frame before it was handled (the frames of
+    // a connection are taken in order), while the message is in flight.
+    wire::Header closer = header;
+    closer.magic = 0;
+    REQUIRE(raw.Write(Frames().Add(header).Add(closer).bytes()) == RawConnection::Written::kAll);
+    REQUIRE(raw.ClosedByPeer(seconds(20)));
+    REQUIRE(sent.wait_for(milliseconds(0)) == std::future_status::timeout);
   };
   forge(*receiver, LongControl(wire::FrameKind::kAbort, s, r, 0));  // "its sender gave up"
   forge(*receiver, LongControl(wire::FrameKind::kProbe, s, r, 0));
@@ -711,12 +736,16 @@ TEST_CASE(
         Message(runtime::RelayOf(forger), mailbox, runtime::kMulticastReplyTag, answer.size()),
         answer);
   }
-  const uint64_t sender_heard = FramesReceived(*sender);
+  // Then a frame with a bad magic: once the sender closes the connection
+  // for it, the answers before it are in its reply mailboxes (the frames
+  // of a connection are taken in order), where the waiting call takes
+  // them at once.
+  wire::Header closer = Message(runtime::RelayOf(forger), Gid::Thread(sender->gid(), 1), 1, 0);
+  closer.magic = 0;
+  frames.Add(closer);
   REQUIRE(raw.Write(frames.bytes()) == RawConnection::Written::kAll);
-  while (FramesReceived(*sender) < sender_heard + 4 && steady_clock::now() < deadline) {
-    REQUIRE(pending.wait_for(milliseconds(5)) == std::future_status::timeout);
-  }
-  REQUIRE(FramesReceived(*sender) >= sender_heard + 4);
+  REQUIRE(raw.ClosedByPeer(seconds(20)));
+  REQUIRE(pending.wait_for(milliseconds(0)) == std::future_status::timeout);
 
   // Killed, the relay fails the wait (the directory says so): the sender
   // gives `other` the message itself. Taken as the relay's answer, the
@@ -731,6 +760,77 @@ TEST_CASE(
   Buffer got = REQUIRE_VALUE(other->RecvFor(o, seconds(20), s, 7));
   CHECK(got.size() == payload.size());
   CHECK(other->TryRecv(o, s, 7).status().code() == StatusCode::kTryAgain);
+}
+
+TEST_CASE(
+    "a relay asked by a third process to carry bytes in a sender's name: its receiver gets the "
+    "sender's own message, not those bytes",
+    "[integration][msg][tcp][multicast]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The relay is the lowest receiving process; the receiver has seen
+  // nothing of the sender, so the multicast takes number 0 of their pair.
+  auto relay = REQUIRE_VALUE(StartRuntime(daemon, "deputy-relay", "shm,tcp"));
+  const Gid q = REQUIRE_VALUE(relay->EnrollThread("q"));
+  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "deputy-receiver"));
+  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
+  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "deputy-sender"));
+  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  REQUIRE(relay->gid() < receiver->gid());
+  const std::vector<std::byte> real = PatternBytes(300, 31);
+  const std::vector<std::byte> forged = PatternBytes(300, 97);  // same size and tag
+  constexpr Tag kTag = 12;
+
+  // The forger's relay thread passes on a request (as a parent relay in
+  // the tree would) for (s, r, 0), with its own bytes and no nonce. The
+  // relay cannot tell it from a real one and carries it to r: it is held
+  // there, ahead of its marker (r's network counts it: r hears from
+  // nobody else meanwhile).
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 4);
+  runtime::MulticastRequest request{
+      .id = 1000,  // not the sender's: its answer is ignored there
+      .source = s,
+      .reply_to = Gid::Thread(sender->gid(), runtime::kFirstInternalThread),
+      .tag = kTag,
+      .payload = forged};
+  const std::vector<runtime::MulticastGroup> groups{
+      runtime::MulticastGroup{relay->gid(), {{r, 0}}}};
+  const std::vector<std::byte> bytes = runtime::EncodeMulticastRequest(request, groups);
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, relay->gid()));
+  RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+  REQUIRE_OK(raw.Handshake(forger, relay->gid()));
+  const uint64_t heard = FramesReceived(*receiver);
+  REQUIRE(raw.Write(Frames()
+                        .Add(Message(runtime::RelayOf(forger), runtime::RelayOf(relay->gid()),
+                                     runtime::kMulticastRequestTag, bytes.size()),
+                             bytes)
+                        .bytes()) == RawConnection::Written::kAll);
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*receiver) == heard && steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  REQUIRE(FramesReceived(*receiver) > heard);
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
+
+  // The real multicast, through the same relay.
+  const std::vector<Gid> to{q, r};
+  auto result = REQUIRE_VALUE(sender->Multicast(s, to, kTag, real, {.relay_local = true}));
+  for (const MulticastOutcome& outcome : result.receivers) {
+    INFO(outcome.receiver.ToString() << ": " << outcome.status.ToString());
+    CHECK(outcome.status.ok());
+  }
+  Buffer got = REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag));
+  CHECK(std::vector<std::byte>(got.span().begin(), got.span().end()) == real);
+  Buffer at_relay = REQUIRE_VALUE(relay->RecvFor(q, seconds(20), s, kTag));
+  CHECK(std::vector<std::byte>(at_relay.span().begin(), at_relay.span().end()) == real);
+  // The relay is not cut off from r: the next multicast comes through it.
+  auto again =
+      REQUIRE_VALUE(sender->Multicast(s, to, kTag, PatternBytes(40, 5), {.relay_local = true}));
+  CHECK(again.all_delivered());
+  Buffer next = REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag));
+  CHECK(next.size() == 40);
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
 }
 
 }  // namespace

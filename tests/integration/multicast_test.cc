@@ -445,6 +445,10 @@ TEST_CASE(
   // `done` has it from the relay: the relay has moved on to `cut`.
   Buffer first = REQUIRE_VALUE(done->RecvFor(done_thread, seconds(20), s, kTag));
   CHECK(first.size() == payload.size());
+  // `cut` has the relay's start (it waits there for a receive): the relay
+  // dies midway through carrying it, not before.
+  MessageInfo started = REQUIRE_VALUE(cut->Probe(cut_thread, seconds(20), s, kTag));
+  CHECK(started.size == payload.size());
   REQUIRE(pending.wait_for(milliseconds(0)) == std::future_status::timeout);
   REQUIRE_VALUE(doomed.child().Kill());
   // The sender carries it to `cut` itself (in the relay's place: the

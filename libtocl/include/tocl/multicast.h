@@ -19,8 +19,15 @@
 //
 // Identity: only the sender's own process speaks for `from`. A receiver
 // takes the message only from the process the marker (which came from the
-// sender's process) names, or from the sender's process itself; anything
-// else claiming to be from `from` is refused and its connection closed.
+// sender's process) names, or from the sender's process itself, and only
+// with the marker's tag, size and nonce (a random number each call draws
+// for each relay: anyone can ask a relay to carry bytes in `from`'s name,
+// but not with that nonce; such bytes are dropped with a log line).
+// Something else claiming to be from `from` at its place is refused and
+// its connection closed; one that came before its marker is dropped when
+// the marker comes, with everything else its process had sent there
+// waiting (a relayed long-message fragment of no message being received
+// is dropped).
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -41,8 +48,9 @@
 // Outcomes: Multicast returns once every relay has answered for its
 // receivers (or failed), with one outcome per receiver, in the order of the
 // list (a query's: Gid order). Ok means what Send's Ok means for a message
-// of that size (short: queued toward the receiver by its relay, which then
-// delivers it or learns it failed; long: the receiver holds all of it). An
+// of that size (short: queued toward the receiver by its relay; nobody
+// tells the sender what becomes of it after that; long: the receiver holds
+// all of it). An
 // outcome is an error when that receiver could not be given the message:
 // NotFound (no such thread), FailedPrecondition (it has exited),
 // Unavailable (its process or host cannot be reached) and Send's other
@@ -60,7 +68,14 @@
 // long message the receiver had whole from its relay before the sender's
 // second try can be reported Unavailable by that try, after the
 // receiver's partial_timeout: as with Send, a failure means "not known to
-// have arrived".)
+// have arrived".) One loss is not covered: a relay that crashes after it
+// answered, with a short message still in its own send queue, loses that
+// message (its answer said ok; the sender does not send it again). The
+// receiver does not wait for it for ever: once `from`'s next message to it
+// arrives, the lost one's place is given up with a warning in the
+// receiver's log, and the messages behind it are delivered. The same
+// happens when a receiver drops a relay whose messages held there exceed
+// its cap.
 //
 // Errors of the call itself (nothing is sent): InvalidArgument for a
 // sender that is not an enrolled thread of this process, kAnyTag, an empty

@@ -145,9 +145,11 @@ Result<LongReceiver::Placed> LongReceiver::PlaceLocked(Gid from_process, const w
   InboundLong& message = *it->second;
   const uint64_t fragment = message.fragment_bytes;
   if (message.source_process != from_process && wire::Relayed(header)) {
-    // A fill's fragment from the carrier it was taken from (OnRefill).
+    // A fill's fragment from the carrier it was taken from (OnRefill):
+    // told to stop, not acknowledged (it would report bytes it did not
+    // place as given).
     fragments_dropped_.fetch_add(1, std::memory_order_relaxed);
-    return Placed::kUnknown;
+    return Placed::kAborted;
   }
   if (message.source_process != from_process || !message.granted || header.total != message.total ||
       header.offset % fragment != 0 ||

@@ -39,9 +39,11 @@ Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
 }
 
 Status LongSender::SendFill(SendQueue& peer, Gid from, Gid to, Tag tag,
-                            std::span<const std::byte> payload, uint64_t seq, Mailbox& wake) {
+                            std::span<const std::byte> payload, uint64_t seq, uint64_t nonce,
+                            Mailbox& wake) {
   LongSend send;
   send.numbered_as = seq;
+  send.nonce = nonce;
   send.flags = wire::kFlagRelayed;
   TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, &wake, send));
   return Carry(peer, send);
@@ -103,6 +105,7 @@ Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
   // pair's short messages take theirs without peer.mu()).
   wire::Header start_header = wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_);
   start_header.flags = send.flags | flags;
+  start_header.offset = send.nonce;
   auto start = peer.HeaderFrame(peer.default_route(), start_header);
   Status posted = start.status();
   auto numbered = [&](uint64_t seq) {

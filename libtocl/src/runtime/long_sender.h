@@ -93,10 +93,10 @@ class LongSender {
   // (from, to) pair, whose marker `from`'s process posted; `from` is a
   // thread of this process (the sender's fallback) or of another one, for
   // which this one carries the message. Every frame of it carries
-  // wire::kFlagRelayed. `wake` is signalled when the receiver answers (the
-  // carrying thread's mailbox).
+  // wire::kFlagRelayed, its start `nonce` (the marker's). `wake` is signalled when the receiver
+  // answers (the carrying thread's mailbox).
   Status SendFill(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                  uint64_t seq, Mailbox& wake);
+                  uint64_t seq, uint64_t nonce, Mailbox& wake);
 
   // Send in steps, for a thread that carries several sends at once
   // (background_sends.h): Begin numbers and posts the start (the message

@@ -32,6 +32,9 @@ struct NumberedReceiver {
 struct MulticastGroup {
   Gid relay;  // a process of the group's host
   std::vector<NumberedReceiver> receivers = {};
+  // The call's secret for this group (wire/frame.h: markers and fills):
+  // in the markers its receivers get and in the fills its relay sends.
+  uint64_t nonce = 0;
   bool operator==(const MulticastGroup&) const = default;
 };
 

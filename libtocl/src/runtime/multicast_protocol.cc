@@ -13,7 +13,7 @@ constexpr uint32_t kRequestMagic = 0x31514D54;  // "TMQ1"
 constexpr uint32_t kReplyMagic = 0x31414D54;    // "TMA1"
 // The bytes a group and a receiver take at least: counts are checked
 // against them before anything is allocated.
-constexpr size_t kGroupBytes = 8 + 4;
+constexpr size_t kGroupBytes = 8 + 8 + 4;
 constexpr size_t kReceiverBytes = 8 + 8;
 constexpr size_t kOutcomeBytes = 8 + 4 + 2;
 
@@ -45,6 +45,7 @@ std::vector<std::byte> EncodeMulticastRequest(const MulticastRequest& header,
   out.Put(static_cast<uint32_t>(groups.size()));
   for (const MulticastGroup& group : groups) {
     out.Put(group.relay.raw());
+    out.Put(group.nonce);
     out.Put(static_cast<uint32_t>(group.receivers.size()));
     for (const NumberedReceiver& receiver : group.receivers) {
       out.Put(receiver.thread.raw());
@@ -86,6 +87,7 @@ Result<MulticastRequest> DecodeMulticastRequest(std::span<const std::byte> bytes
   request.groups.resize(groups);
   for (MulticastGroup& group : request.groups) {
     group.relay = Gid::FromRaw(in.Get<uint64_t>());
+    group.nonce = in.Get<uint64_t>();
     const auto receivers = in.Get<uint32_t>();
     if (!in.ok() || !group.relay.is_process() || receivers == 0 ||
         receivers > in.remaining() / kReceiverBytes) {

@@ -5,7 +5,7 @@
 //
 //   request  u32 magic "TMQ1" | u64 request id | u64 source thread |
 //            u64 reply-to thread | u32 tag | u32 groups |
-//            per group: u64 relay process | u32 receivers |
+//            per group: u64 relay process | u64 nonce | u32 receivers |
 //                       per receiver: u64 thread | u64 seq
 //            | u64 payload length | payload
 //   reply    u32 magic "TMA1" | u64 request id | u64 relay process |

@@ -7,6 +7,7 @@
 #include "core/logger.h"
 #include "runtime/internal_threads.h"
 #include "runtime/send_side.h"
+#include "security/random_bytes.h"
 
 namespace tocl::runtime {
 
@@ -65,10 +66,14 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   }
   TOCL_RETURN_IF_ERROR(CheckReceivers(from, to));
 
+  // A nonce for each group (wire/frame.h), drawn before anything is sent
+  // (at most one group per receiver).
+  std::vector<uint64_t> nonces(to.size());
+  TOCL_RETURN_IF_ERROR(security::FillRandom(std::as_writable_bytes(std::span(nonces))));
+
   MulticastResult result;
   result.receivers.resize(to.size());
-  Relayed relayed;
-  relayed.wake = own;
+  RelayedCall relayed{.from = from, .tag = tag, .payload = payload, .wake = own};
   std::vector<NumberedReceiver> remote;
   for (size_t i = 0; i < to.size(); ++i) {
     const Gid receiver = to[i];
@@ -88,10 +93,14 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   }
   relayed.groups = GroupByHost(std::move(remote));
   // Its place among our messages to each receiver, whoever carries it: a
-  // marker in the pair now, naming the group's relay.
+  // marker in the pair now, naming the group's relay and holding a nonce
+  // only this call knows (wire/frame.h: nobody else can have the relay
+  // carry a fill that fits it).
   for (MulticastGroup& group : relayed.groups) {
+    group.nonce = nonces[static_cast<size_t>(&group - relayed.groups.data())];
     std::erase_if(group.receivers, [&](NumberedReceiver& receiver) {
-      auto seq = hooks_.post_marker(from, receiver.thread, tag, payload.size(), group.relay);
+      auto seq =
+          hooks_.post_marker(from, receiver.thread, tag, payload.size(), group.relay, group.nonce);
       if (!seq.ok()) {
         result.receivers[relayed.index_of.at(receiver.thread.raw())].status = seq.status();
         return true;
@@ -102,60 +111,51 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   }
   std::erase_if(relayed.groups,
                 [](const MulticastGroup& group) { return group.receivers.empty(); });
-  if (!relayed.groups.empty()) RelayAndWait(from, tag, payload, options, relayed, result);
+  if (!relayed.groups.empty()) RelayAndWait(options, relayed, result);
   return result;
 }
 
-std::optional<size_t> MulticastService::AnsweredGroup(const Relayed& relayed,
-                                                      const std::vector<size_t>& subtree_sizes,
-                                                      Gid source, Gid relay) const {
-  const std::vector<MulticastGroup>& groups = relayed.groups;
+std::optional<size_t> MulticastService::AnsweredGroup(const RelayedCall& call, Gid source,
+                                                      const MulticastReply& reply) const {
+  const std::vector<MulticastGroup>& groups = call.groups;
   const auto group = std::find_if(groups.begin(), groups.end(),
-                                  [&](const MulticastGroup& g) { return g.relay == relay; });
+                                  [&](const MulticastGroup& g) { return g.relay == reply.relay; });
   if (group == groups.end()) return std::nullopt;
   const size_t g = static_cast<size_t>(group - groups.begin());
-  // Its relay answers for it, or a relay above it in the tree that could
-  // not pass the message on to it (PassOn): one whose subtree holds it.
-  for (size_t a = 0; a <= g; ++a) {
-    if (a + subtree_sizes[a] > g && source == RelayOf(groups[a].relay)) return g;
+  if (source == RelayOf(group->relay)) return g;
+  // A relay above it in the tree that could not pass the message on to it
+  // (PassOn), one whose subtree holds it: only ever an error.
+  if (reply.status.ok()) return std::nullopt;
+  for (size_t a = 0; a < g; ++a) {
+    if (a + call.subtree_sizes[a] > g && source == RelayOf(groups[a].relay)) return g;
   }
   return std::nullopt;
 }
 
-void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte> payload,
-                                    const MulticastOptions& options, Relayed& relayed,
+void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall& call,
                                     MulticastResult& result) {
-  const std::vector<MulticastGroup>& groups = relayed.groups;
-  relayed.answered.assign(groups.size(), false);
+  const std::vector<MulticastGroup>& groups = call.groups;
+  call.answered.assign(groups.size(), false);
+  call.passed_on.assign(groups.size(), false);
   std::vector<Gid> relays;
   for (const MulticastGroup& group : groups) relays.push_back(group.relay);
   auto acquired = replies_.Acquire(relays, "Multicast");
   if (!acquired.ok()) {
     for (const MulticastGroup& group : groups) {
-      SendGroupDirectly(from, tag, payload, group, acquired.status(), relayed, result);
+      SendGroupDirectly(group, acquired.status(), call, result);
     }
     return;
   }
   const ReplyMailboxes::Lease mailbox(replies_, *acquired);
-  const std::vector<size_t> subtree_sizes = SubtreeSizes(groups);
-  // A relay that answered had passed the message on to its subtree first.
-  std::vector<bool> passed_on(groups.size(), false);
-  // A relay that failed (or refused) before it answered: its group and,
-  // since the message may not have gone on from it, every group of its
-  // subtree that has not answered.
-  auto relay_failed = [&](size_t index, const Status& why) {
-    if (passed_on[index]) return;
-    for (size_t k = index; k < index + subtree_sizes[index]; ++k) {
-      SendGroupDirectly(from, tag, payload, groups[k], why, relayed, result);
-    }
-  };
+  call.subtree_sizes = SubtreeSizes(groups);
 
   MulticastRequest request;
   request.id = next_request_.fetch_add(1, std::memory_order_relaxed);
-  request.source = from;
+  request.source = call.from;
   request.reply_to = (*mailbox).gid();
-  request.tag = tag;
-  request.payload = payload;
+  request.tag = call.tag;
+  request.payload = call.payload;
+  call.request_id = request.id;
   size_t at = 0;
   for (std::span<const MulticastGroup> subtree : SplitBinomial(groups)) {
     const Gid relay = RelayOf(subtree.front().relay);
@@ -163,7 +163,8 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
                               EncodeMulticastRequest(request, subtree));
     ++result.copies_sent;
     if (!sent.ok()) {
-      relay_failed(at, sent.WithContext(fmt::format("multicast relay {}", relay.ToString())));
+      RelayFailed(at, sent.WithContext(fmt::format("multicast relay {}", relay.ToString())), call,
+                  result);
     }
     at += subtree.size();
   }
@@ -175,110 +176,120 @@ void MulticastService::RelayAndWait(Gid from, Tag tag, std::span<const std::byte
                                                                 : Status::Ok();
   };
   const Selector replies{Gid(), kMulticastReplyTag};
-  while (std::find(relayed.answered.begin(), relayed.answered.end(), false) !=
-         relayed.answered.end()) {
+  while (std::find(call.answered.begin(), call.answered.end(), false) != call.answered.end()) {
     auto message = receive_.ReceiveOn(*mailbox, replies, deadline, new_failure);
-    if (!message.ok()) {
-      if (message.status().code() == StatusCode::kUnavailable) {
-        // Processes or hosts of relays went away (the directory said so).
-        const auto failures = replies_.Failures(mailbox.get());
-        for (size_t f = failures_seen; f < failures.size(); ++f) {
-          for (size_t g = 0; g < groups.size(); ++g) {
-            if (groups[g].relay == failures[f].first && !relayed.answered[g]) {
-              relay_failed(g, failures[f].second);
-            }
+    if (message.ok()) {
+      OnReply(*message, call, result);
+      continue;
+    }
+    if (message.status().code() == StatusCode::kUnavailable) {
+      // Processes or hosts of relays went away (the directory said so).
+      const auto failures = replies_.Failures(mailbox.get());
+      for (size_t f = failures_seen; f < failures.size(); ++f) {
+        for (size_t g = 0; g < groups.size(); ++g) {
+          if (groups[g].relay == failures[f].first && !call.answered[g]) {
+            RelayFailed(g, failures[f].second, call, result);
           }
         }
-        failures_seen = failures.size();
-        continue;
       }
-      // The deadline (or shutdown): whoever did not answer is sent to
-      // directly (a shutdown fails those sends at once).
-      const Status why =
-          message.status().code() == StatusCode::kDeadlineExceeded
-              ? DeadlineExceeded(fmt::format("no answer within {} ms", options.timeout.count()))
-              : message.status();
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (!relayed.answered[g])
-          SendGroupDirectly(from, tag, payload, groups[g], why, relayed, result);
-      }
-      return;
-    }
-    auto reply = DecodeMulticastReply(message->span());
-    if (!reply.ok()) {
-      Log().warn("tocl: multicast: a bad answer from {}: {}", message->source().ToString(),
-                 reply.status().ToString());
+      failures_seen = failures.size();
       continue;
     }
-    if (reply->id != request.id) continue;  // a late answer to an earlier call
-    const std::optional<size_t> answered =
-        AnsweredGroup(relayed, subtree_sizes, message->source(), reply->relay);
-    if (!answered) {
-      Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not its tree's",
-                 reply->relay.ToString(), message->source().ToString());
-      continue;
+    // The deadline (or shutdown): whoever did not answer is sent to
+    // directly (a shutdown fails those sends at once).
+    const Status why =
+        message.status().code() == StatusCode::kDeadlineExceeded
+            ? DeadlineExceeded(fmt::format("no answer within {} ms", options.timeout.count()))
+            : message.status();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (!call.answered[g]) SendGroupDirectly(groups[g], why, call, result);
     }
-    const size_t g = *answered;
-    if (relayed.answered[g]) continue;  // sent to directly already
-    if (!reply->status.ok()) {
-      // The relay did not take it, or its parent could not pass it on to
-      // it and answers for it: nothing went on from it either.
-      relay_failed(g, reply->status);
-      continue;
-    }
-    passed_on[g] = true;
-    relayed.answered[g] = true;
-    for (const NumberedReceiver& receiver : groups[g].receivers) {
-      const auto outcome = std::find_if(
-          reply->receivers.begin(), reply->receivers.end(),
-          [&](const MulticastReceiverOutcome& o) { return o.thread == receiver.thread; });
-      MulticastOutcome& mine = result.receivers[relayed.index_of.at(receiver.thread.raw())];
-      const Status status = outcome == reply->receivers.end()
-                                ? Unavailable(fmt::format("relay {} said nothing about it",
-                                                          groups[g].relay.ToString()))
-                                : outcome->status;
-      const StatusCode code = status.code();
-      if (status.ok() || code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition) {
-        // Given, or the receiver is gone (as the relay sees it: should
-        // it be alive after all, its pair is told that no fill comes).
-        mine.status = status;
-        mine.carried_by = groups[g].relay;
-        if (!status.ok()) hooks_.post_no_fill(from, receiver.thread, receiver.seq);
-        continue;
-      }
-      // The relay could not give it to a receiver that may be alive: we
-      // try ourselves (the number must be filled).
-      Log().info("tocl: multicast: relay {} could not deliver to {} ({}): sending it directly",
-                 groups[g].relay.ToString(), receiver.thread.ToString(), status.ToString());
-      SendReceiverDirectly(from, tag, payload, receiver, relayed, result);
-    }
+    return;
   }
 }
 
-void MulticastService::SendGroupDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
-                                         const MulticastGroup& group, const Status& why,
-                                         Relayed& relayed, MulticastResult& result) {
-  const size_t g = static_cast<size_t>(&group - relayed.groups.data());
-  if (relayed.answered[g]) return;
-  relayed.answered[g] = true;
+void MulticastService::RelayFailed(size_t index, const Status& why, RelayedCall& call,
+                                   MulticastResult& result) {
+  if (call.passed_on[index]) return;
+  for (size_t k = index; k < index + call.subtree_sizes[index]; ++k) {
+    SendGroupDirectly(call.groups[k], why, call, result);
+  }
+}
+
+void MulticastService::OnReply(const Buffer& message, RelayedCall& call, MulticastResult& result) {
+  auto reply = DecodeMulticastReply(message.span());
+  if (!reply.ok()) {
+    Log().warn("tocl: multicast: a bad answer from {}: {}", message.source().ToString(),
+               reply.status().ToString());
+    return;
+  }
+  if (reply->id != call.request_id) return;  // a late answer to an earlier call
+  const std::optional<size_t> answered = AnsweredGroup(call, message.source(), *reply);
+  if (!answered) {
+    Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not its tree's",
+               reply->relay.ToString(), message.source().ToString());
+    return;
+  }
+  const size_t g = *answered;
+  if (call.answered[g]) return;  // sent to directly already
+  const MulticastGroup& group = call.groups[g];
+  if (!reply->status.ok()) {
+    // The relay did not take it, or its parent could not pass it on to
+    // it and answers for it: nothing went on from it either.
+    RelayFailed(g, reply->status, call, result);
+    return;
+  }
+  call.passed_on[g] = true;
+  call.answered[g] = true;
+  for (const NumberedReceiver& receiver : group.receivers) {
+    const auto outcome = std::find_if(
+        reply->receivers.begin(), reply->receivers.end(),
+        [&](const MulticastReceiverOutcome& o) { return o.thread == receiver.thread; });
+    MulticastOutcome& mine = result.receivers[call.index_of.at(receiver.thread.raw())];
+    const Status status =
+        outcome == reply->receivers.end()
+            ? Unavailable(fmt::format("relay {} said nothing about it", group.relay.ToString()))
+            : outcome->status;
+    const StatusCode code = status.code();
+    if (status.ok() || code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition) {
+      // Given, or the receiver is gone (as the relay sees it: should it
+      // be alive after all, its pair is told that no fill comes).
+      mine.status = status;
+      mine.carried_by = group.relay;
+      if (!status.ok()) hooks_.post_no_fill(call.from, receiver.thread, receiver.seq);
+      continue;
+    }
+    // The relay could not give it to a receiver that may be alive: we try
+    // ourselves (the number must be filled).
+    Log().info("tocl: multicast: relay {} could not deliver to {} ({}): sending it directly",
+               group.relay.ToString(), receiver.thread.ToString(), status.ToString());
+    SendReceiverDirectly(group, receiver, call, result);
+  }
+}
+
+void MulticastService::SendGroupDirectly(const MulticastGroup& group, const Status& why,
+                                         RelayedCall& call, MulticastResult& result) {
+  const size_t g = static_cast<size_t>(&group - call.groups.data());
+  if (call.answered[g]) return;
+  call.answered[g] = true;
   Log().info("tocl: multicast: relay {} ({}): sending its {} receivers the message directly",
              group.relay.ToString(), why.ToString(), group.receivers.size());
   for (const NumberedReceiver& receiver : group.receivers) {
-    SendReceiverDirectly(from, tag, payload, receiver, relayed, result);
+    SendReceiverDirectly(group, receiver, call, result);
   }
 }
 
-void MulticastService::SendReceiverDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
-                                            const NumberedReceiver& receiver, Relayed& relayed,
+void MulticastService::SendReceiverDirectly(const MulticastGroup& group,
+                                            const NumberedReceiver& receiver, RelayedCall& call,
                                             MulticastResult& result) {
-  MulticastOutcome& outcome = result.receivers[relayed.index_of.at(receiver.thread.raw())];
+  MulticastOutcome& outcome = result.receivers[call.index_of.at(receiver.thread.raw())];
   outcome.carried_by = process_;
   // The marker's number: a receiver that got it from the relay drops
   // this second copy.
-  outcome.status =
-      hooks_.send_fill(from, receiver.thread, tag, payload, receiver.seq, *relayed.wake);
+  outcome.status = hooks_.send_fill(call.from, receiver.thread, call.tag, call.payload,
+                                    FillOf{receiver.seq, group.nonce}, *call.wake);
   ++result.copies_sent;
-  if (!outcome.status.ok()) hooks_.post_no_fill(from, receiver.thread, receiver.seq);
+  if (!outcome.status.ok()) hooks_.post_no_fill(call.from, receiver.thread, receiver.seq);
 }
 
 // --- the relay ------------------------------------------------------------------
@@ -360,10 +371,11 @@ void MulticastService::Handle(const Buffer& message) {
   PassOn(*request);
   MulticastReply reply{.id = request->id, .relay = process_};
   for (const NumberedReceiver& receiver : request->groups.front().receivers) {
-    Status status = shutting_down_.load()
-                        ? Unavailable("the relay is shutting down")
-                        : hooks_.send_fill(request->source, receiver.thread, request->tag,
-                                           request->payload, receiver.seq, *relay_);
+    Status status =
+        shutting_down_.load()
+            ? Unavailable("the relay is shutting down")
+            : hooks_.send_fill(request->source, receiver.thread, request->tag, request->payload,
+                               FillOf{receiver.seq, request->groups.front().nonce}, *relay_);
     reply.receivers.push_back(MulticastReceiverOutcome{receiver.thread, std::move(status)});
   }
   Answer(request->reply_to, reply);

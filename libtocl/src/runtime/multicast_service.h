@@ -50,6 +50,7 @@
 #include "runtime/receive_side.h"
 #include "runtime/reply_mailboxes.h"
 #include "runtime/send_queue.h"
+#include "runtime/send_side.h"
 #include "tocl/multicast.h"
 #include "tocl/runtime.h"
 
@@ -61,12 +62,13 @@ struct MulticastHooks {
   std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)> send;
   // A marker in the (from, to) pair (SendSide::PostMarker): the number it
   // took, or Send's error for `to`.
-  std::function<Result<uint64_t>(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier)>
+  std::function<Result<uint64_t>(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
+                                 uint64_t nonce)>
       post_marker;
-  // `payload` to `to` as the fill of number `seq` of the (from, to) pair,
+  // `payload` to `to` as the fill of number `fill.seq` of the (from, to) pair,
   // `from` a thread of this process or of the one this relays for; `wake`
   // is the carrying thread's mailbox (a long message's answers ring it).
-  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
+  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, FillOf fill,
                        Mailbox& wake)>
       send_fill;
   // Tells `to` that number `seq` of the (from, to) pair gets no fill
@@ -102,13 +104,19 @@ class MulticastService {
                                std::span<const std::byte> payload, const MulticastOptions& options);
 
  private:
-  // The call's receivers on other hosts, numbered and grouped, and what
+  // One call's receivers on other hosts, numbered and grouped, and what
   // became of each of them (their index in the caller's list).
-  struct Relayed {
-    std::vector<MulticastGroup> groups;
-    std::vector<bool> answered;                     // per group: answered, or sent to directly
-    std::unordered_map<uint64_t, size_t> index_of;  // receiver's raw gid -> its outcome
-    Mailbox* wake = nullptr;                        // the sending thread's
+  struct RelayedCall {
+    Gid from;
+    Tag tag = 0;
+    std::span<const std::byte> payload;
+    Mailbox* wake = nullptr;  // the sending thread's
+    std::vector<MulticastGroup> groups = {};
+    std::unordered_map<uint64_t, size_t> index_of = {};  // receiver's raw gid -> its outcome
+    uint64_t request_id = 0;
+    std::vector<size_t> subtree_sizes = {};  // per group (SubtreeSizes)
+    std::vector<bool> answered = {};         // per group: answered, or sent to directly
+    std::vector<bool> passed_on = {};        // per group: its relay answered (so passed it on)
   };
 
   // Checks of the list (InvalidArgument).
@@ -116,23 +124,27 @@ class MulticastService {
   // Sends the requests down the tree and waits for every group's answer,
   // or its relay's failure, or the deadline; groups unanswered then are
   // sent to directly.
-  void RelayAndWait(Gid from, Tag tag, std::span<const std::byte> payload,
-                    const MulticastOptions& options, Relayed& relayed, MulticastResult& result);
-  // Sends group `group`'s receivers the message from this process itself
-  // (with their numbers): its relay failed or said nothing in time.
-  void SendGroupDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
-                         const MulticastGroup& group, const Status& why, Relayed& relayed,
+  void RelayAndWait(const MulticastOptions& options, RelayedCall& call, MulticastResult& result);
+  // One answer to the call's request: its group's outcomes taken, or the
+  // group (and those of its subtree) sent to directly.
+  void OnReply(const Buffer& message, RelayedCall& call, MulticastResult& result);
+  // The relay of group `index` failed (or refused) before it answered:
+  // its group and, since the message may not have gone on from it, every
+  // group of its subtree that has not answered are sent to directly.
+  void RelayFailed(size_t index, const Status& why, RelayedCall& call, MulticastResult& result);
+  // Sends `group`'s receivers the message from this process itself (with
+  // their numbers): its relay failed or said nothing in time.
+  void SendGroupDirectly(const MulticastGroup& group, const Status& why, RelayedCall& call,
                          MulticastResult& result);
-  // Sends `receiver` the fill for its number from this process itself;
-  // when that fails, tells it that none comes.
-  void SendReceiverDirectly(Gid from, Tag tag, std::span<const std::byte> payload,
-                            const NumberedReceiver& receiver, Relayed& relayed,
-                            MulticastResult& result);
+  // Sends `receiver` (of `group`) the fill for its number from this
+  // process itself; when that fails, tells it that none comes.
+  void SendReceiverDirectly(const MulticastGroup& group, const NumberedReceiver& receiver,
+                            RelayedCall& call, MulticastResult& result);
   // The group whose answer `reply` (from thread `source`) is, if `source`
-  // may answer for it: its relay's or an ancestor's in the tree.
-  std::optional<size_t> AnsweredGroup(const Relayed& relayed,
-                                      const std::vector<size_t>& subtree_sizes, Gid source,
-                                      Gid relay) const;
+  // may answer for it: its relay, or (an error only: it could not pass the
+  // request on) an ancestor in the tree.
+  std::optional<size_t> AnsweredGroup(const RelayedCall& call, Gid source,
+                                      const MulticastReply& reply) const;
 
   void Serve();
   void Handle(const Buffer& message);

@@ -41,6 +41,13 @@ PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, 
       broken_(std::move(broken)),
       refill_(std::move(refill)) {}
 
+PairOrder::Mark PairOrder::MarkOf(const wire::Header& marker) {
+  return Mark{.carrier = Gid::FromRaw(marker.offset),
+              .total = marker.total,
+              .nonce = marker.reserved,
+              .tag = marker.tag};
+}
+
 Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   const PairKey key{slot->header().source, slot->header().destination};
   if (last_pair_ == nullptr || last_key_ != key) {
@@ -59,8 +66,7 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
         (seq < pair.next_seq || pair.skipped.count(seq) != 0)) {
       // A marker whose number passed without it (its sender said no fill
       // comes: Skip), or a second copy: a late fill is judged by it.
-      Remember(pair, seq, Mark{Gid::FromRaw(slot->header().offset), slot->header().total},
-               kRememberMarks);
+      Remember(pair, seq, MarkOf(slot->header()), kRememberMarks);
       return Status::Ok();
     }
     if (pair.skipped.count(seq) != 0 ||
@@ -79,7 +85,11 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
                   Gid::FromRaw(slot->header().source).ToString(), pair.next_seq);
       return Status::Ok();
     }
-    return Hold(pair, pair.held, seq, Held{from_process, std::move(slot)});
+    TOCL_RETURN_IF_ERROR(Hold(pair, pair.held, seq, Held{from_process, std::move(slot)}));
+    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair)) return Status::Ok();
+    Status status = DeliverHeld(pair);
+    BreakNow();
+    return status;
   }
   Status status = Reach(pair, Held{from_process, std::move(slot)});
   if (status.ok()) status = DeliverHeld(pair);
@@ -91,56 +101,121 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
   const wire::Header& header = frame.slot->header();
   const uint64_t seq = pair.next_seq;
   if (header.kind == wire::FrameKind::kMarker) {
-    const Mark mark{Gid::FromRaw(header.offset), header.total};
-    frame.slot.reset();
-    Remember(pair, seq, mark, kRememberMarks);
+    Remember(pair, seq, MarkOf(header), kRememberMarks);
     pair.awaiting_fill = true;
-    auto waiting = pair.fills.find(seq);
-    if (waiting == pair.fills.end()) return Status::Ok();
-    Held fill = TakeHeld(pair, pair.fills, waiting);
-    if (std::string misfit = Misfit(fill.carrier, fill.slot->header(), mark); !misfit.empty()) {
-      BreakLater(fill.carrier, misfit);
-      return Status::Ok();
-    }
-    pair.awaiting_fill = false;
-    ++pair.next_seq;
-    return deliver_(fill.carrier, std::move(fill.slot));
+    Status status;
+    if (!pair.fills.empty()) status = TakeHeldFill(pair, header);
+    if (pair.awaiting_fill) GiveUpIfCarrierGone(pair);
+    return status;
   }
   ++pair.next_seq;
-  if (auto stray = pair.fills.find(seq); stray != pair.fills.end()) {
-    // A fill that waited for a number that was no marker's.
-    Held fill = TakeHeld(pair, pair.fills, stray);
-    BreakLater(fill.carrier, fmt::format("a fill for {}, which is no multicast's",
-                                         Describe(fill.slot->header())));
+  if (!pair.fills.empty()) {
+    for (auto stray = pair.fills.find(seq); stray != pair.fills.end() && stray->first == seq;) {
+      // A fill that waited for a number that was no marker's.
+      Held fill = TakeHeld(pair, pair.fills, stray++);
+      BreakLater(fill.carrier, fmt::format("a fill for {}, which is no multicast's",
+                                           Describe(fill.slot->header())));
+    }
   }
   return deliver_(frame.carrier, std::move(frame.slot));
 }
 
+Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
+  const uint64_t seq = marker.seq;
+  const Mark mark = MarkOf(marker);
+  const Gid source_process = SourceProcess(marker);
+  std::vector<Held> candidates;
+  for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq;) {
+    candidates.push_back(TakeHeld(pair, pair.fills, it++));
+  }
+  // The source's own process first (it carries the message only when its
+  // relay failed it), then the marker's carrier.
+  Held* chosen = nullptr;
+  bool crowded = false;
+  for (Held& fill : candidates) {
+    bool stranger = false;
+    if (std::string misfit = Misfit(fill.carrier, fill.slot->header(), mark, &stranger);
+        !misfit.empty()) {
+      if (stranger) {
+        BreakLater(fill.carrier, misfit);
+      } else {
+        Log().warn("tocl: dropping a fill from {}: {}", fill.carrier.ToString(), misfit);
+      }
+      crowded |= fill.crowded;
+      fill.slot.reset();
+      continue;
+    }
+    if (chosen == nullptr ||
+        (fill.carrier == source_process && chosen->carrier != source_process)) {
+      chosen = &fill;
+    }
+  }
+  if (chosen == nullptr) {
+    if (crowded) {
+      // The fitting one was dropped as one too many (someone had the relay
+      // carry others first): it will not come again.
+      Log().warn("tocl: multicast {} is lost: fills that did not fit it crowded out its own",
+                 Describe(marker));
+      ++fills_lost_;
+      pair.awaiting_fill = false;
+      ++pair.next_seq;
+    }
+    return Status::Ok();
+  }
+  pair.awaiting_fill = false;
+  ++pair.next_seq;
+  Held taken = std::move(*chosen);
+  taken.slot->header().offset = 0;  // the nonce: the message is the application's now
+  TOCL_RETURN_IF_ERROR(deliver_(taken.carrier, std::move(taken.slot)));
+  for (Held& fill : candidates) {
+    if (!fill.slot) continue;
+    if (fill.slot->header().kind == wire::FrameKind::kLongStart && refill_) {
+      // The relay's start while the sender's own is taken: the long
+      // receiver tells it to stop.
+      fill.slot->header().offset = 0;
+      TOCL_RETURN_IF_ERROR(refill_(fill.carrier, std::move(fill.slot)));
+    } else {
+      ++duplicates_;
+    }
+  }
+  return Status::Ok();
+}
+
 Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
+  // A carrier dropped (not exited) that talks to us again is back.
+  if (!gone_.empty()) {
+    if (auto gone = gone_.find(from_process.raw()); gone != gone_.end() && !gone->second) {
+      gone_.erase(gone);
+    }
+  }
   const uint64_t seq = slot->header().seq;
   if (seq == pair.next_seq && pair.awaiting_fill) {
-    if (std::string misfit = Misfit(from_process, slot->header(), pair.marks.at(seq));
-        !misfit.empty()) {
-      Log().warn("tocl: refusing a fill from {}: {}", from_process.ToString(), misfit);
-      return InvalidArgument(misfit);
-    }
+    if (auto refused = Refuse(from_process, slot->header(), pair.marks.at(seq))) return *refused;
     pair.awaiting_fill = false;
     ++pair.next_seq;
+    slot->header().offset = 0;  // the nonce
     TOCL_RETURN_IF_ERROR(deliver_(from_process, std::move(slot)));
     return DeliverHeld(pair);
   }
   if (seq < pair.next_seq) return LateFill(from_process, pair, std::move(slot));
   if (pair.skipped.count(seq) != 0) return Status::Ok();
-  if (auto held = pair.held.find(seq);
-      held != pair.held.end() && held->second.slot->header().kind != wire::FrameKind::kMarker) {
-    const std::string why =
-        fmt::format("a fill for {}, which is no multicast's", Describe(slot->header()));
-    Log().warn("tocl: refusing a fill from {}: {}", from_process.ToString(), why);
-    return InvalidArgument(why);
+  if (auto held = pair.held.find(seq); held != pair.held.end()) {
+    const wire::Header& at = held->second.slot->header();
+    if (at.kind != wire::FrameKind::kMarker) return NoMarker(from_process, slot->header());
+    // Its marker waits behind a gap: judged now.
+    if (auto refused = Refuse(from_process, slot->header(), MarkOf(at))) return *refused;
   }
-  if (pair.fills.count(seq) != 0) {
-    // The relay's and the sender's fallback: the first counts.
+  size_t from_carrier = 0;
+  for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq; ++it) {
+    if (it->second.carrier == from_process) ++from_carrier;
+  }
+  if (from_carrier >= kFillsPerCarrier) {
     ++duplicates_;
+    Log().warn("tocl: dropping a fill for {} from {}: {} of it wait already",
+               Describe(slot->header()), from_process.ToString(), from_carrier);
+    for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq; ++it) {
+      if (it->second.carrier == from_process) it->second.crowded = true;
+    }
     return Status::Ok();
   }
   return Hold(pair, pair.fills, seq, Held{from_process, std::move(slot)});
@@ -154,40 +229,57 @@ Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) 
     return Status::Ok();
   }
   auto mark = pair.marks.find(header.seq);
-  if (mark == pair.marks.end()) {
-    const std::string why = fmt::format("a fill for {}, which is no multicast's", Describe(header));
-    Log().warn("tocl: refusing a fill from {}: {}", from_process.ToString(), why);
-    return InvalidArgument(why);
-  }
-  if (std::string misfit = Misfit(from_process, header, mark->second); !misfit.empty()) {
-    Log().warn("tocl: refusing a fill from {}: {}", from_process.ToString(), misfit);
-    return InvalidArgument(misfit);
-  }
+  if (mark == pair.marks.end()) return NoMarker(from_process, header);
+  if (auto refused = Refuse(from_process, header, mark->second)) return *refused;
   if (header.kind == wire::FrameKind::kLongStart && refill_) {
     // A second long fill (the sender's own try, or its relay's after it):
     // the long receiver answers its carrier, and may hand the message to
     // it (the first carrier died or is too slow).
+    slot->header().offset = 0;  // the nonce
     return refill_(from_process, std::move(slot));
   }
   ++duplicates_;
   return Status::Ok();
 }
 
-std::string PairOrder::Misfit(Gid carrier, const wire::Header& header, const Mark& mark) {
+std::string PairOrder::Misfit(Gid carrier, const wire::Header& header, const Mark& mark,
+                              bool* stranger) {
   if (carrier != mark.carrier && carrier != SourceProcess(header)) {
+    if (stranger != nullptr) *stranger = true;
     return fmt::format("a fill for {} from {}: its marker names {}", Describe(header),
                        carrier.ToString(), mark.carrier.ToString());
   }
   // (total: a short message's length, a long one's size, and the size of
   // a whole message a relay hands its own receiver.)
-  if (header.total != mark.total) {
-    return fmt::format("a fill of {} bytes for {}: its marker says {}", header.total,
-                       Describe(header), mark.total);
+  if (header.total != mark.total || header.tag != mark.tag || header.offset != mark.nonce) {
+    return fmt::format(
+        "a fill of {} bytes with tag {} for {} does not fit its marker ({} bytes, tag {}{})",
+        header.total, header.tag, Describe(header), mark.total, mark.tag,
+        header.offset != mark.nonce ? ", another nonce" : "");
   }
   return {};
 }
 
-Status PairOrder::Hold(Pair& pair, std::map<uint64_t, Held>& into, uint64_t seq, Held frame) {
+std::optional<Status> PairOrder::Refuse(Gid carrier, const wire::Header& fill, const Mark& mark) {
+  bool stranger = false;
+  std::string misfit = Misfit(carrier, fill, mark, &stranger);
+  if (misfit.empty()) return std::nullopt;
+  if (!stranger) {
+    Log().warn("tocl: dropping a fill from {}: {}", carrier.ToString(), misfit);
+    return Status::Ok();
+  }
+  Log().warn("tocl: refusing a fill from {}: {}", carrier.ToString(), misfit);
+  return InvalidArgument(std::move(misfit));
+}
+
+Status PairOrder::NoMarker(Gid carrier, const wire::Header& header) {
+  std::string why = fmt::format("a fill for {}, which is no multicast's", Describe(header));
+  Log().warn("tocl: refusing a fill from {}: {}", carrier.ToString(), why);
+  return InvalidArgument(std::move(why));
+}
+
+template <typename Frames>
+Status PairOrder::Hold(Pair& pair, Frames& into, uint64_t seq, Held frame) {
   const size_t bytes = Mailbox::SlotBytes(frame.slot.get());
   const Gid carrier = frame.carrier;
   size_t& process_held = held_by_process_[carrier.raw()];
@@ -207,11 +299,40 @@ Status PairOrder::Hold(Pair& pair, std::map<uint64_t, Held>& into, uint64_t seq,
   return Status::Ok();
 }
 
+bool PairOrder::GiveUpIfCarrierGone(Pair& pair) {
+  if (gone_.empty() || pair.held.empty()) return false;
+  const Mark& mark = pair.marks.at(pair.next_seq);
+  if (gone_.count(mark.carrier.raw()) == 0) return false;
+  const wire::Header& later = pair.held.begin()->second.slot->header();
+  Log().warn(
+      "tocl: multicast message {} of {} to {} is lost: its carrier {} exited or was dropped "
+      "before its fill came, and the sender went on (message {} is here)",
+      pair.next_seq, Gid::FromRaw(later.source).ToString(),
+      Gid::FromRaw(later.destination).ToString(), mark.carrier.ToString(), later.seq);
+  ++fills_lost_;
+  pair.awaiting_fill = false;
+  ++pair.next_seq;
+  return true;
+}
+
+Status PairOrder::CarrierGone(Gid carrier) {
+  if (gone_.size() >= kRememberGone) gone_.clear();
+  gone_[carrier.raw()] = true;
+  Status status;
+  for (auto& [key, pair] : pairs_) {
+    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair)) continue;
+    if (Status delivered = DeliverHeld(pair); !delivered.ok() && status.ok()) status = delivered;
+  }
+  BreakNow();
+  return status;
+}
+
 Status PairOrder::DeliverHeld(Pair& pair) {
   while (!pair.awaiting_fill) {
     if (!pair.skipped.empty() && pair.skipped.erase(pair.next_seq) != 0) {
-      if (auto fill = pair.fills.find(pair.next_seq); fill != pair.fills.end()) {
-        TakeHeld(pair, pair.fills, fill).slot.reset();
+      for (auto fill = pair.fills.find(pair.next_seq);
+           fill != pair.fills.end() && fill->first == pair.next_seq;) {
+        TakeHeld(pair, pair.fills, fill++).slot.reset();
       }
       ++pair.next_seq;
       continue;
@@ -223,8 +344,8 @@ Status PairOrder::DeliverHeld(Pair& pair) {
   return Status::Ok();
 }
 
-PairOrder::Held PairOrder::TakeHeld(Pair& pair, std::map<uint64_t, Held>& from,
-                                    std::map<uint64_t, Held>::iterator it) {
+template <typename Frames>
+PairOrder::Held PairOrder::TakeHeld(Pair& pair, Frames& from, typename Frames::iterator it) {
   Held frame = std::move(it->second);
   from.erase(it);
   const size_t bytes = Mailbox::SlotBytes(frame.slot.get());
@@ -249,14 +370,20 @@ void PairOrder::BreakNow() {
   }
 }
 
-Status PairOrder::Skip(Gid from_process, const LongKey& key) {
+Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here) {
   // Only a sender's own pairs; numbers far ahead, or too many of them, are
   // a broken sender (an honest one skips one number per failed long Send,
   // kept only until the gap before it fills).
   constexpr uint64_t kMaxAhead = uint64_t{1} << 20;
   constexpr size_t kMaxSkipped = 1024;
   if (Gid::FromRaw(key.source).process() != from_process) return Status::Ok();
-  Pair& pair = pairs_[{key.source, key.destination}];
+  auto found = pairs_.find({key.source, key.destination});
+  if (found == pairs_.end()) {
+    // (Not for a made-up receiver: each pair holds state.)
+    if (!receiver_here) return Status::Ok();
+    found = pairs_.try_emplace({key.source, key.destination}).first;
+  }
+  Pair& pair = found->second;
   if (key.seq == pair.next_seq && pair.awaiting_fill) {
     // A marker's fill that will not come (the sender could not send it).
     pair.awaiting_fill = false;
@@ -277,7 +404,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key) {
     // The start (or marker) came but waits behind a gap: it is dropped now.
     const wire::Header& header = held->second.slot->header();
     if (header.kind == wire::FrameKind::kMarker) {
-      Remember(pair, key.seq, Mark{Gid::FromRaw(header.offset), header.total}, kRememberMarks);
+      Remember(pair, key.seq, MarkOf(header), kRememberMarks);
     }
     TakeHeld(pair, pair.held, held).slot.reset();
   }
@@ -301,21 +428,27 @@ void PairOrder::DropProcess(Gid from_process) {
     return true;
   });
   // What it carried in the pairs of others (fills; frames it brought).
+  auto drop_carried = [&](Pair& pair, auto& frames) {
+    for (auto it = frames.begin(); it != frames.end();) {
+      if (it->second.carrier == from_process) {
+        TakeHeld(pair, frames, it++).slot.reset();
+      } else {
+        ++it;
+      }
+    }
+  };
   if (held_by_process_.count(from_process.raw()) != 0) {
     for (auto& [key, pair] : pairs_) {
-      for (auto* frames : {&pair.held, &pair.fills}) {
-        for (auto it = frames->begin(); it != frames->end();) {
-          if (it->second.carrier == from_process) {
-            TakeHeld(pair, *frames, it++).slot.reset();
-          } else {
-            ++it;
-          }
-        }
-      }
+      drop_carried(pair, pair.held);
+      drop_carried(pair, pair.fills);
     }
   }
   held_by_process_.erase(from_process.raw());
   last_pair_ = nullptr;
+  // The fills it was to bring will not come (CarrierGone, called for it
+  // in every lane, gives their numbers up).
+  if (gone_.size() >= kRememberGone) gone_.clear();
+  gone_.try_emplace(from_process.raw(), false);
 }
 
 void PairOrder::Clear() {

@@ -12,16 +12,29 @@
 // process takes its number like a message; the message itself comes as a
 // fill for that number, from the process the marker names (its relay) or
 // from the source's own process. On reaching a marker the pair waits for
-// its fill and delivers it there. A fill is taken only from those two
-// processes and only where a marker stood: a fill that arrives at its turn
-// from anyone else, for a number that was no marker's, or with another
-// size, is refused (its connection closes); one that waited ahead of its
-// marker and turns out so is dropped and its carrier found broken. A
-// second fill for a number (the relay's and the sender's fallback) is
-// dropped, except a long one, which goes to `refill` (the long receiver
+// its fill and delivers it there. A fill fits its marker when it comes
+// from one of those two processes with the marker's tag, size and nonce.
+// One from any other process at its turn, or for a number that was no
+// marker's, is refused (its connection closes); one that waited ahead of
+// its marker and turns out so is dropped and its carrier found broken. A
+// misfit from the named carrier or the source's process is dropped with a
+// log line (anyone may ask a relay to carry bytes in another's name: the
+// nonce is what it cannot forge). Ahead of its marker, at most
+// kFillsPerCarrier fills per number and carrier are held (a fill judged on
+// arrival when its marker already waits behind a gap); at the marker the
+// source's own process's fitting fill is taken first, then the named
+// carrier's. A second fitting fill (the relay's and the sender's fallback)
+// is dropped, except a long one, which goes to `refill` (the long receiver
 // answers its carrier, and hands the message over to the source's own
-// process when the relay that carried the first died midway or is slow). The last kRememberMarks
-// markers of a pair are remembered to judge late fills.
+// process when the relay that carried the first died midway or is slow).
+// The last kRememberMarks markers of a pair are remembered to judge late
+// fills.
+//
+// A carrier that exits or is dropped while a pair waits for its fill does
+// not stall the pair for ever: once a later frame of the pair waits behind
+// the number (the source went on), the number is given up with a warning
+// (the message is lost; the source is not broken). Until then the source's
+// own fill (its fallback) is still taken.
 //
 // Memory: held frames count per pair, per carrying process (the process
 // that sent the frame here: the source thread's, or a fill's carrier) and
@@ -39,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -69,6 +83,11 @@ class PairOrder {
 
   // Markers remembered per pair.
   static constexpr size_t kRememberMarks = 64;
+  // Fills held per number and carrier ahead of their marker: a relay's
+  // own, and one someone else had it carry first.
+  static constexpr size_t kFillsPerCarrier = 2;
+  // Carriers remembered as gone (CarrierGone, DropProcess).
+  static constexpr size_t kRememberGone = 1024;
 
   // `unexpected_bytes` (the runtime's, read by other threads for flow
   // control) must outlive this; held frames are added to it.
@@ -89,37 +108,53 @@ class PairOrder {
   // The sender of long message `key` gave up before its start came: the
   // pair's order no longer waits for it, and a late start is dropped.
   // InvalidArgument for a number far ahead or too many skipped (a broken
-  // sender); a key of another process's thread is ignored.
-  Status Skip(Gid from_process, const LongKey& key);
+  // sender); a key of another process's thread is ignored, and so is one
+  // of a pair not seen yet unless `receiver_here` (its destination is a
+  // thread of this process: the caller knows).
+  Status Skip(Gid from_process, const LongKey& key, bool receiver_here = true);
+
+  // Process `carrier` exited: a pair waiting for a fill it carries gives
+  // that number up once something later waits behind it (see above).
+  Status CarrierGone(Gid carrier);
 
   // Drops every held frame (their references, their accounting).
   void Clear();
   // Drops `from_process`'s pairs and what they hold, and what it carries
-  // in other pairs (fills).
+  // in other pairs (fills); it counts as gone (CarrierGone: the caller
+  // calls it next, once no lane is held).
   void DropProcess(Gid from_process);
 
   // Bytes held that `from_process` brought.
   size_t HeldBytes(Gid from_process) const;
   // Second copies dropped so far.
   uint64_t duplicates() const { return duplicates_; }
+  // Pairs known (each holds its order's state).
+  size_t pairs() const { return pairs_.size(); }
+  // Numbers given up because their carrier went (see above).
+  uint64_t fills_lost() const { return fills_lost_; }
 
  private:
   // A frame that waits, with the process that brought it.
   struct Held {
     Gid carrier;
     buffers::SlotRef slot;
+    // A fill: another from the same carrier for its number was dropped
+    // (kFillsPerCarrier): the one that fits may have been that one.
+    bool crowded = false;
   };
-  // A marker reached: its carrier and size.
+  // A marker reached: what its fill must be.
   struct Mark {
     Gid carrier;
     uint64_t total = 0;
+    uint64_t nonce = 0;
+    uint32_t tag = 0;
   };
   struct Pair {
     uint64_t next_seq = 0;
     // next_seq is a marker's number whose fill has not come.
     bool awaiting_fill = false;
-    std::map<uint64_t, Held> held;   // messages and markers ahead of next_seq
-    std::map<uint64_t, Held> fills;  // fills ahead of their marker
+    std::map<uint64_t, Held> held;        // messages and markers ahead of next_seq
+    std::multimap<uint64_t, Held> fills;  // fills ahead of their marker
     size_t held_bytes = 0;
     // Numbers not to wait for: long messages whose sender gave up.
     std::set<uint64_t> skipped;
@@ -134,23 +169,40 @@ class PairOrder {
     }
   };
 
+  static Mark MarkOf(const wire::Header& marker);
   // Delivers what waits in `pair` from its next_seq on (held frames,
   // skipped numbers, fills of markers), until a number is missing.
   Status DeliverHeld(Pair& pair);
   // The frame at `pair`'s next_seq: delivered, or (a marker) its fill
   // delivered or awaited.
   Status Reach(Pair& pair, Held frame);
+  // At a marker: the fills held for it judged, the best delivered.
+  // (`marker` is at next_seq.)
+  Status TakeHeldFill(Pair& pair, const wire::Header& marker);
   Status OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
   // A fill for a number the pair has passed.
   Status LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
-  // Why a fill from `carrier` may not fill `mark` (empty: it may).
-  static std::string Misfit(Gid carrier, const wire::Header& fill, const Mark& mark);
-  // Holds `frame` in `into` (pair.held or pair.fills), charged to its
+  // Why a fill from `carrier` may not fill `mark` (empty: it may), and
+  // whether `carrier` is neither the marker's nor the source's process.
+  static std::string Misfit(Gid carrier, const wire::Header& fill, const Mark& mark,
+                            bool* stranger = nullptr);
+  // Empty when `fill` fits `mark`; else what to return for it (it is
+  // dropped): InvalidArgument from a stranger (its connection closes), Ok
+  // with a log line from the marker's carrier or the source's process.
+  static std::optional<Status> Refuse(Gid carrier, const wire::Header& fill, const Mark& mark);
+  // Refuses a fill for `header`'s number, which was no marker's.
+  static Status NoMarker(Gid carrier, const wire::Header& header);
+  // Holds `frame` at `seq` in `pair.held` or `pair.fills`, charged to its
   // carrier; InvalidArgument (the carrier dropped) over process_cap.
-  Status Hold(Pair& pair, std::map<uint64_t, Held>& into, uint64_t seq, Held frame);
-  // Takes a frame out of `from` (pair.held or pair.fills), with its memory
+  template <typename Frames>
+  Status Hold(Pair& pair, Frames& into, uint64_t seq, Held frame);
+  // Takes a frame out of pair.held or pair.fills, with its memory
   // accounting.
-  Held TakeHeld(Pair& pair, std::map<uint64_t, Held>& from, std::map<uint64_t, Held>::iterator it);
+  template <typename Frames>
+  Held TakeHeld(Pair& pair, Frames& from, typename Frames::iterator it);
+  // `pair` waits for a fill whose carrier is gone while later frames wait
+  // behind it: the number is given up (see above). True if so.
+  bool GiveUpIfCarrierGone(Pair& pair);
   // `carrier` misbehaved in a frame held earlier: dropped (with Broken)
   // once the current call is done with its pair.
   void BreakLater(Gid carrier, const std::string& why);
@@ -165,6 +217,10 @@ class PairOrder {
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in pairs_, by carrier
   uint64_t duplicates_ = 0;
+  uint64_t fills_lost_ = 0;
+  // Carriers gone (raw process ids): exited (true), or dropped (false:
+  // until it sends a fill again).
+  std::map<uint64_t, bool> gone_;
   // The last pair looked up (node pointers stay valid until erased).
   PairKey last_key_{0, 0};
   Pair* last_pair_ = nullptr;

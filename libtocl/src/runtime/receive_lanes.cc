@@ -84,10 +84,28 @@ Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   return status;
 }
 
-Status ReceiveLanes::Skip(Gid from_process, const LongKey& key) {
+Status ReceiveLanes::Skip(Gid from_process, const LongKey& key, bool receiver_here) {
   DropBroken();
   return WithLane(wire::LaneOf(Gid::FromRaw(key.destination)),
-                  [&](PairOrder& order) { return order.Skip(from_process, key); });
+                  [&](PairOrder& order) { return order.Skip(from_process, key, receiver_here); });
+}
+
+void ReceiveLanes::CarrierGone(Gid process) {
+  DropBroken();
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [&](PairOrder& order) {
+      (void)order.CarrierGone(process);
+      return 0;
+    });
+  }
+}
+
+size_t ReceiveLanes::Pairs() {
+  size_t pairs = 0;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    pairs += WithLane(lane, [](PairOrder& order) { return order.pairs(); });
+  }
+  return pairs;
 }
 
 void ReceiveLanes::DropBroken() {
@@ -101,7 +119,10 @@ void ReceiveLanes::DropBroken() {
   }
   for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
     WithLane(lane, [&](PairOrder& order) {
-      for (Gid process : broken) order.DropProcess(process);
+      for (Gid process : broken) {
+        order.DropProcess(process);
+        (void)order.CarrierGone(process);  // (its errors: of frames no network waits for)
+      }
       return 0;
     });
   }

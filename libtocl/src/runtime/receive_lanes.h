@@ -56,7 +56,11 @@ class ReceiveLanes {
   // PairOrder::OnOrdered in the lane of the frame's receiving thread.
   Status OnOrdered(Gid from_process, buffers::SlotRef slot);
   // PairOrder::Skip in the lane of the message's receiving thread.
-  Status Skip(Gid from_process, const LongKey& key);
+  Status Skip(Gid from_process, const LongKey& key, bool receiver_here = true);
+  // PairOrder::CarrierGone in every lane (a process exited).
+  void CarrierGone(Gid process);
+  // Pairs known in every lane (tests: state a peer's frames created).
+  size_t Pairs();
   // Sending processes found broken are dropped from every lane (when this
   // thread holds none; else later). Also done by OnOrdered and Skip.
   void DropBroken();

@@ -129,13 +129,13 @@ Status Runtime::Impl::Open() {
                 return send_side.SendCopy(from, to, tag, payload);
               },
           .post_marker =
-              [this](Gid from, Gid to, Tag tag, uint64_t total, Gid carrier) {
-                return send_side.PostMarker(from, to, tag, total, carrier);
+              [this](Gid from, Gid to, Tag tag, uint64_t total, Gid carrier, uint64_t nonce) {
+                return send_side.PostMarker(from, to, tag, total, carrier, nonce);
               },
           .send_fill =
-              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
-                     runtime::Mailbox& wake) {
-                return SendFill(from, to, tag, payload, seq, wake);
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                     runtime::FillOf fill, runtime::Mailbox& wake) {
+                return SendFill(from, to, tag, payload, fill, wake);
               },
           .post_no_fill = [this](Gid from, Gid to,
                                  uint64_t seq) { send_side.PostNoFill(from, to, seq); },
@@ -327,13 +327,13 @@ void RailSink::LeaveLane(uint32_t lane) {
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
   rails[rail]->CountReceived(lanes.CounterOfThisThread(),
                              wire::kHeaderBytes + slot->header().length);
-  if (slot->header().flags != 0) TOCL_RETURN_IF_ERROR(CheckFill(slot->header()));
+  if (slot->header().flags != 0 || slot->header().kind == wire::FrameKind::kMarker) {
+    TOCL_RETURN_IF_ERROR(CheckFill(from_process, slot->header()));
+  }
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
-      return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kMarker:
-      TOCL_RETURN_IF_ERROR(CheckFill(slot->header()));
       return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));
@@ -354,7 +354,7 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
   }
 }
 
-Status Runtime::Impl::CheckFill(const wire::Header& header) {
+Status Runtime::Impl::CheckFill(Gid from_process, const wire::Header& header) const {
   // Multicast's frames (wire/frame.h: markers and fills) never involve the
   // runtime's own threads: a carrier must not speak for a spawn service or
   // a reply mailbox (a packed piece's flag is not a fill's).
@@ -365,6 +365,20 @@ Status Runtime::Impl::CheckFill(const wire::Header& header) {
     return InvalidArgument(
         fmt::format("a multicast frame (kind {}) from {} to {}: a runtime thread",
                     static_cast<unsigned>(header.kind), source.ToString(), destination.ToString()));
+  }
+  const bool control =
+      header.kind == wire::FrameKind::kAbort || header.kind == wire::FrameKind::kProbe;
+  if (control && (runtime::FromSender(header) ? destination.process() != process
+                                              : source.process() != from_process)) {
+    // The network let it name a thread of neither end (SourceFits,
+    // DestinationFits take either way for these kinds); its tag says
+    // which way it goes: a sender's toward a receiver here, a receiver's
+    // from the receiver's own process. (A forged one to a made-up
+    // destination would otherwise make state.)
+    return InvalidArgument(
+        fmt::format("a relayed {} from {} to {} (tag {}) going the other way than its tag says",
+                    header.kind == wire::FrameKind::kAbort ? "abort" : "probe", source.ToString(),
+                    destination.ToString(), header.tag));
   }
   return Status::Ok();
 }
@@ -398,7 +412,7 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
 }
 
 Status Runtime::Impl::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                               uint64_t seq, runtime::Mailbox& wake) {
+                               runtime::FillOf fill, runtime::Mailbox& wake) {
   if (shutting_down.load()) return Unavailable("the runtime is shutting down");
   if (to.process() == process) {
     // A relay's own receiver: the fill goes into its pair order here, as
@@ -406,15 +420,16 @@ Status Runtime::Impl::SendFill(Gid from, Gid to, Tag tag, std::span<const std::b
     TOCL_RETURN_IF_ERROR(receive.LocalMailbox(to).status());
     TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
                           long_receiver.WholeMessage(from, to, tag, payload));
-    slot->header().seq = seq;
+    slot->header().seq = fill.seq;
+    slot->header().offset = fill.nonce;
     slot->header().flags = wire::kFlagRelayed;
     return lanes.OnOrdered(process, std::move(slot));
   }
   if (buffers::ClassFor(payload.size()) < num_classes) {
-    return send_side.SendFill(from, to, tag, payload, seq);
+    return send_side.SendFill(from, to, tag, payload, fill);
   }
   TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
-  return long_sender.SendFill(*peer, from, to, tag, payload, seq, wake);
+  return long_sender.SendFill(*peer, from, to, tag, payload, fill.seq, fill.nonce, wake);
 }
 
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
@@ -422,7 +437,9 @@ void LongReceiverEvents::SendControl(Gid process, int network, const wire::Heade
 }
 
 Status LongReceiverEvents::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
-  return impl_.lanes.Skip(from_process, key);
+  // A pair is made for a thread of ours only (a forged abort names any).
+  const bool receiver_here = impl_.receive.LocalMailbox(Gid::FromRaw(key.destination)).ok();
+  return impl_.lanes.Skip(from_process, key, receiver_here);
 }
 
 void LongReceiverEvents::HousekeepingDue(bool wake) {
@@ -455,7 +472,11 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   exited_senders.Note(gid, reason);
-  if (gid.is_process()) long_receiver.SenderExited(gid, reason);
+  if (gid.is_process()) {
+    long_receiver.SenderExited(gid, reason);
+    // Fills it was to carry for others (multicast) will not come.
+    lanes.CarrierGone(gid);
+  }
   routes.Exited(gid, reason);
 }
 

@@ -165,9 +165,10 @@ struct Runtime::Impl final {
   // A short message or long-message start whose turn came in its pair's
   // order (pair_order's callback).
   Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
-  // InvalidArgument for a marker or fill (wire/frame.h) naming one of the
-  // runtime's internal threads (the frame's connection closes).
-  static Status CheckFill(const wire::Header& header);
+  // InvalidArgument for a marker or relayed frame (wire/frame.h) naming
+  // one of the runtime's internal threads, or a relayed abort or probe
+  // going the other way than its tag says (the frame's connection closes).
+  Status CheckFill(Gid from_process, const wire::Header& header) const;
   bool Congested() const { return receive.Congested(); }
 
   // --- threads ---
@@ -185,14 +186,15 @@ struct Runtime::Impl final {
   // message's piece).
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
                   uint16_t flags = 0);
-  // A multicast's fill (wire/frame.h): `payload` to `to` as number `seq`
-  // of the (from, to) pair, whose marker `from`'s process posted; `from`
+  // A multicast's fill (wire/frame.h): `payload` to `to` as number
+  // `fill.seq` of the (from, to) pair, with the nonce of the marker
+  // `from`'s process posted; `from`
   // is a thread of this process (the sender's fallback) or of the process
   // this one relays for. Into `to`'s pair order here when it is this
   // process's; else short by SendSide::SendFill, long by
   // LongSender::SendFill (waking `wake`).
-  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq,
-                  runtime::Mailbox& wake);
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                  runtime::FillOf fill, runtime::Mailbox& wake);
 
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.

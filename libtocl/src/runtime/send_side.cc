@@ -113,35 +113,42 @@ Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
   return SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
-Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                          uint16_t flags, std::optional<uint64_t> fill_of) {
-  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
-  slot->header().flags = flags;
-  if (fill_of) {
-    slot->header().seq = *fill_of;
-    slot->header().flags |= wire::kFlagRelayed;
-  } else if (to.process() == process_) {
-    return receive_.Deliver(slot);
-  }
-
+template <typename Post>
+Status SendSide::PostLocked(Gid to, Post&& post) {
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
   SendQueue& peer = *destination;
   std::unique_lock lock(peer.mu());
   TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
-  int route = peer.default_route();
-  if (network != Network::kFastest) {
-    // The buffer's own network when it reaches the peer (no copy to
-    // another pool) and is usable, else the default. (The clock is read
-    // only for a network that failed.)
-    const int own = peer.RouteOfPool(slot->pool);
-    if (own >= 0) {
-      const RailHealth& health = peer.health()[own];
-      if (!health.failed || health.UsableAt(Clock::now())) route = own;
-    }
-  }
-  TOCL_RETURN_IF_ERROR(fill_of ? peer.PostNumbered(slot, route) : peer.Post(from, to, slot, route));
+  TOCL_RETURN_IF_ERROR(post(peer));
   peer.AwaitRoom(lock);  // back-pressure
   return Status::Ok();
+}
+
+Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags, std::optional<FillOf> fill_of) {
+  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
+  slot->header().flags = flags;
+  if (fill_of) {
+    slot->header().seq = fill_of->seq;
+    slot->header().offset = fill_of->nonce;
+    slot->header().flags |= wire::kFlagRelayed;
+  } else if (to.process() == process_) {
+    return receive_.Deliver(slot);
+  }
+  return PostLocked(to, [&](SendQueue& peer) {
+    int route = peer.default_route();
+    if (network != Network::kFastest) {
+      // The buffer's own network when it reaches the peer (no copy to
+      // another pool) and is usable, else the default. (The clock is read
+      // only for a network that failed.)
+      const int own = peer.RouteOfPool(slot->pool);
+      if (own >= 0) {
+        const RailHealth& health = peer.health()[own];
+        if (!health.failed || health.UsableAt(Clock::now())) route = own;
+      }
+    }
+    return fill_of ? peer.PostNumbered(slot, route) : peer.Post(from, to, slot, route);
+  });
 }
 
 Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
@@ -180,26 +187,24 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
 }
 
-Result<uint64_t> SendSide::PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier) {
+Result<uint64_t> SendSide::PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
+                                      uint64_t nonce) {
   if (shutting_down_.load(std::memory_order_relaxed)) {
     return Unavailable("the runtime is shutting down");
   }
-  TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
-  SendQueue& peer = *destination;
-  std::unique_lock lock(peer.mu());
-  TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
-  TOCL_ASSIGN_OR_RETURN(
-      buffers::SlotRef marker,
-      peer.HeaderFrame(peer.default_route(), wire::MarkerHeader(from, to, tag, total, carrier)));
   uint64_t seq = 0;
-  TOCL_RETURN_IF_ERROR(
-      peer.Post(from, to, marker, peer.default_route(), [&](uint64_t number) { seq = number; }));
-  peer.AwaitRoom(lock);  // back-pressure
+  TOCL_RETURN_IF_ERROR(PostLocked(to, [&](SendQueue& peer) -> Status {
+    wire::Header header = wire::MarkerHeader(from, to, tag, total, carrier);
+    header.reserved = nonce;  // (wire/frame.h: the call's nonce)
+    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef marker, peer.HeaderFrame(peer.default_route(), header));
+    return peer.Post(from, to, marker, peer.default_route(),
+                     [&](uint64_t number) { seq = number; });
+  }));
   return seq;
 }
 
 Status SendSide::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
-                          uint64_t seq) {
+                          FillOf fill) {
   const uint32_t class_index = buffers::ClassFor(payload.size());
   if (class_index >= num_classes_) {
     return InvalidArgument(fmt::format("a {} byte message is not short", payload.size()));
@@ -209,7 +214,7 @@ Status SendSide::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   }
   TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
                                                             payload, Clock::time_point::max()));
-  return PostSlot(from, to, tag, slot, Network::kFastest, 0, seq);  // an error drops `slot`
+  return PostSlot(from, to, tag, slot, Network::kFastest, 0, fill);  // an error drops `slot`
 }
 
 void SendSide::PostNoFill(Gid from, Gid to, uint64_t seq) {

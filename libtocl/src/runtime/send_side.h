@@ -40,6 +40,13 @@ namespace tocl::runtime {
 // with it), ok for every other tag.
 Status CheckSendableTag(Tag tag);
 
+// A multicast's fill (wire/frame.h): the number its marker took in the
+// pair, and the nonce the marker holds.
+struct FillOf {
+  uint64_t seq = 0;
+  uint64_t nonce = 0;
+};
+
 class SendSide {
  public:
   // A payload larger than the short maximum (Runtime::Impl::SendLong).
@@ -76,11 +83,12 @@ class SendSide {
   // CheckSend. `flags`: the frame's wire flags (wire::kFlagPackedPiece for
   // a packed message's piece). `fill_of`: a multicast's fill (wire/frame.h)
   // for that number of the (from, to) pair, posted numbered already
-  // (SendQueue::PostNumbered) with wire::kFlagRelayed, to another process.
+  // (SendQueue::PostNumbered) with wire::kFlagRelayed and its nonce, to
+  // another process.
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
                   uint16_t flags = 0);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                  uint16_t flags = 0, std::optional<uint64_t> fill_of = std::nullopt);
+                  uint16_t flags = 0, std::optional<FillOf> fill_of = std::nullopt);
   // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
   // the buffer's reference goes with the send and a failed send gives it
   // back; by reference the runtime shares the buffer (or, to this process
@@ -92,15 +100,17 @@ class SendSide {
   // A multicast's marker (wire/frame.h) from `from` (a thread of this
   // process) to `to` of another process, through the pair's order like a
   // Send: its number in the (from, to) pair, which now stands for a
-  // `total` byte message with `tag` carried by process `carrier`. Send's
-  // errors (nothing posted); no check of `from` (the caller's).
-  Result<uint64_t> PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier);
+  // `total` byte message with `tag` carried by process `carrier`, whose
+  // fill holds `nonce`. Send's errors (nothing posted); no check of `from`
+  // (the caller's).
+  Result<uint64_t> PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
+                              uint64_t nonce);
   // A short fill (it fits a class): `payload` to `to` of another process
   // as number `seq` of the (from, to) pair, copied into a pool buffer and
   // posted behind what waits for the process. `from` is a thread of this
   // process (the sender's fallback) or of the one this relays for. Send's
   // errors; no check of `from` (the caller's).
-  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, uint64_t seq);
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, FillOf fill);
   // Tells `to`'s process that number `seq` of the (from, to) pair, a
   // marker's, gets no fill (a sender's abort: PairOrder::Skip). Best
   // effort, as a long message's abort.
@@ -110,6 +120,12 @@ class SendSide {
   Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
 
  private:
+  // The destination's queue (PeerOf), its lock, its routes resolved
+  // (ResolvePeer), `post(peer)` under the lock, then the queue's
+  // back-pressure (AwaitRoom): every numbered post to another process.
+  template <typename Post>
+  Status PostLocked(Gid to, Post&& post);
+
   ReceiveSide& receive_;
   PeerRoutes& routes_;
   const Rails& rails_;

@@ -15,9 +15,9 @@ const Gid kSource = Gid::Thread(1, 2, 3);
 const Gid kReplyTo = Gid::Thread(1, 2, 16000000);
 
 std::vector<MulticastGroup> TwoGroups() {
-  return {
-      MulticastGroup{Gid::Process(2, 5), {{Gid::Thread(2, 5, 1), 7}, {Gid::Thread(2, 6, 1), 9}}},
-      MulticastGroup{Gid::Process(3, 4), {{Gid::Thread(3, 4, 2), 0}}}};
+  return {MulticastGroup{
+              Gid::Process(2, 5), {{Gid::Thread(2, 5, 1), 7}, {Gid::Thread(2, 6, 1), 9}}, 0xA1},
+          MulticastGroup{Gid::Process(3, 4), {{Gid::Thread(3, 4, 2), 0}}, 0xB2}};
 }
 
 std::vector<std::byte> Payload(size_t n) {
@@ -80,7 +80,7 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
   CheckRefused(bad, "says 100 payload bytes, but 101 follow");
 
   // Field offsets: magic 0, id 4, source 12, reply-to 20, tag 28, groups
-  // 32, first relay 36, its count 44, first receiver 48.
+  // 32, first relay 36, its nonce 44, its count 52, first receiver 56.
   auto put = [](std::vector<std::byte>& bytes, size_t at, auto value) {
     std::memcpy(bytes.data() + at, &value, sizeof(value));
   };
@@ -91,13 +91,13 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
   put(bad, 32, uint32_t{0xFFFFFFFF});  // more groups than bytes
   CheckRefused(bad, "says 4294967295 groups");
   bad = good;
-  put(bad, 44, uint32_t{1000000});  // more receivers than bytes
+  put(bad, 52, uint32_t{1000000});  // more receivers than bytes
   CheckRefused(bad, "says 1000000 receivers");
   bad = good;
   put(bad, 36, Gid::Thread(2, 5, 1).raw());  // a relay that is not a process
   CheckRefused(bad, "receivers in");
   bad = good;
-  put(bad, 48, Gid::Thread(7, 5, 1).raw());  // a receiver on another host than its relay
+  put(bad, 56, Gid::Thread(7, 5, 1).raw());  // a receiver on another host than its relay
   CheckRefused(bad, "names receiver h7.p5.t1 in the group of h2.p5");
 }
 

@@ -445,6 +445,19 @@ TEST_CASE(
   fragment.flags = kFlagRelayed;
   CHECK(ValidateHeader(fragment, kLimits).ok());
   CHECK_FALSE(DestinationFits(fragment, relay_process));
+
+  // A fill's nonce is in its offset (a plain message's must be 0), and a
+  // relayed long start's too.
+  toward.offset = 0x1234;
+  CHECK(ValidateHeader(toward, kLimits).ok());
+  toward.flags = 0;
+  CheckRejected(toward, "a short message with a fragment offset or total");
+  Header start = LongStartHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1),
+                                 7, 1000, 100, 5);
+  start.offset = 0x1234;
+  CheckRejected(start, "a long-message start with a payload or offset");
+  start.flags = kFlagRelayed;
+  CHECK(ValidateHeader(start, kLimits).ok());
 }
 
 TEST_CASE("a marker names its carrier process and the size of its message, and nothing else",
@@ -455,6 +468,8 @@ TEST_CASE("a marker names its carrier process and the size of its message, and n
   Header marker = MarkerHeader(sender, receiver, 7, uint64_t{1} << 20, relay, 5);
   CHECK(ValidateHeader(marker, kLimits).ok());
   CHECK(Gid::FromRaw(marker.offset) == relay);
+  marker.reserved = 99;  // the call's nonce
+  CHECK(ValidateHeader(marker, kLimits).ok());
   // It comes from the sender's own process, never from a relay.
   CHECK(SourceFits(marker, sender.process()));
   CHECK_FALSE(SourceFits(marker, relay));
