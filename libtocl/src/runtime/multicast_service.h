@@ -1,10 +1,8 @@
-// Multicast (tocl/multicast.h), both ends: the sender's side (Send: the
-// receivers numbered in their pairs, grouped by host, the requests to the
-// relays of a binomial tree, the answers awaited, a failed relay's
-// receivers sent to directly) and the relay every runtime runs (a thread
-// serving the internal mailbox at kRelayThread: it passes a request on to
-// its subtree's relays, carries the message to its own group's receivers
-// in the sender's place and answers the sender).
+// Multicast (tocl/multicast.h), the sender's side (Send: the receivers
+// numbered in their pairs, grouped by host, the requests to the relays of
+// a binomial tree, the answers awaited, a failed relay's receivers sent to
+// directly), and the relay every runtime runs (multicast_relay.h), which
+// it owns.
 //
 // Order and identity (wire/frame.h: markers and fills): for each receiver
 // on another host the sender posts a marker into the (sender, receiver)
@@ -24,12 +22,9 @@
 // Requests and replies are ordinary messages between internal mailboxes
 // (multicast_protocol.h): the sender's reply mailbox (reply_mailboxes.h,
 // failed at once when a relay's process exits or its host goes down) and
-// the relays' kRelayThread. The relay carries long messages one receiver
-// after the other, and one request after the other (tried and not kept:
-// nothing yet; a relay thread per request is the next step if relays
-// queue).
+// the relays' kRelayThread.
 //
-// It sees the runtime only through its hooks.
+// It sees the runtime only through its hooks (multicast_hooks.h).
 //
 // Threading: Send from any thread, several at once; Open, Start and Stop
 // from Runtime::Start and Runtime::Impl::Shutdown.
@@ -40,43 +35,21 @@
 #include <functional>
 #include <optional>
 #include <span>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/mailbox.h"
+#include "runtime/multicast_hooks.h"
 #include "runtime/multicast_plan.h"
 #include "runtime/multicast_protocol.h"
+#include "runtime/multicast_relay.h"
 #include "runtime/receive_side.h"
 #include "runtime/reply_mailboxes.h"
 #include "runtime/send_queue.h"
-#include "runtime/send_side.h"
 #include "tocl/multicast.h"
 #include "tocl/runtime.h"
 
 namespace tocl::runtime {
-
-struct MulticastHooks {
-  // A copy of `payload` from `from` (a thread of this process, internal
-  // ones included) to `to`: Runtime::Send without the public checks.
-  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload)> send;
-  // A marker in the (from, to) pair (SendSide::PostMarker): the number it
-  // took, or Send's error for `to`.
-  std::function<Result<uint64_t>(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
-                                 uint64_t nonce)>
-      post_marker;
-  // `payload` to `to` as the fill of number `fill.seq` of the (from, to) pair,
-  // `from` a thread of this process or of the one this relays for; `wake`
-  // is the carrying thread's mailbox (a long message's answers ring it).
-  std::function<Status(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, FillOf fill,
-                       Mailbox& wake)>
-      send_fill;
-  // Tells `to` that number `seq` of the (from, to) pair gets no fill
-  // (SendSide::PostNoFill).
-  std::function<void(Gid from, Gid to, uint64_t seq)> post_no_fill;
-  // The mailbox of enrolled thread `from` (SendSide::CheckSender's errors).
-  std::function<Result<Mailbox*>(Gid from)> sender_mailbox;
-};
 
 class MulticastService {
  public:
@@ -86,18 +59,19 @@ class MulticastService {
       : receive_(receive),
         replies_(replies),
         shutting_down_(shutting_down),
-        hooks_(std::move(hooks)) {}
-  ~MulticastService();
+        hooks_(std::move(hooks)),
+        relay_(receive, shutting_down, hooks_) {}
   MulticastService(const MulticastService&) = delete;
   MulticastService& operator=(const MulticastService&) = delete;
 
-  // Creates the relay mailbox of `process`: requests that arrive before
-  // Start wait in it. Before the endpoints are published.
-  void Open(Gid process);
-  void Start();
-  // The relay thread ends (the runtime is shutting down and has woken the
-  // mailboxes).
-  void Stop();
+  // MulticastRelay's: the relay of `process` (before the endpoints are
+  // published), its thread started and ended.
+  void Open(Gid process) {
+    process_ = process;
+    relay_.Open(process);
+  }
+  void Start() { relay_.Start(); }
+  void Stop() { relay_.Stop(); }
 
   // Runtime::Multicast with a list (tocl/multicast.h): `to` checked here.
   Result<MulticastResult> Send(Gid from, std::span<const Gid> to, Tag tag,
@@ -146,21 +120,13 @@ class MulticastService {
   std::optional<size_t> AnsweredGroup(const RelayedCall& call, Gid source,
                                       const MulticastReply& reply) const;
 
-  void Serve();
-  void Handle(const Buffer& message);
-  // Passes `request` on to the relays of its subtrees (groups[1..]); a
-  // subtree that cannot be reached is answered for with the error.
-  void PassOn(const MulticastRequest& request);
-  void Answer(Gid reply_to, const MulticastReply& reply);
-
   ReceiveSide& receive_;
   ReplyMailboxes& replies_;
   const std::atomic<bool>& shutting_down_;
   const MulticastHooks hooks_;
-  Gid process_;               // set by Open
-  Mailbox* relay_ = nullptr;  // owned by the thread table
-  std::thread server_;
+  Gid process_;  // set by Open
   std::atomic<uint64_t> next_request_{1};
+  MulticastRelay relay_;
 };
 
 }  // namespace tocl::runtime

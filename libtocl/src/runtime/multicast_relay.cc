@@ -1,0 +1,142 @@
+#include "runtime/multicast_relay.h"
+
+#include <fmt/format.h>
+
+#include "core/logger.h"
+#include "runtime/internal_threads.h"
+
+namespace tocl::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+MulticastRelay::~MulticastRelay() {
+  Stop();
+}
+
+void MulticastRelay::Open(Gid process) {
+  process_ = process;
+  relay_ = receive_.AddInternal(kRelayThread);
+}
+
+void MulticastRelay::Start() {
+  server_ = std::thread([this] { Serve(); });
+}
+
+void MulticastRelay::Stop() {
+  if (server_.joinable()) server_.join();
+}
+
+namespace {
+
+// What a relay refuses to carry (its receivers verify the rest: a fill is
+// taken only where its sender's marker names this relay): a message of or
+// to one of a runtime's own threads, or with a tag no Send may use.
+Status CheckRequestEnds(const MulticastRequest& request) {
+  if (!request.source.is_thread() || IsInternalThread(request.source)) {
+    return InvalidArgument(
+        fmt::format("a multicast from {}: not an application's thread", request.source.ToString()));
+  }
+  TOCL_RETURN_IF_ERROR(CheckSendableTag(request.tag));
+  for (const MulticastGroup& group : request.groups) {
+    for (const NumberedReceiver& receiver : group.receivers) {
+      if (!receiver.thread.is_thread() || IsInternalThread(receiver.thread)) {
+        return InvalidArgument(fmt::format("a multicast to {}: not an application's thread",
+                                           receiver.thread.ToString()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void MulticastRelay::Serve() {
+  const Selector requests{Gid(), kMulticastRequestTag};
+  for (;;) {
+    auto request = receive_.ReceiveOn(*relay_, requests, Clock::time_point::max(), {});
+    if (!request.ok()) {
+      // Cancelled: the runtime is shutting down.
+      if (request.status().code() != StatusCode::kCancelled) {
+        Log().error("tocl: the multicast relay stops: {}", request.status().ToString());
+      }
+      return;
+    }
+    Handle(*request);
+  }
+}
+
+void MulticastRelay::Handle(const Buffer& message) {
+  const Gid source = message.source();
+  uint64_t id = 0;
+  Gid reply_to;
+  auto request = DecodeMulticastRequest(message.span(), id, reply_to);
+  Status refused;
+  if (!request.ok()) {
+    refused = request.status();
+  } else if (!IsInternalThread(source) || !IsInternalThread(request->reply_to)) {
+    refused = InvalidArgument(
+        fmt::format("a multicast request from {} answered to {}: not the runtime's mailboxes",
+                    source.ToString(), request->reply_to.ToString()));
+  } else if (request->groups.front().relay != process_) {
+    refused =
+        InvalidArgument(fmt::format("relay {} got the request for the group of {}",
+                                    process_.ToString(), request->groups.front().relay.ToString()));
+  } else if (source.thread_index() != kRelayThread &&
+             source.process() != request->source.process()) {
+    // From a sender's own mailbox (not a relay passing it on): for a
+    // thread of its own process only.
+    refused = InvalidArgument(fmt::format("a multicast request from {} for a message of {}",
+                                          source.ToString(), request->source.ToString()));
+  } else {
+    refused = CheckRequestEnds(*request);
+  }
+  if (!refused.ok()) {
+    Log().warn("tocl: multicast relay: a bad request from {}: {}", source.ToString(),
+               refused.ToString());
+    // Answered when it says where to: its sender then sends to its
+    // receivers itself.
+    if (reply_to.is_thread() && IsInternalThread(reply_to)) {
+      Answer(reply_to, MulticastReply{.id = id, .relay = process_, .status = refused});
+    }
+    return;
+  }
+  PassOn(*request);
+  MulticastReply reply{.id = request->id, .relay = process_};
+  for (const NumberedReceiver& receiver : request->groups.front().receivers) {
+    Status status =
+        shutting_down_.load()
+            ? Unavailable("the relay is shutting down")
+            : hooks_.send_fill(request->source, receiver.thread, request->tag, request->payload,
+                               FillOf{receiver.seq, request->groups.front().nonce}, *relay_);
+    reply.receivers.push_back(MulticastReceiverOutcome{receiver.thread, std::move(status)});
+  }
+  Answer(request->reply_to, reply);
+}
+
+void MulticastRelay::PassOn(const MulticastRequest& request) {
+  std::span<const MulticastGroup> below(request.groups);
+  below = below.subspan(1);
+  for (std::span<const MulticastGroup> subtree : SplitBinomial(below)) {
+    const Gid relay = RelayOf(subtree.front().relay);
+    Status sent = hooks_.send(RelayOf(process_), relay, kMulticastRequestTag,
+                              EncodeMulticastRequest(request, subtree));
+    if (sent.ok()) continue;
+    // Its groups hear nothing from us: their sender sends to them itself.
+    const Status why = sent.WithContext(fmt::format("relay {} could not pass the message on to {}",
+                                                    process_.ToString(), relay.ToString()));
+    for (const MulticastGroup& group : subtree) {
+      Answer(request.reply_to,
+             MulticastReply{.id = request.id, .relay = group.relay, .status = why});
+    }
+  }
+}
+
+void MulticastRelay::Answer(Gid reply_to, const MulticastReply& reply) {
+  Status sent =
+      hooks_.send(RelayOf(process_), reply_to, kMulticastReplyTag, EncodeMulticastReply(reply));
+  if (!sent.ok()) {
+    Log().warn("tocl: multicast relay: cannot answer {}: {}", reply_to.ToString(), sent.ToString());
+  }
+}
+
+}  // namespace tocl::runtime

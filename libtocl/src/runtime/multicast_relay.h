@@ -1,0 +1,72 @@
+// The multicast relay every runtime runs (tocl/multicast.h,
+// multicast_service.h): a thread serving the internal mailbox at
+// kRelayThread. For each request (multicast_protocol.h: from a sender's
+// reply mailbox, or from a relay above it passing it on) it passes the
+// request on to the relays of its subtree, carries the message to its own
+// group's receivers in the sender's place (each a fill for the receiver's
+// number with the group's nonce: wire/frame.h) and answers the sender.
+//
+// What it refuses (answered with the reason when the request says where
+// to): a request that does not decode, or not from and to the runtime's
+// mailboxes, or for another relay's group, or from a sender's mailbox for
+// a thread of another process, or of or to one of a runtime's internal
+// threads, or with a tag no Send may use. It cannot tell a request a relay
+// passed on from one a third process made up (anyone may ask it to carry
+// bytes in a sender's name): its receivers do, by the nonce their
+// sender's marker holds (pair_order.h).
+//
+// It carries long messages one receiver after the other, and one request
+// after the other (tried and not kept: nothing yet; a relay thread per
+// request is the next step if relays queue).
+//
+// Threading: Open, Start and Stop from Runtime::Start and
+// Runtime::Impl::Shutdown; the rest on its own thread.
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+#include "runtime/mailbox.h"
+#include "runtime/multicast_hooks.h"
+#include "runtime/multicast_protocol.h"
+#include "runtime/receive_side.h"
+#include "tocl/gid.h"
+#include "tocl/runtime.h"
+
+namespace tocl::runtime {
+
+class MulticastRelay {
+ public:
+  // `receive`, `shutting_down` and `hooks` must outlive this.
+  MulticastRelay(ReceiveSide& receive, const std::atomic<bool>& shutting_down,
+                 const MulticastHooks& hooks)
+      : receive_(receive), shutting_down_(shutting_down), hooks_(hooks) {}
+  ~MulticastRelay();
+  MulticastRelay(const MulticastRelay&) = delete;
+  MulticastRelay& operator=(const MulticastRelay&) = delete;
+
+  // Creates the relay mailbox of `process`: requests that arrive before
+  // Start wait in it. Before the endpoints are published.
+  void Open(Gid process);
+  void Start();
+  // The relay thread ends (the runtime is shutting down and has woken the
+  // mailboxes).
+  void Stop();
+
+ private:
+  void Serve();
+  void Handle(const Buffer& message);
+  // Passes `request` on to the relays of its subtrees (groups[1..]); a
+  // subtree that cannot be reached is answered for with the error.
+  void PassOn(const MulticastRequest& request);
+  void Answer(Gid reply_to, const MulticastReply& reply);
+
+  ReceiveSide& receive_;
+  const std::atomic<bool>& shutting_down_;
+  const MulticastHooks& hooks_;
+  Gid process_;               // set by Open
+  Mailbox* relay_ = nullptr;  // owned by the thread table
+  std::thread server_;
+};
+
+}  // namespace tocl::runtime
