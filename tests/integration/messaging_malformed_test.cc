@@ -653,11 +653,16 @@ TEST_CASE(
   const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
   const std::vector<std::byte> payload = PatternBytes(size_t{1} << 20, 19);
 
+  const uint64_t heard_before = FramesReceived(*sender);
   auto sent = std::async(std::launch::async, [&] { return sender->Send(s, r, 3, payload); });
-  // The receiver has the start (it waits there for a RecvInto).
-  MessageInfo started = REQUIRE_VALUE(receiver->Probe(r, seconds(20), s, 3));
-  REQUIRE(started.size == payload.size());
-  REQUIRE(sent.wait_for(milliseconds(0)) == std::future_status::timeout);
+  // The receiver has the start once it answers the sender's probe ("waits
+  // for memory"): the first frame the sender hears (nobody else talks to
+  // it). (A start waiting for memory is not visible to Probe.)
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*sender) == heard_before && steady_clock::now() < deadline) {
+    REQUIRE(sent.wait_for(milliseconds(20)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*sender) > heard_before);
 
   // A third process, relay-flagged: the sender's abort and probe to the
   // receiver, the receiver's abort to the sender (message 0 of the pair).

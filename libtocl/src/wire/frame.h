@@ -68,27 +68,27 @@
 // refuses the hello, and the two processes do not talk at all rather than
 // lose a channel to the first packed message.
 //
-// Multicast (runtime/multicast_service.h): markers and fills. A message of
-// thread S to thread R of another host may be carried by a relay process Q
-// (a third process, on R's host). S's own process still numbers it in the
-// (S, R) pair: it posts a header-only kMarker there, through its send
-// queue like a Send, which takes the pair's next number n and says "n is a
-// `total` byte message carried by process Q" (`offset`: Q's process id).
-// The payload then reaches R as a *fill* for (S, R, n): a kMessage or a
-// kLongStart (and its kFragments, and the long-message conversation run in
-// S's place) with kFlagRelayed, from Q, or from S's own process when Q
-// failed (the sender's fallback). Fill frames name S as their source and
-// R's answers to Q (kGrant, kAck, a receiver's kAbort and kProbe) name S
-// as their destination, so both ends key the message as S sent it;
-// kFlagRelayed is what lets a network accept a thread of neither end of
-// its connection there (SourceFits, DestinationFits). The identity stays
-// anchored in S's process: a marker must come from it (SourceFits), and
-// R's pair order (runtime/pair_order.h) takes the fill for n only from the
-// process the marker names or from S's own, and only once the marker came
-// (a fill ahead of it waits, charged to its carrier). A fill from anyone
-// else, for a position that was no marker's, or naming one of a runtime's
-// internal threads, closes its connection. Other kinds never carry the
-// flag.
+// Multicast (runtime/multicast_service.h): markers and fills. S's thread's
+// message to R of another host may be carried by a relay process Q. S's
+// process posts a header-only kMarker into the (S, R) pair like a Send: it
+// takes the next number n and says "n is a `total` byte message with `tag`
+// carried by process `offset` (Q), with nonce `reserved`" (64 random bits
+// per call and relay group). The payload reaches R as a *fill* for (S, R,
+// n): a kMessage or kLongStart (its kFragments and the long-message
+// conversation run in S's place) with kFlagRelayed and the nonce in
+// `offset`, from Q or (its fallback) S's own process. Fills name S as
+// source, R's answers to Q (kGrant, kAck, a receiver's kAbort and kProbe)
+// name S as destination; kFlagRelayed lets a network accept a thread of
+// neither end there (SourceFits, DestinationFits; the runtime checks that
+// an abort or probe goes the way its tag says). A marker must come from S's
+// process; R's pair order (runtime/pair_order.h) delivers a fill only from
+// Q or S's process with the marker's tag, size and nonce (a relay can be
+// asked by anyone to carry bytes in S's name, but not with the nonce: such
+// a misfit is dropped). At its turn a fill from a third process, for no
+// marker's number, or naming a runtime's internal thread closes its
+// connection; one that came first waits, charged to its carrier, and is
+// dropped at the marker (its carrier's held frames with it). A relayed
+// fragment of no message being received is dropped. Other kinds: no flag.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -248,8 +248,8 @@ constexpr Header StreamHeader(FrameKind kind, Gid from_process, Gid to_process, 
                 .offset = frame};
 }
 
-// A marker (see above): message `seq` of the (from, to) pair, `total`
-// bytes with tag `tag`, is carried by process `carrier`.
+// A marker (see above): message `seq` of the (from, to) pair, `total` bytes
+// with tag `tag`, carried by `carrier` (the caller sets the nonce).
 constexpr Header MarkerHeader(Gid from, Gid to, uint32_t tag, uint64_t total, Gid carrier,
                               uint64_t seq = 0) {
   return Header{.kind = FrameKind::kMarker,
@@ -266,7 +266,7 @@ inline bool Relayed(const Header& header) {
 }
 
 // The kinds a fill's carrier sends toward a receiver in its source's name,
-// and those a receiver answers it with (both: abort and probe).
+// and those a receiver answers it with (abort, probe: both; by tag, runtime).
 constexpr bool RelayedTowardReceiver(FrameKind kind) {
   return kind == FrameKind::kMessage || kind == FrameKind::kLongStart ||
          kind == FrameKind::kFragment || kind == FrameKind::kAbort || kind == FrameKind::kProbe;
