@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "core/logger.h"
 #include "runtime/mailbox.h"
 #include "wire/frame.h"
@@ -19,16 +22,23 @@ std::string Describe(const wire::Header& header) {
                      Gid::FromRaw(header.destination).ToString());
 }
 
-// Records the marker of number `seq` of `pair` (the last `limit` are kept;
-// every one from pair.marks_from on is there).
+// Records the marker of number `seq` of `pair` in its ring of `limit`
+// numbers (every one from pair.marks_from on is there).
 template <typename Pair, typename Mark>
 void Remember(Pair& pair, uint64_t seq, const Mark& mark, size_t limit) {
   if (seq < pair.marks_from) return;
-  pair.marks[seq] = mark;
-  while (pair.marks.size() > limit) {
-    pair.marks_from = pair.marks.begin()->first + 1;
-    pair.marks.erase(pair.marks.begin());
-  }
+  if (!pair.marks) pair.marks = std::make_unique<std::remove_reference_t<decltype(*pair.marks)>>();
+  Mark& slot = (*pair.marks)[seq % limit];
+  slot = mark;
+  slot.seq = seq;
+  if (seq + 1 > limit) pair.marks_from = std::max<uint64_t>(pair.marks_from, seq + 1 - limit);
+}
+
+// The marker of number `seq` of `pair` remembered, or null.
+template <typename Pair>
+auto FindMark(const Pair& pair, uint64_t seq) {
+  const auto* slot = pair.marks ? &(*pair.marks)[seq % pair.marks->size()] : nullptr;
+  return slot != nullptr && slot->seq == seq ? slot : nullptr;
 }
 
 }  // namespace
@@ -101,7 +111,8 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
   const wire::Header& header = frame.slot->header();
   const uint64_t seq = pair.next_seq;
   if (header.kind == wire::FrameKind::kMarker) {
-    Remember(pair, seq, MarkOf(header), kRememberMarks);
+    pair.awaited = MarkOf(header);
+    Remember(pair, seq, pair.awaited, kRememberMarks);
     pair.awaiting_fill = true;
     Status status;
     if (!pair.fills.empty()) status = TakeHeldFill(pair, header);
@@ -190,7 +201,7 @@ Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
   }
   const uint64_t seq = slot->header().seq;
   if (seq == pair.next_seq && pair.awaiting_fill) {
-    if (auto refused = Refuse(from_process, slot->header(), pair.marks.at(seq))) return *refused;
+    if (auto refused = Refuse(from_process, slot->header(), pair.awaited)) return *refused;
     pair.awaiting_fill = false;
     ++pair.next_seq;
     slot->header().offset = 0;  // the nonce
@@ -228,9 +239,9 @@ Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) 
     ++duplicates_;
     return Status::Ok();
   }
-  auto mark = pair.marks.find(header.seq);
-  if (mark == pair.marks.end()) return NoMarker(from_process, header);
-  if (auto refused = Refuse(from_process, header, mark->second)) return *refused;
+  const Mark* mark = FindMark(pair, header.seq);
+  if (mark == nullptr) return NoMarker(from_process, header);
+  if (auto refused = Refuse(from_process, header, *mark)) return *refused;
   if (header.kind == wire::FrameKind::kLongStart && refill_) {
     // A second long fill (the sender's own try, or its relay's after it):
     // the long receiver answers its carrier, and may hand the message to
@@ -301,7 +312,7 @@ Status PairOrder::Hold(Pair& pair, Frames& into, uint64_t seq, Held frame) {
 
 bool PairOrder::GiveUpIfCarrierGone(Pair& pair) {
   if (gone_.empty() || pair.held.empty()) return false;
-  const Mark& mark = pair.marks.at(pair.next_seq);
+  const Mark& mark = pair.awaited;
   if (gone_.count(mark.carrier.raw()) == 0) return false;
   const wire::Header& later = pair.held.begin()->second.slot->header();
   Log().warn(

@@ -27,8 +27,9 @@
 // is dropped, except a long one, which goes to `refill` (the long receiver
 // answers its carrier, and hands the message over to the source's own
 // process when the relay that carried the first died midway or is slow).
-// The last kRememberMarks markers of a pair are remembered to judge late
-// fills.
+// A pair remembers the markers of its last kRememberMarks numbers (up to
+// its newest marker) to judge late fills; an older late fill is dropped as
+// a second copy.
 //
 // A carrier that exits or is dropped while a pair waits for its fill does
 // not stall the pair for ever: once a later frame of the pair waits behind
@@ -47,11 +48,13 @@
 // the callback on that thread, in order.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -148,6 +151,7 @@ class PairOrder {
     uint64_t total = 0;
     uint64_t nonce = 0;
     uint32_t tag = 0;
+    uint64_t seq = ~uint64_t{0};  // its number (in the ring: Remember)
   };
   struct Pair {
     uint64_t next_seq = 0;
@@ -158,8 +162,12 @@ class PairOrder {
     size_t held_bytes = 0;
     // Numbers not to wait for: long messages whose sender gave up.
     std::set<uint64_t> skipped;
-    // The last markers reached; every marker from marks_from on is here.
-    std::map<uint64_t, Mark> marks;
+    // next_seq's marker, while awaiting_fill.
+    Mark awaited;
+    // The markers of the last kRememberMarks numbers up to the newest
+    // marker, a ring by number (made at the pair's first marker: plain
+    // pairs pay nothing); every marker from marks_from on is here.
+    std::unique_ptr<std::array<Mark, kRememberMarks>> marks;
     uint64_t marks_from = 0;
   };
   using PairKey = std::pair<uint64_t, uint64_t>;  // source thread, destination thread
