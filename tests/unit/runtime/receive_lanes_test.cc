@@ -316,5 +316,25 @@ TEST_CASE("a skip goes to the lane of the message's receiving thread", "[lanes]"
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("skips for receivers not of this process make no state in any lane, nor a carrier gone",
+          "[lanes][multicast]") {
+  Fixture f;
+  // Forged aborts (a relayed one names any receiver) for pairs not seen.
+  const Gid source = Gid::Thread(kOtherProcess, 1);
+  for (uint32_t lane = 0; lane < kLanes; ++lane) {
+    REQUIRE(f.lanes
+                .Skip(kOtherProcess, LongKey{source.raw(), ReceiverIn(lane).raw(), 9},
+                      /*receiver_here=*/false)
+                .ok());
+  }
+  CHECK(f.lanes.Pairs() == 0);
+  // A process gone that carried nothing here changes nothing either.
+  f.lanes.CarrierGone(kOtherProcess);
+  CHECK(f.lanes.Pairs() == 0);
+  REQUIRE(f.Arrive(source, ReceiverIn(3), 0).ok());
+  CHECK(f.lanes.Pairs() == 1);
+  CHECK(f.Delivered(source, ReceiverIn(3)) == std::vector<uint64_t>{0});
+}
+
 }  // namespace
 }  // namespace tocl::runtime
