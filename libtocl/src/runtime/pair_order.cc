@@ -44,12 +44,13 @@ auto FindMark(const Pair& pair, uint64_t seq) {
 }  // namespace
 
 PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver,
-                     Broken broken, Refill refill)
+                     Broken broken, Refill refill, Clock::duration carrier_grace)
     : process_cap_(process_cap),
       unexpected_bytes_(unexpected_bytes),
       deliver_(std::move(deliver)),
       broken_(std::move(broken)),
-      refill_(std::move(refill)) {}
+      refill_(std::move(refill)),
+      carrier_grace_(carrier_grace) {}
 
 PairOrder::Mark PairOrder::MarkOf(const wire::Header& marker) {
   return Mark{.carrier = Gid::FromRaw(marker.offset),
@@ -95,11 +96,7 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
                   Gid::FromRaw(slot->header().source).ToString(), pair.next_seq);
       return Status::Ok();
     }
-    TOCL_RETURN_IF_ERROR(Hold(pair, pair.held, seq, Held{from_process, std::move(slot)}));
-    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair)) return Status::Ok();
-    Status status = DeliverHeld(pair);
-    BreakNow();
-    return status;
+    return Hold(pair, pair.held, seq, Held{from_process, std::move(slot)});
   }
   Status status = Reach(pair, Held{from_process, std::move(slot)});
   if (status.ok()) status = DeliverHeld(pair);
@@ -116,7 +113,6 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
     pair.awaiting_fill = true;
     Status status;
     if (!pair.fills.empty()) status = TakeHeldFill(pair, header);
-    if (pair.awaiting_fill) GiveUpIfCarrierGone(pair);
     return status;
   }
   ++pair.next_seq;
@@ -195,7 +191,7 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
 Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
   // A carrier dropped (not exited) that talks to us again is back.
   if (!gone_.empty()) {
-    if (auto gone = gone_.find(from_process.raw()); gone != gone_.end() && !gone->second) {
+    if (auto gone = gone_.find(from_process.raw()); gone != gone_.end() && !gone->second.exited) {
       gone_.erase(gone);
     }
   }
@@ -310,28 +306,47 @@ Status PairOrder::Hold(Pair& pair, Frames& into, uint64_t seq, Held frame) {
   return Status::Ok();
 }
 
-bool PairOrder::GiveUpIfCarrierGone(Pair& pair) {
-  if (gone_.empty() || pair.held.empty()) return false;
+bool PairOrder::GiveUpIfCarrierGone(Pair& pair, Clock::time_point now) {
+  if (pair.held.empty()) return false;
   const Mark& mark = pair.awaited;
-  if (gone_.count(mark.carrier.raw()) == 0) return false;
+  auto gone = gone_.find(mark.carrier.raw());
+  if (gone == gone_.end() || now - gone->second.since < carrier_grace_) return false;
   const wire::Header& later = pair.held.begin()->second.slot->header();
   Log().warn(
-      "tocl: multicast message {} of {} to {} is lost: its carrier {} exited or was dropped "
-      "before its fill came, and the sender went on (message {} is here)",
+      "tocl: multicast message {} of {} to {} is lost: its carrier {} {} before its fill came, "
+      "no fill came within {} ms, and the sender went on (message {} is here)",
       pair.next_seq, Gid::FromRaw(later.source).ToString(),
-      Gid::FromRaw(later.destination).ToString(), mark.carrier.ToString(), later.seq);
+      Gid::FromRaw(later.destination).ToString(), mark.carrier.ToString(),
+      gone->second.exited ? "exited" : "was dropped",
+      std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count(), later.seq);
   ++fills_lost_;
   pair.awaiting_fill = false;
   ++pair.next_seq;
   return true;
 }
 
-Status PairOrder::CarrierGone(Gid carrier) {
-  if (gone_.size() >= kRememberGone) gone_.clear();
-  gone_[carrier.raw()] = true;
+void PairOrder::NoteGone(Gid carrier, Clock::time_point now, bool exited) {
+  if (auto known = gone_.find(carrier.raw()); known != gone_.end()) {
+    known->second.exited |= exited;  // (since: the first time)
+    return;
+  }
+  if (gone_.size() >= kRememberGone) {
+    gone_.erase(std::min_element(gone_.begin(), gone_.end(), [](const auto& a, const auto& b) {
+      return a.second.since < b.second.since;
+    }));
+  }
+  gone_.emplace(carrier.raw(), Gone{now, exited});
+}
+
+void PairOrder::CarrierGone(Gid carrier, Clock::time_point now) {
+  NoteGone(carrier, now, /*exited=*/true);
+}
+
+Status PairOrder::Housekeeping(Clock::time_point now) {
+  if (gone_.empty()) return Status::Ok();
   Status status;
   for (auto& [key, pair] : pairs_) {
-    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair)) continue;
+    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair, now)) continue;
     if (Status delivered = DeliverHeld(pair); !delivered.ok() && status.ok()) status = delivered;
   }
   BreakNow();
@@ -425,7 +440,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here)
   return status;
 }
 
-void PairOrder::DropProcess(Gid from_process) {
+void PairOrder::DropProcess(Gid from_process, Clock::time_point now) {
   // Erasing a pair drops the frames it held (fills others carried for it
   // are no longer charged to them).
   std::erase_if(pairs_, [&](auto& entry) {
@@ -456,10 +471,9 @@ void PairOrder::DropProcess(Gid from_process) {
   }
   held_by_process_.erase(from_process.raw());
   last_pair_ = nullptr;
-  // The fills it was to bring will not come (CarrierGone, called for it
-  // in every lane, gives their numbers up).
-  if (gone_.size() >= kRememberGone) gone_.clear();
-  gone_.try_emplace(from_process.raw(), false);
+  // The fills it was to bring may not come (Housekeeping gives their
+  // numbers up after the grace period, unless it sends fills again).
+  NoteGone(from_process, now, /*exited=*/false);
 }
 
 void PairOrder::Clear() {

@@ -31,11 +31,17 @@
 // its newest marker) to judge late fills; an older late fill is dropped as
 // a second copy.
 //
-// A carrier that exits or is dropped while a pair waits for its fill does
-// not stall the pair for ever: once a later frame of the pair waits behind
-// the number (the source went on), the number is given up with a warning
-// (the message is lost; the source is not broken). Until then the source's
-// own fill (its fallback) is still taken.
+// A carrier that exits (CarrierGone) or is dropped (DropProcess) while a
+// pair waits for its fill does not stall the pair for ever: once it has
+// been gone for `carrier_grace` (the runtime's partial_timeout) and a later
+// frame of the pair waits behind the number (the source went on), the
+// number is given up with a warning (the message is lost; the source is not
+// broken). Housekeeping does it, never the arrival of a frame: the source's
+// own fill (its fallback when the relay died) may be overtaken by its next
+// frame (another network, or a long fill posted apart from the lane), and
+// is delivered in place when it comes within the grace period. A dropped
+// carrier is not an exited one: a fill it sends again is taken, and it is
+// no longer counted gone.
 //
 // Memory: held frames count per pair, per carrying process (the process
 // that sent the frame here: the source thread's, or a fill's carrier) and
@@ -50,6 +56,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -89,13 +96,17 @@ class PairOrder {
   // Fills held per number and carrier ahead of their marker: a relay's
   // own, and one someone else had it carry first.
   static constexpr size_t kFillsPerCarrier = 2;
-  // Carriers remembered as gone (CarrierGone, DropProcess).
+  // Carriers remembered as gone (CarrierGone, DropProcess); past it the
+  // one gone longest is forgotten.
   static constexpr size_t kRememberGone = 1024;
+
+  using Clock = std::chrono::steady_clock;
 
   // `unexpected_bytes` (the runtime's, read by other threads for flow
   // control) must outlive this; held frames are added to it.
   PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver,
-            Broken broken = {}, Refill refill = {});
+            Broken broken = {}, Refill refill = {},
+            Clock::duration carrier_grace = std::chrono::seconds(10));
   ~PairOrder() { Clear(); }
   PairOrder(const PairOrder&) = delete;
   PairOrder& operator=(const PairOrder&) = delete;
@@ -116,16 +127,20 @@ class PairOrder {
   // thread of this process: the caller knows).
   Status Skip(Gid from_process, const LongKey& key, bool receiver_here = true);
 
-  // Process `carrier` exited: a pair waiting for a fill it carries gives
-  // that number up once something later waits behind it (see above).
-  Status CarrierGone(Gid carrier);
+  // Process `carrier` exited (at `now`): a pair waiting for a fill it
+  // carries gives that number up in Housekeeping (see above).
+  void CarrierGone(Gid carrier, Clock::time_point now = Clock::now());
+  // Gives up the numbers whose carrier has been gone for carrier_grace while
+  // later frames of their pair wait, and delivers what waited behind them
+  // (see above). Its error: that of a delivery (no network waits for it).
+  Status Housekeeping(Clock::time_point now);
 
   // Drops every held frame (their references, their accounting).
   void Clear();
   // Drops `from_process`'s pairs and what they hold, and what it carries
-  // in other pairs (fills); it counts as gone (CarrierGone: the caller
-  // calls it next, once no lane is held).
-  void DropProcess(Gid from_process);
+  // in other pairs (fills); it counts as gone (dropped, not exited: see
+  // above) from `now`.
+  void DropProcess(Gid from_process, Clock::time_point now = Clock::now());
 
   // Bytes held that `from_process` brought.
   size_t HeldBytes(Gid from_process) const;
@@ -208,9 +223,13 @@ class PairOrder {
   // accounting.
   template <typename Frames>
   Held TakeHeld(Pair& pair, Frames& from, typename Frames::iterator it);
-  // `pair` waits for a fill whose carrier is gone while later frames wait
-  // behind it: the number is given up (see above). True if so.
-  bool GiveUpIfCarrierGone(Pair& pair);
+  // `pair` waits for a fill whose carrier has been gone for carrier_grace
+  // at `now` while later frames wait behind it: the number is given up (see
+  // above). True if so.
+  bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
+  // Notes `carrier` gone since `now` (exited, or dropped), forgetting the
+  // one gone longest when kRememberGone are.
+  void NoteGone(Gid carrier, Clock::time_point now, bool exited);
   // `carrier` misbehaved in a frame held earlier: dropped (with Broken)
   // once the current call is done with its pair.
   void BreakLater(Gid carrier, const std::string& why);
@@ -221,14 +240,19 @@ class PairOrder {
   const Deliver deliver_;
   const Broken broken_;
   const Refill refill_;
+  const Clock::duration carrier_grace_;
   std::vector<Gid> breaking_;  // BreakLater's
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in pairs_, by carrier
   uint64_t duplicates_ = 0;
   uint64_t fills_lost_ = 0;
-  // Carriers gone (raw process ids): exited (true), or dropped (false:
-  // until it sends a fill again).
-  std::map<uint64_t, bool> gone_;
+  // Carriers gone (raw process ids): since when, and whether exited (else
+  // dropped: until it sends a fill again).
+  struct Gone {
+    Clock::time_point since;
+    bool exited = false;
+  };
+  std::unordered_map<uint64_t, Gone> gone_;
   // The last pair looked up (node pointers stay valid until erased).
   PairKey last_key_{0, 0};
   Pair* last_pair_ = nullptr;

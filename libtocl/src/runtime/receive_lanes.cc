@@ -19,7 +19,8 @@ thread_local HeldLane held;
 }  // namespace
 
 ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-                           const PairOrder::Deliver& deliver, const PairOrder::Refill& refill) {
+                           const PairOrder::Deliver& deliver, const PairOrder::Refill& refill,
+                           PairOrder::Clock::duration carrier_grace) {
   const size_t lane_cap = std::max<size_t>(process_cap / wire::kReceiveLanes, 1);
   for (auto& lane : lanes_) {
     lane = std::make_unique<Lane>(
@@ -29,7 +30,7 @@ ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_b
           broken_.push_back(from_process);
           any_broken_.store(true, std::memory_order_release);
         },
-        refill);
+        refill, carrier_grace);
   }
 }
 
@@ -92,9 +93,27 @@ Status ReceiveLanes::Skip(Gid from_process, const LongKey& key, bool receiver_he
 
 void ReceiveLanes::CarrierGone(Gid process) {
   DropBroken();
+  const auto now = PairOrder::Clock::now();
   for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
     WithLane(lane, [&](PairOrder& order) {
-      (void)order.CarrierGone(process);
+      order.CarrierGone(process, now);
+      return 0;
+    });
+  }
+  any_gone_.store(true, std::memory_order_release);
+}
+
+void ReceiveLanes::Housekeeping(PairOrder::Clock::time_point now) {
+  if (!any_gone_.load(std::memory_order_acquire) || held.owner != nullptr) return;
+  PairOrder::Clock::rep due = next_housekeeping_.load(std::memory_order_relaxed);
+  const PairOrder::Clock::rep at = now.time_since_epoch().count();
+  if (at < due || !next_housekeeping_.compare_exchange_strong(
+                      due, (now + std::chrono::seconds(1)).time_since_epoch().count())) {
+    return;
+  }
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [&](PairOrder& order) {
+      (void)order.Housekeeping(now);  // (its errors: of frames no network waits for)
       return 0;
     });
   }
@@ -117,15 +136,15 @@ void ReceiveLanes::DropBroken() {
     broken.swap(broken_);
     any_broken_.store(false, std::memory_order_relaxed);
   }
+  // Dropped, not exited: a fill it sends again is taken (PairOrder).
+  const auto now = PairOrder::Clock::now();
   for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
     WithLane(lane, [&](PairOrder& order) {
-      for (Gid process : broken) {
-        order.DropProcess(process);
-        (void)order.CarrierGone(process);  // (its errors: of frames no network waits for)
-      }
+      for (Gid process : broken) order.DropProcess(process, now);
       return 0;
     });
   }
+  any_gone_.store(true, std::memory_order_release);
 }
 
 void ReceiveLanes::Clear() {

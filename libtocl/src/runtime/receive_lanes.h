@@ -24,6 +24,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,8 +42,11 @@ namespace tocl::runtime {
 
 class ReceiveLanes {
  public:
+  // `carrier_grace`: PairOrder's (how long a gone carrier's fills are
+  // still waited for).
   ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-               const PairOrder::Deliver& deliver, const PairOrder::Refill& refill = {});
+               const PairOrder::Deliver& deliver, const PairOrder::Refill& refill = {},
+               PairOrder::Clock::duration carrier_grace = std::chrono::seconds(10));
   ReceiveLanes(const ReceiveLanes&) = delete;
   ReceiveLanes& operator=(const ReceiveLanes&) = delete;
 
@@ -57,8 +61,13 @@ class ReceiveLanes {
   Status OnOrdered(Gid from_process, buffers::SlotRef slot);
   // PairOrder::Skip in the lane of the message's receiving thread.
   Status Skip(Gid from_process, const LongKey& key, bool receiver_here = true);
-  // PairOrder::CarrierGone in every lane (a process exited).
+  // PairOrder::CarrierGone in every lane (a process exited; not for one
+  // only dropped: DropBroken).
   void CarrierGone(Gid process);
+  // PairOrder::Housekeeping in every lane, at most once per second and only
+  // once some carrier went (the poller's round: cheap otherwise). Not while
+  // this thread holds a lane.
+  void Housekeeping(PairOrder::Clock::time_point now);
   // Pairs known in every lane (tests: state a peer's frames created).
   size_t Pairs();
   // Sending processes found broken are dropped from every lane (when this
@@ -89,6 +98,9 @@ class ReceiveLanes {
   std::mutex broken_mu_;
   std::vector<Gid> broken_;  // guarded by broken_mu_: to drop from every lane
   std::atomic<bool> any_broken_{false};
+  // Some carrier exited or was dropped: Housekeeping has work.
+  std::atomic<bool> any_gone_{false};
+  std::atomic<PairOrder::Clock::rep> next_housekeeping_{0};
 };
 
 }  // namespace tocl::runtime

@@ -73,7 +73,8 @@ Runtime::Impl::Impl(RuntimeOptions opts)
           },
           [this](Gid from_process, buffers::SlotRef slot) {
             return long_receiver.OnRefill(from_process, std::move(slot));
-          }),
+          },
+          options.partial_timeout),
       long_receiver(
           runtime::LongReceiver::Limits{
               .reassembly_cap = options.reassembly_cap,
@@ -198,7 +199,9 @@ Status Runtime::Impl::Open() {
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = queue_events.RetryWaiting();
     lanes.DropBroken();
-    return long_receiver.Housekeeping(std::chrono::steady_clock::now()) || queued;
+    const auto now = std::chrono::steady_clock::now();
+    lanes.Housekeeping(now);
+    return long_receiver.Housekeeping(now) || queued;
   });
   receive.AttachProgress(*progress);
   queue_events.AttachProgress(*progress);
