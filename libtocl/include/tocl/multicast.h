@@ -22,12 +22,19 @@
 // sender's process) names, or from the sender's process itself, and only
 // with the marker's tag, size and nonce (a random number each call draws
 // for each relay: anyone can ask a relay to carry bytes in `from`'s name,
-// but not with that nonce; such bytes are dropped with a log line).
-// Something else claiming to be from `from` at its place is refused and
-// its connection closed; one that came before its marker is dropped when
-// the marker comes, with everything else its process had sent there
-// waiting (a relayed long-message fragment of no message being received
-// is dropped).
+// but not with that nonce). Whatever does not fit is dropped with a log
+// line, whoever carried it, and never blamed on its carrier: its
+// connection stays and its own messages still pass (a relayed
+// long-message fragment of no message being received is dropped too).
+// What a third process that can reach a relay can still do (a relay
+// carries any request passed to it): have it carry fills ahead of a
+// multicast's number it predicts, crowding out the relay's real one or
+// using up that relay's budget for fills at the receiver, so that a chosen
+// multicast through that relay is lost (see below: the receiver gives the
+// number up with a warning; this call said Ok); and keep the relay busy
+// with a long request for up to the relay's partial_timeout (a relay
+// serves one request at a time). It cannot make a receiver take bytes
+// that are not `from`'s, nor cut a relay off from its receivers.
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -61,21 +68,25 @@
 // still carrying is taken over by the sender's copy, keeping what arrived);
 // the receivers of a relay's subtree that never heard from it, and every
 // receiver a relay reports an error for other than NotFound or
-// FailedPrecondition, are treated the same way. So nothing is silently
-// lost, and a receiver is reported failed only when the sender itself
-// could not reach it either; the receiver is then told that the message
+// FailedPrecondition, are treated the same way. So a receiver is reported
+// failed only when the sender itself could not reach it either (the losses
+// below aside); the receiver is then told that the message
 // will not come, and its later messages from `from` are not held up. (A
 // long message the receiver had whole from its relay before the sender's
 // second try can be reported Unavailable by that try, after the
 // receiver's partial_timeout: as with Send, a failure means "not known to
-// have arrived".) One loss is not covered: a relay that crashes after it
-// answered, with a short message still in its own send queue, loses that
-// message (its answer said ok; the sender does not send it again). The
-// receiver does not wait for it for ever: once `from`'s next message to it
-// arrives, the lost one's place is given up with a warning in the
-// receiver's log, and the messages behind it are delivered. The same
-// happens when a receiver drops a relay whose messages held there exceed
-// its cap.
+// have arrived".) Losses not covered, each reported Ok here: a relay that
+// crashes after it answered, with a short message still in its own send
+// queue, loses that message (the sender does not send it again); a relay
+// whose fills reach a receiver far ahead of their markers, beyond its
+// budget for fills there (the receiver's unexpected_cap share), loses
+// those; and a third process can make one through a relay be lost (see
+// above). The receiver does not wait for a lost one for ever: once
+// `from`'s next message to it is there (and, when the relay died, once it
+// has been gone for the receiver's partial_timeout, so that the sender's
+// own copy is still taken in place if it comes later than that next
+// message), its place is given up with a warning in the receiver's log,
+// and the messages behind it are delivered.
 //
 // Errors of the call itself (nothing is sent): InvalidArgument for a
 // sender that is not an enrolled thread of this process, kAnyTag, an empty

@@ -48,4 +48,19 @@ std::vector<size_t> SubtreeSizes(std::span<const MulticastGroup> groups) {
   return sizes;
 }
 
+std::optional<size_t> AnsweredGroup(std::span<const MulticastGroup> groups,
+                                    std::span<const size_t> subtree_sizes, Gid answerer,
+                                    Gid for_relay, bool ok) {
+  const auto group = std::find_if(groups.begin(), groups.end(),
+                                  [&](const MulticastGroup& g) { return g.relay == for_relay; });
+  if (group == groups.end()) return std::nullopt;
+  const size_t g = static_cast<size_t>(group - groups.begin());
+  if (answerer == group->relay) return g;
+  if (ok) return std::nullopt;
+  for (size_t a = 0; a < g && a < subtree_sizes.size(); ++a) {
+    if (a + subtree_sizes[a] > g && answerer == groups[a].relay) return g;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tocl::runtime

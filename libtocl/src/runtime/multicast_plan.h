@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,5 +52,15 @@ std::vector<std::span<const MulticastGroup>> SplitBinomial(std::span<const Multi
 // many groups its subtree holds (itself included): the groups whose
 // message went through it.
 std::vector<size_t> SubtreeSizes(std::span<const MulticastGroup> groups);
+
+// The one of the sender's `groups` (with their SubtreeSizes) that an
+// answer for the group of relay `for_relay` is about, if process
+// `answerer` (its relay thread answered) may answer for it: that group's
+// relay, or (only when `ok` is false: it could not pass the request on) a
+// relay above it in the tree, whose subtree holds it. Else none (the
+// answer is ignored).
+std::optional<size_t> AnsweredGroup(std::span<const MulticastGroup> groups,
+                                    std::span<const size_t> subtree_sizes, Gid answerer,
+                                    Gid for_relay, bool ok);
 
 }  // namespace tocl::runtime

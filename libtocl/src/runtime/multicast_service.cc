@@ -98,23 +98,6 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   return result;
 }
 
-std::optional<size_t> MulticastService::AnsweredGroup(const RelayedCall& call, Gid source,
-                                                      const MulticastReply& reply) const {
-  const std::vector<MulticastGroup>& groups = call.groups;
-  const auto group = std::find_if(groups.begin(), groups.end(),
-                                  [&](const MulticastGroup& g) { return g.relay == reply.relay; });
-  if (group == groups.end()) return std::nullopt;
-  const size_t g = static_cast<size_t>(group - groups.begin());
-  if (source == RelayOf(group->relay)) return g;
-  // A relay above it in the tree that could not pass the message on to it
-  // (PassOn), one whose subtree holds it: only ever an error.
-  if (reply.status.ok()) return std::nullopt;
-  for (size_t a = 0; a < g; ++a) {
-    if (a + call.subtree_sizes[a] > g && source == RelayOf(groups[a].relay)) return g;
-  }
-  return std::nullopt;
-}
-
 void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall& call,
                                     MulticastResult& result) {
   const std::vector<MulticastGroup>& groups = call.groups;
@@ -207,7 +190,13 @@ void MulticastService::OnReply(const Buffer& message, RelayedCall& call, Multica
     return;
   }
   if (reply->id != call.request_id) return;  // a late answer to an earlier call
-  const std::optional<size_t> answered = AnsweredGroup(call, message.source(), *reply);
+  // Only a relay thread answers (multicast_plan.h: AnsweredGroup).
+  const Gid source = message.source();
+  const std::optional<size_t> answered =
+      source == RelayOf(source.process())
+          ? AnsweredGroup(call.groups, call.subtree_sizes, source.process(), reply->relay,
+                          reply->status.ok())
+          : std::nullopt;
   if (!answered) {
     Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not its tree's",
                reply->relay.ToString(), message.source().ToString());

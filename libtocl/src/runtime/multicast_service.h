@@ -114,11 +114,6 @@ class MulticastService {
   // process itself; when that fails, tells it that none comes.
   void SendReceiverDirectly(const MulticastGroup& group, const NumberedReceiver& receiver,
                             RelayedCall& call, MulticastResult& result);
-  // The group whose answer `reply` (from thread `source`) is, if `source`
-  // may answer for it: its relay, or (an error only: it could not pass the
-  // request on) an ancestor in the tree.
-  std::optional<size_t> AnsweredGroup(const RelayedCall& call, Gid source,
-                                      const MulticastReply& reply) const;
 
   ReceiveSide& receive_;
   ReplyMailboxes& replies_;

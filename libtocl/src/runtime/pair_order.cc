@@ -68,7 +68,13 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   Pair& pair = *last_pair_;
   if (wire::Relayed(slot->header())) {
     Status status = OnFill(from_process, pair, std::move(slot));
-    BreakNow();
+    if (pair.next_seq == 0 && !pair.awaiting_fill && pair.held.empty() && pair.fills.empty() &&
+        pair.skipped.empty() && pair.dropped.empty() && !pair.marks) {
+      // A fill dropped at once left the pair as it was made: not kept (a
+      // fill may name any source).
+      pairs_.erase(key);
+      last_pair_ = nullptr;
+    }
     return status;
   }
   const uint64_t seq = slot->header().seq;
@@ -96,12 +102,10 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
                   Gid::FromRaw(slot->header().source).ToString(), pair.next_seq);
       return Status::Ok();
     }
-    return Hold(pair, pair.held, seq, Held{from_process, std::move(slot)});
+    return Hold(pair, seq, Held{from_process, std::move(slot)});
   }
-  Status status = Reach(pair, Held{from_process, std::move(slot)});
-  if (status.ok()) status = DeliverHeld(pair);
-  BreakNow();
-  return status;
+  TOCL_RETURN_IF_ERROR(Reach(pair, Held{from_process, std::move(slot)}));
+  return DeliverHeld(pair);
 }
 
 Status PairOrder::Reach(Pair& pair, Held frame) {
@@ -111,20 +115,47 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
     pair.awaited = MarkOf(header);
     Remember(pair, seq, pair.awaited, kRememberMarks);
     pair.awaiting_fill = true;
-    Status status;
-    if (!pair.fills.empty()) status = TakeHeldFill(pair, header);
-    return status;
+    if (!pair.fills.empty()) TOCL_RETURN_IF_ERROR(TakeHeldFill(pair, header));
+    if (pair.awaiting_fill && LostAhead(pair, header)) {
+      // Its fill came ahead and was dropped for want of room (or crowded
+      // out by others its relay was asked to carry): it will not come again.
+      Log().warn("tocl: multicast {} is lost: its fill came ahead of it and was dropped",
+                 Describe(header));
+      ++fills_lost_;
+      pair.awaiting_fill = false;
+      ++pair.next_seq;
+    }
+    return Status::Ok();
   }
   ++pair.next_seq;
+  ForgetDropped(pair, seq);
   if (!pair.fills.empty()) {
-    for (auto stray = pair.fills.find(seq); stray != pair.fills.end() && stray->first == seq;) {
+    for (auto [stray, end] = pair.fills.equal_range(seq); stray != end;) {
       // A fill that waited for a number that was no marker's.
       Held fill = TakeHeld(pair, pair.fills, stray++);
-      BreakLater(fill.carrier, fmt::format("a fill for {}, which is no multicast's",
-                                           Describe(fill.slot->header())));
+      (void)NoMarker(fill.carrier, fill.slot->header());
     }
   }
   return deliver_(frame.carrier, std::move(frame.slot));
+}
+
+bool PairOrder::LostAhead(Pair& pair, const wire::Header& marker) {
+  if (pair.dropped.empty()) return false;
+  const uint64_t seq = marker.seq;
+  const uint64_t source_process = SourceProcess(marker).raw();
+  bool lost = false;
+  for (auto it = pair.dropped.lower_bound({seq, 0}); it != pair.dropped.end() && it->first == seq;
+       ++it) {
+    lost |= it->second == pair.awaited.carrier.raw() || it->second == source_process;
+  }
+  ForgetDropped(pair, seq);
+  return lost;
+}
+
+void PairOrder::ForgetDropped(Pair& pair, uint64_t seq) {
+  while (!pair.dropped.empty() && pair.dropped.begin()->first <= seq) {
+    pair.dropped.erase(pair.dropped.begin());
+  }
 }
 
 Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
@@ -132,23 +163,14 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
   const Mark mark = MarkOf(marker);
   const Gid source_process = SourceProcess(marker);
   std::vector<Held> candidates;
-  for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq;) {
+  for (auto [it, end] = pair.fills.equal_range(seq); it != end;) {
     candidates.push_back(TakeHeld(pair, pair.fills, it++));
   }
   // The source's own process first (it carries the message only when its
   // relay failed it), then the marker's carrier.
   Held* chosen = nullptr;
-  bool crowded = false;
   for (Held& fill : candidates) {
-    bool stranger = false;
-    if (std::string misfit = Misfit(fill.carrier, fill.slot->header(), mark, &stranger);
-        !misfit.empty()) {
-      if (stranger) {
-        BreakLater(fill.carrier, misfit);
-      } else {
-        Log().warn("tocl: dropping a fill from {}: {}", fill.carrier.ToString(), misfit);
-      }
-      crowded |= fill.crowded;
+    if (!Fits(fill.carrier, fill.slot->header(), mark)) {
       fill.slot.reset();
       continue;
     }
@@ -157,18 +179,7 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
       chosen = &fill;
     }
   }
-  if (chosen == nullptr) {
-    if (crowded) {
-      // The fitting one was dropped as one too many (someone had the relay
-      // carry others first): it will not come again.
-      Log().warn("tocl: multicast {} is lost: fills that did not fit it crowded out its own",
-                 Describe(marker));
-      ++fills_lost_;
-      pair.awaiting_fill = false;
-      ++pair.next_seq;
-    }
-    return Status::Ok();
-  }
+  if (chosen == nullptr) return Status::Ok();
   pair.awaiting_fill = false;
   ++pair.next_seq;
   Held taken = std::move(*chosen);
@@ -189,15 +200,9 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
 }
 
 Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
-  // A carrier dropped (not exited) that talks to us again is back.
-  if (!gone_.empty()) {
-    if (auto gone = gone_.find(from_process.raw()); gone != gone_.end() && !gone->second.exited) {
-      gone_.erase(gone);
-    }
-  }
   const uint64_t seq = slot->header().seq;
   if (seq == pair.next_seq && pair.awaiting_fill) {
-    if (auto refused = Refuse(from_process, slot->header(), pair.awaited)) return *refused;
+    if (!Fits(from_process, slot->header(), pair.awaited)) return Status::Ok();
     pair.awaiting_fill = false;
     ++pair.next_seq;
     slot->header().offset = 0;  // the nonce
@@ -210,22 +215,43 @@ Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
     const wire::Header& at = held->second.slot->header();
     if (at.kind != wire::FrameKind::kMarker) return NoMarker(from_process, slot->header());
     // Its marker waits behind a gap: judged now.
-    if (auto refused = Refuse(from_process, slot->header(), MarkOf(at))) return *refused;
+    if (!Fits(from_process, slot->header(), MarkOf(at))) return Status::Ok();
   }
+  return HoldFill(pair, from_process, std::move(slot));
+}
+
+Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
+  const wire::Header& header = slot->header();
+  const uint64_t seq = header.seq;
+  const size_t bytes = Mailbox::SlotBytes(slot.get());
   size_t from_carrier = 0;
-  for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq; ++it) {
-    if (it->second.carrier == from_process) ++from_carrier;
+  for (auto [it, end] = pair.fills.equal_range(seq); it != end; ++it) {
+    if (it->second.carrier == carrier) ++from_carrier;
   }
+  std::string why;
+  if (seq - pair.next_seq > kFillWindow) {
+    // (No honest fill is that far ahead: not noted for its marker.)
+    return DropFill(carrier, header, fmt::format("it is more than {} numbers ahead", kFillWindow));
+  }
+  size_t& carried = fill_bytes_[carrier.raw()];
   if (from_carrier >= kFillsPerCarrier) {
-    ++duplicates_;
-    Log().warn("tocl: dropping a fill for {} from {}: {} of it wait already",
-               Describe(slot->header()), from_process.ToString(), from_carrier);
-    for (auto it = pair.fills.find(seq); it != pair.fills.end() && it->first == seq; ++it) {
-      if (it->second.carrier == from_process) it->second.crowded = true;
-    }
-    return Status::Ok();
+    why = fmt::format("{} of it from {} wait already", from_carrier, carrier.ToString());
+  } else if (carried + bytes > process_cap_) {
+    why = fmt::format("the fills {} brought here would exceed {} bytes", carrier.ToString(),
+                      process_cap_);
   }
-  return Hold(pair, pair.fills, seq, Held{from_process, std::move(slot)});
+  if (!why.empty()) {
+    // The marker judges whether it was the one to fill it (LostAhead).
+    if (pair.dropped.size() >= kRememberDropped) pair.dropped.erase(std::prev(pair.dropped.end()));
+    pair.dropped.emplace(seq, carrier.raw());
+    if (carried == 0) fill_bytes_.erase(carrier.raw());
+    return DropFill(carrier, header, why);
+  }
+  pair.fills.emplace(seq, Held{carrier, std::move(slot)});
+  pair.held_bytes += bytes;
+  carried += bytes;
+  unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
@@ -237,7 +263,7 @@ Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) 
   }
   const Mark* mark = FindMark(pair, header.seq);
   if (mark == nullptr) return NoMarker(from_process, header);
-  if (auto refused = Refuse(from_process, header, *mark)) return *refused;
+  if (!Fits(from_process, header, *mark)) return Status::Ok();
   if (header.kind == wire::FrameKind::kLongStart && refill_) {
     // A second long fill (the sender's own try, or its relay's after it):
     // the long receiver answers its carrier, and may hand the message to
@@ -249,44 +275,38 @@ Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) 
   return Status::Ok();
 }
 
-std::string PairOrder::Misfit(Gid carrier, const wire::Header& header, const Mark& mark,
-                              bool* stranger) {
+std::string PairOrder::Misfit(Gid carrier, const wire::Header& header, const Mark& mark) {
   if (carrier != mark.carrier && carrier != SourceProcess(header)) {
-    if (stranger != nullptr) *stranger = true;
-    return fmt::format("a fill for {} from {}: its marker names {}", Describe(header),
-                       carrier.ToString(), mark.carrier.ToString());
+    return fmt::format("its marker names {}", mark.carrier.ToString());
   }
   // (total: a short message's length, a long one's size, and the size of
   // a whole message a relay hands its own receiver.)
   if (header.total != mark.total || header.tag != mark.tag || header.offset != mark.nonce) {
-    return fmt::format(
-        "a fill of {} bytes with tag {} for {} does not fit its marker ({} bytes, tag {}{})",
-        header.total, header.tag, Describe(header), mark.total, mark.tag,
-        header.offset != mark.nonce ? ", another nonce" : "");
+    return fmt::format("{} bytes with tag {} do not fit its marker ({} bytes, tag {}{})",
+                       header.total, header.tag, mark.total, mark.tag,
+                       header.offset != mark.nonce ? ", another nonce" : "");
   }
   return {};
 }
 
-std::optional<Status> PairOrder::Refuse(Gid carrier, const wire::Header& fill, const Mark& mark) {
-  bool stranger = false;
-  std::string misfit = Misfit(carrier, fill, mark, &stranger);
-  if (misfit.empty()) return std::nullopt;
-  if (!stranger) {
-    Log().warn("tocl: dropping a fill from {}: {}", carrier.ToString(), misfit);
-    return Status::Ok();
-  }
-  Log().warn("tocl: refusing a fill from {}: {}", carrier.ToString(), misfit);
-  return InvalidArgument(std::move(misfit));
+bool PairOrder::Fits(Gid carrier, const wire::Header& fill, const Mark& mark) {
+  std::string misfit = Misfit(carrier, fill, mark);
+  if (misfit.empty()) return true;
+  (void)DropFill(carrier, fill, misfit);
+  return false;
 }
 
 Status PairOrder::NoMarker(Gid carrier, const wire::Header& header) {
-  std::string why = fmt::format("a fill for {}, which is no multicast's", Describe(header));
-  Log().warn("tocl: refusing a fill from {}: {}", carrier.ToString(), why);
-  return InvalidArgument(std::move(why));
+  return DropFill(carrier, header, "it was no multicast's number");
 }
 
-template <typename Frames>
-Status PairOrder::Hold(Pair& pair, Frames& into, uint64_t seq, Held frame) {
+Status PairOrder::DropFill(Gid carrier, const wire::Header& fill, const std::string& why) {
+  ++fills_dropped_;
+  Log().warn("tocl: dropping a fill for {} from {}: {}", Describe(fill), carrier.ToString(), why);
+  return Status::Ok();
+}
+
+Status PairOrder::Hold(Pair& pair, uint64_t seq, Held frame) {
   const size_t bytes = Mailbox::SlotBytes(frame.slot.get());
   const Gid carrier = frame.carrier;
   size_t& process_held = held_by_process_[carrier.raw()];
@@ -299,7 +319,7 @@ Status PairOrder::Hold(Pair& pair, Frames& into, uint64_t seq, Held frame) {
         "sequence number {} arrived while {} never did; the frames held waiting exceed {} bytes",
         seq, expected, process_cap_));
   }
-  into.emplace(seq, std::move(frame));
+  pair.held.emplace(seq, std::move(frame));
   pair.held_bytes += bytes;
   process_held += bytes;
   unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -310,14 +330,13 @@ bool PairOrder::GiveUpIfCarrierGone(Pair& pair, Clock::time_point now) {
   if (pair.held.empty()) return false;
   const Mark& mark = pair.awaited;
   auto gone = gone_.find(mark.carrier.raw());
-  if (gone == gone_.end() || now - gone->second.since < carrier_grace_) return false;
+  if (gone == gone_.end() || now - gone->second < carrier_grace_) return false;
   const wire::Header& later = pair.held.begin()->second.slot->header();
   Log().warn(
-      "tocl: multicast message {} of {} to {} is lost: its carrier {} {} before its fill came, "
-      "no fill came within {} ms, and the sender went on (message {} is here)",
+      "tocl: multicast message {} of {} to {} is lost: its carrier {} exited before its fill "
+      "came, no fill came within {} ms, and the sender went on (message {} is here)",
       pair.next_seq, Gid::FromRaw(later.source).ToString(),
       Gid::FromRaw(later.destination).ToString(), mark.carrier.ToString(),
-      gone->second.exited ? "exited" : "was dropped",
       std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count(), later.seq);
   ++fills_lost_;
   pair.awaiting_fill = false;
@@ -325,21 +344,14 @@ bool PairOrder::GiveUpIfCarrierGone(Pair& pair, Clock::time_point now) {
   return true;
 }
 
-void PairOrder::NoteGone(Gid carrier, Clock::time_point now, bool exited) {
-  if (auto known = gone_.find(carrier.raw()); known != gone_.end()) {
-    known->second.exited |= exited;  // (since: the first time)
-    return;
-  }
-  if (gone_.size() >= kRememberGone) {
-    gone_.erase(std::min_element(gone_.begin(), gone_.end(), [](const auto& a, const auto& b) {
-      return a.second.since < b.second.since;
-    }));
-  }
-  gone_.emplace(carrier.raw(), Gone{now, exited});
-}
-
 void PairOrder::CarrierGone(Gid carrier, Clock::time_point now) {
-  NoteGone(carrier, now, /*exited=*/true);
+  if (gone_.count(carrier.raw()) != 0) return;  // (since: the first notice)
+  if (gone_.size() >= kRememberGone) {
+    // The one gone longest: its numbers were given up long ago, if any.
+    gone_.erase(std::min_element(gone_.begin(), gone_.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; }));
+  }
+  gone_.emplace(carrier.raw(), now);
 }
 
 Status PairOrder::Housekeeping(Clock::time_point now) {
@@ -349,15 +361,13 @@ Status PairOrder::Housekeeping(Clock::time_point now) {
     if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair, now)) continue;
     if (Status delivered = DeliverHeld(pair); !delivered.ok() && status.ok()) status = delivered;
   }
-  BreakNow();
   return status;
 }
 
 Status PairOrder::DeliverHeld(Pair& pair) {
   while (!pair.awaiting_fill) {
     if (!pair.skipped.empty() && pair.skipped.erase(pair.next_seq) != 0) {
-      for (auto fill = pair.fills.find(pair.next_seq);
-           fill != pair.fills.end() && fill->first == pair.next_seq;) {
+      for (auto [fill, end] = pair.fills.equal_range(pair.next_seq); fill != end;) {
         TakeHeld(pair, pair.fills, fill++).slot.reset();
       }
       ++pair.next_seq;
@@ -376,24 +386,13 @@ PairOrder::Held PairOrder::TakeHeld(Pair& pair, Frames& from, typename Frames::i
   from.erase(it);
   const size_t bytes = Mailbox::SlotBytes(frame.slot.get());
   pair.held_bytes -= bytes;
-  held_by_process_[frame.carrier.raw()] -= bytes;
+  auto& by_carrier = std::is_same_v<Frames, decltype(Pair::fills)> ? fill_bytes_ : held_by_process_;
+  if (auto charged = by_carrier.find(frame.carrier.raw()); charged != by_carrier.end()) {
+    charged->second -= bytes;
+    if (charged->second == 0) by_carrier.erase(charged);
+  }
   unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   return frame;
-}
-
-void PairOrder::BreakLater(Gid carrier, const std::string& why) {
-  Log().warn("tocl: dropping what {} carries: {}", carrier.ToString(), why);
-  breaking_.push_back(carrier);
-}
-
-void PairOrder::BreakNow() {
-  if (breaking_.empty()) return;
-  std::vector<Gid> breaking;
-  breaking.swap(breaking_);
-  for (Gid carrier : breaking) {
-    DropProcess(carrier);
-    if (broken_) broken_(carrier);
-  }
 }
 
 Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here) {
@@ -414,9 +413,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here)
     // A marker's fill that will not come (the sender could not send it).
     pair.awaiting_fill = false;
     ++pair.next_seq;
-    Status status = DeliverHeld(pair);
-    BreakNow();
-    return status;
+    return DeliverHeld(pair);
   }
   if (key.seq < pair.next_seq || pair.skipped.count(key.seq) != 0) {
     return Status::Ok();  // its start came: the message was finished or given up
@@ -435,45 +432,28 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here)
     TakeHeld(pair, pair.held, held).slot.reset();
   }
   pair.skipped.insert(key.seq);
-  Status status = DeliverHeld(pair);
-  BreakNow();
-  return status;
+  return DeliverHeld(pair);
 }
 
-void PairOrder::DropProcess(Gid from_process, Clock::time_point now) {
+void PairOrder::DropProcess(Gid from_process) {
   // Erasing a pair drops the frames it held (fills others carried for it
-  // are no longer charged to them).
-  std::erase_if(pairs_, [&](auto& entry) {
-    if (Gid::FromRaw(entry.first.first).process() != from_process) return false;
-    unexpected_bytes_.fetch_sub(entry.second.held_bytes, std::memory_order_relaxed);
-    for (const auto& [seq, fill] : entry.second.fills) {
-      if (fill.carrier != from_process) {
-        held_by_process_[fill.carrier.raw()] -= Mailbox::SlotBytes(fill.slot.get());
-      }
+  // are no longer charged to them). The fills it carries for others stay:
+  // they have their own budget (HoldFill), and it is not gone as a
+  // carrier (a dropped relay is not an exited one).
+  for (auto entry = pairs_.begin(); entry != pairs_.end();) {
+    if (Gid::FromRaw(entry->first.first).process() != from_process) {
+      ++entry;
+      continue;
     }
-    return true;
-  });
-  // What it carried in the pairs of others (fills; frames it brought).
-  auto drop_carried = [&](Pair& pair, auto& frames) {
-    for (auto it = frames.begin(); it != frames.end();) {
-      if (it->second.carrier == from_process) {
-        TakeHeld(pair, frames, it++).slot.reset();
-      } else {
-        ++it;
-      }
+    Pair& pair = entry->second;
+    for (auto it = pair.fills.begin(); it != pair.fills.end();) {
+      TakeHeld(pair, pair.fills, it++).slot.reset();
     }
-  };
-  if (held_by_process_.count(from_process.raw()) != 0) {
-    for (auto& [key, pair] : pairs_) {
-      drop_carried(pair, pair.held);
-      drop_carried(pair, pair.fills);
-    }
+    unexpected_bytes_.fetch_sub(pair.held_bytes, std::memory_order_relaxed);
+    entry = pairs_.erase(entry);
   }
   held_by_process_.erase(from_process.raw());
   last_pair_ = nullptr;
-  // The fills it was to bring may not come (Housekeeping gives their
-  // numbers up after the grace period, unless it sends fills again).
-  NoteGone(from_process, now, /*exited=*/false);
 }
 
 void PairOrder::Clear() {
@@ -482,12 +462,15 @@ void PairOrder::Clear() {
   }
   pairs_.clear();
   held_by_process_.clear();
+  fill_bytes_.clear();
   last_pair_ = nullptr;
 }
 
 size_t PairOrder::HeldBytes(Gid from_process) const {
-  auto it = held_by_process_.find(from_process.raw());
-  return it == held_by_process_.end() ? 0 : it->second;
+  auto held = held_by_process_.find(from_process.raw());
+  auto fills = fill_bytes_.find(from_process.raw());
+  return (held == held_by_process_.end() ? 0 : held->second) +
+         (fills == fill_bytes_.end() ? 0 : fills->second);
 }
 
 }  // namespace tocl::runtime

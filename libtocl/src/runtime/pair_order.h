@@ -14,41 +14,45 @@
 // from the source's own process. On reaching a marker the pair waits for
 // its fill and delivers it there. A fill fits its marker when it comes
 // from one of those two processes with the marker's tag, size and nonce.
-// One from any other process at its turn, or for a number that was no
-// marker's, is refused (its connection closes); one that waited ahead of
-// its marker and turns out so is dropped and its carrier found broken. A
-// misfit from the named carrier or the source's process is dropped with a
-// log line (anyone may ask a relay to carry bytes in another's name: the
-// nonce is what it cannot forge). Ahead of its marker, at most
-// kFillsPerCarrier fills per number and carrier are held (a fill judged on
-// arrival when its marker already waits behind a gap); at the marker the
-// source's own process's fitting fill is taken first, then the named
-// carrier's. A second fitting fill (the relay's and the sender's fallback)
-// is dropped, except a long one, which goes to `refill` (the long receiver
-// answers its carrier, and hands the message over to the source's own
-// process when the relay that carried the first died midway or is slow).
-// A pair remembers the markers of its last kRememberMarks numbers (up to
-// its newest marker) to judge late fills; an older late fill is dropped as
-// a second copy.
+// A fill that does not fit, or is for a number that was no marker's, is
+// dropped with a log line and counted (fills_dropped), and never blamed on
+// its carrier: anyone may ask a relay to carry bytes in another's name
+// (multicast.h), so a misfit says nothing about the carrier, and the
+// carrier's own pairs and connection stay. A fill is judged when its
+// marker is known (on arrival, or when the marker comes); until then it
+// waits, within its carrier's own budget (process_cap of fills, apart from
+// what the carrier's own pairs hold), at most kFillWindow numbers past the
+// pair's next and kFillsPerCarrier per number and carrier. One over any
+// of these is dropped, and noted: when its marker comes, names that
+// carrier (or the source's process) and no held fill fits, the fill was
+// the one, and the number is given up with a warning (fills_lost; the
+// message is lost, the pair goes on). At the marker the source's own
+// process's fitting fill is taken first, then the named carrier's. A
+// second fitting fill (the relay's and the sender's fallback) is dropped,
+// except a long one, which goes to `refill` (the long receiver answers its
+// carrier, and hands the message over to the source's own process when the
+// relay that carried the first died midway or is slow). A pair remembers
+// the markers of its last kRememberMarks numbers (up to its newest marker)
+// to judge late fills; an older late fill is dropped as a second copy.
 //
-// A carrier that exits (CarrierGone) or is dropped (DropProcess) while a
-// pair waits for its fill does not stall the pair for ever: once it has
-// been gone for `carrier_grace` (the runtime's partial_timeout) and a later
-// frame of the pair waits behind the number (the source went on), the
-// number is given up with a warning (the message is lost; the source is not
-// broken). Housekeeping does it, never the arrival of a frame: the source's
-// own fill (its fallback when the relay died) may be overtaken by its next
-// frame (another network, or a long fill posted apart from the lane), and
-// is delivered in place when it comes within the grace period. A dropped
-// carrier is not an exited one: a fill it sends again is taken, and it is
-// no longer counted gone.
+// A carrier that exits (CarrierGone) while a pair waits for its fill does
+// not stall the pair for ever: once it has been gone for `carrier_grace`
+// (the runtime's partial_timeout) and a later frame of the pair waits
+// behind the number (the source went on), the number is given up with a
+// warning (the message is lost; the source is not broken). Housekeeping
+// does it, never the arrival of a frame: the source's own fill (its
+// fallback when the relay died) may be overtaken by its next frame
+// (another network, or a long fill posted apart from the lane), and is
+// delivered in place when it comes within the grace period. A carrier
+// dropped for its own pairs' gaps (DropProcess) is not gone: the fills it
+// carries stay, and later ones are taken.
 //
-// Memory: held frames count per pair, per carrying process (the process
-// that sent the frame here: the source thread's, or a fill's carrier) and
-// in the runtime's unexpected_bytes (flow control). A correct sender's
-// frames are missing only while they travel another network, so a carrying
-// process whose gaps hold more than `process_cap` bytes is broken: its
-// pairs and what it carries are dropped and the frame is refused.
+// Memory: held frames count per pair, per process (the source thread's;
+// fills apart, per carrier) and in the runtime's unexpected_bytes (flow
+// control). A correct sender's frames are missing only while they travel
+// another network, so a sending process whose gaps hold more than
+// `process_cap` bytes is broken: its pairs are dropped and the frame is
+// refused.
 //
 // Threading: one thread at a time (the poll token holder). Delivery runs
 // the callback on that thread, in order.
@@ -96,8 +100,12 @@ class PairOrder {
   // Fills held per number and carrier ahead of their marker: a relay's
   // own, and one someone else had it carry first.
   static constexpr size_t kFillsPerCarrier = 2;
-  // Carriers remembered as gone (CarrierGone, DropProcess); past it the
-  // one gone longest is forgotten.
+  // How far past a pair's next number a fill may wait for its marker.
+  static constexpr uint64_t kFillWindow = 4096;
+  // Fills dropped ahead of their marker remembered per pair (the nearest).
+  static constexpr size_t kRememberDropped = 64;
+  // Carriers remembered as gone (CarrierGone); past it the one gone
+  // longest is forgotten.
   static constexpr size_t kRememberGone = 1024;
 
   using Clock = std::chrono::steady_clock;
@@ -115,8 +123,8 @@ class PairOrder {
   // a fill (wire::Relayed): delivered now with what waited behind it, or
   // held; a second copy (a frame sent again after its connection broke, or
   // over another network) is dropped. Takes the reference on every path.
-  // InvalidArgument when the carrying process's held frames would exceed
-  // process_cap (it is dropped), or for a fill refused (see above).
+  // InvalidArgument when the sending process's held frames would exceed
+  // process_cap (it is dropped); never for a fill (see above).
   Status OnOrdered(Gid from_process, buffers::SlotRef slot);
 
   // The sender of long message `key` gave up before its start came: the
@@ -127,8 +135,9 @@ class PairOrder {
   // thread of this process: the caller knows).
   Status Skip(Gid from_process, const LongKey& key, bool receiver_here = true);
 
-  // Process `carrier` exited (at `now`): a pair waiting for a fill it
-  // carries gives that number up in Housekeeping (see above).
+  // Process `carrier` exited (at `now`; not one only dropped): a pair
+  // waiting for a fill it carries gives that number up in Housekeeping
+  // (see above).
   void CarrierGone(Gid carrier, Clock::time_point now = Clock::now());
   // Gives up the numbers whose carrier has been gone for carrier_grace while
   // later frames of their pair wait, and delivers what waited behind them
@@ -137,18 +146,20 @@ class PairOrder {
 
   // Drops every held frame (their references, their accounting).
   void Clear();
-  // Drops `from_process`'s pairs and what they hold, and what it carries
-  // in other pairs (fills); it counts as gone (dropped, not exited: see
-  // above) from `now`.
-  void DropProcess(Gid from_process, Clock::time_point now = Clock::now());
+  // Drops `from_process`'s pairs and what they hold (not the fills it
+  // carries for others: see above).
+  void DropProcess(Gid from_process);
 
-  // Bytes held that `from_process` brought.
+  // Bytes held that `from_process` brought (its frames and its fills).
   size_t HeldBytes(Gid from_process) const;
+  // Fills dropped so far (see above).
+  uint64_t fills_dropped() const { return fills_dropped_; }
   // Second copies dropped so far.
   uint64_t duplicates() const { return duplicates_; }
   // Pairs known (each holds its order's state).
   size_t pairs() const { return pairs_.size(); }
-  // Numbers given up because their carrier went (see above).
+  // Numbers given up: their carrier went, or their fill was dropped (see
+  // above).
   uint64_t fills_lost() const { return fills_lost_; }
 
  private:
@@ -156,9 +167,6 @@ class PairOrder {
   struct Held {
     Gid carrier;
     buffers::SlotRef slot;
-    // A fill: another from the same carrier for its number was dropped
-    // (kFillsPerCarrier): the one that fits may have been that one.
-    bool crowded = false;
   };
   // A marker reached: what its fill must be.
   struct Mark {
@@ -174,6 +182,9 @@ class PairOrder {
     bool awaiting_fill = false;
     std::map<uint64_t, Held> held;        // messages and markers ahead of next_seq
     std::multimap<uint64_t, Held> fills;  // fills ahead of their marker
+    // (number, carrier) of fills dropped ahead of their marker (HoldFill):
+    // the kRememberDropped nearest.
+    std::set<std::pair<uint64_t, uint64_t>> dropped;
     size_t held_bytes = 0;
     // Numbers not to wait for: long messages whose sender gave up.
     std::set<uint64_t> skipped;
@@ -203,22 +214,25 @@ class PairOrder {
   // (`marker` is at next_seq.)
   Status TakeHeldFill(Pair& pair, const wire::Header& marker);
   Status OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
+  // A fill ahead of its marker: held, or dropped and noted (see above).
+  Status HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot);
+  // At `marker` (awaited, no held fill fit): whether a fill that may have
+  // been its own was dropped ahead of it. Forgets the numbers up to it.
+  bool LostAhead(Pair& pair, const wire::Header& marker);
+  static void ForgetDropped(Pair& pair, uint64_t up_to);
   // A fill for a number the pair has passed.
   Status LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
-  // Why a fill from `carrier` may not fill `mark` (empty: it may), and
-  // whether `carrier` is neither the marker's nor the source's process.
-  static std::string Misfit(Gid carrier, const wire::Header& fill, const Mark& mark,
-                            bool* stranger = nullptr);
-  // Empty when `fill` fits `mark`; else what to return for it (it is
-  // dropped): InvalidArgument from a stranger (its connection closes), Ok
-  // with a log line from the marker's carrier or the source's process.
-  static std::optional<Status> Refuse(Gid carrier, const wire::Header& fill, const Mark& mark);
-  // Refuses a fill for `header`'s number, which was no marker's.
-  static Status NoMarker(Gid carrier, const wire::Header& header);
-  // Holds `frame` at `seq` in `pair.held` or `pair.fills`, charged to its
-  // carrier; InvalidArgument (the carrier dropped) over process_cap.
-  template <typename Frames>
-  Status Hold(Pair& pair, Frames& into, uint64_t seq, Held frame);
+  // Why a fill from `carrier` may not fill `mark` (empty: it may).
+  static std::string Misfit(Gid carrier, const wire::Header& fill, const Mark& mark);
+  // Whether `fill` fits `mark`; if not, it is to be dropped (DropFill).
+  bool Fits(Gid carrier, const wire::Header& fill, const Mark& mark);
+  // A fill for `header`'s number, which was no marker's: dropped.
+  Status NoMarker(Gid carrier, const wire::Header& header);
+  // Counts and logs a fill dropped (its slot is the caller's to drop); Ok.
+  Status DropFill(Gid carrier, const wire::Header& fill, const std::string& why);
+  // Holds `frame` (not a fill) at `seq` in `pair.held`, charged to its
+  // process; InvalidArgument (the process dropped) over process_cap.
+  Status Hold(Pair& pair, uint64_t seq, Held frame);
   // Takes a frame out of pair.held or pair.fills, with its memory
   // accounting.
   template <typename Frames>
@@ -227,13 +241,6 @@ class PairOrder {
   // at `now` while later frames wait behind it: the number is given up (see
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
-  // Notes `carrier` gone since `now` (exited, or dropped), forgetting the
-  // one gone longest when kRememberGone are.
-  void NoteGone(Gid carrier, Clock::time_point now, bool exited);
-  // `carrier` misbehaved in a frame held earlier: dropped (with Broken)
-  // once the current call is done with its pair.
-  void BreakLater(Gid carrier, const std::string& why);
-  void BreakNow();
 
   const size_t process_cap_;
   std::atomic<size_t>& unexpected_bytes_;
@@ -241,18 +248,14 @@ class PairOrder {
   const Broken broken_;
   const Refill refill_;
   const Clock::duration carrier_grace_;
-  std::vector<Gid> breaking_;  // BreakLater's
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
-  std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in pairs_, by carrier
+  std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in held, by process
+  std::unordered_map<uint64_t, size_t> fill_bytes_;       // bytes in fills, by carrier
   uint64_t duplicates_ = 0;
   uint64_t fills_lost_ = 0;
-  // Carriers gone (raw process ids): since when, and whether exited (else
-  // dropped: until it sends a fill again).
-  struct Gone {
-    Clock::time_point since;
-    bool exited = false;
-  };
-  std::unordered_map<uint64_t, Gone> gone_;
+  uint64_t fills_dropped_ = 0;
+  // Carriers exited (raw process ids), since when.
+  std::unordered_map<uint64_t, Clock::time_point> gone_;
   // The last pair looked up (node pointers stay valid until erased).
   PairKey last_key_{0, 0};
   Pair* last_pair_ = nullptr;

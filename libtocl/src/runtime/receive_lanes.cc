@@ -136,15 +136,13 @@ void ReceiveLanes::DropBroken() {
     broken.swap(broken_);
     any_broken_.store(false, std::memory_order_relaxed);
   }
-  // Dropped, not exited: a fill it sends again is taken (PairOrder).
-  const auto now = PairOrder::Clock::now();
+  // Dropped, not exited: not gone as a carrier (PairOrder).
   for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
     WithLane(lane, [&](PairOrder& order) {
-      for (Gid process : broken) order.DropProcess(process, now);
+      for (Gid process : broken) order.DropProcess(process);
       return 0;
     });
   }
-  any_gone_.store(true, std::memory_order_release);
 }
 
 void ReceiveLanes::Clear() {

@@ -82,8 +82,8 @@ class ReceiveLanes {
   struct alignas(64) Lane {
     Lane(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
          const PairOrder::Deliver& deliver, PairOrder::Broken broken,
-         const PairOrder::Refill& refill)
-        : order(process_cap, unexpected_bytes, deliver, std::move(broken), refill) {}
+         const PairOrder::Refill& refill, PairOrder::Clock::duration carrier_grace)
+        : order(process_cap, unexpected_bytes, deliver, std::move(broken), refill, carrier_grace) {}
     std::atomic<bool> busy{false};  // the lock
     PairOrder order;                // guarded by busy
   };
@@ -98,7 +98,7 @@ class ReceiveLanes {
   std::mutex broken_mu_;
   std::vector<Gid> broken_;  // guarded by broken_mu_: to drop from every lane
   std::atomic<bool> any_broken_{false};
-  // Some carrier exited or was dropped: Housekeeping has work.
+  // Some carrier exited: Housekeeping may have work.
   std::atomic<bool> any_gone_{false};
   std::atomic<PairOrder::Clock::rep> next_housekeeping_{0};
 };

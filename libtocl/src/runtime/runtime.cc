@@ -337,6 +337,15 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
     case wire::FrameKind::kMarker:
+      if (wire::Relayed(slot->header()) &&
+          !receive.LocalMailbox(Gid::FromRaw(slot->header().destination)).ok()) {
+        // A fill for no thread here (a carrier may name any): it makes no
+        // pair (pair order state) here; dropped as a message to a thread
+        // that does not exist is.
+        Log().debug("tocl: dropping a fill from {} for {}: no such thread here",
+                    from_process.ToString(), Gid::FromRaw(slot->header().destination).ToString());
+        return Status::Ok();
+      }
       return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));

@@ -84,11 +84,12 @@
 // process; R's pair order (runtime/pair_order.h) delivers a fill only from
 // Q or S's process with the marker's tag, size and nonce (a relay can be
 // asked by anyone to carry bytes in S's name, but not with the nonce: such
-// a misfit is dropped). At its turn a fill from a third process, for no
-// marker's number, or naming a runtime's internal thread closes its
-// connection; one that came first waits, charged to its carrier, and is
-// dropped at the marker (its carrier's held frames with it). A relayed
-// fragment of no message being received is dropped. Other kinds: no flag.
+// a misfit is dropped). Any fill that does not fit, from whichever process
+// and for whichever number, is dropped and counted, its carrier not blamed
+// (its connection and pairs stay); one that came first waits within its
+// carrier's fill budget and is judged at the marker. A fill naming a
+// runtime's internal thread closes its connection. A relayed fragment of
+// no message being received is dropped. Other kinds: no flag.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.

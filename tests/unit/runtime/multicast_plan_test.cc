@@ -75,5 +75,30 @@ TEST_CASE("every group's subtree is known to the sender, so a failed relay's is 
   CHECK(below[1].size() == 1);
 }
 
+TEST_CASE("an answer counts only from its group's relay, or as an error from one above it",
+          "[multicast]") {
+  // 7 groups: 0 holds {0..3} (1 holds {1,2}; 3 alone), 4 holds {4,5}, 6.
+  const auto groups = Groups(7);
+  const std::vector<size_t> sizes = SubtreeSizes(groups);
+  auto relay = [&](size_t g) { return groups[g].relay; };
+  // Its own relay: ok or not.
+  CHECK(AnsweredGroup(groups, sizes, relay(2), relay(2), true) == size_t{2});
+  CHECK(AnsweredGroup(groups, sizes, relay(2), relay(2), false) == size_t{2});
+  // An ancestor (0 and 1 are above 2): only an error.
+  CHECK(AnsweredGroup(groups, sizes, relay(1), relay(2), false) == size_t{2});
+  CHECK(AnsweredGroup(groups, sizes, relay(0), relay(2), false) == size_t{2});
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(1), relay(2), true));
+  // Not above it: a sibling, one below it, one of another subtree.
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(3), relay(2), false));
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(2), relay(1), false));
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(4), relay(5), true));
+  CHECK(AnsweredGroup(groups, sizes, relay(4), relay(5), false) == size_t{5});
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(4), relay(6), false));
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(0), relay(4), false));
+  // A group not in the call, or a process not in the tree.
+  CHECK_FALSE(AnsweredGroup(groups, sizes, relay(0), Gid::Process(99, 1), false));
+  CHECK_FALSE(AnsweredGroup(groups, sizes, Gid::Process(99, 1), relay(2), false));
+}
+
 }  // namespace
 }  // namespace tocl::runtime
