@@ -438,7 +438,7 @@ TEST_CASE(
   CHECK(f.InUse() == 0);
 }
 
-TEST_CASE("fills over their relay's budget are dropped, never the relay; their numbers given up",
+TEST_CASE("fills over their relay's budget are dropped, never the relay, their numbers given up",
           "[order][multicast]") {
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   // Its fills outran the markers (honest, but over the budget).
