@@ -632,13 +632,6 @@ TEST_CASE(
   CHECK_FALSE(raw.ClosedByPeer(milliseconds(300)));
 }
 
-// Frames received by `runtime`'s networks so far.
-uint64_t FramesReceived(const Runtime& runtime) {
-  uint64_t frames = 0;
-  for (const NetworkStats& network : runtime.Networks()) frames += network.frames_received;
-  return frames;
-}
-
 TEST_CASE(
     "forged relayed aborts and probes about a long message in flight are ignored at both ends, "
     "and the message arrives",

@@ -64,13 +64,6 @@ struct Fanout {
   }
 };
 
-// Frames received by `runtime`'s networks so far.
-uint64_t FramesReceived(const Runtime& runtime) {
-  uint64_t frames = 0;
-  for (const NetworkStats& network : runtime.Networks()) frames += network.frames_received;
-  return frames;
-}
-
 void CheckAllDelivered(const MulticastResult& result, const std::vector<Gid>& receivers) {
   REQUIRE(result.receivers.size() == receivers.size());
   for (size_t i = 0; i < receivers.size(); ++i) {

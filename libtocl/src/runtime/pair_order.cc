@@ -22,25 +22,6 @@ std::string Describe(const wire::Header& header) {
                      Gid::FromRaw(header.destination).ToString());
 }
 
-// Records the marker of number `seq` of `pair` in its ring of `limit`
-// numbers (every one from pair.marks_from on is there).
-template <typename Pair, typename Mark>
-void Remember(Pair& pair, uint64_t seq, const Mark& mark, size_t limit) {
-  if (seq < pair.marks_from) return;
-  if (!pair.marks) pair.marks = std::make_unique<std::remove_reference_t<decltype(*pair.marks)>>();
-  Mark& slot = (*pair.marks)[seq % limit];
-  slot = mark;
-  slot.seq = seq;
-  if (seq + 1 > limit) pair.marks_from = std::max<uint64_t>(pair.marks_from, seq + 1 - limit);
-}
-
-// The marker of number `seq` of `pair` remembered, or null.
-template <typename Pair>
-auto FindMark(const Pair& pair, uint64_t seq) {
-  const auto* slot = pair.marks ? &(*pair.marks)[seq % pair.marks->size()] : nullptr;
-  return slot != nullptr && slot->seq == seq ? slot : nullptr;
-}
-
 }  // namespace
 
 PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, Deliver deliver,
@@ -51,6 +32,22 @@ PairOrder::PairOrder(size_t process_cap, std::atomic<size_t>& unexpected_bytes, 
       broken_(std::move(broken)),
       refill_(std::move(refill)),
       carrier_grace_(carrier_grace) {}
+
+void PairOrder::Remember(Pair& pair, uint64_t seq, const Mark& mark) {
+  if (seq < pair.marks_from) return;
+  if (!pair.marks) pair.marks = std::make_unique<std::array<Mark, kRememberMarks>>();
+  Mark& slot = (*pair.marks)[seq % kRememberMarks];
+  slot = mark;
+  slot.seq = seq;
+  if (seq + 1 > kRememberMarks) {
+    pair.marks_from = std::max<uint64_t>(pair.marks_from, seq + 1 - kRememberMarks);
+  }
+}
+
+const PairOrder::Mark* PairOrder::FindMark(const Pair& pair, uint64_t seq) {
+  const Mark* slot = pair.marks ? &(*pair.marks)[seq % kRememberMarks] : nullptr;
+  return slot != nullptr && slot->seq == seq ? slot : nullptr;
+}
 
 PairOrder::Mark PairOrder::MarkOf(const wire::Header& marker) {
   return Mark{.carrier = Gid::FromRaw(marker.offset),
@@ -83,7 +80,7 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
         (seq < pair.next_seq || pair.skipped.count(seq) != 0)) {
       // A marker whose number passed without it (its sender said no fill
       // comes: Skip), or a second copy: a late fill is judged by it.
-      Remember(pair, seq, MarkOf(slot->header()), kRememberMarks);
+      Remember(pair, seq, MarkOf(slot->header()));
       return Status::Ok();
     }
     if (pair.skipped.count(seq) != 0 ||
@@ -113,7 +110,7 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
   const uint64_t seq = pair.next_seq;
   if (header.kind == wire::FrameKind::kMarker) {
     pair.awaited = MarkOf(header);
-    Remember(pair, seq, pair.awaited, kRememberMarks);
+    Remember(pair, seq, pair.awaited);
     pair.awaiting_fill = true;
     if (!pair.fills.empty()) TOCL_RETURN_IF_ERROR(TakeHeldFill(pair, header));
     if (pair.awaiting_fill && LostAhead(pair, header)) {
@@ -427,7 +424,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here)
     // The start (or marker) came but waits behind a gap: it is dropped now.
     const wire::Header& header = held->second.slot->header();
     if (header.kind == wire::FrameKind::kMarker) {
-      Remember(pair, key.seq, MarkOf(header), kRememberMarks);
+      Remember(pair, key.seq, MarkOf(header));
     }
     TakeHeld(pair, pair.held, held).slot.reset();
   }

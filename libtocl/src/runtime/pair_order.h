@@ -204,6 +204,11 @@ class PairOrder {
   };
 
   static Mark MarkOf(const wire::Header& marker);
+  // Records the marker of number `seq` in `pair`'s ring (every one from
+  // pair.marks_from on is there).
+  static void Remember(Pair& pair, uint64_t seq, const Mark& mark);
+  // The marker of number `seq` of `pair` remembered, or null.
+  static const Mark* FindMark(const Pair& pair, uint64_t seq);
   // Delivers what waits in `pair` from its next_seq on (held frames,
   // skipped numbers, fills of markers), until a number is missing.
   Status DeliverHeld(Pair& pair);
