@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -795,21 +796,33 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
   REQUIRE(FramesReceived(receiver) > heard);
 }
 
+// Three processes under one daemon: a relay (thread q) that is the lowest
+// receiving process, a receiver (thread r) that has seen nothing of the
+// sender (thread s), so s's next message to r takes number 0 of the pair.
+struct DeputyCast {
+  explicit DeputyCast(const std::string& name) {
+    REQUIRE_OK(daemon.Start());
+    relay = REQUIRE_VALUE(StartRuntime(daemon, name + "-relay", "shm,tcp"));
+    q = REQUIRE_VALUE(relay->EnrollThread("q"));
+    receiver = REQUIRE_VALUE(StartRuntime(daemon, name + "-receiver"));
+    r = REQUIRE_VALUE(receiver->EnrollThread("r"));
+    sender = REQUIRE_VALUE(StartRuntime(daemon, name + "-sender"));
+    s = REQUIRE_VALUE(sender->EnrollThread("s"));
+    REQUIRE(relay->gid() < receiver->gid());
+  }
+
+  Daemon daemon;
+  std::unique_ptr<Runtime> relay, receiver, sender;
+  Gid q, r, s;
+};
+
 TEST_CASE(
     "a relay asked by a third process to carry bytes in a sender's name: its receiver gets the "
     "sender's own message, not those bytes",
     "[integration][msg][tcp][multicast]") {
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  // The relay is the lowest receiving process; the receiver has seen
-  // nothing of the sender, so the multicast takes number 0 of their pair.
-  auto relay = REQUIRE_VALUE(StartRuntime(daemon, "deputy-relay", "shm,tcp"));
-  const Gid q = REQUIRE_VALUE(relay->EnrollThread("q"));
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "deputy-receiver"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "deputy-sender"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
-  REQUIRE(relay->gid() < receiver->gid());
+  // The multicast takes number 0 of (s, r).
+  DeputyCast cast("deputy");
+  auto& [daemon, relay, receiver, sender, q, r, s] = cast;
   const std::vector<std::byte> real = PatternBytes(300, 31);
   const std::vector<std::byte> forged = PatternBytes(300, 97);  // same size and tag
   constexpr Tag kTag = 12;
@@ -845,15 +858,8 @@ TEST_CASE(
     "[integration][msg][tcp][multicast]") {
   // Review 3 item 1: number 0 of (s, r) is s's plain Send; the forged fill
   // for it waits at r until it comes, and is dropped then.
-  Daemon daemon;
-  REQUIRE_OK(daemon.Start());
-  auto relay = REQUIRE_VALUE(StartRuntime(daemon, "plain-relay", "shm,tcp"));
-  const Gid q = REQUIRE_VALUE(relay->EnrollThread("q"));
-  auto receiver = REQUIRE_VALUE(StartRuntime(daemon, "plain-receiver"));
-  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
-  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "plain-sender"));
-  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
-  REQUIRE(relay->gid() < receiver->gid());
+  DeputyCast cast("plain");
+  auto& [daemon, relay, receiver, sender, q, r, s] = cast;
   constexpr Tag kTag = 13;
   ForgeRelayRequest(daemon, *relay, *sender, s, *receiver, r, 0, kTag, PatternBytes(300, 97));
   CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
