@@ -337,11 +337,14 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
     case wire::FrameKind::kMarker:
-      if (wire::Relayed(slot->header()) &&
-          !receive.LocalMailbox(Gid::FromRaw(slot->header().destination)).ok()) {
-        // A fill for no thread here (a carrier may name any): it makes no
-        // pair (pair order state) here; dropped as a message to a thread
-        // that does not exist is.
+      if (slot->header().kind == wire::FrameKind::kMessage && wire::Relayed(slot->header()) &&
+          receive.LocalMailbox(Gid::FromRaw(slot->header().destination)).status().code() ==
+              StatusCode::kInvalidArgument) {
+        // A short fill for a thread never enrolled here (a carrier may
+        // name any): it makes no pair (pair order state); dropped as a
+        // message to a thread that does not exist is. (A long one goes on:
+        // its carrier is answered; a pair it made and that holds nothing
+        // is not kept, PairOrder::OnOrdered.)
         Log().debug("tocl: dropping a fill from {} for {}: no such thread here",
                     from_process.ToString(), Gid::FromRaw(slot->header().destination).ToString());
         return Status::Ok();
