@@ -336,5 +336,43 @@ TEST_CASE("skips for receivers not of this process make no state in any lane, no
   CHECK(f.Delivered(source, ReceiverIn(3)) == std::vector<uint64_t>{0});
 }
 
+TEST_CASE("a relay dropped from every lane is not gone: its fill that comes later is delivered",
+          "[lanes][multicast]") {
+  // Review 3 item 2, through ReceiveLanes: DropBroken drops, it does not
+  // mark the process exited.
+  constexpr uint64_t kNonce = 77;
+  Fixture f(kLanes * 2 * kFrameBytes);
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(3);
+  const Gid relay_thread = Gid::Thread(kOtherProcess, 1);
+  {
+    buffers::SlotRef marker(f.pool.TryGet(0));
+    REQUIRE(marker);
+    marker->header() = wire::MarkerHeader(source, to, kTag, 0, kOtherProcess, 0);
+    marker->header().reserved = kNonce;
+    REQUIRE(f.lanes.OnOrdered(kSendingProcess, std::move(marker)).ok());
+  }
+  REQUIRE(f.Arrive(source, to, 1).ok());
+  // The relay's own frames to another receiver outrun their gap: dropped.
+  REQUIRE(f.Arrive(relay_thread, ReceiverIn(5), 1).ok());
+  REQUIRE(f.Arrive(relay_thread, ReceiverIn(5), 2).ok());
+  CHECK(f.Arrive(relay_thread, ReceiverIn(5), 3).code() == StatusCode::kInvalidArgument);
+  f.lanes.DropBroken();
+  // Housekeeping long after (some other process did exit) gives nothing up.
+  f.lanes.CarrierGone(Gid::Process(1, 6));
+  f.lanes.Housekeeping(Clock::now() + 1h);
+  CHECK(f.Delivered(source, to).empty());
+  buffers::SlotRef fill(f.pool.TryGet(0));
+  REQUIRE(fill);
+  fill->header() = wire::MessageHeader(source, to, kTag, /*length=*/0, 0);
+  fill->header().flags = wire::kFlagRelayed;
+  fill->header().offset = kNonce;
+  REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
+  CHECK(f.Delivered(source, to) == std::vector<uint64_t>{0, 1});
+  f.lanes.Clear();
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
 }  // namespace
 }  // namespace tocl::runtime
