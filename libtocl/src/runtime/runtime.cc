@@ -435,9 +435,7 @@ Status Runtime::Impl::SendFill(Gid from, Gid to, Tag tag, std::span<const std::b
     TOCL_RETURN_IF_ERROR(receive.LocalMailbox(to).status());
     TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
                           long_receiver.WholeMessage(from, to, tag, payload));
-    slot->header().seq = fill.seq;
-    slot->header().offset = fill.nonce;
-    slot->header().flags = wire::kFlagRelayed;
+    runtime::StampFill(slot->header(), fill);
     return lanes.OnOrdered(process, std::move(slot));
   }
   if (buffers::ClassFor(payload.size()) < num_classes) {

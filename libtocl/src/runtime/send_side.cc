@@ -129,9 +129,7 @@ Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Net
   slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
   slot->header().flags = flags;
   if (fill_of) {
-    slot->header().seq = fill_of->seq;
-    slot->header().offset = fill_of->nonce;
-    slot->header().flags |= wire::kFlagRelayed;
+    StampFill(slot->header(), *fill_of);
   } else if (to.process() == process_) {
     return receive_.Deliver(slot);
   }

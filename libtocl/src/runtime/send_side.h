@@ -33,6 +33,7 @@
 #include "tocl/gid.h"
 #include "tocl/runtime.h"
 #include "tocl/status.h"
+#include "wire/frame.h"
 
 namespace tocl::runtime {
 
@@ -46,6 +47,14 @@ struct FillOf {
   uint64_t seq = 0;
   uint64_t nonce = 0;
 };
+
+// Makes `header` (a message's, or a whole message's) `fill`'s frame: its
+// number, the nonce (in `offset`), the relayed flag.
+inline void StampFill(wire::Header& header, const FillOf& fill) {
+  header.seq = fill.seq;
+  header.offset = fill.nonce;
+  header.flags |= wire::kFlagRelayed;
+}
 
 class SendSide {
  public:
