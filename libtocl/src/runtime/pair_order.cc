@@ -112,6 +112,7 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
     pair.awaited = MarkOf(header);
     Remember(pair, seq, pair.awaited);
     pair.awaiting_fill = true;
+    pair.stalled_since = Clock::time_point{};
     if (!pair.fills.empty()) TOCL_RETURN_IF_ERROR(TakeHeldFill(pair, header));
     if (pair.awaiting_fill && LostAhead(pair, header)) {
       // Its fill came ahead and was dropped for want of room (or crowded
@@ -327,7 +328,11 @@ bool PairOrder::GiveUpIfCarrierGone(Pair& pair, Clock::time_point now) {
   if (pair.held.empty()) return false;
   const Mark& mark = pair.awaited;
   auto gone = gone_.find(mark.carrier.raw());
-  if (gone == gone_.end() || now - gone->second < carrier_grace_) return false;
+  if (gone == gone_.end()) return false;
+  // The grace counts from when the pair stalled too: its sender's fallback
+  // fill may still be on its way however long ago the carrier went.
+  if (pair.stalled_since == Clock::time_point{}) pair.stalled_since = now;
+  if (now - std::max(gone->second, pair.stalled_since) < carrier_grace_) return false;
   const wire::Header& later = pair.held.begin()->second.slot->header();
   Log().warn(
       "tocl: multicast message {} of {} to {} is lost: its carrier {} exited before its fill "

@@ -36,14 +36,18 @@
 // to judge late fills; an older late fill is dropped as a second copy.
 //
 // A carrier that exits (CarrierGone) while a pair waits for its fill does
-// not stall the pair for ever: once it has been gone for `carrier_grace`
-// (the runtime's partial_timeout) and a later frame of the pair waits
-// behind the number (the source went on), the number is given up with a
-// warning (the message is lost; the source is not broken). Housekeeping
-// does it, never the arrival of a frame: the source's own fill (its
-// fallback when the relay died) may be overtaken by its next frame
-// (another network, or a long fill posted apart from the lane), and is
-// delivered in place when it comes within the grace period. A carrier
+// not stall the pair for ever: once a later frame of the pair waits behind
+// the number (the source went on) and both the carrier's exit and that
+// stall are `carrier_grace` (the runtime's partial_timeout) old, the
+// number is given up with a warning (the message is lost; the source is
+// not broken). The stall counts from the first Housekeeping that sees it
+// (so within a second of it), not from the exit: the receiver may learn
+// of the exit long before the sender does, or before it reaches the
+// marker. Housekeeping does it, never the arrival of a frame: the
+// source's own fill (its fallback when the relay died) may be overtaken
+// by its next frame (another network, or a long fill posted apart from
+// the lane), and is delivered in place when it comes within the grace
+// period. A carrier
 // dropped for its own pairs' gaps (DropProcess) is not gone: the fills it
 // carries stay, and later ones are taken.
 //
@@ -190,6 +194,9 @@ class PairOrder {
     std::set<uint64_t> skipped;
     // next_seq's marker, while awaiting_fill.
     Mark awaited;
+    // Since when Housekeeping saw it awaiting a gone carrier's fill with a
+    // later frame behind (the epoch: not yet).
+    Clock::time_point stalled_since{};
     // The markers of the last kRememberMarks numbers up to the newest
     // marker, a ring by number (made at the pair's first marker: plain
     // pairs pay nothing); every marker from marks_from on is here.
@@ -242,8 +249,8 @@ class PairOrder {
   // accounting.
   template <typename Frames>
   Held TakeHeld(Pair& pair, Frames& from, typename Frames::iterator it);
-  // `pair` waits for a fill whose carrier has been gone for carrier_grace
-  // at `now` while later frames wait behind it: the number is given up (see
+  // `pair` waits for a fill whose carrier is gone while later frames wait
+  // behind it, both for carrier_grace at `now`: the number is given up (see
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
 

@@ -86,6 +86,14 @@ struct Fixture {
     slot->header() = wire::MessageHeader(source, destination, kTag, /*length=*/0, seq);
     return lanes.OnOrdered(source.process(), std::move(slot));
   }
+  // A multicast's marker: `source`'s number `seq`, carried by `carrier`.
+  Status Marker(Gid source, Gid destination, uint64_t seq, Gid carrier, uint64_t nonce) {
+    buffers::SlotRef slot(pool.TryGet(0));
+    if (!slot) return ResourceExhausted("the test pool is spent");
+    slot->header() = wire::MarkerHeader(source, destination, kTag, 0, carrier, seq);
+    slot->header().reserved = nonce;
+    return lanes.OnOrdered(source.process(), std::move(slot));
+  }
   std::vector<uint64_t> Delivered(Gid source, Gid destination) {
     std::lock_guard lock(mu);
     return delivered[{source.raw(), destination.raw()}];
@@ -370,6 +378,32 @@ TEST_CASE("a relay dropped from every lane is not gone: its fill that comes late
   REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
   CHECK(f.Delivered(source, to) == std::vector<uint64_t>{0, 1});
   f.lanes.Clear();
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE(
+    "a carrier gone: Housekeeping gives its awaited number up after the grace period, at most "
+    "once a second",
+    "[lanes][multicast]") {
+  // Review 4 item 7: the give-up through ReceiveLanes (every lane, rate
+  // limited), with ReceiveLanes' default grace of 10 s.
+  constexpr auto kGrace = 10s;
+  Fixture f;
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(6);
+  REQUIRE(f.Marker(source, to, 0, kOtherProcess, 77).ok());
+  REQUIRE(f.Arrive(source, to, 1).ok());
+  f.lanes.CarrierGone(kOtherProcess);
+  const auto start = Clock::now();
+  f.lanes.Housekeeping(start);  // sees the stall
+  f.lanes.Housekeeping(start + kGrace - 1ms);
+  CHECK(f.Delivered(source, to).empty());
+  // Due, but within a second of the last run: nothing.
+  f.lanes.Housekeeping(start + kGrace);
+  CHECK(f.Delivered(source, to).empty());
+  f.lanes.Housekeeping(start + kGrace + 1s);
+  CHECK(f.Delivered(source, to) == std::vector<uint64_t>{1});
   CHECK(f.unexpected.load() == 0);
   CHECK(f.InUse() == 0);
 }
