@@ -549,14 +549,21 @@ void LongReceiver::OrphanLocked(InboundLong& message) {
   reopened_.insert(key);
 }
 
-Status LongReceiver::OnRefill(Gid from_process, buffers::SlotRef slot) {
+Status LongReceiver::OnRefill(Gid from_process, buffers::SlotRef slot, bool given_up) {
   const wire::Header header = slot->header();
   const LongKey key = KeyOf(header);
   const bool from_its_sender = Gid::FromRaw(key.source).process() == from_process;
   {
     std::lock_guard lock(mu_);
     auto it = inbound_.find(key);
-    if (reopened_.count(key) != 0) {
+    if (given_up && it == inbound_.end()) {
+      // Its number passed without it (no fill of it was taken): not
+      // delivered, whoever carries it now.
+      reopened_.erase(key);
+      RememberAbortedLocked(key);
+      QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      slot.reset();
+    } else if (reopened_.count(key) != 0) {
       // Its relay exited before the grant: the sender's own try starts
       // anew (below); anyone else's is a second copy.
       if (!from_its_sender) return Status::Ok();

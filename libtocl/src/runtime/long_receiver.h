@@ -136,8 +136,11 @@ class LongReceiver {
   // done; from the source's process, takes over the fill a relay carries
   // (it exited midway, or the sender stopped waiting for it) or starts one
   // whose relay exited before its grant; a relay's late one while another
-  // carries it is told to stop (abort).
-  Status OnRefill(Gid from_process, buffers::SlotRef slot);
+  // carries it is told to stop (abort). `given_up`: the pair's order gave
+  // its number up (PairOrder: its carrier exited, or its fill was dropped
+  // ahead), so the message was not delivered: its carrier is told so
+  // (abort, and so are its later fragments), never "all here".
+  Status OnRefill(Gid from_process, buffers::SlotRef slot, bool given_up = false);
   // A long message from a thread of this process: one copy into library
   // memory, delivered whole to thread `to`, with wire header `flags`.
   Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "core/logger.h"
 #include "runtime/mailbox.h"
@@ -47,6 +48,16 @@ void PairOrder::Remember(Pair& pair, uint64_t seq, const Mark& mark) {
 const PairOrder::Mark* PairOrder::FindMark(const Pair& pair, uint64_t seq) {
   const Mark* slot = pair.marks ? &(*pair.marks)[seq % kRememberMarks] : nullptr;
   return slot != nullptr && slot->seq == seq ? slot : nullptr;
+}
+
+PairOrder::Mark* PairOrder::FindMark(Pair& pair, uint64_t seq) {
+  return const_cast<Mark*>(FindMark(std::as_const(pair), seq));
+}
+
+void PairOrder::GiveUpAwaited(Pair& pair) {
+  if (Mark* mark = FindMark(pair, pair.next_seq)) mark->given_up = true;
+  pair.awaiting_fill = false;
+  ++pair.next_seq;
 }
 
 PairOrder::Mark PairOrder::MarkOf(const wire::Header& marker) {
@@ -120,8 +131,7 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
       Log().warn("tocl: multicast {} is lost: its fill came ahead of it and was dropped",
                  Describe(header));
       ++fills_lost_;
-      pair.awaiting_fill = false;
-      ++pair.next_seq;
+      GiveUpAwaited(pair);
     }
     return Status::Ok();
   }
@@ -189,7 +199,7 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
       // The relay's start while the sender's own is taken: the long
       // receiver tells it to stop.
       fill.slot->header().offset = 0;
-      TOCL_RETURN_IF_ERROR(refill_(fill.carrier, std::move(fill.slot)));
+      TOCL_RETURN_IF_ERROR(refill_(fill.carrier, std::move(fill.slot), /*given_up=*/false));
     } else {
       ++duplicates_;
     }
@@ -265,10 +275,12 @@ Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) 
   if (header.kind == wire::FrameKind::kLongStart && refill_) {
     // A second long fill (the sender's own try, or its relay's after it):
     // the long receiver answers its carrier, and may hand the message to
-    // it (the first carrier died or is too slow).
+    // it (the first carrier died or is too slow). For a number given up,
+    // it tells its carrier so.
     slot->header().offset = 0;  // the nonce
-    return refill_(from_process, std::move(slot));
+    return refill_(from_process, std::move(slot), mark->given_up);
   }
+  if (mark->given_up) return DropFill(from_process, header, "its number was given up");
   ++duplicates_;
   return Status::Ok();
 }
@@ -341,8 +353,7 @@ bool PairOrder::GiveUpIfCarrierGone(Pair& pair, Clock::time_point now) {
       Gid::FromRaw(later.destination).ToString(), mark.carrier.ToString(),
       std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count(), later.seq);
   ++fills_lost_;
-  pair.awaiting_fill = false;
-  ++pair.next_seq;
+  GiveUpAwaited(pair);
   return true;
 }
 
@@ -413,8 +424,7 @@ Status PairOrder::Skip(Gid from_process, const LongKey& key, bool receiver_here)
   Pair& pair = found->second;
   if (key.seq == pair.next_seq && pair.awaiting_fill) {
     // A marker's fill that will not come (the sender could not send it).
-    pair.awaiting_fill = false;
-    ++pair.next_seq;
+    GiveUpAwaited(pair);
     return DeliverHeld(pair);
   }
   if (key.seq < pair.next_seq || pair.skipped.count(key.seq) != 0) {

@@ -33,7 +33,10 @@
 // carrier, and hands the message over to the source's own process when the
 // relay that carried the first died midway or is slow). A pair remembers
 // the markers of its last kRememberMarks numbers (up to its newest marker)
-// to judge late fills; an older late fill is dropped as a second copy.
+// to judge late fills; an older late fill is dropped as a second copy. A
+// late fill for a number given up (below, or its sender's Skip) is
+// dropped; a long one goes to `refill` marked given up (its carrier is
+// told the message was not delivered, not that it is all here).
 //
 // A carrier that exits (CarrierGone) while a pair waits for its fill does
 // not stall the pair for ever: once a later frame of the pair waits behind
@@ -96,8 +99,9 @@ class PairOrder {
   // exceed process_cap), once its pairs here are dropped.
   using Broken = std::function<void(Gid from_process)>;
 
-  // Takes a second long fill (see above).
-  using Refill = std::function<Status(Gid from_process, buffers::SlotRef slot)>;
+  // Takes a second long fill, or a late long fill for a number given up
+  // (`given_up`; see above).
+  using Refill = std::function<Status(Gid from_process, buffers::SlotRef slot, bool given_up)>;
 
   // Markers remembered per pair.
   static constexpr size_t kRememberMarks = 64;
@@ -179,6 +183,7 @@ class PairOrder {
     uint64_t nonce = 0;
     uint32_t tag = 0;
     uint64_t seq = ~uint64_t{0};  // its number (in the ring: Remember)
+    bool given_up = false;        // passed without its fill (GiveUpAwaited)
   };
   struct Pair {
     uint64_t next_seq = 0;
@@ -216,6 +221,10 @@ class PairOrder {
   static void Remember(Pair& pair, uint64_t seq, const Mark& mark);
   // The marker of number `seq` of `pair` remembered, or null.
   static const Mark* FindMark(const Pair& pair, uint64_t seq);
+  static Mark* FindMark(Pair& pair, uint64_t seq);
+  // The pair's awaited number passes without its fill; its remembered
+  // marker says so (a late fill is not taken as a second copy).
+  static void GiveUpAwaited(Pair& pair);
   // Delivers what waits in `pair` from its next_seq on (held frames,
   // skipped numbers, fills of markers), until a number is missing.
   Status DeliverHeld(Pair& pair);

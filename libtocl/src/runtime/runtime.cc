@@ -71,8 +71,8 @@ Runtime::Impl::Impl(RuntimeOptions opts)
           [this](Gid from_process, buffers::SlotRef slot) {
             return DeliverInOrder(from_process, std::move(slot));
           },
-          [this](Gid from_process, buffers::SlotRef slot) {
-            return long_receiver.OnRefill(from_process, std::move(slot));
+          [this](Gid from_process, buffers::SlotRef slot, bool given_up) {
+            return long_receiver.OnRefill(from_process, std::move(slot), given_up);
           },
           options.partial_timeout),
       long_receiver(

@@ -590,5 +590,30 @@ TEST_CASE(
   CHECK(f.sent.back().process == kSenderProcess);
 }
 
+TEST_CASE(
+    "a late long fill for a number its pair's order gave up is answered 'given up', and so are "
+    "its fragments",
+    "[long][multicast]") {
+  // Review 4 item 2: never "all here" for a message that was not delivered.
+  Fixture f;
+  REQUIRE(f.receiver.OnRefill(kSenderProcess, Flagged(f.Start(0, 3000)), /*given_up=*/true).ok());
+  REQUIRE(f.sent.size() == 1);
+  CHECK(f.sent.back().header.kind == wire::FrameKind::kAbort);
+  CHECK(f.sent.back().process == kSenderProcess);
+  CHECK(f.SentSeqs(wire::FrameKind::kGrant).empty());
+  CHECK(f.receiver.reassembly_used() == 0);
+  // Its fragment (sent before the abort came) is told the same.
+  REQUIRE(
+      f.receiver.OnFragment(kNetwork, kSenderProcess, Flagged(f.Fragment(0, 3000, 0, 'a'))).ok());
+  REQUIRE(f.sent.size() == 2);
+  CHECK(f.sent.back().header.kind == wire::FrameKind::kAbort);
+  // The relay's, later: the same.
+  REQUIRE(f.receiver.OnRefill(kRelayProcess, Flagged(f.Start(0, 3000)), /*given_up=*/true).ok());
+  REQUIRE(f.sent.size() == 3);
+  CHECK(f.sent.back().header.kind == wire::FrameKind::kAbort);
+  CHECK(f.sent.back().process == kRelayProcess);
+  CHECK_FALSE(f.TryReceive().ok());
+}
+
 }  // namespace
 }  // namespace tocl::runtime

@@ -45,8 +45,8 @@ struct Fixture {
               return Status::Ok();
             },
             [this](Gid from_process) { broken.push_back(from_process); },
-            [this](Gid from_process, buffers::SlotRef slot) {
-              refilled.push_back(std::to_string(slot->header().seq));
+            [this](Gid from_process, buffers::SlotRef slot, bool given_up) {
+              refilled.push_back(std::to_string(slot->header().seq) + (given_up ? "!" : ""));
               carriers.push_back(from_process);
               return Status::Ok();
             }) {}
@@ -99,7 +99,7 @@ struct Fixture {
   std::vector<std::string> delivered;
   std::vector<Gid> carriers;  // each delivery's from_process (and refills')
   std::vector<Gid> broken;
-  std::vector<std::string> refilled;
+  std::vector<std::string> refilled;  // seq, with "!" when given up
   PairOrder order;
 };
 
@@ -464,6 +464,43 @@ TEST_CASE(
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2", "3:3"});
   CHECK(f.order.fills_lost() == 0);
   CHECK(f.order.duplicates() == 0);
+  CHECK(f.broken.empty());
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a late fill for a number given up: a long one goes to the refill marked given up",
+          "[order][multicast]") {
+  // Review 4 item 2: the sender's long fill after the give-up must be told
+  // "not delivered", never "all here".
+  Fixture f;
+  const auto gone_at = PairOrder::Clock::now();
+  REQUIRE(f.Marker(kSender, 0, kRelay, kLong).ok());
+  REQUIRE(f.Arrive(kSender, 1).ok());
+  f.order.CarrierGone(kRelay, gone_at);
+  REQUIRE(f.order.Housekeeping(gone_at).ok());
+  REQUIRE(f.order.Housekeeping(gone_at + kGrace).ok());
+  CHECK(f.delivered == Delivered{"3:1"});
+  CHECK(f.order.fills_lost() == 1);
+  REQUIRE(f.Fill(kSender.process(), kSender, 0, wire::FrameKind::kLongStart).ok());
+  CHECK(f.refilled == std::vector<std::string>{"0!"});
+  CHECK(f.carriers.back() == kSender.process());
+  // A short one given up: dropped and counted.
+  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 3).ok());
+  REQUIRE(f.order.Housekeeping(gone_at + kGrace).ok());
+  REQUIRE(f.order.Housekeeping(gone_at + 2 * kGrace).ok());
+  CHECK(f.delivered == Delivered{"3:1", "3:3"});
+  const uint64_t dropped = f.order.fills_dropped();
+  REQUIRE(f.Fill(kSender.process(), kSender, 2).ok());
+  CHECK(f.order.fills_dropped() == dropped + 1);
+  CHECK(f.delivered.size() == 2);
+  // A number filled is not given up: the sender's long fill after its
+  // relay's is refilled unmarked, as before.
+  REQUIRE(f.Marker(kSender, 4, kRelay, kLong).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 4, wire::FrameKind::kLongStart).ok());
+  REQUIRE(f.Fill(kSender.process(), kSender, 4, wire::FrameKind::kLongStart).ok());
+  CHECK(f.refilled == std::vector<std::string>{"0!", "4"});
   CHECK(f.broken.empty());
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
