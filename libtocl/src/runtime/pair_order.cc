@@ -77,9 +77,9 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   if (wire::Relayed(slot->header())) {
     Status status = OnFill(from_process, pair, std::move(slot));
     if (pair.next_seq == 0 && !pair.awaiting_fill && pair.held.empty() && pair.fills.empty() &&
-        pair.skipped.empty() && pair.dropped.empty() && !pair.marks) {
+        pair.skipped.empty() && !pair.marks) {
       // A fill dropped at once left the pair as it was made: not kept (a
-      // fill may name any source).
+      // fill may name any source; a drop noted is kept apart).
       pairs_.erase(key);
       last_pair_ = nullptr;
     }
@@ -132,11 +132,12 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
                  Describe(header));
       ++fills_lost_;
       GiveUpAwaited(pair);
+    } else if (!pair.awaiting_fill && !dropped_.empty()) {
+      ForgetDropped({header.source, header.destination}, seq);  // filled
     }
     return Status::Ok();
   }
   ++pair.next_seq;
-  ForgetDropped(pair, seq);
   if (!pair.fills.empty()) {
     for (auto [stray, end] = pair.fills.equal_range(seq); stray != end;) {
       // A fill that waited for a number that was no marker's.
@@ -147,22 +148,39 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
   return deliver_(frame.carrier, std::move(frame.slot));
 }
 
-bool PairOrder::LostAhead(Pair& pair, const wire::Header& marker) {
-  if (pair.dropped.empty()) return false;
+bool PairOrder::LostAhead(const Pair& pair, const wire::Header& marker) {
+  if (dropped_.empty()) return false;
   const uint64_t seq = marker.seq;
   const uint64_t source_process = SourceProcess(marker).raw();
   bool lost = false;
-  for (auto it = pair.dropped.lower_bound({seq, 0}); it != pair.dropped.end() && it->first == seq;
+  for (auto it = dropped_.lower_bound({marker.source, marker.destination, seq, 0});
+       it != dropped_.end() && std::get<0>(it->first) == marker.source &&
+       std::get<1>(it->first) == marker.destination && std::get<2>(it->first) == seq;
        ++it) {
-    lost |= it->second == pair.awaited.carrier.raw() || it->second == source_process;
+    const uint64_t carrier = std::get<3>(it->first);
+    lost |= carrier == pair.awaited.carrier.raw() || carrier == source_process;
   }
-  ForgetDropped(pair, seq);
+  ForgetDropped({marker.source, marker.destination}, seq);
   return lost;
 }
 
-void PairOrder::ForgetDropped(Pair& pair, uint64_t seq) {
-  while (!pair.dropped.empty() && pair.dropped.begin()->first <= seq) {
-    pair.dropped.erase(pair.dropped.begin());
+void PairOrder::NoteDropped(const wire::Header& fill, Gid carrier) {
+  const DropKey key{fill.source, fill.destination, fill.seq, carrier.raw()};
+  if (dropped_.count(key) != 0) return;
+  if (dropped_.size() >= kRememberDropped) {
+    dropped_.erase(dropped_order_.begin()->second);
+    dropped_order_.erase(dropped_order_.begin());
+  }
+  dropped_.emplace(key, drops_noted_);
+  dropped_order_.emplace(drops_noted_++, key);
+}
+
+void PairOrder::ForgetDropped(const PairKey& key, uint64_t up_to) {
+  for (auto it = dropped_.lower_bound({key.first, key.second, 0, 0});
+       it != dropped_.end() && std::get<0>(it->first) == key.first &&
+       std::get<1>(it->first) == key.second && std::get<2>(it->first) <= up_to;) {
+    dropped_order_.erase(it->second);
+    it = dropped_.erase(it);
   }
 }
 
@@ -250,8 +268,7 @@ Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
   }
   if (!why.empty()) {
     // The marker judges whether it was the one to fill it (LostAhead).
-    if (pair.dropped.size() >= kRememberDropped) pair.dropped.erase(std::prev(pair.dropped.end()));
-    pair.dropped.emplace(seq, carrier.raw());
+    NoteDropped(header, carrier);
     if (carried == 0) fill_bytes_.erase(carrier.raw());
     return DropFill(carrier, header, why);
   }
@@ -462,6 +479,7 @@ void PairOrder::DropProcess(Gid from_process) {
       TakeHeld(pair, pair.fills, it++).slot.reset();
     }
     unexpected_bytes_.fetch_sub(pair.held_bytes, std::memory_order_relaxed);
+    ForgetDropped(entry->first);
     entry = pairs_.erase(entry);
   }
   held_by_process_.erase(from_process.raw());
@@ -475,6 +493,8 @@ void PairOrder::Clear() {
   pairs_.clear();
   held_by_process_.clear();
   fill_bytes_.clear();
+  dropped_.clear();
+  dropped_order_.clear();
   last_pair_ = nullptr;
 }
 

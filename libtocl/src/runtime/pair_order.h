@@ -23,7 +23,9 @@
 // waits, within its carrier's own budget (process_cap of fills, apart from
 // what the carrier's own pairs hold), at most kFillWindow numbers past the
 // pair's next and kFillsPerCarrier per number and carrier. One over any
-// of these is dropped, and noted: when its marker comes, names that
+// of these is dropped, and noted (the last kRememberDropped such drops,
+// apart from the pairs: a pair is not kept for them): when its marker
+// comes, names that
 // carrier (or the source's process) and no held fill fits, the fill was
 // the one, and the number is given up with a warning (fills_lost; the
 // message is lost, the pair goes on). At the marker the source's own
@@ -76,6 +78,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -110,8 +113,8 @@ class PairOrder {
   static constexpr size_t kFillsPerCarrier = 2;
   // How far past a pair's next number a fill may wait for its marker.
   static constexpr uint64_t kFillWindow = 4096;
-  // Fills dropped ahead of their marker remembered per pair (the nearest).
-  static constexpr size_t kRememberDropped = 64;
+  // Fills dropped ahead of their marker remembered (the latest).
+  static constexpr size_t kRememberDropped = 1024;
   // Carriers remembered as gone (CarrierGone); past it the one gone
   // longest is forgotten.
   static constexpr size_t kRememberGone = 1024;
@@ -191,9 +194,6 @@ class PairOrder {
     bool awaiting_fill = false;
     std::map<uint64_t, Held> held;        // messages and markers ahead of next_seq
     std::multimap<uint64_t, Held> fills;  // fills ahead of their marker
-    // (number, carrier) of fills dropped ahead of their marker (HoldFill):
-    // the kRememberDropped nearest.
-    std::set<std::pair<uint64_t, uint64_t>> dropped;
     size_t held_bytes = 0;
     // Numbers not to wait for: long messages whose sender gave up.
     std::set<uint64_t> skipped;
@@ -238,9 +238,15 @@ class PairOrder {
   // A fill ahead of its marker: held, or dropped and noted (see above).
   Status HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot);
   // At `marker` (awaited, no held fill fit): whether a fill that may have
-  // been its own was dropped ahead of it. Forgets the numbers up to it.
-  bool LostAhead(Pair& pair, const wire::Header& marker);
-  static void ForgetDropped(Pair& pair, uint64_t up_to);
+  // been its own was dropped ahead of it. Forgets its pair's numbers up to
+  // it.
+  bool LostAhead(const Pair& pair, const wire::Header& marker);
+  // Notes `fill`, from `carrier`, dropped ahead of its marker; the oldest
+  // note goes past kRememberDropped.
+  void NoteDropped(const wire::Header& fill, Gid carrier);
+  // Forgets the drops noted for numbers of pair `key` up to `up_to`, or
+  // all of them.
+  void ForgetDropped(const PairKey& key, uint64_t up_to = ~uint64_t{0});
   // A fill for a number the pair has passed.
   Status LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
   // Why a fill from `carrier` may not fill `mark` (empty: it may).
@@ -275,6 +281,12 @@ class PairOrder {
   uint64_t duplicates_ = 0;
   uint64_t fills_lost_ = 0;
   uint64_t fills_dropped_ = 0;
+  // Fills dropped ahead of their marker (NoteDropped): (source thread,
+  // destination thread, number, carrier) to when (a count), and back.
+  using DropKey = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>;
+  std::map<DropKey, uint64_t> dropped_;
+  std::map<uint64_t, DropKey> dropped_order_;
+  uint64_t drops_noted_ = 0;
   // Carriers exited (raw process ids), since when.
   std::unordered_map<uint64_t, Clock::time_point> gone_;
   // The last pair looked up (node pointers stay valid until erased).

@@ -534,6 +534,35 @@ TEST_CASE("fills over their relay's budget are dropped, never the relay, their n
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE(
+    "fills dropped over budget naming fresh sources leave no pairs, and their drops are bounded",
+    "[order][multicast]") {
+  // Review 4 item 3: a relay whose fill budget is full carries tiny fills,
+  // each naming a new source thread: each drop is noted, no pair is kept.
+  Fixture f(/*process_cap=*/2 * kFrameBytes);
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  CHECK(f.order.pairs() == 1);
+  constexpr uint32_t kFresh = 10000;
+  for (uint32_t i = 0; i < kFresh; ++i) {
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + i, 1), 0).ok());
+  }
+  CHECK(f.order.fills_dropped() == kFresh);
+  CHECK(f.order.pairs() == 1);
+  CHECK(f.InUse() == 2);
+  // The latest drops are still judged at their marker: this one is lost.
+  REQUIRE(f.Fill(kRelay, kSender, 2).ok());
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 3).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
+  CHECK(f.order.fills_lost() == 1);
+  CHECK(f.broken.empty());
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("a relay dropped, not exited: its fill that comes after is delivered in its place",
           "[order][multicast]") {
   // Review 3 item 2: dropped is not gone for good.
