@@ -54,10 +54,15 @@ PairOrder::Mark* PairOrder::FindMark(Pair& pair, uint64_t seq) {
   return const_cast<Mark*>(FindMark(std::as_const(pair), seq));
 }
 
-void PairOrder::GiveUpAwaited(Pair& pair) {
-  if (Mark* mark = FindMark(pair, pair.next_seq)) mark->given_up = true;
+void PairOrder::Filled(Pair& pair) {
   pair.awaiting_fill = false;
   ++pair.next_seq;
+  awaiting_.erase(&pair);
+}
+
+void PairOrder::GiveUpAwaited(Pair& pair) {
+  if (Mark* mark = FindMark(pair, pair.next_seq)) mark->given_up = true;
+  Filled(pair);
 }
 
 PairOrder::Mark PairOrder::MarkOf(const wire::Header& marker) {
@@ -124,6 +129,7 @@ Status PairOrder::Reach(Pair& pair, Held frame) {
     Remember(pair, seq, pair.awaited);
     pair.awaiting_fill = true;
     pair.stalled_since = Clock::time_point{};
+    awaiting_.insert(&pair);
     if (!pair.fills.empty()) TOCL_RETURN_IF_ERROR(TakeHeldFill(pair, header));
     if (pair.awaiting_fill && LostAhead(pair, header)) {
       // Its fill came ahead and was dropped for want of room (or crowded
@@ -206,8 +212,7 @@ Status PairOrder::TakeHeldFill(Pair& pair, const wire::Header& marker) {
     }
   }
   if (chosen == nullptr) return Status::Ok();
-  pair.awaiting_fill = false;
-  ++pair.next_seq;
+  Filled(pair);
   Held taken = std::move(*chosen);
   taken.slot->header().offset = 0;  // the nonce: the message is the application's now
   TOCL_RETURN_IF_ERROR(deliver_(taken.carrier, std::move(taken.slot)));
@@ -229,8 +234,7 @@ Status PairOrder::OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
   const uint64_t seq = slot->header().seq;
   if (seq == pair.next_seq && pair.awaiting_fill) {
     if (!Fits(from_process, slot->header(), pair.awaited)) return Status::Ok();
-    pair.awaiting_fill = false;
-    ++pair.next_seq;
+    Filled(pair);
     slot->header().offset = 0;  // the nonce
     TOCL_RETURN_IF_ERROR(deliver_(from_process, std::move(slot)));
     return DeliverHeld(pair);
@@ -385,11 +389,14 @@ void PairOrder::CarrierGone(Gid carrier, Clock::time_point now) {
 }
 
 Status PairOrder::Housekeeping(Clock::time_point now) {
-  if (gone_.empty()) return Status::Ok();
+  if (gone_.empty() || awaiting_.empty()) return Status::Ok();
   Status status;
-  for (auto& [key, pair] : pairs_) {
-    if (!pair.awaiting_fill || !GiveUpIfCarrierGone(pair, now)) continue;
-    if (Status delivered = DeliverHeld(pair); !delivered.ok() && status.ok()) status = delivered;
+  // (A copy: giving up takes a pair out of awaiting_, delivering may put
+  // it back.)
+  const std::vector<Pair*> awaiting(awaiting_.begin(), awaiting_.end());
+  for (Pair* pair : awaiting) {
+    if (!GiveUpIfCarrierGone(*pair, now)) continue;
+    if (Status delivered = DeliverHeld(*pair); !delivered.ok() && status.ok()) status = delivered;
   }
   return status;
 }
@@ -480,6 +487,7 @@ void PairOrder::DropProcess(Gid from_process) {
     }
     unexpected_bytes_.fetch_sub(pair.held_bytes, std::memory_order_relaxed);
     ForgetDropped(entry->first);
+    awaiting_.erase(&pair);
     entry = pairs_.erase(entry);
   }
   held_by_process_.erase(from_process.raw());
@@ -491,6 +499,7 @@ void PairOrder::Clear() {
     unexpected_bytes_.fetch_sub(pair.held_bytes, std::memory_order_relaxed);
   }
   pairs_.clear();
+  awaiting_.clear();
   held_by_process_.clear();
   fill_bytes_.clear();
   dropped_.clear();

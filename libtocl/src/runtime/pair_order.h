@@ -25,15 +25,15 @@
 // pair's next and kFillsPerCarrier per number and carrier. One over any
 // of these is dropped, and noted (the last kRememberDropped such drops,
 // apart from the pairs: a pair is not kept for them): when its marker
-// comes, names that
-// carrier (or the source's process) and no held fill fits, the fill was
-// the one, and the number is given up with a warning (fills_lost; the
-// message is lost, the pair goes on). At the marker the source's own
-// process's fitting fill is taken first, then the named carrier's. A
-// second fitting fill (the relay's and the sender's fallback) is dropped,
-// except a long one, which goes to `refill` (the long receiver answers its
-// carrier, and hands the message over to the source's own process when the
-// relay that carried the first died midway or is slow). A pair remembers
+// comes, names that carrier (or the source's process) and no held fill
+// fits, the fill was the one, and the number is given up with a warning
+// (fills_lost; the message is lost, the pair goes on). At the marker the
+// source's own process's fitting fill is taken first, then the named
+// carrier's. A second fitting fill (the relay's and the sender's
+// fallback) is dropped, except a long one, which goes to `refill` (the
+// long receiver answers its carrier, and hands the message over to the
+// source's own process when the relay that carried the first died midway
+// or is slow). A pair remembers
 // the markers of its last kRememberMarks numbers (up to its newest marker)
 // to judge late fills; an older late fill is dropped as a second copy. A
 // late fill for a number given up (below, or its sender's Skip) is
@@ -52,7 +52,7 @@
 // source's own fill (its fallback when the relay died) may be overtaken
 // by its next frame (another network, or a long fill posted apart from
 // the lane), and is delivered in place when it comes within the grace
-// period. A carrier
+// period. Housekeeping looks only at the pairs awaiting a fill. A carrier
 // dropped for its own pairs' gaps (DropProcess) is not gone: the fills it
 // carries stay, and later ones are taken.
 //
@@ -80,6 +80,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -222,9 +223,11 @@ class PairOrder {
   // The marker of number `seq` of `pair` remembered, or null.
   static const Mark* FindMark(const Pair& pair, uint64_t seq);
   static Mark* FindMark(Pair& pair, uint64_t seq);
-  // The pair's awaited number passes without its fill; its remembered
-  // marker says so (a late fill is not taken as a second copy).
-  static void GiveUpAwaited(Pair& pair);
+  // The pair's awaited number is passed: filled, or given up without its
+  // fill (its remembered marker says so: a late fill is not taken as a
+  // second copy).
+  void Filled(Pair& pair);
+  void GiveUpAwaited(Pair& pair);
   // Delivers what waits in `pair` from its next_seq on (held frames,
   // skipped numbers, fills of markers), until a number is missing.
   Status DeliverHeld(Pair& pair);
@@ -287,6 +290,9 @@ class PairOrder {
   std::map<DropKey, uint64_t> dropped_;
   std::map<uint64_t, DropKey> dropped_order_;
   uint64_t drops_noted_ = 0;
+  // The pairs awaiting a fill (Housekeeping looks at these only; node
+  // pointers stay valid until erased).
+  std::unordered_set<Pair*> awaiting_;
   // Carriers exited (raw process ids), since when.
   std::unordered_map<uint64_t, Clock::time_point> gone_;
   // The last pair looked up (node pointers stay valid until erased).
