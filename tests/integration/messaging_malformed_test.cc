@@ -791,7 +791,7 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
                         .bytes()) == RawConnection::Written::kAll);
   const auto deadline = steady_clock::now() + seconds(20);
   while (FramesReceived(receiver) == heard && steady_clock::now() < deadline) {
-    std::this_thread::yield();
+    std::this_thread::sleep_for(milliseconds(1));
   }
   REQUIRE(FramesReceived(receiver) > heard);
 }

@@ -28,13 +28,17 @@
 // long-message fragment of no message being received is dropped too).
 // What a third process that can reach a relay can still do (a relay
 // carries any request passed to it): have it carry fills ahead of a
-// multicast's number it predicts, crowding out the relay's real one or
-// using up that relay's budget for fills at the receiver, so that a chosen
-// multicast through that relay is lost (see below: the receiver gives the
-// number up with a warning; this call said Ok); and keep the relay busy
-// with a long request for up to the relay's partial_timeout (a relay
-// serves one request at a time). It cannot make a receiver take bytes
-// that are not `from`'s, nor cut a relay off from its receivers.
+// multicast's number it predicts, crowding out the relay's real one, so
+// that a chosen multicast through that relay is lost (see below: the
+// receiver gives the number up with a warning; this call said Ok); use up
+// that relay's budget for fills at a receiver for good (fills for numbers
+// no marker takes are never released), after which every multicast
+// through that relay whose fill reaches that receiver before its marker
+// is lost the same way; and keep the relay busy for as long as that
+// process sends it long requests, one after another (a relay serves one
+// request at a time; senders then send the message themselves after
+// MulticastOptions::timeout). It cannot make a receiver take bytes that
+// are not `from`'s, nor cut a relay off from its receivers.
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -82,11 +86,13 @@
 // budget for fills there (the receiver's unexpected_cap share), loses
 // those; and a third process can make one through a relay be lost (see
 // above). The receiver does not wait for a lost one for ever: once
-// `from`'s next message to it is there (and, when the relay died, once it
-// has been gone for the receiver's partial_timeout, so that the sender's
-// own copy is still taken in place if it comes later than that next
-// message), its place is given up with a warning in the receiver's log,
-// and the messages behind it are delivered.
+// `from`'s next message to it is there (and, when the relay died, once
+// both the relay's exit and that wait are the receiver's partial_timeout
+// old, so that the sender's own copy is still taken in place if it comes
+// later than that next message), its place is given up with a warning in
+// the receiver's log, and the messages behind it are delivered; a long
+// copy that comes after that is refused (its sender's try fails), never
+// reported whole.
 //
 // Errors of the call itself (nothing is sent): InvalidArgument for a
 // sender that is not an enrolled thread of this process, kAnyTag, an empty
