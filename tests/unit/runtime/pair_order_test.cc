@@ -535,7 +535,8 @@ TEST_CASE("fills over their relay's budget are dropped, never the relay, their n
 }
 
 TEST_CASE(
-    "fills dropped over budget naming fresh sources leave no pairs, and their drops are bounded",
+    "fills dropped over budget naming fresh sources leave no pairs, and the latest drops still "
+    "count",
     "[order][multicast]") {
   // Review 4 item 3: a relay whose fill budget is full carries tiny fills,
   // each naming a new source thread: each drop is noted, no pair is kept.
