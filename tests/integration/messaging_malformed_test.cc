@@ -764,9 +764,12 @@ TEST_CASE(
 
 // A third process's relay thread passes a request (as a parent relay in a
 // tree would) to `relay`'s relay thread: carry `bytes` as number `seq` of
-// (s, r), r being a thread of `receiver`, with no nonce. The relay cannot
-// tell it from a real one and carries it to r; returns once r's networks
-// heard a frame (nobody else talks to r meanwhile).
+// (s, r), r being a thread of `receiver`, with no nonce. s's process sent
+// the relay no ticket for it (multicast_tickets.h), so the relay waits for
+// one (the request's 200 ms), then refuses it, answering s's process.
+// Returns once that answer reached the sender (nobody else talks to it
+// meanwhile), having checked that r's networks heard nothing: the relay
+// carried nothing (a carried request is answered after its fills left).
 void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, Runtime& receiver,
                        Gid r, uint64_t seq, Tag tag, const std::vector<std::byte>& bytes) {
   const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 4);
@@ -775,6 +778,7 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
       .source = s,
       .reply_to = Gid::Thread(sender.gid(), runtime::kFirstInternalThread),
       .tag = tag,
+      .wait_ms = 200,
       .payload = bytes};
   const std::vector<runtime::MulticastGroup> groups{
       runtime::MulticastGroup{relay.gid(), {{r, seq}}}};
@@ -784,16 +788,18 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
   RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
   REQUIRE_OK(raw.Handshake(forger, relay.gid()));
   const uint64_t heard = FramesReceived(receiver);
+  const uint64_t answers = FramesReceived(sender);
   REQUIRE(raw.Write(Frames()
                         .Add(Message(runtime::RelayOf(forger), runtime::RelayOf(relay.gid()),
                                      runtime::kMulticastRequestTag, encoded.size()),
                              encoded)
                         .bytes()) == RawConnection::Written::kAll);
   const auto deadline = steady_clock::now() + seconds(20);
-  while (FramesReceived(receiver) == heard && steady_clock::now() < deadline) {
+  while (FramesReceived(sender) == answers && steady_clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(1));
   }
-  REQUIRE(FramesReceived(receiver) > heard);
+  REQUIRE(FramesReceived(sender) > answers);
+  CHECK(FramesReceived(receiver) == heard);
 }
 
 // Three processes under one daemon: a relay (thread q) that is the lowest
@@ -827,8 +833,8 @@ TEST_CASE(
   const std::vector<std::byte> forged = PatternBytes(300, 97);  // same size and tag
   constexpr Tag kTag = 12;
 
-  // A forged request for (s, r, 0), with its own bytes and no nonce: held
-  // at r, ahead of its marker.
+  // A forged request for (s, r, 0), with its own bytes and no nonce: the
+  // relay refuses it (no ticket), r never sees it.
   ForgeRelayRequest(daemon, *relay, *sender, s, *receiver, r, 0, kTag, forged);
   CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
 
@@ -856,8 +862,8 @@ TEST_CASE(
     "a relay asked by a third process to carry a fill for a plain message's number is not cut off: "
     "the sender's message, a multicast through it and its own message all arrive",
     "[integration][msg][tcp][multicast]") {
-  // Review 3 item 1: number 0 of (s, r) is s's plain Send; the forged fill
-  // for it waits at r until it comes, and is dropped then.
+  // Review 3 item 1: number 0 of (s, r) is s's plain Send; the relay
+  // refuses to carry the forged fill for it (no ticket from s's process).
   DeputyCast cast("plain");
   auto& [daemon, relay, receiver, sender, q, r, s] = cast;
   constexpr Tag kTag = 13;

@@ -26,19 +26,24 @@
 // line, whoever carried it, and never blamed on its carrier: its
 // connection stays and its own messages still pass (a relayed
 // long-message fragment of no message being received is dropped too).
-// What a third process that can reach a relay can still do (a relay
-// carries any request passed to it): have it carry fills ahead of a
-// multicast's number it predicts, crowding out the relay's real one, so
-// that a chosen multicast through that relay is lost (see below: the
-// receiver gives the number up with a warning; this call said Ok); use up
-// that relay's budget for fills at a receiver for good (fills for numbers
-// no marker takes are never released), after which every multicast
-// through that relay whose fill reaches that receiver before its marker
-// is lost the same way; and keep the relay busy for as long as that
-// process sends it long requests, one after another (a relay serves one
-// request at a time; senders then send the message themselves after
-// MulticastOptions::timeout). It cannot make a receiver take bytes that
-// are not `from`'s, nor cut a relay off from its receivers.
+// A relay carries only what the sender's process announced to it: a
+// request from that process itself, or one a relay above passed on for
+// which the sender's process sent it a ticket (each ticket once, and only
+// for a request with its id, source, nonce, tag and size). What a third
+// process with the cluster secret can still do: keep a relay busy for as
+// long as it sends it long requests of its own multicasts, one after
+// another (a relay serves one request at a time; senders then send the
+// message themselves after MulticastOptions::timeout); crowd a relay's
+// bounded tables of tickets and of requests waiting for their ticket, so
+// that some senders' requests are refused and those senders send the
+// message themselves (later, not lost); and, when it is itself a relay in
+// this call's tree (it has receivers in it), give its own group's
+// receivers and those of the relays below it other bytes of the same
+// size in `from`'s name (a ticket does not cover the payload), or give its
+// own group nothing while answering Ok (lost; the relays below it that
+// hear nothing are sent to by the sender). It cannot have a relay it is
+// not above carry anything in `from`'s name, make a chosen multicast
+// through such a relay be lost, nor cut a relay off from its receivers.
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -84,8 +89,8 @@
 // queue, loses that message (the sender does not send it again); a relay
 // whose fills reach a receiver far ahead of their markers, beyond its
 // budget for fills there (the receiver's unexpected_cap share), loses
-// those; and a third process can make one through a relay be lost (see
-// above). The receiver does not wait for a lost one for ever: once
+// those; and what a relay of the call's own tree can do (see above). The
+// receiver does not wait for a lost one for ever: once
 // `from`'s next message to it is there (and, when the relay died, once
 // both the relay's exit and that wait are the receiver's partial_timeout
 // old, so that the sender's own copy is still taken in place if it comes

@@ -11,6 +11,8 @@ namespace {
 
 constexpr uint32_t kRequestMagic = 0x31514D54;  // "TMQ1"
 constexpr uint32_t kReplyMagic = 0x31414D54;    // "TMA1"
+constexpr uint32_t kTicketMagic = 0x31544D54;   // "TMT1"
+constexpr size_t kTicketBytes = 4 + 8 + 8 + 8 + 4 + 8 + 4;
 // The bytes a group and a receiver take at least: counts are checked
 // against them before anything is allocated.
 constexpr size_t kGroupBytes = 8 + 8 + 4;
@@ -52,6 +54,7 @@ std::vector<std::byte> EncodeMulticastRequest(const MulticastRequest& header,
       out.Put(receiver.seq);
     }
   }
+  out.Put(header.wait_ms);
   out.Put(static_cast<uint64_t>(header.payload.size()));
   out.bytes().reserve(out.bytes().size() + header.payload.size());
   out.PutBytes(header.payload);
@@ -107,6 +110,7 @@ Result<MulticastRequest> DecodeMulticastRequest(std::span<const std::byte> bytes
       }
     }
   }
+  request.wait_ms = in.Get<uint32_t>();
   const auto payload_bytes = in.Get<uint64_t>();
   if (!in.ok() || in.remaining() != payload_bytes) {
     return InvalidArgument(fmt::format("a multicast request says {} payload bytes, but {} follow",
@@ -114,6 +118,55 @@ Result<MulticastRequest> DecodeMulticastRequest(std::span<const std::byte> bytes
   }
   request.payload = in.GetBytes(payload_bytes);
   return request;
+}
+
+MulticastTicket TicketOf(const MulticastRequest& request) {
+  return MulticastTicket{.id = request.id,
+                         .source = request.source,
+                         .nonce = request.groups.empty() ? 0 : request.groups.front().nonce,
+                         .tag = request.tag,
+                         .payload_bytes = request.payload.size(),
+                         .wait_ms = request.wait_ms};
+}
+
+bool IsMulticastTicket(std::span<const std::byte> bytes) {
+  ByteReader in(bytes);
+  const auto magic = in.Get<uint32_t>();
+  return in.ok() && magic == kTicketMagic;
+}
+
+std::vector<std::byte> EncodeMulticastTicket(const MulticastTicket& ticket) {
+  ByteWriter out;
+  out.Put(kTicketMagic);
+  out.Put(ticket.id);
+  out.Put(ticket.source.raw());
+  out.Put(ticket.nonce);
+  out.Put(ticket.tag);
+  out.Put(ticket.payload_bytes);
+  out.Put(ticket.wait_ms);
+  return std::move(out.bytes());
+}
+
+Result<MulticastTicket> DecodeMulticastTicket(std::span<const std::byte> bytes) {
+  if (!IsMulticastTicket(bytes)) return InvalidArgument("not a multicast ticket (no marker)");
+  if (bytes.size() != kTicketBytes) {
+    return InvalidArgument(
+        fmt::format("a multicast ticket of {} bytes (one is {})", bytes.size(), kTicketBytes));
+  }
+  ByteReader in(bytes);
+  in.Get<uint32_t>();
+  MulticastTicket ticket;
+  ticket.id = in.Get<uint64_t>();
+  ticket.source = Gid::FromRaw(in.Get<uint64_t>());
+  ticket.nonce = in.Get<uint64_t>();
+  ticket.tag = in.Get<Tag>();
+  ticket.payload_bytes = in.Get<uint64_t>();
+  ticket.wait_ms = in.Get<uint32_t>();
+  if (!ticket.source.is_thread()) {
+    return InvalidArgument(
+        fmt::format("a multicast ticket for {}: not a thread", ticket.source.ToString()));
+  }
+  return ticket;
 }
 
 std::vector<std::byte> EncodeMulticastReply(const MulticastReply& reply) {

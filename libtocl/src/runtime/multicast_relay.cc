@@ -52,21 +52,46 @@ Status CheckRequestEnds(const MulticastRequest& request) {
 
 void MulticastRelay::Serve() {
   const Selector requests{Gid(), kMulticastRequestTag};
+  std::vector<Book::Settled> settled;
   for (;;) {
-    auto request = receive_.ReceiveOn(*relay_, requests, Clock::time_point::max(), {});
-    if (!request.ok()) {
+    auto message = receive_.ReceiveOn(*relay_, requests, book_.NextDeadline(), {});
+    if (message.ok()) {
+      Handle(std::move(*message), settled);
+    } else if (message.status().code() != StatusCode::kDeadlineExceeded) {
       // Cancelled: the runtime is shutting down.
-      if (request.status().code() != StatusCode::kCancelled) {
-        Log().error("tocl: the multicast relay stops: {}", request.status().ToString());
+      if (message.status().code() != StatusCode::kCancelled) {
+        Log().error("tocl: the multicast relay stops: {}", message.status().ToString());
       }
+      // The waiting requests' buffers go now, before the runtime's pools
+      // (unanswered: their senders fall back after their timeout).
+      book_.Expire(Clock::time_point::max(), settled);
       return;
     }
-    Handle(*request);
+    // (Also while messages keep coming.)
+    book_.Expire(Clock::now(), settled);
+    for (Book::Settled& request : settled) Settle(request);
+    settled.clear();
   }
 }
 
-void MulticastRelay::Handle(const Buffer& message) {
+void MulticastRelay::Handle(Buffer message, std::vector<Book::Settled>& settled) {
   const Gid source = message.source();
+  if (IsMulticastTicket(message.span())) {
+    // From a sender's reply mailbox; it vouches for its own process only
+    // (TicketBook::AddTicket).
+    auto ticket = DecodeMulticastTicket(message.span());
+    Status kept = !ticket.ok() ? ticket.status()
+                  : !IsInternalThread(source)
+                      ? InvalidArgument(fmt::format("a multicast ticket from {}: not the "
+                                                    "runtime's mailbox",
+                                                    source.ToString()))
+                      : book_.AddTicket(source, *ticket, Clock::now(), settled);
+    if (!kept.ok()) {
+      Log().warn("tocl: multicast relay: a bad ticket from {}: {}", source.ToString(),
+                 kept.ToString());
+    }
+    return;
+  }
   uint64_t id = 0;
   Gid reply_to;
   auto request = DecodeMulticastRequest(message.span(), id, reply_to);
@@ -100,17 +125,48 @@ void MulticastRelay::Handle(const Buffer& message) {
     }
     return;
   }
-  PassOn(*request);
-  MulticastReply reply{.id = request->id, .relay = process_};
-  for (const NumberedReceiver& receiver : request->groups.front().receivers) {
+  if (source.process() == request->source.process()) {
+    // From the sender's own process: its own word, no ticket needed.
+    Carry(*request);
+    return;
+  }
+  // Passed on by a relay above (or made up by someone): carried only
+  // with its ticket from the sender's process.
+  const MulticastTicket terms = TicketOf(*request);
+  const size_t bytes = message.size();
+  book_.AddRequest(std::move(message), terms, bytes, Clock::now(), settled);
+}
+
+void MulticastRelay::Settle(Book::Settled& request) {
+  if (request.status.ok()) {
+    uint64_t id = 0;
+    Gid reply_to;
+    auto decoded = DecodeMulticastRequest(request.held.span(), id, reply_to);
+    if (decoded.ok()) Carry(*decoded);  // (it decoded when it came)
+    return;
+  }
+  Log().warn("tocl: multicast relay: {}", request.status.ToString());
+  // Its sender (if it is a real one) sends to the group itself. The
+  // reply-to thread is of the source's process (DecodeMulticastRequest).
+  uint64_t id = 0;
+  Gid reply_to;
+  if (DecodeMulticastRequest(request.held.span(), id, reply_to).ok()) {
+    Answer(reply_to, MulticastReply{.id = id, .relay = process_, .status = request.status});
+  }
+}
+
+void MulticastRelay::Carry(const MulticastRequest& request) {
+  PassOn(request);
+  MulticastReply reply{.id = request.id, .relay = process_};
+  for (const NumberedReceiver& receiver : request.groups.front().receivers) {
     Status status =
         shutting_down_.load()
             ? Unavailable("the relay is shutting down")
-            : hooks_.send_fill(request->source, receiver.thread, request->tag, request->payload,
-                               FillOf{receiver.seq, request->groups.front().nonce}, *relay_);
+            : hooks_.send_fill(request.source, receiver.thread, request.tag, request.payload,
+                               FillOf{receiver.seq, request.groups.front().nonce}, *relay_);
     reply.receivers.push_back(MulticastReceiverOutcome{receiver.thread, std::move(status)});
   }
-  Answer(request->reply_to, reply);
+  Answer(request.reply_to, reply);
 }
 
 void MulticastRelay::PassOn(const MulticastRequest& request) {

@@ -6,14 +6,20 @@
 // group's receivers in the sender's place (each a fill for the receiver's
 // number with the group's nonce: wire/frame.h) and answers the sender.
 //
+// What it carries: a request from the sender's own process (its relay
+// thread can only be asked by that process's frames), and a request
+// passed on by a relay above it only with the ticket the sender's process
+// sent it for that request (multicast_tickets.h: each ticket once, the
+// request fitting it; a request may wait for its ticket, bounded, until
+// the sender's timeout). So a third process that can reach it cannot have
+// it carry anything in a sender's name.
+//
 // What it refuses (answered with the reason when the request says where
-// to): a request that does not decode, or not from and to the runtime's
-// mailboxes, or for another relay's group, or from a sender's mailbox for
-// a thread of another process, or of or to one of a runtime's internal
-// threads, or with a tag no Send may use. It cannot tell a request a relay
-// passed on from one a third process made up (anyone may ask it to carry
-// bytes in a sender's name): its receivers do, by the nonce their
-// sender's marker holds (pair_order.h).
+// to, so that a real sender sends to the group itself): a request that
+// does not decode, or not from and to the runtime's mailboxes, or for
+// another relay's group, or from a sender's mailbox for a thread of
+// another process, or of or to one of a runtime's internal threads, or
+// with a tag no Send may use, or passed on without a ticket that fits.
 //
 // It carries long messages one receiver after the other, and one request
 // after the other (tried and not kept: nothing yet; a relay thread per
@@ -25,10 +31,12 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "runtime/mailbox.h"
 #include "runtime/multicast_hooks.h"
 #include "runtime/multicast_protocol.h"
+#include "runtime/multicast_tickets.h"
 #include "runtime/receive_side.h"
 #include "tocl/gid.h"
 #include "tocl/runtime.h"
@@ -54,10 +62,17 @@ class MulticastRelay {
   void Stop();
 
  private:
+  using Book = TicketBook<Buffer>;
+
+  // Waits for requests and tickets, and for the book's next deadline.
   void Serve();
-  void Handle(const Buffer& message);
-  // Passes `request` on to the relays of its subtrees (groups[1..]); a
-  // subtree that cannot be reached is answered for with the error.
+  // A request or a ticket: what it settles goes to `settled`; a request
+  // from the sender's own process is carried at once.
+  void Handle(Buffer message, std::vector<Book::Settled>& settled);
+  // Carries a request its ticket admitted, or answers one refused.
+  void Settle(Book::Settled& request);
+  // Passes `request` on, carries it to its group and answers its sender.
+  void Carry(const MulticastRequest& request);
   void PassOn(const MulticastRequest& request);
   void Answer(Gid reply_to, const MulticastReply& reply);
 
@@ -66,6 +81,7 @@ class MulticastRelay {
   const MulticastHooks& hooks_;
   Gid process_;               // set by Open
   Mailbox* relay_ = nullptr;  // owned by the thread table
+  Book book_;                 // the relay thread's
   std::thread server_;
 };
 

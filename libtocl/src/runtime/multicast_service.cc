@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/logger.h"
 #include "runtime/internal_threads.h"
@@ -121,7 +122,10 @@ void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall
   request.reply_to = (*mailbox).gid();
   request.tag = call.tag;
   request.payload = call.payload;
+  request.wait_ms = static_cast<uint32_t>(
+      std::clamp<int64_t>(options.timeout.count(), 0, std::numeric_limits<uint32_t>::max()));
   call.request_id = request.id;
+  SendTickets(request, groups);
   size_t at = 0;
   for (std::span<const MulticastGroup> subtree : SplitBinomial(groups)) {
     const Gid relay = RelayOf(subtree.front().relay);
@@ -171,6 +175,27 @@ void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall
       if (!call.answered[g]) SendGroupDirectly(groups[g], why, call, result);
     }
     return;
+  }
+}
+
+void MulticastService::SendTickets(const MulticastRequest& request,
+                                   std::span<const MulticastGroup> groups) {
+  std::vector<bool> top(groups.size(), false);
+  for (std::span<const MulticastGroup> subtree : SplitBinomial(groups)) {
+    top[static_cast<size_t>(subtree.data() - groups.data())] = true;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (top[g]) continue;  // its request comes from us: our own word
+    MulticastTicket ticket = TicketOf(request);
+    ticket.nonce = groups[g].nonce;
+    const Gid relay = RelayOf(groups[g].relay);
+    Status sent =
+        hooks_.send(request.reply_to, relay, kMulticastRequestTag, EncodeMulticastTicket(ticket));
+    if (!sent.ok()) {
+      // That relay refuses the request (no ticket) or is gone: its
+      // receivers are sent to directly, after its answer or the timeout.
+      Log().info("tocl: multicast: no ticket to relay {}: {}", relay.ToString(), sent.ToString());
+    }
   }
 }
 

@@ -109,9 +109,10 @@ class PairOrder {
 
   // Markers remembered per pair.
   static constexpr size_t kRememberMarks = 64;
-  // Fills held per number and carrier ahead of their marker: a relay's
-  // own, and one someone else had it carry first.
-  static constexpr size_t kFillsPerCarrier = 2;
+  // Fills held per number and carrier ahead of their marker: a relay
+  // carries a request once, and only with its sender's ticket
+  // (multicast_tickets.h), and a sender sends its own fill once.
+  static constexpr size_t kFillsPerCarrier = 1;
   // How far past a pair's next number a fill may wait for its marker.
   static constexpr uint64_t kFillWindow = 4096;
   // Fills dropped ahead of their marker remembered (the latest).

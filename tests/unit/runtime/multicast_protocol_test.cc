@@ -27,7 +27,8 @@ std::vector<std::byte> Payload(size_t n) {
 }
 
 std::vector<std::byte> Request(const std::vector<std::byte>& payload) {
-  MulticastRequest header{.id = 42, .source = kSource, .reply_to = kReplyTo, .tag = 77};
+  MulticastRequest header{
+      .id = 42, .source = kSource, .reply_to = kReplyTo, .tag = 77, .wait_ms = 2500};
   header.payload = payload;
   const auto groups = TwoGroups();
   return EncodeMulticastRequest(header, groups);
@@ -54,6 +55,7 @@ TEST_CASE("a multicast request comes out as it went in", "[multicast]") {
   CHECK(reply_to == kReplyTo);
   CHECK(decoded->source == kSource);
   CHECK(decoded->tag == 77);
+  CHECK(decoded->wait_ms == 2500);
   CHECK(decoded->groups == TwoGroups());
   REQUIRE(decoded->payload.size() == payload.size());
   CHECK(std::memcmp(decoded->payload.data(), payload.data(), payload.size()) == 0);
@@ -122,6 +124,64 @@ TEST_CASE("a multicast reply comes out as it went in, and a malformed one is ref
   auto longer = bytes;
   longer.push_back(std::byte{0});
   CHECK_FALSE(DecodeMulticastReply(longer).ok());
+}
+
+TEST_CASE("a multicast ticket comes out as it went in, and a malformed one is refused",
+          "[multicast]") {
+  const MulticastTicket ticket{.id = 42,
+                               .source = kSource,
+                               .nonce = 0xA1B2C3D4E5F60718,
+                               .tag = 77,
+                               .payload_bytes = 5000,
+                               .wait_ms = 1234};
+  const auto bytes = EncodeMulticastTicket(ticket);
+  CHECK(IsMulticastTicket(bytes));
+  auto decoded = DecodeMulticastTicket(bytes);
+  REQUIRE(decoded.ok());
+  CHECK(*decoded == ticket);
+
+  // A request is not a ticket, nor is a ticket a request.
+  const auto payload = Payload(10);
+  const auto request = Request(payload);
+  CHECK_FALSE(IsMulticastTicket(request));
+  auto refused = DecodeMulticastTicket(request);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("not a multicast ticket") != std::string::npos);
+  CheckRefused(bytes, "not a multicast request");
+
+  // Every cut, and one byte too many, is refused.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CHECK_FALSE(DecodeMulticastTicket(std::span(bytes).first(n)).ok());
+  }
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  refused = DecodeMulticastTicket(longer);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("of 45 bytes (one is 44)") != std::string::npos);
+  // A source that is not a thread (offset 12).
+  auto bad = bytes;
+  const uint64_t process = Gid::Process(1, 2).raw();
+  std::memcpy(bad.data() + 12, &process, sizeof(process));
+  refused = DecodeMulticastTicket(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("not a thread") != std::string::npos);
+}
+
+TEST_CASE("a request's ticket terms are its first group's", "[multicast]") {
+  const auto payload = Payload(300);
+  const auto bytes = Request(payload);
+  uint64_t id = 0;
+  Gid reply_to;
+  auto decoded = DecodeMulticastRequest(bytes, id, reply_to);
+  REQUIRE(decoded.ok());
+  const MulticastTicket terms = TicketOf(*decoded);
+  CHECK(terms.id == 42);
+  CHECK(terms.source == kSource);
+  CHECK(terms.nonce == 0xA1);
+  CHECK(terms.tag == 77);
+  CHECK(terms.payload_bytes == 300);
+  CHECK(terms.wait_ms == 2500);
 }
 
 }  // namespace

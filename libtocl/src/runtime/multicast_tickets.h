@@ -1,0 +1,201 @@
+// A relay's tickets (multicast_relay.h): a relay carries a request passed
+// on to it only when the sender's own process announced that request to
+// it first, with a ticket (multicast_protocol.h). Only that process's
+// frames carry its process id, so a third process that can reach the relay
+// cannot have it carry anything in a sender's name: it can only ask, and
+// the request waits for a ticket that never comes.
+//
+// The book holds the tickets (each used once) and the requests that came
+// before their ticket (a relay above can pass a request on faster than the
+// sender's ticket travels), both bounded and expiring: a ticket or a
+// waiting request lives at most its "wait" (the sender's timeout, capped
+// at Limits::max_wait); over a bound (a count, and the bytes the waiting
+// requests hold) the one nearest its end (tickets) or the oldest
+// (requests) goes. A request is settled as soon as its fate is
+// known: carried (its ticket fits: same request id, source thread, nonce,
+// tag and payload length), or refused (its ticket was used already, or
+// does not fit, or it waited too long or was pushed out). A refused
+// request is answered with the reason, so that its sender (if it is a real
+// one) sends its receivers the message itself; a ticket that fits no
+// request it was for is dropped at its end.
+//
+// Pure: no runtime, no clock of its own (the caller passes `now`), unit-
+// tested alone. `Held` is what the relay keeps of a waiting request (a
+// Buffer; anything movable in tests). Threading: one thread (the relay's).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "runtime/multicast_protocol.h"
+#include "tocl/gid.h"
+#include "tocl/status.h"
+
+namespace tocl::runtime {
+
+template <typename Held>
+class TicketBook {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Limits {
+    size_t tickets = 4096;                    // tickets kept, used ones included
+    size_t waiting = 64;                      // requests waiting for their ticket
+    size_t waiting_bytes = size_t{64} << 20;  // their bytes (or the one that waits)
+    std::chrono::milliseconds max_wait{60000};
+  };
+
+  // A request's fate: carry it (status Ok) or answer it with `status`.
+  struct Settled {
+    Held held;
+    MulticastTicket terms;
+    Status status;
+  };
+
+  explicit TicketBook(Limits limits = {}) : limits_(limits) {}
+
+  // A ticket that came from process `from`. InvalidArgument (nothing kept)
+  // when it is for a thread of another process or repeats a ticket held;
+  // else kept, and a waiting request it was for is settled.
+  Status AddTicket(Gid from, const MulticastTicket& ticket, Clock::time_point now,
+                   std::vector<Settled>& settled) {
+    if (ticket.source.process() != from.process()) {
+      return InvalidArgument(fmt::format("a multicast ticket from {} for a message of {}",
+                                         from.ToString(), ticket.source.ToString()));
+    }
+    const Key key{ticket.source.raw(), ticket.id};
+    if (tickets_.contains(key)) {
+      return InvalidArgument(fmt::format("a second multicast ticket for request {} of {}",
+                                         ticket.id, ticket.source.ToString()));
+    }
+    while (!tickets_.empty() && tickets_.size() >= limits_.tickets) {
+      tickets_.erase(NearestEnd());
+    }
+    tickets_.emplace(key, Ticket{ticket, now + Wait(ticket.wait_ms), false});
+    // The requests that came first: each judged against it, in order.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (Key{it->terms.source.raw(), it->terms.id} != key) {
+        ++it;
+        continue;
+      }
+      Status fate = Judge(tickets_.at(key), it->terms);
+      settled.push_back(Settled{std::move(it->held), it->terms, std::move(fate)});
+      waiting_bytes_ -= it->bytes;
+      it = waiting_.erase(it);
+    }
+    return Status::Ok();
+  }
+
+  // A request of `bytes` passed on to this relay (`terms`: TicketOf it).
+  // Settled at once when its ticket is here (carried or refused); else it
+  // waits, the oldest waiting ones refused while there are too many.
+  void AddRequest(Held held, const MulticastTicket& terms, size_t bytes, Clock::time_point now,
+                  std::vector<Settled>& settled) {
+    const auto ticket = tickets_.find(Key{terms.source.raw(), terms.id});
+    if (ticket != tickets_.end()) {
+      Status fate = Judge(ticket->second, terms);
+      settled.push_back(Settled{std::move(held), terms, std::move(fate)});
+      return;
+    }
+    while (!waiting_.empty() &&
+           (waiting_.size() >= limits_.waiting || waiting_bytes_ + bytes > limits_.waiting_bytes)) {
+      Refuse(waiting_.front(), settled,
+             fmt::format("more than {} multicast requests ({} bytes) wait for their tickets",
+                         limits_.waiting, limits_.waiting_bytes));
+      waiting_bytes_ -= waiting_.front().bytes;
+      waiting_.pop_front();
+    }
+    waiting_bytes_ += bytes;
+    waiting_.push_back(Waiting{std::move(held), terms, bytes, now + Wait(terms.wait_ms)});
+  }
+
+  // Drops the tickets past their end and refuses the requests that waited
+  // for theirs too long.
+  void Expire(Clock::time_point now, std::vector<Settled>& settled) {
+    std::erase_if(tickets_, [&](const auto& entry) { return entry.second.end <= now; });
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->end > now) {
+        ++it;
+        continue;
+      }
+      Refuse(*it, settled, "its sender announced no such multicast to this relay (no ticket)");
+      waiting_bytes_ -= it->bytes;
+      it = waiting_.erase(it);
+    }
+  }
+
+  // When Expire has something to do next (max: nothing).
+  Clock::time_point NextDeadline() const {
+    Clock::time_point next = Clock::time_point::max();
+    for (const auto& [key, ticket] : tickets_) next = std::min(next, ticket.end);
+    for (const Waiting& request : waiting_) next = std::min(next, request.end);
+    return next;
+  }
+
+  size_t tickets() const { return tickets_.size(); }
+  size_t waiting() const { return waiting_.size(); }
+  size_t waiting_bytes() const { return waiting_bytes_; }
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;  // source thread's raw gid, request id
+  struct Ticket {
+    MulticastTicket terms;
+    Clock::time_point end;
+    bool used = false;
+  };
+  struct Waiting {
+    Held held;
+    MulticastTicket terms;
+    size_t bytes = 0;
+    Clock::time_point end;
+  };
+
+  Clock::duration Wait(uint32_t wait_ms) const {
+    return std::min<Clock::duration>(std::chrono::milliseconds(wait_ms), limits_.max_wait);
+  }
+
+  // Ok (and the ticket used) when `terms` fit an unused ticket.
+  static Status Judge(Ticket& ticket, const MulticastTicket& terms) {
+    if (ticket.used) {
+      return InvalidArgument(fmt::format("multicast request {} of {} was carried already", terms.id,
+                                         terms.source.ToString()));
+    }
+    const MulticastTicket& want = ticket.terms;
+    if (terms.nonce != want.nonce || terms.tag != want.tag ||
+        terms.payload_bytes != want.payload_bytes) {
+      return InvalidArgument(
+          fmt::format("multicast request {} of {} does not fit its ticket (nonce, tag or size)",
+                      terms.id, terms.source.ToString()));
+    }
+    ticket.used = true;
+    return Status::Ok();
+  }
+
+  static void Refuse(Waiting& request, std::vector<Settled>& settled, const std::string& why) {
+    settled.push_back(
+        Settled{std::move(request.held), request.terms,
+                Unavailable(fmt::format("multicast request {} of {} not carried: {}",
+                                        request.terms.id, request.terms.source.ToString(), why))});
+  }
+
+  typename std::map<Key, Ticket>::iterator NearestEnd() {
+    return std::min_element(tickets_.begin(), tickets_.end(), [](const auto& a, const auto& b) {
+      return a.second.end < b.second.end;
+    });
+  }
+
+  const Limits limits_;
+  std::map<Key, Ticket> tickets_;
+  std::deque<Waiting> waiting_;
+  size_t waiting_bytes_ = 0;
+};
+
+}  // namespace tocl::runtime
