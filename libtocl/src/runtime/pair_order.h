@@ -171,6 +171,8 @@ class PairOrder {
   uint64_t duplicates() const { return duplicates_; }
   // Pairs known (each holds its order's state).
   size_t pairs() const { return pairs_.size(); }
+  // Fills dropped ahead of their marker noted now (at most kRememberDropped).
+  size_t drops_remembered() const { return dropped_.size(); }
   // Numbers given up: their carrier went, or their fill was dropped (see
   // above).
   uint64_t fills_lost() const { return fills_lost_; }

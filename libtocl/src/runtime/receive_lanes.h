@@ -98,7 +98,11 @@ class ReceiveLanes {
   std::mutex broken_mu_;
   std::vector<Gid> broken_;  // guarded by broken_mu_: to drop from every lane
   std::atomic<bool> any_broken_{false};
-  // Some carrier exited: Housekeeping may have work.
+  // Some carrier exited: Housekeeping may have work. Never cleared, and
+  // need not be: a marker naming a carrier that exited may come at any
+  // time after (each lane remembers its last 1024 exits), and once set it
+  // costs a lock and an empty-set look per lane once a second
+  // (PairOrder::Housekeeping looks only at the pairs awaiting a fill).
   std::atomic<bool> any_gone_{false};
   std::atomic<PairOrder::Clock::rep> next_housekeeping_{0};
 };

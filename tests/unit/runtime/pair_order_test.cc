@@ -568,6 +568,33 @@ TEST_CASE(
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("the drops noted ahead of their markers are the latest ones: the oldest is forgotten",
+          "[order][multicast]") {
+  Fixture f(/*process_cap=*/2 * kFrameBytes);
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // over budget: dropped, noted first
+  CHECK(f.order.drops_remembered() == 1);
+  for (uint32_t i = 0; i < PairOrder::kRememberDropped; ++i) {
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + i, 1), 0).ok());
+    CHECK(f.order.drops_remembered() == std::min<size_t>(i + 2, PairOrder::kRememberDropped));
+  }
+  CHECK(f.order.fills_dropped() == PairOrder::kRememberDropped + 1);
+  // Number 2's drop is forgotten: at its marker it is awaited, not lost.
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 3).ok());
+  CHECK(f.order.fills_lost() == 0);
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  REQUIRE(f.Fill(kSender.process(), kSender, 2).ok());  // say, the sender's own
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2", "3:3"});
+  CHECK(f.order.drops_remembered() == PairOrder::kRememberDropped);
+  CHECK(f.broken.empty());
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("a relay dropped, not exited: its fill that comes after is delivered in its place",
           "[order][multicast]") {
   // Review 3 item 2: dropped is not gone for good.
