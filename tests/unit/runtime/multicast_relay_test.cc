@@ -1,0 +1,220 @@
+// The multicast relay with a fake runtime (multicast_hooks.h) and a real
+// receive side: it carries a request from the sender's own process at once,
+// and a request passed on by another relay only with the ticket the
+// sender's process sent it (before or after the request), once; what has
+// no fitting ticket is answered with the reason, never carried.
+#include "runtime/multicast_relay.h"
+
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "buffers/size_class.h"
+#include "part_fixtures.h"
+#include "runtime/internal_threads.h"
+#include "wire/frame.h"
+
+namespace tocl::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr Gid kProcess = Gid::Process(2, 5);  // the relay's
+constexpr Gid kReceiver = Gid::Thread(2, 6, 1);
+constexpr Gid kSender = Gid::Thread(1, 3, 1);
+const Gid kSenderMailbox = Gid::Thread(1, 3, kFirstInternalThread);
+const Gid kParent = RelayOf(Gid::Process(3, 4));  // a relay above
+const Gid kThirdMailbox = Gid::Thread(4, 4, kFirstInternalThread);
+constexpr Tag kTag = 7;
+constexpr uint64_t kNonce = 0x5EC12E7;
+
+struct Fill {
+  Gid to;
+  uint64_t seq = 0;
+  uint64_t nonce = 0;
+};
+
+struct Fixture : PoolAndPoller {
+  Fixture()
+      : receive(64 * buffers::ClassBytes(0), 50us, shutting_down,
+                ReceiveSide::Hooks{.wake_poller = [] {},
+                                   .receive_posted = [] {},
+                                   .unbind_posted = [](PostedReceive&) { return true; }}),
+        relay(receive, shutting_down, hooks) {
+    hooks.send = [this](Gid, Gid, Tag tag, std::span<const std::byte> bytes) {
+      if (tag == kMulticastReplyTag) {
+        auto reply = DecodeMulticastReply(bytes);
+        REQUIRE(reply.ok());
+        std::lock_guard lock(mu);
+        replies.push_back(std::move(*reply));
+        changed.notify_all();
+      }
+      return Status::Ok();
+    };
+    hooks.send_fill = [this](Gid, Gid to, Tag, std::span<const std::byte>, FillOf fill, Mailbox&) {
+      std::lock_guard lock(mu);
+      fills.push_back(Fill{to, fill.seq, fill.nonce});
+      return Status::Ok();
+    };
+    hooks.post_marker = [](Gid, Gid, Tag, uint64_t, Gid, uint64_t) -> Result<uint64_t> {
+      return Status(StatusCode::kUnimplemented, "not a sender");
+    };
+    hooks.post_no_fill = [](Gid, Gid, uint64_t) {};
+    hooks.sender_mailbox = [](Gid) -> Result<Mailbox*> {
+      return Status(StatusCode::kUnimplemented, "not a sender");
+    };
+    receive.SetProcess(kProcess);
+    receive.AttachProgress(progress);
+    relay.Open(kProcess);
+    relay.Start();
+  }
+  ~Fixture() {
+    shutting_down = true;
+    receive.WakeAll();
+    relay.Stop();
+  }
+
+  // `bytes` from `source` arriving at the relay's mailbox.
+  void Arrive(Gid source, const std::vector<std::byte>& bytes) {
+    buffers::SlotRef slot(pool.TryGet(0));
+    REQUIRE(slot);
+    wire::Header& header = slot->header();
+    header.kind = wire::FrameKind::kMessage;
+    header.source = source.raw();
+    header.destination = RelayOf(kProcess).raw();
+    header.tag = kMulticastRequestTag;
+    header.length = static_cast<uint32_t>(bytes.size());
+    header.total = header.length;
+    std::memcpy(slot->payload(), bytes.data(), bytes.size());
+    REQUIRE(receive.Deliver(slot).ok());
+  }
+  void Request(Gid from, uint64_t id, uint64_t seq, uint32_t wait_ms = 10000,
+               uint64_t nonce = kNonce) {
+    const MulticastRequest request{.id = id,
+                                   .source = kSender,
+                                   .reply_to = kSenderMailbox,
+                                   .tag = kTag,
+                                   .wait_ms = wait_ms,
+                                   .payload = payload};
+    const std::vector<MulticastGroup> groups{MulticastGroup{kProcess, {{kReceiver, seq}}, nonce}};
+    Arrive(from, EncodeMulticastRequest(request, groups));
+  }
+  void Ticket(Gid from, uint64_t id) {
+    Arrive(from, EncodeMulticastTicket(MulticastTicket{.id = id,
+                                                       .source = kSender,
+                                                       .nonce = kNonce,
+                                                       .tag = kTag,
+                                                       .payload_bytes = payload.size(),
+                                                       .wait_ms = 10000}));
+  }
+  // Waits for the relay's `n`th answer (1-based) and returns it.
+  MulticastReply Reply(size_t n) {
+    std::unique_lock lock(mu);
+    REQUIRE(changed.wait_for(lock, 20s, [&] { return replies.size() >= n; }));
+    return replies[n - 1];
+  }
+  size_t Answers() {
+    std::lock_guard lock(mu);
+    return replies.size();
+  }
+  std::vector<Fill> Fills() {
+    std::lock_guard lock(mu);
+    return fills;
+  }
+
+  const std::vector<std::byte> payload = std::vector<std::byte>(100, std::byte{42});
+  std::atomic<bool> shutting_down{false};
+  ReceiveSide receive;
+  MulticastHooks hooks;
+  MulticastRelay relay;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<MulticastReply> replies;  // guarded by mu
+  std::vector<Fill> fills;              // guarded by mu
+};
+
+TEST_CASE("a relay carries a request from the sender's own process without a ticket",
+          "[multicast][relay]") {
+  Fixture f;
+  f.Request(kSenderMailbox, 1, 0);
+  const MulticastReply reply = f.Reply(1);
+  CHECK(reply.id == 1);
+  CHECK(reply.status.ok());
+  REQUIRE(reply.receivers.size() == 1);
+  CHECK(reply.receivers[0].status.ok());
+  const auto fills = f.Fills();
+  REQUIRE(fills.size() == 1);
+  CHECK(fills[0].to == kReceiver);
+  CHECK(fills[0].seq == 0);
+  CHECK(fills[0].nonce == kNonce);
+}
+
+TEST_CASE("a passed-on request is carried with its ticket, before or after it, once",
+          "[multicast][relay]") {
+  Fixture f;
+  SECTION("ticket first") {
+    f.Ticket(kSenderMailbox, 1);
+    f.Request(kParent, 1, 0);
+    CHECK(f.Reply(1).status.ok());
+    CHECK(f.Fills().size() == 1);
+  }
+  SECTION("request first") {
+    f.Request(kParent, 1, 0);
+    // The sender's own request after it is carried; the first still waits.
+    f.Request(kSenderMailbox, 2, 1);
+    CHECK(f.Reply(1).id == 2);
+    REQUIRE(f.Fills().size() == 1);
+    CHECK(f.Fills()[0].seq == 1);
+    f.Ticket(kSenderMailbox, 1);
+    const MulticastReply reply = f.Reply(2);
+    CHECK(reply.id == 1);
+    CHECK(reply.status.ok());
+    REQUIRE(f.Fills().size() == 2);
+    CHECK(f.Fills()[1].seq == 0);
+  }
+  // Passed on again (or replayed): refused, answered, not carried.
+  const size_t carried = f.Fills().size();
+  const size_t answered = f.Answers();
+  f.Request(kParent, 1, 0);
+  const MulticastReply replayed = f.Reply(answered + 1);
+  CHECK(replayed.id == 1);
+  CHECK_FALSE(replayed.status.ok());
+  CHECK(replayed.status.message().find("carried already") != std::string::npos);
+  CHECK(f.Fills().size() == carried);
+}
+
+TEST_CASE("a passed-on request without a fitting ticket is answered, never carried",
+          "[multicast][relay]") {
+  Fixture f;
+  SECTION("no ticket: refused when its wait is over") {
+    f.Request(kParent, 1, 0, /*wait_ms=*/50);
+    const MulticastReply reply = f.Reply(1);
+    CHECK(reply.id == 1);
+    CHECK(reply.status.message().find("no ticket") != std::string::npos);
+  }
+  SECTION("a ticket from a third process does not count") {
+    f.Ticket(kThirdMailbox, 1);
+    f.Request(kParent, 1, 0, /*wait_ms=*/50);
+    const MulticastReply reply = f.Reply(1);
+    CHECK(reply.status.message().find("no ticket") != std::string::npos);
+  }
+  SECTION("another nonce: refused at once, the real one carried after") {
+    f.Ticket(kSenderMailbox, 1);
+    f.Request(kParent, 1, 0, 10000, /*nonce=*/kNonce + 1);
+    const MulticastReply reply = f.Reply(1);
+    CHECK(reply.status.message().find("does not fit its ticket") != std::string::npos);
+    CHECK(f.Fills().empty());
+    f.Request(kParent, 1, 0);
+    CHECK(f.Reply(2).status.ok());
+    REQUIRE(f.Fills().size() == 1);
+    return;
+  }
+  CHECK(f.Fills().empty());
+}
+
+}  // namespace
+}  // namespace tocl::runtime
