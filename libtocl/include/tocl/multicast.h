@@ -21,11 +21,12 @@
 // takes the message only from the process the marker (which came from the
 // sender's process) names, or from the sender's process itself, and only
 // with the marker's tag, size and nonce (a random number each call draws
-// for each relay: anyone can ask a relay to carry bytes in `from`'s name,
-// but not with that nonce). Whatever does not fit is dropped with a log
-// line, whoever carried it, and never blamed on its carrier: its
-// connection stays and its own messages still pass (a relayed
-// long-message fragment of no message being received is dropped too).
+// for each relay, known to the sender and the relays above that relay).
+// Whatever does not fit is dropped with a log line, whoever carried it,
+// and never blamed on its carrier: its connection stays and its own
+// messages still pass (a relayed long-message fragment of no message being
+// received is dropped too).
+//
 // A relay carries only what the sender's process announced to it: a
 // request from that process itself, or one a relay above passed on for
 // which the sender's process sent it a ticket (each ticket once, and only

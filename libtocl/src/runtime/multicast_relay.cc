@@ -138,19 +138,21 @@ void MulticastRelay::Handle(Buffer message, std::vector<Book::Settled>& settled)
 }
 
 void MulticastRelay::Settle(Book::Settled& request) {
+  uint64_t id = 0;
+  Gid reply_to;
+  auto decoded = DecodeMulticastRequest(request.held.span(), id, reply_to);
+  if (!decoded.ok()) return;  // (it decoded when it came)
   if (request.status.ok()) {
-    uint64_t id = 0;
-    Gid reply_to;
-    auto decoded = DecodeMulticastRequest(request.held.span(), id, reply_to);
-    if (decoded.ok()) Carry(*decoded);  // (it decoded when it came)
+    Carry(*decoded);
     return;
   }
   Log().warn("tocl: multicast relay: {}", request.status.ToString());
-  // Its sender (if it is a real one) sends to the group itself. The
-  // reply-to thread is of the source's process (DecodeMulticastRequest).
-  uint64_t id = 0;
-  Gid reply_to;
-  if (DecodeMulticastRequest(request.held.span(), id, reply_to).ok()) {
+  // One that waited for its ticket in vain (Unavailable) is answered: its
+  // sender, if it is a real one, sends to the group itself. One that does
+  // not fit its ticket, or comes again, is no real sender's (the real one
+  // fits, once): answering it would only let its maker send the sender
+  // our refusal of a call we may still carry.
+  if (request.status.code() == StatusCode::kUnavailable) {
     Answer(reply_to, MulticastReply{.id = id, .relay = process_, .status = request.status});
   }
 }

@@ -19,7 +19,12 @@
 // does not decode, or not from and to the runtime's mailboxes, or for
 // another relay's group, or from a sender's mailbox for a thread of
 // another process, or of or to one of a runtime's internal threads, or
-// with a tag no Send may use, or passed on without a ticket that fits.
+// with a tag no Send may use, or passed on without a ticket (answered
+// when its wait for one is over, or it is pushed out of the waiting
+// ones). A passed-on request that does not fit its ticket, or comes again
+// after it was carried, is refused unanswered: no real sender's request
+// does that, and the answer would tell the sender of a call we may still
+// carry that we refused it.
 //
 // It carries long messages one receiver after the other, and one request
 // after the other (tried and not kept: nothing yet; a relay thread per

@@ -14,10 +14,10 @@
 // (requests) goes. A request is settled as soon as its fate is
 // known: carried (its ticket fits: same request id, source thread, nonce,
 // tag and payload length), or refused (its ticket was used already, or
-// does not fit, or it waited too long or was pushed out). A refused
-// request is answered with the reason, so that its sender (if it is a real
-// one) sends its receivers the message itself; a ticket that fits no
-// request it was for is dropped at its end.
+// does not fit: InvalidArgument; or it waited too long or was pushed out:
+// Unavailable, which the relay answers, so that its sender, if it is a
+// real one, sends its receivers the message itself). A ticket that fits
+// no request it was for is dropped at its end.
 //
 // Pure: no runtime, no clock of its own (the caller passes `now`), unit-
 // tested alone. `Held` is what the relay keeps of a waiting request (a

@@ -16,9 +16,10 @@
 // from one of those two processes with the marker's tag, size and nonce.
 // A fill that does not fit, or is for a number that was no marker's, is
 // dropped with a log line and counted (fills_dropped), and never blamed on
-// its carrier: anyone may ask a relay to carry bytes in another's name
-// (multicast.h), so a misfit says nothing about the carrier, and the
-// carrier's own pairs and connection stay. A fill is judged when its
+// its carrier: a relay above it in a sender's tree, or any process as
+// carrier of its own fills, can send misfits (multicast.h), so a misfit
+// says nothing about the carrier, and the carrier's own pairs and
+// connection stay. A fill is judged when its
 // marker is known (on arrival, or when the marker comes); until then it
 // waits, within its carrier's own budget (process_cap of fills, apart from
 // what the carrier's own pairs hold), at most kFillWindow numbers past the

@@ -82,10 +82,11 @@
 // neither end there (SourceFits, DestinationFits; the runtime checks that
 // an abort or probe goes the way its tag says). A marker must come from S's
 // process; R's pair order (runtime/pair_order.h) delivers a fill only from
-// Q or S's process with the marker's tag, size and nonce (a relay can be
-// asked by anyone to carry bytes in S's name, but not with the nonce: such
-// a misfit is dropped). Any fill that does not fit, from whichever process
-// and for whichever number, is dropped and counted, its carrier not blamed
+// Q or S's process with the marker's tag, size and nonce (a relay carries
+// only what S's process announced to it, runtime/multicast_tickets.h; any
+// process may still send fills of its own: such a misfit is dropped).
+// Any fill that does not fit, from whichever process and for whichever
+// number, is dropped and counted, its carrier not blamed
 // (its connection and pairs stay); one that came first waits within its
 // carrier's fill budget and is judged at the marker. A fill naming a
 // runtime's internal thread closes its connection. A relayed fragment of
