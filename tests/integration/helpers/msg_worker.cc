@@ -54,6 +54,18 @@
 //           it is that long (PackedOptions' default threshold), then End.
 //           With --kill-on-stdin-close the process SIGKILLs itself when stdin
 //           closes, whatever it is doing (a body in flight).
+//   packed-read
+//           the first thread receives one packed message of --tag (from
+//           anyone) and unpacks the 16 u64 values of its header ("header
+//           in_use=N": the pool buffers in use, the header's among them);
+//           then receives a plain message of tag --tag + 1 from the same
+//           sender (the go: sent after the rest of the packed message, so
+//           the pair order has delivered that by then), prints what the
+//           next piece is ("next length=N by_reference=0|1"), unpacks it
+//           as a byte range and prints "body ok bytes=N" or "body error
+//           <status>"; then, the reader dropped, "left receivable=N
+//           in_use=M": whether a receive of any tag still finds a message,
+//           and the pool buffers still in use (a message queued holds one).
 // --pause-before N (source, stamp): before message N (0: the first), wait
 // for stdin to close (the test's go: with N > 0, the route is up by then).
 // --kill-self: SIGKILL itself as soon as the role is done (every Send
@@ -205,6 +217,7 @@ class Worker {
   void Stamp(size_t index);
   void DestroyInHandler();
   void Packed(size_t index);
+  void PackedRead();
   // Waits for stdin to close before message `i` (0-based) if --pause-before says so.
   void PauseBefore(uint64_t i) {
     if (options_.pause_before >= 0 && i == static_cast<uint64_t>(options_.pause_before)) {
@@ -607,6 +620,42 @@ void Worker::Packed(size_t index) {
   }
 }
 
+// Pool buffers of every network and class that are in use (held, queued
+// or in flight).
+uint64_t PoolInUse(const tocl::Runtime& runtime) {
+  uint64_t in_use = 0;
+  for (const tocl::PoolClassStats& stats : runtime.PoolStats()) in_use += stats.in_use;
+  return in_use;
+}
+
+void Worker::PackedRead() {
+  const Gid self = threads_[0];
+  const auto timeout = milliseconds(options_.recv_timeout_ms);
+  auto header = runtime_->RecvFor(self, timeout, Gid(), options_.tag);
+  if (!header.ok()) return Error("packed-read: the header: " + header.status().ToString());
+  auto reader = runtime_->OpenPacked(self, std::move(*header));
+  if (!reader.ok()) return Error("packed-read: " + reader.status().ToString());
+  for (uint32_t v = 0; v < tocl::testing::kPackedHeaderValues; ++v) {
+    auto value = reader->Unpack<uint64_t>();
+    if (!value.ok()) return Error("packed-read: " + value.status().ToString());
+  }
+  Say(fmt::format("header in_use={}", PoolInUse(*runtime_)));
+  auto go = runtime_->RecvFor(self, timeout, reader->info().source, options_.tag + 1);
+  if (!go.ok()) return Error("packed-read: the go: " + go.status().ToString());
+  *go = tocl::Buffer();
+  auto next = reader->Peek();
+  if (!next.ok()) return Error("packed-read: " + next.status().ToString());
+  Say(fmt::format("next length={} by_reference={}", next->length, next->by_reference ? 1 : 0));
+  std::vector<std::byte> body(next->length);
+  auto got = reader->UnpackBytes(body);
+  Say(got.ok() ? fmt::format("body ok bytes={}", *got)
+               : fmt::format("body error {}", got.status().ToString()));
+  *reader = tocl::PackedReader();
+  const uint64_t in_use = PoolInUse(*runtime_);  // before TryRecv takes what it finds
+  auto left = runtime_->TryRecv(self);
+  Say(fmt::format("left receivable={} in_use={}", left.ok() ? 1 : 0, in_use));
+}
+
 void Worker::ReportProgress(std::stop_token stop) {
   uint64_t last_sent = 0, last_received = 0;
   while (!stop.stop_requested()) {
@@ -692,6 +741,8 @@ int Worker::Run() {
         workers.emplace_back([this, i] { Stamp(i); });
       } else if (options_.role == "packed") {
         workers.emplace_back([this, i] { Packed(i); });
+      } else if (options_.role == "packed-read" && i == 0) {
+        workers.emplace_back([this] { PackedRead(); });
       }
     }
     if (options_.role == "idle") stdin_.Wait();
@@ -749,7 +800,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--role", options.role, "what to do")
       ->check(CLI::IsMember({"echo", "ping", "stream", "source", "sink", "stamp", "idle",
-                             "destroy-in-handler", "packed"}));
+                             "destroy-in-handler", "packed", "packed-read"}));
   app.add_option("--subsystems", options.subsystems, "networks to open (shm, tcp, shm,tcp)");
   app.add_option("--name", options.name, "process name");
   app.add_option("--threads", options.threads, "threads to enroll")->check(CLI::Range(1u, 1024u));
