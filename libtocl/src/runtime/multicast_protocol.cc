@@ -174,6 +174,7 @@ std::vector<std::byte> EncodeMulticastReply(const MulticastReply& reply) {
   out.Put(kReplyMagic);
   out.Put(reply.id);
   out.Put(reply.relay.raw());
+  out.Put(reply.nonce);
   PutStatus(out, reply.status);
   out.Put(static_cast<uint32_t>(reply.receivers.size()));
   for (const MulticastReceiverOutcome& receiver : reply.receivers) {
@@ -189,6 +190,7 @@ Result<MulticastReply> DecodeMulticastReply(std::span<const std::byte> bytes) {
   MulticastReply reply;
   reply.id = in.Get<uint64_t>();
   reply.relay = Gid::FromRaw(in.Get<uint64_t>());
+  reply.nonce = in.Get<uint64_t>();
   reply.status = GetStatus(in);
   const auto receivers = in.Get<uint32_t>();
   if (!in.ok() || magic != kReplyMagic || !reply.relay.is_process() ||

@@ -13,7 +13,7 @@
 //   ticket   u32 magic "TMT1" | u64 request id | u64 source thread |
 //            u64 nonce | u32 tag | u64 payload length | u32 wait ms
 //   reply    u32 magic "TMA1" | u64 request id | u64 relay process |
-//            u32 status code | u16 message length | message |
+//            u64 nonce | u32 status code | u16 message length | message |
 //            u32 receivers | per receiver: u64 thread | u32 status code |
 //                                          u16 message length | message
 //
@@ -26,7 +26,10 @@
 // nor a request waiting for its ticket longer. A reply's status is the
 // relay's own (an error: it did not take the message for its group, and
 // the sender sends to its receivers itself); the receivers' are per
-// receiver.
+// receiver. A reply echoes the nonce of the group it answers for (the
+// request's first group's, or each group's a relay could not pass the
+// request on to): the sender takes no answer without it, so a process
+// that knows a call's id but not its nonces can neither end nor fail it.
 //
 // Decoding checks every count and length against the bytes there are, and
 // the ids' forms (a relay is a process, every receiver a thread of its
@@ -78,6 +81,7 @@ struct MulticastReceiverOutcome {
 struct MulticastReply {
   uint64_t id = 0;
   Gid relay;
+  uint64_t nonce = 0;  // the answered group's (the sender ignores any other)
   Status status = {};  // the relay's: an error means it did not take the message
   std::vector<MulticastReceiverOutcome> receivers = {};
 };

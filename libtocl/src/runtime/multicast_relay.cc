@@ -120,8 +120,14 @@ void MulticastRelay::Handle(Buffer message, std::vector<Book::Settled>& settled)
                refused.ToString());
     // Answered when it says where to: its sender then sends to its
     // receivers itself.
-    if (reply_to.is_thread() && IsInternalThread(reply_to)) {
-      Answer(reply_to, MulticastReply{.id = id, .relay = process_, .status = refused});
+    // (DecodeMulticastRequest sets `reply_to` only when it is of the
+    // source's process: nobody has us answer a third process.) The answer
+    // echoes the group's nonce: without it the sender ignores it.
+    if (request.ok() && IsInternalThread(reply_to)) {
+      Answer(reply_to, MulticastReply{.id = id,
+                                      .relay = process_,
+                                      .nonce = request->groups.front().nonce,
+                                      .status = refused});
     }
     return;
   }
@@ -153,13 +159,16 @@ void MulticastRelay::Settle(Book::Settled& request) {
   // fits, once): answering it would only let its maker send the sender
   // our refusal of a call we may still carry.
   if (request.status.code() == StatusCode::kUnavailable) {
-    Answer(reply_to, MulticastReply{.id = id, .relay = process_, .status = request.status});
+    Answer(reply_to, MulticastReply{.id = id,
+                                    .relay = process_,
+                                    .nonce = decoded->groups.front().nonce,
+                                    .status = request.status});
   }
 }
 
 void MulticastRelay::Carry(const MulticastRequest& request) {
   PassOn(request);
-  MulticastReply reply{.id = request.id, .relay = process_};
+  MulticastReply reply{.id = request.id, .relay = process_, .nonce = request.groups.front().nonce};
   for (const NumberedReceiver& receiver : request.groups.front().receivers) {
     Status status =
         shutting_down_.load()
@@ -184,7 +193,8 @@ void MulticastRelay::PassOn(const MulticastRequest& request) {
                                                     process_.ToString(), relay.ToString()));
     for (const MulticastGroup& group : subtree) {
       Answer(request.reply_to,
-             MulticastReply{.id = request.id, .relay = group.relay, .status = why});
+             MulticastReply{
+                 .id = request.id, .relay = group.relay, .nonce = group.nonce, .status = why});
     }
   }
 }

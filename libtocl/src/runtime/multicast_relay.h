@@ -14,9 +14,10 @@
 // the sender's timeout). So a third process that can reach it cannot have
 // it carry anything in a sender's name.
 //
-// What it refuses (answered with the reason when the request says where
-// to, so that a real sender sends to the group itself): a request that
-// does not decode, or not from and to the runtime's mailboxes, or for
+// What it refuses (answered with the reason, echoing the group's nonce,
+// so that a real sender sends to the group itself; a request that does
+// not decode, or is answered to another process than its source's, is
+// not answered): a request not from and to the runtime's mailboxes, or for
 // another relay's group, or from a sender's mailbox for a thread of
 // another process, or of or to one of a runtime's internal threads, or
 // with a tag no Send may use, or passed on without a ticket (answered

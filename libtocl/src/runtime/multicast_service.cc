@@ -228,8 +228,14 @@ void MulticastService::OnReply(const Buffer& message, RelayedCall& call, Multica
     return;
   }
   const size_t g = *answered;
-  if (call.answered[g]) return;  // sent to directly already
   const MulticastGroup& group = call.groups[g];
+  if (reply->nonce != group.nonce) {
+    // Only its tree knows the group's nonce: someone else's words.
+    Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not the group's nonce",
+               reply->relay.ToString(), message.source().ToString());
+    return;
+  }
+  if (call.answered[g]) return;  // sent to directly already
   if (!reply->status.ok()) {
     // The relay did not take it, or its parent could not pass it on to
     // it and answers for it: nothing went on from it either.

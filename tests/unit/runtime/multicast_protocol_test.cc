@@ -105,7 +105,8 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
 
 TEST_CASE("a multicast reply comes out as it went in, and a malformed one is refused",
           "[multicast]") {
-  MulticastReply reply{.id = 5, .relay = Gid::Process(2, 5), .status = Status::Ok()};
+  MulticastReply reply{
+      .id = 5, .relay = Gid::Process(2, 5), .nonce = 0xABCDEF0123, .status = Status::Ok()};
   reply.receivers.push_back({Gid::Thread(2, 5, 1), Status::Ok()});
   reply.receivers.push_back({Gid::Thread(2, 6, 1), NotFound(std::string(2000, 'x'))});
   const auto bytes = EncodeMulticastReply(reply);
@@ -113,6 +114,7 @@ TEST_CASE("a multicast reply comes out as it went in, and a malformed one is ref
   REQUIRE(decoded.ok());
   CHECK(decoded->id == 5);
   CHECK(decoded->relay == Gid::Process(2, 5));
+  CHECK(decoded->nonce == 0xABCDEF0123);
   CHECK(decoded->status.ok());
   REQUIRE(decoded->receivers.size() == 2);
   CHECK(decoded->receivers[0].status.ok());

@@ -143,6 +143,7 @@ TEST_CASE("a relay carries a request from the sender's own process without a tic
   f.Request(kSenderMailbox, 1, 0);
   const MulticastReply reply = f.Reply(1);
   CHECK(reply.id == 1);
+  CHECK(reply.nonce == kNonce);  // echoed: the sender takes no answer without it
   CHECK(reply.status.ok());
   REQUIRE(reply.receivers.size() == 1);
   CHECK(reply.receivers[0].status.ok());
@@ -195,6 +196,7 @@ TEST_CASE("a passed-on request without a fitting ticket is answered, never carri
     f.Request(kParent, 1, 0, /*wait_ms=*/50);
     const MulticastReply reply = f.Reply(1);
     CHECK(reply.id == 1);
+    CHECK(reply.nonce == kNonce);
     CHECK(reply.status.message().find("no ticket") != std::string::npos);
   }
   SECTION("a ticket from a third process does not count") {
@@ -216,6 +218,29 @@ TEST_CASE("a passed-on request without a fitting ticket is answered, never carri
     return;
   }
   CHECK(f.Fills().empty());
+}
+
+TEST_CASE("a request answered to another process than its source's is refused, unanswered",
+          "[multicast][relay]") {
+  Fixture f;
+  // A third process asks for a multicast of its own thread, answered to
+  // the sender's reply mailbox (as the sender's next request would be).
+  const Gid third = Gid::Thread(kThirdMailbox.process(), 1);
+  const MulticastRequest forged{.id = 1,
+                                .source = third,
+                                .reply_to = kSenderMailbox,
+                                .tag = kTag,
+                                .wait_ms = 10000,
+                                .payload = f.payload};
+  const std::vector<MulticastGroup> groups{MulticastGroup{kProcess, {{kReceiver, 0}}, kNonce}};
+  f.Arrive(kThirdMailbox, EncodeMulticastRequest(forged, groups));
+  // The sender's own request after it is carried and answered, and shows
+  // the forged one was handled: neither carried nor answered.
+  f.Request(kSenderMailbox, 2, 1);
+  CHECK(f.Reply(1).id == 2);
+  REQUIRE(f.Fills().size() == 1);
+  CHECK(f.Fills()[0].seq == 1);
+  CHECK(f.Answers() == 1);
 }
 
 }  // namespace
