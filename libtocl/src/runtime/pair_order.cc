@@ -263,22 +263,30 @@ Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
     // (No honest fill is that far ahead: not noted for its marker.)
     return DropFill(carrier, header, fmt::format("it is more than {} numbers ahead", kFillWindow));
   }
-  size_t& carried = fill_bytes_[carrier.raw()];
+  const std::pair share{carrier.raw(), SourceProcess(header).raw()};
+  size_t& carried = fill_bytes_[share];
+  size_t& total = fill_total_[carrier.raw()];
   if (from_carrier >= kFillsPerCarrier) {
     why = fmt::format("{} of it from {} wait already", from_carrier, carrier.ToString());
   } else if (carried + bytes > process_cap_) {
+    why = fmt::format("the fills {} brought here for {} would exceed {} bytes", carrier.ToString(),
+                      SourceProcess(header).ToString(), process_cap_);
+  } else if (total + bytes > kFillShares * process_cap_) {
     why = fmt::format("the fills {} brought here would exceed {} bytes", carrier.ToString(),
-                      process_cap_);
+                      kFillShares * process_cap_);
   }
   if (!why.empty()) {
     // The marker judges whether it was the one to fill it (LostAhead).
     NoteDropped(header, carrier);
-    if (carried == 0) fill_bytes_.erase(carrier.raw());
+    if (carried == 0) fill_bytes_.erase(share);
+    if (total == 0) fill_total_.erase(carrier.raw());
     return DropFill(carrier, header, why);
   }
-  pair.fills.emplace(seq, Held{carrier, std::move(slot)});
+  pair.fills.emplace(seq, Held{carrier, std::move(slot), Clock::now()});
+  with_fills_.insert(&pair);
   pair.held_bytes += bytes;
   carried += bytes;
+  total += bytes;
   unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -388,7 +396,30 @@ void PairOrder::CarrierGone(Gid carrier, Clock::time_point now) {
   gone_.emplace(carrier.raw(), now);
 }
 
+void PairOrder::AgeFills(Clock::time_point now) {
+  // (A copy: dropping a pair's last fill takes it out of with_fills_.)
+  const std::vector<Pair*> holding(with_fills_.begin(), with_fills_.end());
+  for (Pair* pair : holding) {
+    for (auto it = pair->fills.begin(); it != pair->fills.end();) {
+      if (now - it->second.since < carrier_grace_) {
+        ++it;
+        continue;
+      }
+      Held fill = TakeHeld(*pair, pair->fills, it++);
+      // Should its marker come after all, the number is given up there
+      // (LostAhead) rather than awaited.
+      NoteDropped(fill.slot->header(), fill.carrier);
+      (void)DropFill(
+          fill.carrier, fill.slot->header(),
+          fmt::format(
+              "it waited for its marker for more than {} ms",
+              std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count()));
+    }
+  }
+}
+
 Status PairOrder::Housekeeping(Clock::time_point now) {
+  if (!with_fills_.empty()) AgeFills(now);
   if (gone_.empty() || awaiting_.empty()) return Status::Ok();
   Status status;
   // (A copy: giving up takes a pair out of awaiting_, delivering may put
@@ -423,10 +454,19 @@ PairOrder::Held PairOrder::TakeHeld(Pair& pair, Frames& from, typename Frames::i
   from.erase(it);
   const size_t bytes = Mailbox::SlotBytes(frame.slot.get());
   pair.held_bytes -= bytes;
-  auto& by_carrier = std::is_same_v<Frames, decltype(Pair::fills)> ? fill_bytes_ : held_by_process_;
-  if (auto charged = by_carrier.find(frame.carrier.raw()); charged != by_carrier.end()) {
-    charged->second -= bytes;
-    if (charged->second == 0) by_carrier.erase(charged);
+  const auto uncharge = [&](auto& by, const auto& key) {
+    if (auto charged = by.find(key); charged != by.end()) {
+      charged->second -= bytes;
+      if (charged->second == 0) by.erase(charged);
+    }
+  };
+  if constexpr (std::is_same_v<Frames, decltype(Pair::fills)>) {
+    uncharge(fill_bytes_,
+             std::pair{frame.carrier.raw(), SourceProcess(frame.slot->header()).raw()});
+    uncharge(fill_total_, frame.carrier.raw());
+    if (pair.fills.empty()) with_fills_.erase(&pair);
+  } else {
+    uncharge(held_by_process_, frame.carrier.raw());
   }
   unexpected_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   return frame;
@@ -500,8 +540,10 @@ void PairOrder::Clear() {
   }
   pairs_.clear();
   awaiting_.clear();
+  with_fills_.clear();
   held_by_process_.clear();
   fill_bytes_.clear();
+  fill_total_.clear();
   dropped_.clear();
   dropped_order_.clear();
   last_pair_ = nullptr;
@@ -509,9 +551,9 @@ void PairOrder::Clear() {
 
 size_t PairOrder::HeldBytes(Gid from_process) const {
   auto held = held_by_process_.find(from_process.raw());
-  auto fills = fill_bytes_.find(from_process.raw());
+  auto fills = fill_total_.find(from_process.raw());
   return (held == held_by_process_.end() ? 0 : held->second) +
-         (fills == fill_bytes_.end() ? 0 : fills->second);
+         (fills == fill_total_.end() ? 0 : fills->second);
 }
 
 }  // namespace tocl::runtime

@@ -21,10 +21,14 @@
 // says nothing about the carrier, and the carrier's own pairs and
 // connection stay. A fill is judged when its
 // marker is known (on arrival, or when the marker comes); until then it
-// waits, within its carrier's own budget (process_cap of fills, apart from
-// what the carrier's own pairs hold), at most kFillWindow numbers past the
-// pair's next and kFillsPerCarrier per number and carrier. One over any
-// of these is dropped, and noted (the last kRememberDropped such drops,
+// waits, within its carrier's budget for the source's process (process_cap
+// of fills per carrier and source process, and kFillShares process_caps
+// per carrier in all, apart from what the carrier's own pairs hold: a
+// process that has a relay carry fills for its own threads and sends no
+// markers uses up only its own share), at most
+// kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
+// carrier, and at most carrier_grace (Housekeeping drops and notes it
+// then). One over any of these is dropped, and noted (the last kRememberDropped such drops,
 // apart from the pairs: a pair is not kept for them): when its marker
 // comes, names that carrier (or the source's process) and no held fill
 // fits, the fill was the one, and the number is given up with a warning
@@ -114,6 +118,10 @@ class PairOrder {
   // carries a request once, and only with its sender's ticket
   // (multicast_tickets.h), and a sender sends its own fill once.
   static constexpr size_t kFillsPerCarrier = 1;
+  // The process_caps of fills a carrier may hold in all (each source
+  // process at most one): the fills of that many source processes that
+  // send no markers use up a carrier's budget.
+  static constexpr size_t kFillShares = 4;
   // How far past a pair's next number a fill may wait for its marker.
   static constexpr uint64_t kFillWindow = 4096;
   // Fills dropped ahead of their marker remembered (the latest).
@@ -154,8 +162,10 @@ class PairOrder {
   // (see above).
   void CarrierGone(Gid carrier, Clock::time_point now = Clock::now());
   // Gives up the numbers whose carrier has been gone for carrier_grace while
-  // later frames of their pair wait, and delivers what waited behind them
-  // (see above). Its error: that of a delivery (no network waits for it).
+  // later frames of their pair wait, and delivers what waited behind them;
+  // drops (and notes) the fills that waited for their marker longer than
+  // carrier_grace (see above). Its error: that of a delivery (no network
+  // waits for it).
   Status Housekeeping(Clock::time_point now);
 
   // Drops every held frame (their references, their accounting).
@@ -183,6 +193,7 @@ class PairOrder {
   struct Held {
     Gid carrier;
     buffers::SlotRef slot;
+    Clock::time_point since{};  // a fill's arrival (others: not stamped)
   };
   // A marker reached: what its fill must be.
   struct Mark {
@@ -275,6 +286,9 @@ class PairOrder {
   // behind it, both for carrier_grace at `now`: the number is given up (see
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
+  // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
+  // at `now`.
+  void AgeFills(Clock::time_point now);
 
   const size_t process_cap_;
   std::atomic<size_t>& unexpected_bytes_;
@@ -284,7 +298,10 @@ class PairOrder {
   const Clock::duration carrier_grace_;
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in held, by process
-  std::unordered_map<uint64_t, size_t> fill_bytes_;       // bytes in fills, by carrier
+  // Bytes in fills, by (carrier, source process): each process's share of
+  // a carrier's budget; and by carrier.
+  std::map<std::pair<uint64_t, uint64_t>, size_t> fill_bytes_;
+  std::unordered_map<uint64_t, size_t> fill_total_;
   uint64_t duplicates_ = 0;
   uint64_t fills_lost_ = 0;
   uint64_t fills_dropped_ = 0;
@@ -297,6 +314,8 @@ class PairOrder {
   // The pairs awaiting a fill (Housekeeping looks at these only; node
   // pointers stay valid until erased).
   std::unordered_set<Pair*> awaiting_;
+  // The pairs holding fills (AgeFills looks at these only).
+  std::unordered_set<Pair*> with_fills_;
   // Carriers exited (raw process ids), since when.
   std::unordered_map<uint64_t, Clock::time_point> gone_;
   // The last pair looked up (node pointers stay valid until erased).

@@ -550,7 +550,8 @@ TEST_CASE(
   CHECK(f.order.pairs() == 1);
   constexpr uint32_t kFresh = 10000;
   for (uint32_t i = 0; i < kFresh; ++i) {
-    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + i, 1), 0).ok());
+    // (Fresh threads of the sender's process: its share is full.)
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 2, 100 + i), 0).ok());
   }
   CHECK(f.order.fills_dropped() == kFresh);
   CHECK(f.order.pairs() == 1);
@@ -576,7 +577,7 @@ TEST_CASE("the drops noted ahead of their markers are the latest ones: the oldes
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // over budget: dropped, noted first
   CHECK(f.order.drops_remembered() == 1);
   for (uint32_t i = 0; i < PairOrder::kRememberDropped; ++i) {
-    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + i, 1), 0).ok());
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 2, 100 + i), 0).ok());
     CHECK(f.order.drops_remembered() == std::min<size_t>(i + 2, PairOrder::kRememberDropped));
   }
   CHECK(f.order.fills_dropped() == PairOrder::kRememberDropped + 1);
@@ -692,6 +693,56 @@ TEST_CASE("fills held for a carrier count against its own budget, not its pairs"
   REQUIRE(f.Arrive(forger_thread, 0).ok());
   REQUIRE(f.Arrive(kSender, 0).ok());
   CHECK(f.delivered == Delivered{"1:0", "1:1", "1:2", "1:3", "3:0"});
+  f.order.Clear();
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("fills held for a source that sends no markers use up only its share, and age out",
+          "[order][multicast]") {
+  constexpr uint64_t kHeld = 1000;
+  Fixture f(/*process_cap=*/kHeld * kFrameBytes);
+  // A process has the relay carry its own multicasts' fills ahead, and
+  // never sends their markers: its whole share of the relay's budget.
+  for (uint64_t seq = 1; seq <= kHeld; ++seq) REQUIRE(f.Fill(kRelay, kOtherSender, seq).ok());
+  CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
+  CHECK(f.order.fills_dropped() == 0);
+  // A real multicast through the same relay (another source process):
+  // its fill overtakes its marker, and is held and delivered.
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  CHECK(f.order.fills_dropped() == 0);
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  CHECK(f.delivered == Delivered{"3:0"});
+  CHECK(f.order.fills_lost() == 0);
+  // Before the grace nothing ages; after it the held fills are gone, with
+  // their charge (and a marker that comes after all gives its number up).
+  REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now()).ok());
+  CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
+  REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
+              .ok());
+  CHECK(f.order.HeldBytes(kRelay) == 0);
+  CHECK(f.order.fills_dropped() == kHeld);
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+  REQUIRE(f.Arrive(kOtherSender, 0).ok());
+  REQUIRE(f.Marker(kOtherSender, 1, kRelay).ok());
+  REQUIRE(f.Arrive(kOtherSender, 2).ok());
+  CHECK(f.order.fills_lost() == 1);
+  CHECK(f.delivered == Delivered{"3:0", "3:0", "3:2"});
+  CHECK(f.broken.empty());
+}
+
+TEST_CASE("a carrier's fills in all are bounded: kFillShares full shares, then nothing more",
+          "[order][multicast]") {
+  Fixture f(/*process_cap=*/2 * kFrameBytes);
+  for (uint32_t p = 0; p < PairOrder::kFillShares; ++p) {
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + p, 1), 1).ok());
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + p, 1), 2).ok());
+  }
+  CHECK(f.order.fills_dropped() == 0);
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  CHECK(f.order.fills_dropped() == 1);
+  CHECK(f.order.HeldBytes(kRelay) == PairOrder::kFillShares * 2 * kFrameBytes);
   f.order.Clear();
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
