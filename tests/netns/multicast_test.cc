@@ -5,7 +5,8 @@
 // copies it sent (one per other host, not one per receiver). And a relay
 // that dies after it passed a long message on down the tree.
 //
-// Every wait is a read with a deadline; nothing sleeps.
+// Every wait is a read with a deadline (WaitUntil polls with a short,
+// bounded sleep); no sleep stands in for synchronisation.
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <fmt/format.h>
 #include <signal.h>

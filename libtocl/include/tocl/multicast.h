@@ -36,15 +36,26 @@
 // another (a relay serves one request at a time; senders then send the
 // message themselves after MulticastOptions::timeout); crowd a relay's
 // bounded tables of tickets and of requests waiting for their ticket, so
-// that some senders' requests are refused and those senders send the
-// message themselves (later, not lost); and, when it is itself a relay in
-// this call's tree (it has receivers in it), give its own group's
-// receivers and those of the relays below it other bytes of the same
-// size in `from`'s name (a ticket does not cover the payload), or give its
-// own group nothing while answering Ok (lost; the relays below it that
-// hear nothing are sent to by the sender). It cannot have a relay it is
-// not above carry anything in `from`'s name, make a chosen multicast
-// through such a relay be lost, nor cut a relay off from its receivers.
+// that some senders' requests are refused or forgotten and those senders
+// send the message themselves (later, not lost: at worst after
+// MulticastOptions::timeout, for every call through that relay); have a
+// relay carry fills of its own multicasts ahead of markers that never
+// come, using up its own share of that relay's fill budget at a receiver
+// (one of four; they age out after partial_timeout). When it is itself a
+// relay in this call's tree (it has receivers in it), it can: give its
+// own group's receivers and those of the relays below it other bytes of
+// the same size in `from`'s name (a ticket does not cover the payload);
+// pass on its subtree's receivers and numbers rewritten (the ticket does
+// not cover them either); give its own group nothing while answering Ok
+// (lost, and worse: each of those receivers' pairs with `from` stalls at
+// that number while the relay lives, later messages held behind it until
+// they pass the receiver's per-process cap and `from`'s pairs there are
+// dropped; the relays below it that hear nothing are sent to by the
+// sender); and send fills for later numbers with this call's nonce, which
+// stall those receivers the same way or take the relay's one slot per
+// number ahead of a later call's marker. It cannot have a relay it is not
+// above carry anything in `from`'s name, make a chosen multicast through
+// such a relay be lost, nor cut a relay off from its receivers.
 //
 // How it travels: the payload leaves the sender's host once per other host
 // that has receivers, not once per receiver. Receivers are grouped by host;
@@ -113,7 +124,10 @@
 // relays' answers). `payload` may be reused once Multicast returns.
 // Memory: the sender holds one copy of the payload per relay it sends to
 // while the request is on its way (as a Send of a copy would), and a relay
-// holds the payload once while it passes it on. Each receiver on another
+// holds the payload once while it passes it on. A relay also holds the
+// requests that came before their tickets: up to 64 of them and 64 MiB
+// (or one larger, up to reassembly_cap), each for at most the sender's
+// timeout, capped at 60 s; and up to 4096 tickets. Each receiver on another
 // host costs the sender a 64-byte marker on its link besides.
 #pragma once
 

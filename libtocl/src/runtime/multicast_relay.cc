@@ -67,7 +67,8 @@ void MulticastRelay::Serve() {
       book_.Expire(Clock::time_point::max(), settled);
       return;
     }
-    // (Also while messages keep coming.)
+    // Expired ones are settled after every message too, so a steady
+    // stream of messages does not keep them waiting past their end.
     book_.Expire(Clock::now(), settled);
     for (Book::Settled& request : settled) Settle(request);
     settled.clear();
@@ -80,12 +81,15 @@ void MulticastRelay::Handle(Buffer message, std::vector<Book::Settled>& settled)
     // From a sender's reply mailbox; it vouches for its own process only
     // (TicketBook::AddTicket).
     auto ticket = DecodeMulticastTicket(message.span());
-    Status kept = !ticket.ok() ? ticket.status()
-                  : !IsInternalThread(source)
-                      ? InvalidArgument(fmt::format("a multicast ticket from {}: not the "
-                                                    "runtime's mailbox",
-                                                    source.ToString()))
-                      : book_.AddTicket(source, *ticket, Clock::now(), settled);
+    Status kept;
+    if (!ticket.ok()) {
+      kept = ticket.status();
+    } else if (!IsInternalThread(source)) {
+      kept = InvalidArgument(
+          fmt::format("a multicast ticket from {}: not the runtime's mailbox", source.ToString()));
+    } else {
+      kept = book_.AddTicket(source, *ticket, Clock::now(), settled);
+    }
     if (!kept.ok()) {
       Log().warn("tocl: multicast relay: a bad ticket from {}: {}", source.ToString(),
                  kept.ToString());
@@ -154,9 +158,10 @@ void MulticastRelay::Settle(Book::Settled& request) {
   }
   Log().warn("tocl: multicast relay: {}", request.status.ToString());
   // One that waited for its ticket in vain (Unavailable) is answered: its
-  // sender, if it is a real one, sends to the group itself. One that does
-  // not fit its ticket, or comes again, is no real sender's (the real one
-  // fits, once): answering it would only let its maker send the sender
+  // sender, if it is a real one, sends to the group itself (a replay of
+  // one carried waits in vain too: its answer is ignored, the sender took
+  // the first). One that does not fit its ticket is no real sender's (the
+  // real one fits): answering it would only let its maker send the sender
   // our refusal of a call we may still carry.
   if (request.status.code() == StatusCode::kUnavailable) {
     Answer(reply_to, MulticastReply{.id = id,

@@ -9,8 +9,8 @@
 // What it carries: a request from the sender's own process (its relay
 // thread can only be asked by that process's frames), and a request
 // passed on by a relay above it only with the ticket the sender's process
-// sent it for that request (multicast_tickets.h: each ticket once, the
-// request fitting it; a request may wait for its ticket, bounded, until
+// sent it for that request (multicast_tickets.h: each ticket erased when
+// used, the request fitting it; a request may wait for its ticket, bounded, until
 // the sender's timeout). So a third process that can reach it cannot have
 // it carry anything in a sender's name.
 //
@@ -22,10 +22,11 @@
 // another process, or of or to one of a runtime's internal threads, or
 // with a tag no Send may use, or passed on without a ticket (answered
 // when its wait for one is over, or it is pushed out of the waiting
-// ones). A passed-on request that does not fit its ticket, or comes again
-// after it was carried, is refused unanswered: no real sender's request
-// does that, and the answer would tell the sender of a call we may still
-// carry that we refused it.
+// ones; a request passed on again after it was carried finds no ticket
+// and is answered so too, an answer its sender ignores). A passed-on
+// request that does not fit its ticket is refused unanswered: no real
+// sender's request does that, and the answer would tell the sender of a
+// call we may still carry that we refused it.
 //
 // It carries long messages one receiver after the other, and one request
 // after the other (tried and not kept: nothing yet; a relay thread per

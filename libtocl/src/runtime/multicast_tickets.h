@@ -5,7 +5,7 @@
 // cannot have it carry anything in a sender's name: it can only ask, and
 // the request waits for a ticket that never comes.
 //
-// The book holds the tickets (each used once) and the requests that came
+// The book holds the tickets (each erased when used) and the requests that came
 // before their ticket (a relay above can pass a request on faster than the
 // sender's ticket travels), both bounded and expiring: a ticket or a
 // waiting request lives at most its "wait" (the sender's timeout, capped
@@ -13,11 +13,27 @@
 // requests hold) the one nearest its end (tickets) or the oldest
 // (requests) goes. A request is settled as soon as its fate is
 // known: carried (its ticket fits: same request id, source thread, nonce,
-// tag and payload length), or refused (its ticket was used already, or
-// does not fit: InvalidArgument; or it waited too long or was pushed out:
-// Unavailable, which the relay answers, so that its sender, if it is a
-// real one, sends its receivers the message itself). A ticket that fits
-// no request it was for is dropped at its end.
+// tag and payload length; the ticket goes), or refused (it does not fit
+// its ticket: InvalidArgument, the ticket stays for the real request; or
+// it waited too long or was pushed out: Unavailable, which the relay
+// answers, so that its sender, if it is a real one, sends its receivers
+// the message itself). A request that comes again after it was carried
+// (only a relay above can pass it on twice, and a tree member can do
+// worse) finds no ticket and waits like any other: refused when its wait
+// is over, its answer ignored (the sender took the first). A ticket that
+// fits no request it was for is dropped at its end. Tickets are kept in
+// the order of their ends too, so the next deadline and the expired
+// tickets cost O(log n); the waiting requests (at most `waiting`) are
+// scanned.
+//
+// The bounds are the relay's, not per process: a process that fills the
+// tickets with its own (legal) ones, or the waiting requests with
+// requests no ticket comes for, pushes out other senders' entries, whose
+// requests are then refused (answered: the sender falls back) or, a ticket
+// pushed out, wait in vain; at worst such a sender sends to the group
+// itself after its full timeout, for every call through this relay. (A
+// share per process, each evicting only its own, is the mend not made
+// yet.)
 //
 // Pure: no runtime, no clock of its own (the caller passes `now`), unit-
 // tested alone. `Held` is what the relay keeps of a waiting request (a
@@ -32,6 +48,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -77,16 +94,19 @@ class TicketBook {
                                          ticket.id, ticket.source.ToString()));
     }
     while (!tickets_.empty() && tickets_.size() >= limits_.tickets) {
-      tickets_.erase(NearestEnd());
+      EraseTicket(tickets_.find(ends_.begin()->second));  // the one nearest its end
     }
-    tickets_.emplace(key, Ticket{ticket, now + Wait(ticket.wait_ms), false});
-    // The requests that came first: each judged against it, in order.
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const Clock::time_point end = now + Wait(ticket.wait_ms);
+    tickets_.emplace(key, Ticket{ticket, end});
+    ends_.emplace(end, key);
+    // The requests that came first: each judged against it, in order,
+    // until one fits (the ticket goes with it).
+    for (auto it = waiting_.begin(); it != waiting_.end() && tickets_.contains(key);) {
       if (Key{it->terms.source.raw(), it->terms.id} != key) {
         ++it;
         continue;
       }
-      Status fate = Judge(tickets_.at(key), it->terms);
+      Status fate = Judge(tickets_.find(key), it->terms);
       settled.push_back(Settled{std::move(it->held), it->terms, std::move(fate)});
       waiting_bytes_ -= it->bytes;
       it = waiting_.erase(it);
@@ -101,7 +121,7 @@ class TicketBook {
                   std::vector<Settled>& settled) {
     const auto ticket = tickets_.find(Key{terms.source.raw(), terms.id});
     if (ticket != tickets_.end()) {
-      Status fate = Judge(ticket->second, terms);
+      Status fate = Judge(ticket, terms);
       settled.push_back(Settled{std::move(held), terms, std::move(fate)});
       return;
     }
@@ -120,7 +140,9 @@ class TicketBook {
   // Drops the tickets past their end and refuses the requests that waited
   // for theirs too long.
   void Expire(Clock::time_point now, std::vector<Settled>& settled) {
-    std::erase_if(tickets_, [&](const auto& entry) { return entry.second.end <= now; });
+    while (!ends_.empty() && ends_.begin()->first <= now) {
+      EraseTicket(tickets_.find(ends_.begin()->second));
+    }
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (it->end > now) {
         ++it;
@@ -134,8 +156,7 @@ class TicketBook {
 
   // When Expire has something to do next (max: nothing).
   Clock::time_point NextDeadline() const {
-    Clock::time_point next = Clock::time_point::max();
-    for (const auto& [key, ticket] : tickets_) next = std::min(next, ticket.end);
+    Clock::time_point next = ends_.empty() ? Clock::time_point::max() : ends_.begin()->first;
     for (const Waiting& request : waiting_) next = std::min(next, request.end);
     return next;
   }
@@ -149,8 +170,8 @@ class TicketBook {
   struct Ticket {
     MulticastTicket terms;
     Clock::time_point end;
-    bool used = false;
   };
+  using Tickets = std::map<Key, Ticket>;
   struct Waiting {
     Held held;
     MulticastTicket terms;
@@ -162,21 +183,22 @@ class TicketBook {
     return std::min<Clock::duration>(std::chrono::milliseconds(wait_ms), limits_.max_wait);
   }
 
-  // Ok (and the ticket used) when `terms` fit an unused ticket.
-  static Status Judge(Ticket& ticket, const MulticastTicket& terms) {
-    if (ticket.used) {
-      return InvalidArgument(fmt::format("multicast request {} of {} was carried already", terms.id,
-                                         terms.source.ToString()));
-    }
-    const MulticastTicket& want = ticket.terms;
+  // Ok (and the ticket erased: used) when `terms` fit `ticket`.
+  Status Judge(typename Tickets::iterator ticket, const MulticastTicket& terms) {
+    const MulticastTicket& want = ticket->second.terms;
     if (terms.nonce != want.nonce || terms.tag != want.tag ||
         terms.payload_bytes != want.payload_bytes) {
       return InvalidArgument(
           fmt::format("multicast request {} of {} does not fit its ticket (nonce, tag or size)",
                       terms.id, terms.source.ToString()));
     }
-    ticket.used = true;
+    EraseTicket(ticket);
     return Status::Ok();
+  }
+
+  void EraseTicket(typename Tickets::iterator ticket) {
+    ends_.erase({ticket->second.end, ticket->first});
+    tickets_.erase(ticket);
   }
 
   static void Refuse(Waiting& request, std::vector<Settled>& settled, const std::string& why) {
@@ -186,14 +208,9 @@ class TicketBook {
                                         request.terms.id, request.terms.source.ToString(), why))});
   }
 
-  typename std::map<Key, Ticket>::iterator NearestEnd() {
-    return std::min_element(tickets_.begin(), tickets_.end(), [](const auto& a, const auto& b) {
-      return a.second.end < b.second.end;
-    });
-  }
-
   const Limits limits_;
-  std::map<Key, Ticket> tickets_;
+  Tickets tickets_;
+  std::set<std::pair<Clock::time_point, Key>> ends_;  // tickets_ by end
   std::deque<Waiting> waiting_;
   size_t waiting_bytes_ = 0;
 };

@@ -177,8 +177,9 @@ TEST_CASE("a passed-on request is carried with its ticket, before or after it, o
     REQUIRE(f.Fills().size() == 2);
     CHECK(f.Fills()[1].seq == 0);
   }
-  // Passed on again (or replayed): refused, neither carried nor answered
-  // (the sender's own request after it is, and shows it was handled).
+  // Passed on again (or replayed): its ticket went with the first, so it
+  // waits for one (its 10 s), neither carried nor answered (the sender's
+  // own request after it is, and shows it was handled).
   const size_t carried = f.Fills().size();
   const size_t answered = f.Answers();
   f.Request(kParent, 1, 0);
