@@ -125,7 +125,6 @@ void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall
   request.wait_ms = static_cast<uint32_t>(
       std::clamp<int64_t>(options.timeout.count(), 0, std::numeric_limits<uint32_t>::max()));
   call.request_id = request.id;
-  SendTickets(request, groups);
   size_t at = 0;
   for (std::span<const MulticastGroup> subtree : SplitBinomial(groups)) {
     const Gid relay = RelayOf(subtree.front().relay);
@@ -138,6 +137,10 @@ void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall
     }
     at += subtree.size();
   }
+  // After the top requests: a ticket's send may wait (back-pressure, a
+  // connect), and should delay only its own subtree. A relay that gets its
+  // request before its ticket waits for it.
+  SendTickets(request, call, result);
 
   const auto deadline = Clock::now() + options.timeout;
   size_t failures_seen = 0;
@@ -178,8 +181,9 @@ void MulticastService::RelayAndWait(const MulticastOptions& options, RelayedCall
   }
 }
 
-void MulticastService::SendTickets(const MulticastRequest& request,
-                                   std::span<const MulticastGroup> groups) {
+void MulticastService::SendTickets(const MulticastRequest& request, RelayedCall& call,
+                                   MulticastResult& result) {
+  std::span<const MulticastGroup> groups(call.groups);
   std::vector<bool> top(groups.size(), false);
   for (std::span<const MulticastGroup> subtree : SplitBinomial(groups)) {
     top[static_cast<size_t>(subtree.data() - groups.data())] = true;
@@ -192,9 +196,11 @@ void MulticastService::SendTickets(const MulticastRequest& request,
     Status sent =
         hooks_.send(request.reply_to, relay, kMulticastRequestTag, EncodeMulticastTicket(ticket));
     if (!sent.ok()) {
-      // That relay refuses the request (no ticket) or is gone: its
-      // receivers are sent to directly, after its answer or the timeout.
-      Log().info("tocl: multicast: no ticket to relay {}: {}", relay.ToString(), sent.ToString());
+      // That relay refuses the request (no ticket) or is gone, so nothing
+      // below it is carried either: its subtree is sent to now.
+      RelayFailed(
+          g, sent.WithContext(fmt::format("no ticket to multicast relay {}", relay.ToString())),
+          call, result);
     }
   }
 }

@@ -21,7 +21,7 @@
 //
 // Identity of a request (multicast_tickets.h): a relay carries a request
 // passed on to it only with a ticket from the sender's process, which
-// Send sends, before the requests, to each relay below the top of the
+// Send sends, after the top requests, to each relay below the top of the
 // tree (the top ones get the request from this process itself).
 //
 // Requests and replies are ordinary messages between internal mailboxes
@@ -104,10 +104,12 @@ class MulticastService {
   // or its relay's failure, or the deadline; groups unanswered then are
   // sent to directly.
   void RelayAndWait(const MulticastOptions& options, RelayedCall& call, MulticastResult& result);
-  // A ticket (multicast_tickets.h) to the relay of each of `groups` that
-  // gets `request` passed on by a relay above it (the top ones get it from
-  // us), each with its group's nonce: only what we announced is carried.
-  void SendTickets(const MulticastRequest& request, std::span<const MulticastGroup> groups);
+  // A ticket (multicast_tickets.h) to the relay of each of the call's
+  // groups that gets `request` passed on by a relay above it (the top ones
+  // get it from us), each with its group's nonce: only what we announced
+  // is carried. A group whose ticket cannot be sent is sent to directly at
+  // once, with its subtree (RelayFailed: its relay refuses the request).
+  void SendTickets(const MulticastRequest& request, RelayedCall& call, MulticastResult& result);
   // One answer to the call's request: its group's outcomes taken, or the
   // group (and those of its subtree) sent to directly.
   void OnReply(const Buffer& message, RelayedCall& call, MulticastResult& result);

@@ -6,6 +6,7 @@
 // nonce of the group it is for.
 #include "runtime/multicast_service.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <cstring>
@@ -68,6 +69,9 @@ struct Fixture : PoolAndPoller {
       std::lock_guard lock(mu);
       sent.push_back(Sent{from, to, tag, {bytes.begin(), bytes.end()}});
       changed.notify_all();
+      if (to == RelayOf(no_ticket_to) && IsMulticastTicket(bytes)) {
+        return Unavailable("the test refuses this ticket");
+      }
       return Status::Ok();
     };
     hooks.post_marker = [this](Gid, Gid, Tag, uint64_t, Gid, uint64_t) -> Result<uint64_t> {
@@ -76,6 +80,7 @@ struct Fixture : PoolAndPoller {
     hooks.send_fill = [this](Gid, Gid to, Tag, std::span<const std::byte>, FillOf, Mailbox&) {
       std::lock_guard lock(mu);
       direct.push_back(to);
+      changed.notify_all();
       return Status::Ok();
     };
     hooks.post_no_fill = [](Gid, Gid, uint64_t) {};
@@ -91,6 +96,12 @@ struct Fixture : PoolAndPoller {
   }
   std::vector<Gid> Direct() {
     std::lock_guard lock(mu);
+    return direct;
+  }
+  // Waits until the sender sent `n` fills itself, and returns them.
+  std::vector<Gid> WaitDirect(size_t n) {
+    std::unique_lock lock(mu);
+    REQUIRE(changed.wait_for(lock, 20s, [&] { return direct.size() >= n; }));
     return direct;
   }
 
@@ -110,10 +121,11 @@ struct Fixture : PoolAndPoller {
     REQUIRE(receive.Deliver(slot).ok());
   }
 
-  std::future<Result<MulticastResult>> Multicast(size_t groups) {
+  std::future<Result<MulticastResult>> Multicast(size_t groups,
+                                                 std::chrono::milliseconds timeout = 20s) {
     for (size_t g = 0; g < groups; ++g) receivers.push_back(ReceiverOf(g));
-    return std::async(std::launch::async, [this] {
-      return service.Send(kSender, receivers, kTag, payload, {.timeout = 20s});
+    return std::async(std::launch::async, [this, timeout] {
+      return service.Send(kSender, receivers, kTag, payload, {.timeout = timeout});
     });
   }
 
@@ -127,6 +139,7 @@ struct Fixture : PoolAndPoller {
   std::vector<Gid> direct;  // guarded by mu: the fills the sender sent itself
   std::atomic<uint64_t> next_seq{0};
   std::vector<Gid> receivers;
+  Gid no_ticket_to;  // a relay process whose ticket the fake network refuses
   MulticastService service;
 };
 
@@ -180,6 +193,7 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
   std::set<size_t> tops;
   uint64_t id = 0;
   Gid reply_to;
+  bool ticket_seen = false;
   for (const Sent& message : sent) {
     REQUIRE(message.tag == kMulticastRequestTag);
     REQUIRE(message.from.process() == kProcess);
@@ -187,8 +201,10 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
       auto ticket = DecodeMulticastTicket(message.bytes);
       REQUIRE(ticket.ok());
       CHECK(tickets.emplace(message.to.process(), *ticket).second);
+      ticket_seen = true;
       continue;
     }
+    CHECK_FALSE(ticket_seen);  // the top requests go first
     const MulticastRequest request = DecodeRequest(message);
     id = request.id;
     reply_to = request.reply_to;
@@ -227,6 +243,45 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
     CHECK(result->receivers[g].carried_by == RelayProcessOf(g));
   }
   CHECK(f.Direct().empty());
+}
+
+TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subtree",
+          "[multicast][service]") {
+  Fixture f;
+  // 7 groups: 0 passes the request on to 1 (for 1-2) and 3; 1 to 2.
+  f.no_ticket_to = RelayProcessOf(1);
+  auto pending = f.Multicast(7, /*timeout=*/60s);
+  // Before any answer (and long before the timeout): groups 1 and 2.
+  std::vector<Gid> direct = f.WaitDirect(2);
+  std::sort(direct.begin(), direct.end());
+  CHECK(direct == std::vector<Gid>{ReceiverOf(1), ReceiverOf(2)});
+  REQUIRE(pending.wait_for(0s) == std::future_status::timeout);
+  // The others answer.
+  const std::vector<Sent> sent = f.WaitSent(7);
+  std::map<Gid, uint64_t> nonce_of;
+  uint64_t id = 0;
+  Gid reply_to;
+  for (const Sent& message : sent) {
+    if (IsMulticastTicket(message.bytes)) continue;
+    const MulticastRequest request = DecodeRequest(message);
+    id = request.id;
+    reply_to = request.reply_to;
+    for (const MulticastGroup& group : request.groups) nonce_of[group.relay] = group.nonce;
+  }
+  for (size_t g : {0, 3, 4, 5, 6}) {
+    const Gid relay = RelayProcessOf(g);
+    MulticastReply ok{.id = id, .relay = relay, .nonce = nonce_of.at(relay)};
+    ok.receivers.push_back({ReceiverOf(g), Status::Ok()});
+    f.Answer(relay, reply_to, ok);
+  }
+  auto result = pending.get();
+  REQUIRE(result.ok());
+  for (size_t g = 0; g < 7; ++g) {
+    INFO(g);
+    CHECK(result->receivers[g].status.ok());
+    CHECK(result->receivers[g].carried_by == (g == 1 || g == 2 ? kProcess : RelayProcessOf(g)));
+  }
+  CHECK(f.Direct().size() == 2);
 }
 
 }  // namespace
