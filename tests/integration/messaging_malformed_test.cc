@@ -764,14 +764,15 @@ TEST_CASE(
 
 // A third process's relay thread passes a request (as a parent relay in a
 // tree would) to `relay`'s relay thread: carry `bytes` as number `seq` of
-// (s, r), r being a thread of `receiver`, with no nonce. s's process sent
+// (s, r), r a thread of the receiving process, with no nonce. s's process sent
 // the relay no ticket for it (multicast_tickets.h), so the relay waits for
 // one (the request's 200 ms), then refuses it, answering s's process.
 // Returns once that answer reached the sender (nobody else talks to it
-// meanwhile), having checked that r's networks heard nothing: the relay
-// carried nothing (a carried request is answered after its fills left).
-void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, Runtime& receiver,
-                       Gid r, uint64_t seq, Tag tag, const std::vector<std::byte>& bytes) {
+// meanwhile). (Whether the relay carried anything is for the caller to
+// check at r, and for the relay unit tests: counting r's frames here
+// would be racy, a fill on another connection may land after the answer.)
+void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, Gid r, uint64_t seq,
+                       Tag tag, const std::vector<std::byte>& bytes) {
   const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 4);
   runtime::MulticastRequest request{
       .id = 1000,  // not the sender's: its answer is ignored there
@@ -787,7 +788,6 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
   const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, relay.gid()));
   RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
   REQUIRE_OK(raw.Handshake(forger, relay.gid()));
-  const uint64_t heard = FramesReceived(receiver);
   const uint64_t answers = FramesReceived(sender);
   REQUIRE(raw.Write(Frames()
                         .Add(Message(runtime::RelayOf(forger), runtime::RelayOf(relay.gid()),
@@ -799,7 +799,6 @@ void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, R
     std::this_thread::sleep_for(milliseconds(1));
   }
   REQUIRE(FramesReceived(sender) > answers);
-  CHECK(FramesReceived(receiver) == heard);
 }
 
 // Three processes under one daemon: a relay (thread q) that is the lowest
@@ -835,7 +834,7 @@ TEST_CASE(
 
   // A forged request for (s, r, 0), with its own bytes and no nonce: the
   // relay refuses it (no ticket), r never sees it.
-  ForgeRelayRequest(daemon, *relay, *sender, s, *receiver, r, 0, kTag, forged);
+  ForgeRelayRequest(daemon, *relay, *sender, s, r, 0, kTag, forged);
   CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
 
   // The real multicast, through the same relay.
@@ -867,7 +866,7 @@ TEST_CASE(
   DeputyCast cast("plain");
   auto& [daemon, relay, receiver, sender, q, r, s] = cast;
   constexpr Tag kTag = 13;
-  ForgeRelayRequest(daemon, *relay, *sender, s, *receiver, r, 0, kTag, PatternBytes(300, 97));
+  ForgeRelayRequest(daemon, *relay, *sender, s, r, 0, kTag, PatternBytes(300, 97));
   CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
 
   const std::vector<std::byte> plain = PatternBytes(200, 3);
