@@ -121,6 +121,14 @@ struct Fixture : PoolAndPoller {
     REQUIRE(receive.Deliver(slot).ok());
   }
 
+  // Group g's relay answers request `id` (to `reply_to`): carried, with
+  // its group's nonce.
+  void AnswerOk(size_t g, uint64_t id, Gid reply_to, uint64_t nonce) {
+    MulticastReply ok{.id = id, .relay = RelayProcessOf(g), .nonce = nonce};
+    ok.receivers.push_back({ReceiverOf(g), Status::Ok()});
+    Answer(RelayProcessOf(g), reply_to, ok);
+  }
+
   std::future<Result<MulticastResult>> Multicast(size_t groups,
                                                  std::chrono::milliseconds timeout = 20s) {
     for (size_t g = 0; g < groups; ++g) receivers.push_back(ReceiverOf(g));
@@ -230,12 +238,7 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
   for (const auto& [relay, nonce] : nonce_of) nonces.insert(nonce);
   CHECK(nonces.size() == groups);
 
-  for (size_t g = 0; g < groups; ++g) {
-    const Gid relay = RelayProcessOf(g);
-    MulticastReply ok{.id = id, .relay = relay, .nonce = nonce_of.at(relay)};
-    ok.receivers.push_back({ReceiverOf(g), Status::Ok()});
-    f.Answer(relay, reply_to, ok);
-  }
+  for (size_t g = 0; g < groups; ++g) f.AnswerOk(g, id, reply_to, nonce_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < groups; ++g) {
@@ -268,12 +271,7 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
     reply_to = request.reply_to;
     for (const MulticastGroup& group : request.groups) nonce_of[group.relay] = group.nonce;
   }
-  for (size_t g : {0, 3, 4, 5, 6}) {
-    const Gid relay = RelayProcessOf(g);
-    MulticastReply ok{.id = id, .relay = relay, .nonce = nonce_of.at(relay)};
-    ok.receivers.push_back({ReceiverOf(g), Status::Ok()});
-    f.Answer(relay, reply_to, ok);
-  }
+  for (size_t g : {0, 3, 4, 5, 6}) f.AnswerOk(g, id, reply_to, nonce_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < 7; ++g) {
