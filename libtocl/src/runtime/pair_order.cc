@@ -81,13 +81,9 @@ Status PairOrder::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   Pair& pair = *last_pair_;
   if (wire::Relayed(slot->header())) {
     Status status = OnFill(from_process, pair, std::move(slot));
-    if (pair.next_seq == 0 && !pair.awaiting_fill && pair.held.empty() && pair.fills.empty() &&
-        pair.skipped.empty() && !pair.marks) {
-      // A fill dropped at once left the pair as it was made: not kept (a
-      // fill may name any source; a drop noted is kept apart).
-      pairs_.erase(key);
-      last_pair_ = nullptr;
-    }
+    // A fill dropped at once left the pair as it was made: not kept (a
+    // fill may name any source; a drop noted is kept apart).
+    EraseIfUntouched(key);
     return status;
   }
   const uint64_t seq = slot->header().seq;
@@ -406,16 +402,36 @@ void PairOrder::AgeFills(Clock::time_point now) {
         continue;
       }
       Held fill = TakeHeld(*pair, pair->fills, it++);
+      const wire::Header& header = fill.slot->header();
       // Should its marker come after all, the number is given up there
       // (LostAhead) rather than awaited.
-      NoteDropped(fill.slot->header(), fill.carrier);
+      NoteDropped(header, fill.carrier);
       (void)DropFill(
-          fill.carrier, fill.slot->header(),
+          fill.carrier, header,
           fmt::format(
               "it waited for its marker for more than {} ms",
               std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count()));
+      // A pair its fills made, and nothing else touched, goes with them
+      // (else fills naming fresh pairs, each aged out, would leave pairs
+      // without bound).
+      if (pair->fills.empty()) {
+        EraseIfUntouched(PairKey{header.source, header.destination});
+        break;
+      }
     }
   }
+}
+
+void PairOrder::EraseIfUntouched(const PairKey& key) {
+  auto entry = pairs_.find(key);
+  if (entry == pairs_.end()) return;
+  const Pair& pair = entry->second;
+  if (pair.next_seq != 0 || pair.awaiting_fill || !pair.held.empty() || !pair.fills.empty() ||
+      !pair.skipped.empty() || pair.marks) {
+    return;
+  }
+  pairs_.erase(entry);
+  last_pair_ = nullptr;
 }
 
 Status PairOrder::Housekeeping(Clock::time_point now) {

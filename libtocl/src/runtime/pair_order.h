@@ -289,6 +289,9 @@ class PairOrder {
   // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
   // at `now`.
   void AgeFills(Clock::time_point now);
+  // Erases the pair of `key` when it is as a fill made it: nothing
+  // numbered, held, skipped or remembered in it.
+  void EraseIfUntouched(const PairKey& key);
 
   const size_t process_cap_;
   std::atomic<size_t>& unexpected_bytes_;

@@ -732,6 +732,24 @@ TEST_CASE("fills held for a source that sends no markers use up only its share, 
   CHECK(f.broken.empty());
 }
 
+TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]") {
+  constexpr uint32_t kFresh = 100;
+  Fixture f(/*process_cap=*/kFresh * kFrameBytes);
+  const size_t before = f.order.pairs();
+  // Fills naming a fresh source thread each: a pair each, held until they
+  // age out (else a carrier could leave pairs without bound, kFresh at a
+  // time).
+  for (uint32_t t = 0; t < kFresh; ++t) {
+    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 200, 10 + t), 1).ok());
+  }
+  CHECK(f.order.pairs() == before + kFresh);
+  REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
+              .ok());
+  CHECK(f.order.fills_dropped() == kFresh);
+  CHECK(f.order.pairs() == before);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("a carrier's fills in all are bounded: kFillShares full shares, then nothing more",
           "[order][multicast]") {
   Fixture f(/*process_cap=*/2 * kFrameBytes);
