@@ -397,7 +397,10 @@ void PairOrder::AgeFills(Clock::time_point now) {
   const std::vector<Pair*> holding(with_fills_.begin(), with_fills_.end());
   for (Pair* pair : holding) {
     for (auto it = pair->fills.begin(); it != pair->fills.end();) {
-      if (now - it->second.since < carrier_grace_) {
+      if (now - it->second.since < carrier_grace_ || MarkerHeld(*pair, it->first)) {
+        // (A fill whose marker waits behind a gap was judged to fit it on
+        // arrival: it waits as long as its marker, within its source's
+        // held budget.)
         ++it;
         continue;
       }
@@ -420,6 +423,11 @@ void PairOrder::AgeFills(Clock::time_point now) {
       }
     }
   }
+}
+
+bool PairOrder::MarkerHeld(const Pair& pair, uint64_t seq) {
+  auto held = pair.held.find(seq);
+  return held != pair.held.end() && held->second.slot->header().kind == wire::FrameKind::kMarker;
 }
 
 void PairOrder::EraseIfUntouched(const PairKey& key) {

@@ -27,9 +27,10 @@
 // process that has a relay carry fills for its own threads and sends no
 // markers uses up only its own share), at most
 // kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
-// carrier, and at most carrier_grace (Housekeeping drops and notes it
-// then). One over any of these is dropped, and noted (the last kRememberDropped such drops,
-// apart from the pairs: a pair is not kept for them): when its marker
+// carrier, and at most carrier_grace before its marker comes (Housekeeping
+// drops and notes it then; once its marker is held, it was judged to fit
+// and waits as long as that marker). One over any of these is dropped, and noted (the last
+// kRememberDropped such drops, apart from the pairs: a pair is not kept for them): when its marker
 // comes, names that carrier (or the source's process) and no held fill
 // fits, the fill was the one, and the number is given up with a warning
 // (fills_lost; the message is lost, the pair goes on). At the marker the
@@ -287,8 +288,11 @@ class PairOrder {
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
   // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
-  // at `now`.
+  // at `now`, but not one whose marker is held (MarkerHeld): that marker
+  // judged it already, and it waits as long as the marker does.
   void AgeFills(Clock::time_point now);
+  // Whether `pair` holds a marker for number `seq` (behind a gap).
+  static bool MarkerHeld(const Pair& pair, uint64_t seq);
   // Erases the pair of `key` when it is as a fill made it: nothing
   // numbered, held, skipped or remembered in it.
   void EraseIfUntouched(const PairKey& key);

@@ -732,6 +732,26 @@ TEST_CASE("fills held for a source that sends no markers use up only its share, 
   CHECK(f.broken.empty());
 }
 
+TEST_CASE("a fill whose marker waits behind a gap does not age out: the marker judged it",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());  // awaits its fill
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());  // held behind it
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());    // fits marker 1: held
+  CHECK(f.order.HeldBytes(kRelay) == kFrameBytes);
+  // Fill 0 is slow (a long message, a relay carrying to one receiver after
+  // another): fill 1 has waited past the grace, but its marker is here.
+  REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
+              .ok());
+  CHECK(f.order.fills_dropped() == 0);
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  CHECK(f.order.fills_lost() == 0);
+  CHECK(f.broken.empty());
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]") {
   constexpr uint32_t kFresh = 100;
   Fixture f(/*process_cap=*/kFresh * kFrameBytes);
