@@ -177,6 +177,8 @@ class PairOrder {
 
   // Bytes held that `from_process` brought (its frames and its fills).
   size_t HeldBytes(Gid from_process) const;
+  // Whether fills wait ahead of their markers (Housekeeping ages them).
+  bool holds_fills() const { return !with_fills_.empty(); }
   // Fills dropped so far (see above).
   uint64_t fills_dropped() const { return fills_dropped_; }
   // Second copies dropped so far.

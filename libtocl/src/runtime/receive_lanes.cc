@@ -67,11 +67,23 @@ uint32_t ReceiveLanes::CounterOfThisThread() const {
 template <typename F>
 auto ReceiveLanes::WithLane(uint32_t lane, F&& f) {
   Lane& l = *lanes_[lane];
-  if (HeldByThisThread(lane)) return f(l.order);
-  Enter(lane);
+  const bool enter = !HeldByThisThread(lane);
+  if (enter) Enter(lane);
   auto result = f(l.order);
-  Leave(lane);
+  NoteFills(l);
+  if (enter) Leave(lane);
   return result;
+}
+
+void ReceiveLanes::NoteFills(Lane& lane) {
+  const bool holds = lane.order.holds_fills();
+  if (holds == lane.holds_fills) return;
+  lane.holds_fills = holds;
+  if (holds) {
+    lanes_with_fills_.fetch_add(1, std::memory_order_release);
+  } else {
+    lanes_with_fills_.fetch_sub(1, std::memory_order_release);
+  }
 }
 
 Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
@@ -104,7 +116,11 @@ void ReceiveLanes::CarrierGone(Gid process) {
 }
 
 void ReceiveLanes::Housekeeping(PairOrder::Clock::time_point now) {
-  if (!any_gone_.load(std::memory_order_acquire) || held.owner != nullptr) return;
+  if (held.owner != nullptr) return;
+  if (!any_gone_.load(std::memory_order_acquire) &&
+      lanes_with_fills_.load(std::memory_order_acquire) == 0) {
+    return;
+  }
   PairOrder::Clock::rep due = next_housekeeping_.load(std::memory_order_relaxed);
   const PairOrder::Clock::rep at = now.time_since_epoch().count();
   if (at < due || !next_housekeeping_.compare_exchange_strong(

@@ -65,8 +65,9 @@ class ReceiveLanes {
   // only dropped: DropBroken).
   void CarrierGone(Gid process);
   // PairOrder::Housekeeping in every lane, at most once per second and only
-  // once some carrier went (the poller's round: cheap otherwise). Not while
-  // this thread holds a lane.
+  // while some lane holds fills (they age out) or once some carrier went
+  // (the poller's round: cheap otherwise). Not while this thread holds a
+  // lane.
   void Housekeeping(PairOrder::Clock::time_point now);
   // Pairs known in every lane (tests: state a peer's frames created).
   size_t Pairs();
@@ -86,6 +87,7 @@ class ReceiveLanes {
         : order(process_cap, unexpected_bytes, deliver, std::move(broken), refill, carrier_grace) {}
     std::atomic<bool> busy{false};  // the lock
     PairOrder order;                // guarded by busy
+    bool holds_fills = false;       // guarded by busy: counted in lanes_with_fills_
   };
 
   bool HeldByThisThread(uint32_t lane) const;
@@ -93,6 +95,9 @@ class ReceiveLanes {
   // for the call).
   template <typename F>
   auto WithLane(uint32_t lane, F&& f);
+  // Counts `lane` in lanes_with_fills_ while its order holds fills (its
+  // holder calls it after each change).
+  void NoteFills(Lane& lane);
 
   std::array<std::unique_ptr<Lane>, wire::kReceiveLanes> lanes_;
   std::mutex broken_mu_;
@@ -104,6 +109,9 @@ class ReceiveLanes {
   // costs a lock and an empty-set look per lane once a second
   // (PairOrder::Housekeeping looks only at the pairs awaiting a fill).
   std::atomic<bool> any_gone_{false};
+  // Lanes whose order holds fills: Housekeeping ages them out (else a fill
+  // waited until some process exited).
+  std::atomic<uint32_t> lanes_with_fills_{0};
   std::atomic<PairOrder::Clock::rep> next_housekeeping_{0};
 };
 

@@ -408,5 +408,32 @@ TEST_CASE(
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("a fill held ahead of its marker ages out through Housekeeping with no process gone",
+          "[lanes][multicast]") {
+  // Review 6 blocker 1: Housekeeping ran only once some carrier exited, so
+  // fills waited without bound in a job where none did.
+  constexpr auto kGrace = 10s;  // ReceiveLanes' default
+  Fixture f;
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(4);
+  {
+    buffers::SlotRef fill(f.pool.TryGet(0));
+    REQUIRE(fill);
+    fill->header() = wire::MessageHeader(source, to, kTag, /*length=*/0, 0);
+    fill->header().flags = wire::kFlagRelayed;
+    fill->header().offset = 77;
+    REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
+  }
+  const auto start = Clock::now();
+  f.lanes.Housekeeping(start);
+  CHECK(f.unexpected.load() == kFrameBytes);  // held, within the grace
+  CHECK(f.InUse() == 1);
+  f.lanes.Housekeeping(start + kGrace + 1s);
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+  CHECK(f.Delivered(source, to).empty());
+  CHECK(f.lanes.Pairs() == 0);
+}
+
 }  // namespace
 }  // namespace tocl::runtime
