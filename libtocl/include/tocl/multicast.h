@@ -30,7 +30,11 @@
 // A relay carries only what the sender's process announced to it: a
 // request from that process itself, or one a relay above passed on for
 // which the sender's process sent it a ticket (each ticket once, and only
-// for a request with its id, source, nonce, tag and size). What a third
+// for a request with its id, source, nonce, tag, size and secret: a second
+// random number per relay that only requests, tickets and the relay's
+// answers carry, never frames to receivers, so that another receiver
+// process of the relay's group, which learns the nonce, cannot make a
+// request that fits). What a third
 // process with the cluster secret can still do: keep a relay busy for as
 // long as it sends it long requests of its own multicasts, one after
 // another (a relay serves one request at a time; senders then send the
@@ -101,7 +105,10 @@
 // queue, loses that message (the sender does not send it again); a relay
 // whose fills reach a receiver far ahead of their markers, beyond its
 // budget for fills there (the receiver's unexpected_cap share), loses
-// those; and what a relay of the call's own tree can do (see above). The
+// those; a fill that reaches a receiver more than the receiver's
+// partial_timeout before its marker (a slow or reconnecting link from the
+// sender to that receiver) is dropped, and that number given up; and what
+// a relay of the call's own tree can do (see above). The
 // receiver does not wait for a lost one for ever: once
 // `from`'s next message to it is there (and, when the relay died, once
 // both the relay's exit and that wait are the receiver's partial_timeout

@@ -36,6 +36,11 @@ struct MulticastGroup {
   // The call's secret for this group (wire/frame.h: markers and fills):
   // in the markers its receivers get and in the fills its relay sends.
   uint64_t nonce = 0;
+  // The call's secret for this group's relay: only in the requests and
+  // tickets that reach the relay and in its answers (never in frames to
+  // receivers), so that another receiver process of the group, which
+  // learns the nonce, cannot make a request that fits the ticket.
+  uint64_t secret = 0;
   bool operator==(const MulticastGroup&) const = default;
 };
 

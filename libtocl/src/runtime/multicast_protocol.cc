@@ -12,10 +12,10 @@ namespace {
 constexpr uint32_t kRequestMagic = 0x31514D54;  // "TMQ1"
 constexpr uint32_t kReplyMagic = 0x31414D54;    // "TMA1"
 constexpr uint32_t kTicketMagic = 0x31544D54;   // "TMT1"
-constexpr size_t kTicketBytes = 4 + 8 + 8 + 8 + 4 + 8 + 4;
+constexpr size_t kTicketBytes = 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4;
 // The bytes a group and a receiver take at least: counts are checked
 // against them before anything is allocated.
-constexpr size_t kGroupBytes = 8 + 8 + 4;
+constexpr size_t kGroupBytes = 8 + 8 + 8 + 4;
 constexpr size_t kReceiverBytes = 8 + 8;
 constexpr size_t kOutcomeBytes = 8 + 4 + 2;
 
@@ -48,6 +48,7 @@ std::vector<std::byte> EncodeMulticastRequest(const MulticastRequest& header,
   for (const MulticastGroup& group : groups) {
     out.Put(group.relay.raw());
     out.Put(group.nonce);
+    out.Put(group.secret);
     out.Put(static_cast<uint32_t>(group.receivers.size()));
     for (const NumberedReceiver& receiver : group.receivers) {
       out.Put(receiver.thread.raw());
@@ -91,6 +92,7 @@ Result<MulticastRequest> DecodeMulticastRequest(std::span<const std::byte> bytes
   for (MulticastGroup& group : request.groups) {
     group.relay = Gid::FromRaw(in.Get<uint64_t>());
     group.nonce = in.Get<uint64_t>();
+    group.secret = in.Get<uint64_t>();
     const auto receivers = in.Get<uint32_t>();
     if (!in.ok() || !group.relay.is_process() || receivers == 0 ||
         receivers > in.remaining() / kReceiverBytes) {
@@ -124,6 +126,7 @@ MulticastTicket TicketOf(const MulticastRequest& request) {
   return MulticastTicket{.id = request.id,
                          .source = request.source,
                          .nonce = request.groups.empty() ? 0 : request.groups.front().nonce,
+                         .secret = request.groups.empty() ? 0 : request.groups.front().secret,
                          .tag = request.tag,
                          .payload_bytes = request.payload.size(),
                          .wait_ms = request.wait_ms};
@@ -141,6 +144,7 @@ std::vector<std::byte> EncodeMulticastTicket(const MulticastTicket& ticket) {
   out.Put(ticket.id);
   out.Put(ticket.source.raw());
   out.Put(ticket.nonce);
+  out.Put(ticket.secret);
   out.Put(ticket.tag);
   out.Put(ticket.payload_bytes);
   out.Put(ticket.wait_ms);
@@ -159,6 +163,7 @@ Result<MulticastTicket> DecodeMulticastTicket(std::span<const std::byte> bytes) 
   ticket.id = in.Get<uint64_t>();
   ticket.source = Gid::FromRaw(in.Get<uint64_t>());
   ticket.nonce = in.Get<uint64_t>();
+  ticket.secret = in.Get<uint64_t>();
   ticket.tag = in.Get<Tag>();
   ticket.payload_bytes = in.Get<uint64_t>();
   ticket.wait_ms = in.Get<uint32_t>();
@@ -174,7 +179,7 @@ std::vector<std::byte> EncodeMulticastReply(const MulticastReply& reply) {
   out.Put(kReplyMagic);
   out.Put(reply.id);
   out.Put(reply.relay.raw());
-  out.Put(reply.nonce);
+  out.Put(reply.secret);
   PutStatus(out, reply.status);
   out.Put(static_cast<uint32_t>(reply.receivers.size()));
   for (const MulticastReceiverOutcome& receiver : reply.receivers) {
@@ -190,7 +195,7 @@ Result<MulticastReply> DecodeMulticastReply(std::span<const std::byte> bytes) {
   MulticastReply reply;
   reply.id = in.Get<uint64_t>();
   reply.relay = Gid::FromRaw(in.Get<uint64_t>());
-  reply.nonce = in.Get<uint64_t>();
+  reply.secret = in.Get<uint64_t>();
   reply.status = GetStatus(in);
   const auto receivers = in.Get<uint32_t>();
   if (!in.ok() || magic != kReplyMagic || !reply.relay.is_process() ||

@@ -7,29 +7,34 @@
 //
 //   request  u32 magic "TMQ1" | u64 request id | u64 source thread |
 //            u64 reply-to thread | u32 tag | u32 groups |
-//            per group: u64 relay process | u64 nonce | u32 receivers |
+//            per group: u64 relay process | u64 nonce | u64 secret |
+//                       u32 receivers |
 //                       per receiver: u64 thread | u64 seq
 //            | u32 wait ms | u64 payload length | payload
 //   ticket   u32 magic "TMT1" | u64 request id | u64 source thread |
-//            u64 nonce | u32 tag | u64 payload length | u32 wait ms
+//            u64 nonce | u64 secret | u32 tag | u64 payload length |
+//            u32 wait ms
 //   reply    u32 magic "TMA1" | u64 request id | u64 relay process |
-//            u64 nonce | u32 status code | u16 message length | message |
+//            u64 secret | u32 status code | u16 message length | message |
 //            u32 receivers | per receiver: u64 thread | u32 status code |
 //                                          u16 message length | message
 //
 // A request's first group is the relay's own; the others are the subtree
 // it passes the message on to (multicast_plan.h). A ticket announces one
 // request to one relay (multicast_tickets.h): the sender's process vouches
-// for it, since only that process's frames carry its process id; its
-// nonce is that relay's group's. "Wait" is how long the sender waits for
-// the answers (MulticastOptions::timeout): a relay keeps neither a ticket
-// nor a request waiting for its ticket longer. A reply's status is the
-// relay's own (an error: it did not take the message for its group, and
-// the sender sends to its receivers itself); the receivers' are per
-// receiver. A reply echoes the nonce of the group it answers for (the
-// request's first group's, or each group's a relay could not pass the
-// request on to): the sender takes no answer without it, so a process
-// that knows a call's id but not its nonces can neither end nor fail it.
+// for it, since only that process's frames carry its process id; its nonce
+// and secret are that relay's group's: the receivers of the group learn its
+// nonce (markers and fills carry it), only its relay (and those above it)
+// its secret, and the relay carries a passed-on request only when both fit.
+// "Wait" is how long the sender waits for the answers
+// (MulticastOptions::timeout): a relay keeps neither a ticket nor a request
+// waiting for its ticket longer. A reply's status is the relay's own (an
+// error: it did not take the message for its group, and the sender sends to
+// its receivers itself); the receivers' are per receiver. A reply echoes
+// the secret of the group it answers for (the request's first group's, or
+// each group's a relay could not pass the request on to): the sender takes
+// no answer without it, so a process that knows a call's id and nonces (a
+// receiver) but not its secrets can neither end nor fail it.
 //
 // Decoding checks every count and length against the bytes there are, and
 // the ids' forms (a relay is a process, every receiver a thread of its
@@ -65,8 +70,9 @@ struct MulticastRequest {
 // The request's terms a relay matches against its ticket.
 struct MulticastTicket {
   uint64_t id = 0;
-  Gid source;          // the sending thread
-  uint64_t nonce = 0;  // the group's of the relay it goes to
+  Gid source;           // the sending thread
+  uint64_t nonce = 0;   // the group's of the relay it goes to
+  uint64_t secret = 0;  // that group's (never sent to receivers)
   Tag tag = 0;
   uint64_t payload_bytes = 0;
   uint32_t wait_ms = 0;
@@ -81,8 +87,8 @@ struct MulticastReceiverOutcome {
 struct MulticastReply {
   uint64_t id = 0;
   Gid relay;
-  uint64_t nonce = 0;  // the answered group's (the sender ignores any other)
-  Status status = {};  // the relay's: an error means it did not take the message
+  uint64_t secret = 0;  // the answered group's (the sender ignores any other)
+  Status status = {};   // the relay's: an error means it did not take the message
   std::vector<MulticastReceiverOutcome> receivers = {};
 };
 

@@ -126,11 +126,11 @@ void MulticastRelay::Handle(Buffer message, std::vector<Book::Settled>& settled)
     // receivers itself.
     // (DecodeMulticastRequest sets `reply_to` only when it is of the
     // source's process: nobody has us answer a third process.) The answer
-    // echoes the group's nonce: without it the sender ignores it.
+    // echoes the group's secret: without it the sender ignores it.
     if (request.ok() && IsInternalThread(reply_to)) {
       Answer(reply_to, MulticastReply{.id = id,
                                       .relay = process_,
-                                      .nonce = request->groups.front().nonce,
+                                      .secret = request->groups.front().secret,
                                       .status = refused});
     }
     return;
@@ -166,14 +166,15 @@ void MulticastRelay::Settle(Book::Settled& request) {
   if (request.status.code() == StatusCode::kUnavailable) {
     Answer(reply_to, MulticastReply{.id = id,
                                     .relay = process_,
-                                    .nonce = decoded->groups.front().nonce,
+                                    .secret = decoded->groups.front().secret,
                                     .status = request.status});
   }
 }
 
 void MulticastRelay::Carry(const MulticastRequest& request) {
   PassOn(request);
-  MulticastReply reply{.id = request.id, .relay = process_, .nonce = request.groups.front().nonce};
+  MulticastReply reply{
+      .id = request.id, .relay = process_, .secret = request.groups.front().secret};
   for (const NumberedReceiver& receiver : request.groups.front().receivers) {
     Status status =
         shutting_down_.load()
@@ -199,7 +200,7 @@ void MulticastRelay::PassOn(const MulticastRequest& request) {
     for (const MulticastGroup& group : subtree) {
       Answer(request.reply_to,
              MulticastReply{
-                 .id = request.id, .relay = group.relay, .nonce = group.nonce, .status = why});
+                 .id = request.id, .relay = group.relay, .secret = group.secret, .status = why});
     }
   }
 }

@@ -14,7 +14,7 @@
 // the sender's timeout). So a third process that can reach it cannot have
 // it carry anything in a sender's name.
 //
-// What it refuses (answered with the reason, echoing the group's nonce,
+// What it refuses (answered with the reason, echoing the group's secret,
 // so that a real sender sends to the group itself; a request that does
 // not decode, or is answered to another process than its source's, is
 // not answered): a request not from and to the runtime's mailboxes, or for

@@ -54,6 +54,10 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   // (at most one group per receiver).
   std::vector<uint64_t> nonces(to.size());
   TOCL_RETURN_IF_ERROR(security::FillRandom(std::as_writable_bytes(std::span(nonces))));
+  // And a secret for each group's relay (multicast_protocol.h): in its
+  // request, its ticket and its answers only.
+  std::vector<uint64_t> secrets(to.size());
+  TOCL_RETURN_IF_ERROR(security::FillRandom(std::as_writable_bytes(std::span(secrets))));
 
   MulticastResult result;
   result.receivers.resize(to.size());
@@ -82,6 +86,7 @@ Result<MulticastResult> MulticastService::Send(Gid from, std::span<const Gid> to
   // carry a fill that fits it).
   for (MulticastGroup& group : relayed.groups) {
     group.nonce = nonces[static_cast<size_t>(&group - relayed.groups.data())];
+    group.secret = secrets[static_cast<size_t>(&group - relayed.groups.data())];
     std::erase_if(group.receivers, [&](NumberedReceiver& receiver) {
       auto seq =
           hooks_.post_marker(from, receiver.thread, tag, payload.size(), group.relay, group.nonce);
@@ -192,6 +197,7 @@ void MulticastService::SendTickets(const MulticastRequest& request, RelayedCall&
     if (top[g]) continue;  // its request comes from us: our own word
     MulticastTicket ticket = TicketOf(request);
     ticket.nonce = groups[g].nonce;
+    ticket.secret = groups[g].secret;
     const Gid relay = RelayOf(groups[g].relay);
     Status sent =
         hooks_.send(request.reply_to, relay, kMulticastRequestTag, EncodeMulticastTicket(ticket));
@@ -235,9 +241,9 @@ void MulticastService::OnReply(const Buffer& message, RelayedCall& call, Multica
   }
   const size_t g = *answered;
   const MulticastGroup& group = call.groups[g];
-  if (reply->nonce != group.nonce) {
-    // Only its tree knows the group's nonce: someone else's words.
-    Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not the group's nonce",
+  if (reply->secret != group.secret) {
+    // Only its tree knows the group's secret: someone else's words.
+    Log().warn("tocl: multicast: ignoring an answer for relay {} from {}: not the group's secret",
                reply->relay.ToString(), message.source().ToString());
     return;
   }

@@ -106,7 +106,7 @@ class MulticastService {
   void RelayAndWait(const MulticastOptions& options, RelayedCall& call, MulticastResult& result);
   // A ticket (multicast_tickets.h) to the relay of each of the call's
   // groups that gets `request` passed on by a relay above it (the top ones
-  // get it from us), each with its group's nonce: only what we announced
+  // get it from us), each with its group's nonce and secret: only what we announced
   // is carried. A group whose ticket cannot be sent is sent to directly at
   // once, with its subtree (RelayFailed: its relay refuses the request).
   void SendTickets(const MulticastRequest& request, RelayedCall& call, MulticastResult& result);

@@ -186,11 +186,11 @@ class TicketBook {
   // Ok (and the ticket erased: used) when `terms` fit `ticket`.
   Status Judge(typename Tickets::iterator ticket, const MulticastTicket& terms) {
     const MulticastTicket& want = ticket->second.terms;
-    if (terms.nonce != want.nonce || terms.tag != want.tag ||
+    if (terms.nonce != want.nonce || terms.secret != want.secret || terms.tag != want.tag ||
         terms.payload_bytes != want.payload_bytes) {
-      return InvalidArgument(
-          fmt::format("multicast request {} of {} does not fit its ticket (nonce, tag or size)",
-                      terms.id, terms.source.ToString()));
+      return InvalidArgument(fmt::format(
+          "multicast request {} of {} does not fit its ticket (nonce, secret, tag or size)",
+          terms.id, terms.source.ToString()));
     }
     EraseTicket(ticket);
     return Status::Ok();

@@ -15,9 +15,10 @@ const Gid kSource = Gid::Thread(1, 2, 3);
 const Gid kReplyTo = Gid::Thread(1, 2, 16000000);
 
 std::vector<MulticastGroup> TwoGroups() {
-  return {MulticastGroup{
-              Gid::Process(2, 5), {{Gid::Thread(2, 5, 1), 7}, {Gid::Thread(2, 6, 1), 9}}, 0xA1},
-          MulticastGroup{Gid::Process(3, 4), {{Gid::Thread(3, 4, 2), 0}}, 0xB2}};
+  return {
+      MulticastGroup{
+          Gid::Process(2, 5), {{Gid::Thread(2, 5, 1), 7}, {Gid::Thread(2, 6, 1), 9}}, 0xA1, 0x5A1},
+      MulticastGroup{Gid::Process(3, 4), {{Gid::Thread(3, 4, 2), 0}}, 0xB2, 0x5B2}};
 }
 
 std::vector<std::byte> Payload(size_t n) {
@@ -82,7 +83,8 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
   CheckRefused(bad, "says 100 payload bytes, but 101 follow");
 
   // Field offsets: magic 0, id 4, source 12, reply-to 20, tag 28, groups
-  // 32, first relay 36, its nonce 44, its count 52, first receiver 56.
+  // 32, first relay 36, its nonce 44, its secret 52, its count 60, first
+  // receiver 64.
   auto put = [](std::vector<std::byte>& bytes, size_t at, auto value) {
     std::memcpy(bytes.data() + at, &value, sizeof(value));
   };
@@ -93,20 +95,20 @@ TEST_CASE("a malformed multicast request is refused naming what is wrong", "[mul
   put(bad, 32, uint32_t{0xFFFFFFFF});  // more groups than bytes
   CheckRefused(bad, "says 4294967295 groups");
   bad = good;
-  put(bad, 52, uint32_t{1000000});  // more receivers than bytes
+  put(bad, 60, uint32_t{1000000});  // more receivers than bytes
   CheckRefused(bad, "says 1000000 receivers");
   bad = good;
   put(bad, 36, Gid::Thread(2, 5, 1).raw());  // a relay that is not a process
   CheckRefused(bad, "receivers in");
   bad = good;
-  put(bad, 56, Gid::Thread(7, 5, 1).raw());  // a receiver on another host than its relay
+  put(bad, 64, Gid::Thread(7, 5, 1).raw());  // a receiver on another host than its relay
   CheckRefused(bad, "names receiver h7.p5.t1 in the group of h2.p5");
 }
 
 TEST_CASE("a multicast reply comes out as it went in, and a malformed one is refused",
           "[multicast]") {
   MulticastReply reply{
-      .id = 5, .relay = Gid::Process(2, 5), .nonce = 0xABCDEF0123, .status = Status::Ok()};
+      .id = 5, .relay = Gid::Process(2, 5), .secret = 0xABCDEF0123, .status = Status::Ok()};
   reply.receivers.push_back({Gid::Thread(2, 5, 1), Status::Ok()});
   reply.receivers.push_back({Gid::Thread(2, 6, 1), NotFound(std::string(2000, 'x'))});
   const auto bytes = EncodeMulticastReply(reply);
@@ -114,7 +116,7 @@ TEST_CASE("a multicast reply comes out as it went in, and a malformed one is ref
   REQUIRE(decoded.ok());
   CHECK(decoded->id == 5);
   CHECK(decoded->relay == Gid::Process(2, 5));
-  CHECK(decoded->nonce == 0xABCDEF0123);
+  CHECK(decoded->secret == 0xABCDEF0123);
   CHECK(decoded->status.ok());
   REQUIRE(decoded->receivers.size() == 2);
   CHECK(decoded->receivers[0].status.ok());
@@ -133,6 +135,7 @@ TEST_CASE("a multicast ticket comes out as it went in, and a malformed one is re
   const MulticastTicket ticket{.id = 42,
                                .source = kSource,
                                .nonce = 0xA1B2C3D4E5F60718,
+                               .secret = 0x0123456789ABCDEF,
                                .tag = 77,
                                .payload_bytes = 5000,
                                .wait_ms = 1234};
@@ -160,7 +163,7 @@ TEST_CASE("a multicast ticket comes out as it went in, and a malformed one is re
   refused = DecodeMulticastTicket(longer);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == StatusCode::kInvalidArgument);
-  CHECK(refused.status().message().find("of 45 bytes (one is 44)") != std::string::npos);
+  CHECK(refused.status().message().find("of 53 bytes (one is 52)") != std::string::npos);
   // A source that is not a thread (offset 12).
   auto bad = bytes;
   const uint64_t process = Gid::Process(1, 2).raw();

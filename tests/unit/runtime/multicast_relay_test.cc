@@ -30,7 +30,8 @@ const Gid kSenderMailbox = Gid::Thread(1, 3, kFirstInternalThread);
 const Gid kParent = RelayOf(Gid::Process(3, 4));  // a relay above
 const Gid kThirdMailbox = Gid::Thread(4, 4, kFirstInternalThread);
 constexpr Tag kTag = 7;
-constexpr uint64_t kNonce = 0x5EC12E7;
+constexpr uint64_t kNonce = 0x5EC12E7;    // the group's: its receivers know it
+constexpr uint64_t kSecret = 0x7E1A95EC;  // the group's: only its relay knows it
 
 struct Fill {
   Gid to;
@@ -99,20 +100,22 @@ struct Fixture : PoolAndPoller {
     REQUIRE(receive.Deliver(slot).ok());
   }
   void Request(Gid from, uint64_t id, uint64_t seq, uint32_t wait_ms = 10000,
-               uint64_t nonce = kNonce) {
+               uint64_t nonce = kNonce, uint64_t secret = kSecret) {
     const MulticastRequest request{.id = id,
                                    .source = kSender,
                                    .reply_to = kSenderMailbox,
                                    .tag = kTag,
                                    .wait_ms = wait_ms,
                                    .payload = payload};
-    const std::vector<MulticastGroup> groups{MulticastGroup{kProcess, {{kReceiver, seq}}, nonce}};
+    const std::vector<MulticastGroup> groups{
+        MulticastGroup{kProcess, {{kReceiver, seq}}, nonce, secret}};
     Arrive(from, EncodeMulticastRequest(request, groups));
   }
   void Ticket(Gid from, uint64_t id) {
     Arrive(from, EncodeMulticastTicket(MulticastTicket{.id = id,
                                                        .source = kSender,
                                                        .nonce = kNonce,
+                                                       .secret = kSecret,
                                                        .tag = kTag,
                                                        .payload_bytes = payload.size(),
                                                        .wait_ms = 10000}));
@@ -150,7 +153,7 @@ TEST_CASE("a relay carries a request from the sender's own process without a tic
   f.Request(kSenderMailbox, 1, 0);
   const MulticastReply reply = f.Reply(1);
   CHECK(reply.id == 1);
-  CHECK(reply.nonce == kNonce);  // echoed: the sender takes no answer without it
+  CHECK(reply.secret == kSecret);  // echoed: the sender takes no answer without it
   CHECK(reply.status.ok());
   REQUIRE(reply.receivers.size() == 1);
   CHECK(reply.receivers[0].status.ok());
@@ -204,7 +207,7 @@ TEST_CASE("a passed-on request without a fitting ticket is answered, never carri
     f.Request(kParent, 1, 0, /*wait_ms=*/50);
     const MulticastReply reply = f.Reply(1);
     CHECK(reply.id == 1);
-    CHECK(reply.nonce == kNonce);
+    CHECK(reply.secret == kSecret);
     CHECK(reply.status.message().find("no ticket") != std::string::npos);
   }
   SECTION("a ticket from a third process does not count") {
@@ -212,6 +215,19 @@ TEST_CASE("a passed-on request without a fitting ticket is answered, never carri
     f.Request(kParent, 1, 0, /*wait_ms=*/50);
     const MulticastReply reply = f.Reply(1);
     CHECK(reply.status.message().find("no ticket") != std::string::npos);
+  }
+  SECTION("the nonce but not the secret: not carried; the real one is") {
+    // (Another receiver process of the group knows the nonce.)
+    f.Ticket(kSenderMailbox, 1);
+    // Right id, source, nonce, tag and size, for a number of its choosing.
+    f.Request(kParent, 1, 5, 10000, kNonce, /*secret=*/0);
+    f.Request(kParent, 1, 0);
+    const MulticastReply reply = f.Reply(1);
+    CHECK(reply.status.ok());
+    REQUIRE(f.Fills().size() == 1);
+    CHECK(f.Fills()[0].seq == 0);  // the real one's, not the made-up one's 5
+    CHECK(f.Answers() == 1);
+    return;
   }
   SECTION("another nonce: refused at once, unanswered; the real one carried after") {
     f.Ticket(kSenderMailbox, 1);

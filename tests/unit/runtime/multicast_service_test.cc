@@ -122,9 +122,9 @@ struct Fixture : PoolAndPoller {
   }
 
   // Group g's relay answers request `id` (to `reply_to`): carried, with
-  // its group's nonce.
-  void AnswerOk(size_t g, uint64_t id, Gid reply_to, uint64_t nonce) {
-    MulticastReply ok{.id = id, .relay = RelayProcessOf(g), .nonce = nonce};
+  // its group's secret.
+  void AnswerOk(size_t g, uint64_t id, Gid reply_to, uint64_t secret) {
+    MulticastReply ok{.id = id, .relay = RelayProcessOf(g), .secret = secret};
     ok.receivers.push_back({ReceiverOf(g), Status::Ok()});
     Answer(RelayProcessOf(g), reply_to, ok);
   }
@@ -159,25 +159,28 @@ MulticastRequest DecodeRequest(const Sent& sent) {
   return *request;
 }
 
-TEST_CASE("a multicast sender takes no answer without its group's nonce", "[multicast][service]") {
+TEST_CASE("a multicast sender takes no answer without its group's secret", "[multicast][service]") {
   Fixture f;
   auto pending = f.Multicast(1);
   const std::vector<Sent> sent = f.WaitSent(1);
   REQUIRE(sent[0].to == RelayOf(RelayProcessOf(0)));
   const MulticastRequest request = DecodeRequest(sent[0]);
   const uint64_t nonce = request.groups.front().nonce;
+  const uint64_t secret = request.groups.front().secret;
+  REQUIRE(secret != nonce);
   const Gid relay = RelayProcessOf(0);
-  // The right id and relay, the wrong nonce: a refusal (taken, the sender
-  // would send to the group itself and end), then an "ok".
+  // The right id and relay, and the group's nonce (its receivers know it)
+  // but not its secret: a refusal (taken, the sender would send to the
+  // group itself and end), then an "ok".
   f.Answer(relay, request.reply_to,
            MulticastReply{
-               .id = request.id, .relay = relay, .nonce = nonce + 1, .status = Unavailable("no")});
-  MulticastReply ok{.id = request.id, .relay = relay, .nonce = nonce + 1};
+               .id = request.id, .relay = relay, .secret = nonce, .status = Unavailable("no")});
+  MulticastReply ok{.id = request.id, .relay = relay, .secret = nonce};
   ok.receivers.push_back({ReceiverOf(0), Status::Ok()});
   f.Answer(relay, request.reply_to, ok);
   REQUIRE(pending.wait_for(0s) == std::future_status::timeout);
   // The relay's own answer ends the call.
-  ok.nonce = nonce;
+  ok.secret = secret;
   f.Answer(relay, request.reply_to, ok);
   auto result = pending.get();
   REQUIRE(result.ok());
@@ -196,7 +199,8 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
   Fixture f;
   auto pending = f.Multicast(groups);
   const std::vector<Sent> sent = f.WaitSent(groups);
-  std::map<Gid, uint64_t> nonce_of;  // relay process -> its group's nonce, from the requests
+  std::map<Gid, uint64_t> nonce_of;   // relay process -> its group's nonce, from the requests
+  std::map<Gid, uint64_t> secret_of;  // and its secret
   std::map<Gid, MulticastTicket> tickets;
   std::set<size_t> tops;
   uint64_t id = 0;
@@ -218,7 +222,10 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
     reply_to = request.reply_to;
     CHECK(message.to == RelayOf(request.groups.front().relay));
     tops.insert(static_cast<size_t>(request.groups.front().relay.host_index()) - 2);
-    for (const MulticastGroup& group : request.groups) nonce_of[group.relay] = group.nonce;
+    for (const MulticastGroup& group : request.groups) {
+      nonce_of[group.relay] = group.nonce;
+      secret_of[group.relay] = group.secret;
+    }
   }
   CHECK(tops.size() + tickets.size() == groups);
   REQUIRE(nonce_of.size() == groups);
@@ -228,17 +235,19 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
     CHECK(ticket.id == id);
     CHECK(ticket.source == kSender);
     CHECK(ticket.nonce == nonce_of.at(relay));
+    CHECK(ticket.secret == secret_of.at(relay));
     CHECK(ticket.tag == kTag);
     CHECK(ticket.payload_bytes == f.payload.size());
   }
   CHECK(ticketed == below);
   for (size_t top : tops) CHECK_FALSE(below.contains(top));
-  // The nonces differ (each group's own).
+  // The nonces and secrets differ (each group's own).
   std::set<uint64_t> nonces;
   for (const auto& [relay, nonce] : nonce_of) nonces.insert(nonce);
-  CHECK(nonces.size() == groups);
+  for (const auto& [relay, secret] : secret_of) nonces.insert(secret);
+  CHECK(nonces.size() == 2 * groups);
 
-  for (size_t g = 0; g < groups; ++g) f.AnswerOk(g, id, reply_to, nonce_of.at(RelayProcessOf(g)));
+  for (size_t g = 0; g < groups; ++g) f.AnswerOk(g, id, reply_to, secret_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < groups; ++g) {
@@ -261,7 +270,7 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
   REQUIRE(pending.wait_for(0s) == std::future_status::timeout);
   // The others answer.
   const std::vector<Sent> sent = f.WaitSent(7);
-  std::map<Gid, uint64_t> nonce_of;
+  std::map<Gid, uint64_t> secret_of;
   uint64_t id = 0;
   Gid reply_to;
   for (const Sent& message : sent) {
@@ -269,9 +278,9 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
     const MulticastRequest request = DecodeRequest(message);
     id = request.id;
     reply_to = request.reply_to;
-    for (const MulticastGroup& group : request.groups) nonce_of[group.relay] = group.nonce;
+    for (const MulticastGroup& group : request.groups) secret_of[group.relay] = group.secret;
   }
-  for (size_t g : {0, 3, 4, 5, 6}) f.AnswerOk(g, id, reply_to, nonce_of.at(RelayProcessOf(g)));
+  for (size_t g : {0, 3, 4, 5, 6}) f.AnswerOk(g, id, reply_to, secret_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < 7; ++g) {
