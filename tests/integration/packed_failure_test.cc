@@ -29,10 +29,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
-bool Contains(const Status& status, std::string_view words) {
-  return status.message().find(words) != std::string::npos;
-}
-
 // More thread exits than ExitedSenders::kRemembered (4096), so that none
 // from before them is left in a runtime's table.
 constexpr size_t kFloodThreads = 4200;
@@ -116,9 +112,9 @@ TEST_CASE(
   INFO(got.ToString());
   REQUIRE(ended);
   CHECK(got.code() == StatusCode::kUnavailable);
-  CHECK(Contains(got, "its sender " + sender.ToString() +
-                          " exited before piece 16 of the packed message (tag 9) arrived (" +
-                          dead.exit_reason + ")"));
+  CHECK(MessageContains(got, "its sender " + sender.ToString() +
+                                 " exited before piece 16 of the packed message (tag 9) arrived (" +
+                                 dead.exit_reason + ")"));
   // Not from the table (that answers at the first look): from the directory,
   // asked once the wait had heard nothing for a second.
   CHECK(took >= seconds(1));
@@ -186,7 +182,7 @@ TEST_CASE(
       REQUIRE(gave_up);
       INFO("PackBytes: " << packed->ToString());
       CHECK(packed->code() == StatusCode::kUnavailable);
-      CHECK(Contains(*packed, "partial_timeout"));
+      CHECK(MessageContains(*packed, "partial_timeout"));
 
       REQUIRE(reader.WaitForLine("left", seconds(30)));
       const std::string got = reader.Line("body").value_or("");

@@ -33,10 +33,6 @@ using std::chrono::seconds;
 
 enum class Shape : uint16_t { kSquare = 3, kRound = 9 };
 
-bool Contains(const Status& status, std::string_view words) {
-  return status.message().find(words) != std::string::npos;
-}
-
 TEST_CASE("a packed message's values and byte ranges come back in order over shm and tcp",
           "[integration][packed]") {
   Daemon daemon;
@@ -139,7 +135,7 @@ TEST_CASE("unpacking past the end or with the wrong type or length gets a clear 
   Buffer plain = REQUIRE_VALUE(receiver->RecvFor(r, seconds(10), s, 4));
   Result<PackedReader> opened = receiver->OpenPacked(r, std::move(plain));
   CHECK(opened.status().code() == StatusCode::kDataLoss);
-  CHECK(Contains(opened.status(), "not a packed message"));
+  CHECK(MessageContains(opened.status(), "not a packed message"));
   CHECK(PackedReader().Unpack<int>().status().code() == StatusCode::kFailedPrecondition);
   CHECK(PackedWriter().Pack(1).code() == StatusCode::kFailedPrecondition);
   CHECK(sender->BeginPacked(s, r, kAnyTag).status().code() == StatusCode::kInvalidArgument);
@@ -189,7 +185,7 @@ TEST_CASE("a writer dropped before End makes its reader fail instead of wait",
   CHECK(REQUIRE_VALUE(in.UnpackBytes(bytes)) == bytes.size());
   Result<uint8_t> next = in.Unpack<uint8_t>();
   CHECK(next.status().code() == StatusCode::kFailedPrecondition);
-  CHECK(Contains(next.status(), "the sender dropped the packed message before End"));
+  CHECK(MessageContains(next.status(), "the sender dropped the packed message before End"));
   // A writer dropped before anything left sends nothing.
   { PackedWriter unused = REQUIRE_VALUE(sender->BeginPacked(s, r, 6)); }
   REQUIRE_OK(sender->Send(s, r, 6, Bytes("after")));
@@ -313,13 +309,14 @@ TEST_CASE(
   sending.join();
   shared.With([&] {
     CHECK(completions[0].status.code() == StatusCode::kInternal);
-    CHECK(Contains(completions[0].status, "the header function threw: no room for this one"));
+    CHECK(
+        MessageContains(completions[0].status, "the header function threw: no room for this one"));
     CHECK(completions[1].status.code() == StatusCode::kResourceExhausted);
     CHECK(completions[2].status.code() == StatusCode::kInvalidArgument);
-    CHECK(Contains(completions[2].status,
-                   "piece 1: a 262144 byte range does not fit the 1000 bytes given"));
+    CHECK(MessageContains(completions[2].status,
+                          "piece 1: a 262144 byte range does not fit the 1000 bytes given"));
     CHECK(completions[3].status.code() == StatusCode::kFailedPrecondition);
-    CHECK(Contains(completions[3].status, "piece 1 is not in the header segment"));
+    CHECK(MessageContains(completions[3].status, "piece 1 is not in the header segment"));
     REQUIRE_OK(completions[4].status);
     REQUIRE(completions[4].placed.size() == 1);
     CHECK(completions[4].placed[0] == body.size());
@@ -372,7 +369,7 @@ TEST_CASE("a sender killed mid-stream fails the header handler's message, nothin
     const Status& status = completions[0].status;
     INFO(status.ToString());
     CHECK(status.code() == StatusCode::kUnavailable);
-    CHECK(Contains(status, "exited"));
+    CHECK(MessageContains(status, "exited"));
     CHECK(completions[0].placed == std::vector<uint64_t>{0});
   });
   REQUIRE_OK(receiver->CancelHandler(handler.id));

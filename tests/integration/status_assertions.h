@@ -7,6 +7,8 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "tocl/status.h"
@@ -19,6 +21,12 @@ inline const Status& AsStatus(const Status& status) {
 template <typename T>
 Status AsStatus(const Result<T>& result) {
   return result.status();
+}
+
+// Whether `status`'s message holds `words` (an error's wording checked in
+// part: the rest names ids and reasons a test does not fix).
+inline bool MessageContains(const Status& status, std::string_view words) {
+  return status.message().find(words) != std::string::npos;
 }
 
 }  // namespace tocl::testing
