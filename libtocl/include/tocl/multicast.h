@@ -44,8 +44,12 @@
 // send the message themselves (later, not lost: at worst after
 // MulticastOptions::timeout, for every call through that relay); have a
 // relay carry fills of its own multicasts ahead of markers that never
-// come, using up its own share of that relay's fill budget at a receiver
-// (one of four; they age out after partial_timeout). When it is itself a
+// come, taking room in that relay's fill budget at a receiver (the
+// receiver's per-process cap in all per relay; they age out after
+// partial_timeout): when that budget is full, the newest fill of the
+// source holding the most of it is dropped to make room, so another
+// source's fill holding less still gets in, and such senders crowd out
+// only one another. When it is itself a
 // relay in this call's tree (it has receivers in it), it can: give its
 // own group's receivers and those of the relays below it other bytes of
 // the same size in `from`'s name (a ticket does not cover the payload);
@@ -104,9 +108,10 @@
 // crashes after it answered, with a short message still in its own send
 // queue, loses that message (the sender does not send it again); a relay
 // whose fills reach a receiver far ahead of their markers, beyond its
-// budget for fills there (the receiver's unexpected_cap share), loses
-// those; a fill that reaches a receiver more than the receiver's
-// partial_timeout before its marker (a slow or reconnecting link from the
+// budget for fills there (the receiver's per-process cap, half its
+// unexpected_cap, in all per relay; when that is full the newest fill of
+// the source process holding the most of it goes), loses those; a fill that reaches a receiver more
+// than the receiver's partial_timeout before its marker (a slow or reconnecting link from the
 // sender to that receiver) is dropped, and that number given up; and what
 // a relay of the call's own tree can do (see above). The
 // receiver does not wait for a lost one for ever: once

@@ -259,32 +259,73 @@ Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
     // (No honest fill is that far ahead: not noted for its marker.)
     return DropFill(carrier, header, fmt::format("it is more than {} numbers ahead", kFillWindow));
   }
-  const std::pair share{carrier.raw(), SourceProcess(header).raw()};
-  size_t& carried = fill_bytes_[share];
-  size_t& total = fill_total_[carrier.raw()];
+  const uint64_t source = SourceProcess(header).raw();
+  auto share = shares_.find({carrier.raw(), source});
+  const size_t carried = share == shares_.end() ? 0 : share->second.bytes;
+  auto in_all = carried_.find(carrier.raw());
+  const size_t total = in_all == carried_.end() ? 0 : in_all->second.bytes;
   if (from_carrier >= kFillsPerCarrier) {
     why = fmt::format("{} of it from {} wait already", from_carrier, carrier.ToString());
   } else if (carried + bytes > process_cap_) {
     why = fmt::format("the fills {} brought here for {} would exceed {} bytes", carrier.ToString(),
                       SourceProcess(header).ToString(), process_cap_);
-  } else if (total + bytes > kFillShares * process_cap_) {
-    why = fmt::format("the fills {} brought here would exceed {} bytes", carrier.ToString(),
-                      kFillShares * process_cap_);
+  } else if (total + bytes > process_cap_ &&
+             !MakeRoom(carrier.raw(), source, carried, total + bytes - process_cap_)) {
+    why = fmt::format(
+        "the fills {} brought here would exceed {} bytes, and those for {} are the most",
+        carrier.ToString(), process_cap_, SourceProcess(header).ToString());
   }
   if (!why.empty()) {
     // The marker judges whether it was the one to fill it (LostAhead).
     NoteDropped(header, carrier);
-    if (carried == 0) fill_bytes_.erase(share);
-    if (total == 0) fill_total_.erase(carrier.raw());
     return DropFill(carrier, header, why);
   }
-  pair.fills.emplace(seq, Held{carrier, std::move(slot), Clock::now()});
+  const uint64_t order = fills_held_++;
+  pair.fills.emplace(seq, Held{carrier, std::move(slot), Clock::now(), order});
   with_fills_.insert(&pair);
   pair.held_bytes += bytes;
-  carried += bytes;
-  total += bytes;
+  Share& held = shares_[{carrier.raw(), source}];
+  Carried& all = carried_[carrier.raw()];
+  all.shares.erase({held.bytes, source});
+  held.bytes += bytes;
+  held.fills.emplace(order, std::pair{&pair, seq});
+  all.shares.insert({held.bytes, source});
+  all.bytes += bytes;
   unexpected_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+bool PairOrder::MakeRoom(uint64_t carrier, uint64_t source, size_t carried, size_t needed) {
+  const Carried& all = carried_.at(carrier);
+  // What the shares larger than the arriving fill's give, each taken down
+  // to it (a fill at a time, so at least this).
+  size_t can_free = 0;
+  for (auto it = all.shares.rbegin(); it != all.shares.rend() && it->first > carried; ++it) {
+    can_free += it->first - carried;
+    if (can_free >= needed) break;
+  }
+  if (can_free < needed) return false;
+  for (size_t freed = 0; freed < needed;) {
+    // (While freed < needed, a share larger than `carried` is left: each
+    // drop takes at most its size from what the larger shares give.)
+    const auto [largest, victim_source] = *carried_.at(carrier).shares.rbegin();
+    if (largest <= carried || victim_source == source) break;
+    // Its newest fill (copied out: taking it changes the share).
+    const auto [order, where] = *shares_.at({carrier, victim_source}).fills.rbegin();
+    const auto [victim_pair, seq] = where;
+    auto [it, end] = victim_pair->fills.equal_range(seq);
+    while (it != end && it->second.order != order) ++it;
+    Held fill = TakeHeld(*victim_pair, victim_pair->fills, it);
+    freed += Mailbox::SlotBytes(fill.slot.get());
+    const wire::Header& header = fill.slot->header();
+    NoteDropped(header, fill.carrier);
+    (void)DropFill(fill.carrier, header,
+                   "its carrier's fills were full, and those of its source were the most");
+    // (A pair its fills made goes with them, as in AgeFills. Never the
+    // arriving fill's: that has another source process.)
+    if (victim_pair->fills.empty()) EraseIfUntouched(PairKey{header.source, header.destination});
+  }
+  return true;
 }
 
 Status PairOrder::LateFill(Gid from_process, Pair& pair, buffers::SlotRef slot) {
@@ -485,9 +526,21 @@ PairOrder::Held PairOrder::TakeHeld(Pair& pair, Frames& from, typename Frames::i
     }
   };
   if constexpr (std::is_same_v<Frames, decltype(Pair::fills)>) {
-    uncharge(fill_bytes_,
-             std::pair{frame.carrier.raw(), SourceProcess(frame.slot->header()).raw()});
-    uncharge(fill_total_, frame.carrier.raw());
+    const uint64_t carrier = frame.carrier.raw();
+    const uint64_t source = SourceProcess(frame.slot->header()).raw();
+    if (auto share = shares_.find({carrier, source}); share != shares_.end()) {
+      Carried& all = carried_[carrier];
+      all.shares.erase({share->second.bytes, source});
+      share->second.bytes -= bytes;
+      share->second.fills.erase(frame.order);
+      if (share->second.bytes == 0) {
+        shares_.erase(share);
+      } else {
+        all.shares.insert({share->second.bytes, source});
+      }
+      all.bytes -= bytes;
+      if (all.bytes == 0) carried_.erase(carrier);
+    }
     if (pair.fills.empty()) with_fills_.erase(&pair);
   } else {
     uncharge(held_by_process_, frame.carrier.raw());
@@ -566,8 +619,8 @@ void PairOrder::Clear() {
   awaiting_.clear();
   with_fills_.clear();
   held_by_process_.clear();
-  fill_bytes_.clear();
-  fill_total_.clear();
+  shares_.clear();
+  carried_.clear();
   dropped_.clear();
   dropped_order_.clear();
   last_pair_ = nullptr;
@@ -575,9 +628,9 @@ void PairOrder::Clear() {
 
 size_t PairOrder::HeldBytes(Gid from_process) const {
   auto held = held_by_process_.find(from_process.raw());
-  auto fills = fill_total_.find(from_process.raw());
+  auto fills = carried_.find(from_process.raw());
   return (held == held_by_process_.end() ? 0 : held->second) +
-         (fills == fill_total_.end() ? 0 : fills->second);
+         (fills == carried_.end() ? 0 : fills->second.bytes);
 }
 
 }  // namespace tocl::runtime

@@ -21,16 +21,20 @@
 // says nothing about the carrier, and the carrier's own pairs and
 // connection stay. A fill is judged when its
 // marker is known (on arrival, or when the marker comes); until then it
-// waits, within its carrier's budget for the source's process (process_cap
-// of fills per carrier and source process, and kFillShares process_caps
-// per carrier in all, apart from what the carrier's own pairs hold: a
-// process that has a relay carry fills for its own threads and sends no
-// markers uses up only its own share), at most
+// waits, within its carrier's budget: at most process_cap bytes of fills
+// per carrier in all, apart from what the carrier's own pairs hold, and
+// at most that per (carrier, source process) share. When a carrier's
+// total is full, the newest fill of its largest share is dropped to make
+// room, unless the arriving fill's share is itself the largest (or ties
+// it; then the arriving fill is dropped): source processes that send no
+// markers (or a carrier naming made-up ones) crowd out one another, not a
+// lighter source, whose fill always gets in. At most
 // kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
 // carrier, and at most carrier_grace before its marker comes (Housekeeping
 // drops and notes it then; once its marker is held, it was judged to fit
-// and waits as long as that marker). One over any of these is dropped, and noted (the last
-// kRememberDropped such drops, apart from the pairs: a pair is not kept for them): when its marker
+// and waits as long as that marker). One over any of these is dropped, and
+// noted (the last kRememberDropped such drops, apart from the pairs: a
+// pair is not kept for them): when its marker
 // comes, names that carrier (or the source's process) and no held fill
 // fits, the fill was the one, and the number is given up with a warning
 // (fills_lost; the message is lost, the pair goes on). At the marker the
@@ -119,10 +123,6 @@ class PairOrder {
   // carries a request once, and only with its sender's ticket
   // (multicast_tickets.h), and a sender sends its own fill once.
   static constexpr size_t kFillsPerCarrier = 1;
-  // The process_caps of fills a carrier may hold in all (each source
-  // process at most one): the fills of that many source processes that
-  // send no markers use up a carrier's budget.
-  static constexpr size_t kFillShares = 4;
   // How far past a pair's next number a fill may wait for its marker.
   static constexpr uint64_t kFillWindow = 4096;
   // Fills dropped ahead of their marker remembered (the latest).
@@ -197,6 +197,7 @@ class PairOrder {
     Gid carrier;
     buffers::SlotRef slot;
     Clock::time_point since{};  // a fill's arrival (others: not stamped)
+    uint64_t order = 0;         // a fill's arrival number (Share::fills)
   };
   // A marker reached: what its fill must be.
   struct Mark {
@@ -258,6 +259,11 @@ class PairOrder {
   Status OnFill(Gid from_process, Pair& pair, buffers::SlotRef slot);
   // A fill ahead of its marker: held, or dropped and noted (see above).
   Status HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot);
+  // Drops (and notes) the newest fills of `carrier`'s largest shares until
+  // `needed` bytes are free, only from shares larger than the arriving
+  // fill's (`source`'s, holding `carried`). False (nothing dropped) if
+  // those cannot free them: the arriving fill is to be dropped.
+  bool MakeRoom(uint64_t carrier, uint64_t source, size_t carried, size_t needed);
   // At `marker` (awaited, no held fill fit): whether a fill that may have
   // been its own was dropped ahead of it. Forgets its pair's numbers up to
   // it.
@@ -307,10 +313,20 @@ class PairOrder {
   const Clock::duration carrier_grace_;
   std::unordered_map<PairKey, Pair, PairHash> pairs_;
   std::unordered_map<uint64_t, size_t> held_by_process_;  // bytes in held, by process
-  // Bytes in fills, by (carrier, source process): each process's share of
-  // a carrier's budget; and by carrier.
-  std::map<std::pair<uint64_t, uint64_t>, size_t> fill_bytes_;
-  std::unordered_map<uint64_t, size_t> fill_total_;
+  // The fills of a (carrier, source process): its share of the carrier's
+  // budget.
+  struct Share {
+    size_t bytes = 0;
+    std::map<uint64_t, std::pair<Pair*, uint64_t>> fills;  // by arrival: its pair, number
+  };
+  // A carrier's fills in all.
+  struct Carried {
+    size_t bytes = 0;
+    std::set<std::pair<size_t, uint64_t>> shares;  // (bytes, source process), smallest first
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Share> shares_;  // by (carrier, source process)
+  std::unordered_map<uint64_t, Carried> carried_;          // by carrier
+  uint64_t fills_held_ = 0;                                // arrival numbers
   uint64_t duplicates_ = 0;
   uint64_t fills_lost_ = 0;
   uint64_t fills_dropped_ = 0;

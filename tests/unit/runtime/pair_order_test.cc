@@ -698,7 +698,7 @@ TEST_CASE("fills held for a carrier count against its own budget, not its pairs"
   CHECK(f.InUse() == 0);
 }
 
-TEST_CASE("fills held for a source that sends no markers use up only its share, and age out",
+TEST_CASE("fills held for a source that sends no markers give way to another source's, and age out",
           "[order][multicast]") {
   constexpr uint64_t kHeld = 1000;
   Fixture f(/*process_cap=*/kHeld * kFrameBytes);
@@ -708,16 +708,18 @@ TEST_CASE("fills held for a source that sends no markers use up only its share, 
   CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
   CHECK(f.order.fills_dropped() == 0);
   // A real multicast through the same relay (another source process):
-  // its fill overtakes its marker, and is held and delivered.
+  // its fill overtakes its marker, and is held (the newest of the
+  // other's goes: the relay's total is process_cap) and delivered.
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
-  CHECK(f.order.fills_dropped() == 0);
+  CHECK(f.order.fills_dropped() == 1);
+  CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());
   CHECK(f.delivered == Delivered{"3:0"});
   CHECK(f.order.fills_lost() == 0);
   // Before the grace nothing ages; after it the held fills are gone, with
   // their charge (and a marker that comes after all gives its number up).
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now()).ok());
-  CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
+  CHECK(f.order.HeldBytes(kRelay) == (kHeld - 1) * kFrameBytes);
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
               .ok());
   CHECK(f.order.HeldBytes(kRelay) == 0);
@@ -770,18 +772,64 @@ TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]"
   CHECK(f.InUse() == 0);
 }
 
-TEST_CASE("a carrier's fills in all are bounded: kFillShares full shares, then nothing more",
-          "[order][multicast]") {
-  Fixture f(/*process_cap=*/2 * kFrameBytes);
-  for (uint32_t p = 0; p < PairOrder::kFillShares; ++p) {
-    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + p, 1), 1).ok());
-    REQUIRE(f.Fill(kRelay, Gid::Thread(1, 100 + p, 1), 2).ok());
+TEST_CASE(
+    "a carrier's fills in all are bounded at process_cap: a light source's fill gets in, the "
+    "newest of the largest share goes",
+    "[order][multicast]") {
+  // Review 6 item 4: a carrier names fills of 4 made-up source processes
+  // (or 4 processes send no markers) up to its whole budget.
+  Fixture f(/*process_cap=*/8 * kFrameBytes);
+  const auto source = [](uint32_t p) { return Gid::Thread(1, 100 + p, 1); };
+  const uint64_t held[] = {3, 2, 2, 1};  // fills per made-up source (1..n)
+  for (uint32_t p = 0; p < 4; ++p) {
+    for (uint64_t seq = 1; seq <= held[p]; ++seq) REQUIRE(f.Fill(kRelay, source(p), seq).ok());
   }
   CHECK(f.order.fills_dropped() == 0);
-  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  // An honest source's fill ahead of its marker: held; the newest fill of
+  // the largest share (source 0's number 3) goes in its place.
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
   CHECK(f.order.fills_dropped() == 1);
-  CHECK(f.order.HeldBytes(kRelay) == PairOrder::kFillShares * 2 * kFrameBytes);
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  CHECK(f.delivered == Delivered{"3:0"});
+  // Full again; a fill whose share ties the largest (source 1 holds 2, as
+  // much as any) is itself dropped.
+  REQUIRE(f.Fill(kRelay, source(3), 2).ok());
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  REQUIRE(f.Fill(kRelay, source(1), 3).ok());
+  CHECK(f.order.fills_dropped() == 2);
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  // Source 0's newest was the one dropped, and noted: its number 3 is given
+  // up at its marker, 1 and 2 are delivered.
+  REQUIRE(f.Arrive(source(0), 0).ok());
+  for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Marker(source(0), seq, kRelay).ok());
+  REQUIRE(f.Arrive(source(0), 4).ok());
+  CHECK(f.delivered == Delivered{"3:0", "1:0", "1:1", "1:2", "1:4"});
+  CHECK(f.order.fills_lost() == 1);
+  CHECK(f.order.HeldBytes(kRelay) == 6 * kFrameBytes);
+  CHECK(f.broken.empty());
   f.order.Clear();
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a fill dropped to make room for a lighter source is given up at its marker",
+          "[order][multicast]") {
+  Fixture f(/*process_cap=*/2 * kFrameBytes);
+  REQUIRE(f.Fill(kRelay, kOtherSender, 1).ok());
+  REQUIRE(f.Fill(kRelay, kOtherSender, 2).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());  // kOtherSender's number 2 goes
+  CHECK(f.order.fills_dropped() == 1);
+  CHECK(f.order.HeldBytes(kRelay) == 2 * kFrameBytes);
+  REQUIRE(f.Arrive(kOtherSender, 0).ok());
+  REQUIRE(f.Marker(kOtherSender, 1, kRelay).ok());
+  REQUIRE(f.Marker(kOtherSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kOtherSender, 3).ok());
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3", "3:0"});
+  CHECK(f.order.fills_lost() == 1);
+  CHECK(f.broken.empty());
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
 }
