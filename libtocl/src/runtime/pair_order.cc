@@ -170,18 +170,30 @@ void PairOrder::NoteDropped(const wire::Header& fill, Gid carrier) {
   const DropKey key{fill.source, fill.destination, fill.seq, carrier.raw()};
   if (dropped_.count(key) != 0) return;
   if (dropped_.size() >= kRememberDropped) {
-    dropped_.erase(dropped_order_.begin()->second);
-    dropped_order_.erase(dropped_order_.begin());
+    // The carrier with the most notes gives its oldest: this one itself
+    // if it has as many as any (its misfits flush only its own notes).
+    auto most = dropped_by_carrier_.find(carrier.raw());
+    for (auto it = dropped_by_carrier_.begin(); it != dropped_by_carrier_.end(); ++it) {
+      if (most == dropped_by_carrier_.end() || it->second.size() > most->second.size()) most = it;
+    }
+    std::map<uint64_t, DropKey>& notes = most->second;
+    dropped_.erase(notes.begin()->second);
+    notes.erase(notes.begin());
+    if (notes.empty()) dropped_by_carrier_.erase(most);
   }
   dropped_.emplace(key, drops_noted_);
-  dropped_order_.emplace(drops_noted_++, key);
+  dropped_by_carrier_[carrier.raw()].emplace(drops_noted_++, key);
 }
 
 void PairOrder::ForgetDropped(const PairKey& key, uint64_t up_to) {
   for (auto it = dropped_.lower_bound({key.first, key.second, 0, 0});
        it != dropped_.end() && std::get<0>(it->first) == key.first &&
        std::get<1>(it->first) == key.second && std::get<2>(it->first) <= up_to;) {
-    dropped_order_.erase(it->second);
+    if (auto notes = dropped_by_carrier_.find(std::get<3>(it->first));
+        notes != dropped_by_carrier_.end()) {
+      notes->second.erase(it->second);
+      if (notes->second.empty()) dropped_by_carrier_.erase(notes);
+    }
     it = dropped_.erase(it);
   }
 }
@@ -622,7 +634,7 @@ void PairOrder::Clear() {
   shares_.clear();
   carried_.clear();
   dropped_.clear();
-  dropped_order_.clear();
+  dropped_by_carrier_.clear();
   last_pair_ = nullptr;
 }
 

@@ -33,8 +33,12 @@
 // carrier, and at most carrier_grace before its marker comes (Housekeeping
 // drops and notes it then; once its marker is held, it was judged to fit
 // and waits as long as that marker). One over any of these is dropped, and
-// noted (the last kRememberDropped such drops, apart from the pairs: a
-// pair is not kept for them): when its marker
+// noted (at most kRememberDropped notes, apart from the pairs: a pair is
+// not kept for them; when they are full, the oldest note of the carrier
+// with the most notes goes, the noting carrier's own if it has as many as
+// any: a carrier's misfits flush its own notes, never those of a carrier
+// with fewer, so a carrier's notes survive while it has fewer than
+// kRememberDropped / (carriers noting) of them): when its marker
 // comes, names that carrier (or the source's process) and no held fill
 // fits, the fill was the one, and the number is given up with a warning
 // (fills_lost; the message is lost, the pair goes on). At the marker the
@@ -125,7 +129,8 @@ class PairOrder {
   static constexpr size_t kFillsPerCarrier = 1;
   // How far past a pair's next number a fill may wait for its marker.
   static constexpr uint64_t kFillWindow = 4096;
-  // Fills dropped ahead of their marker remembered (the latest).
+  // Fills dropped ahead of their marker remembered (per lane; per
+  // carrier, see above).
   static constexpr size_t kRememberDropped = 1024;
   // Carriers remembered as gone (CarrierGone); past it the one gone
   // longest is forgotten.
@@ -268,8 +273,9 @@ class PairOrder {
   // been its own was dropped ahead of it. Forgets its pair's numbers up to
   // it.
   bool LostAhead(const Pair& pair, const wire::Header& marker);
-  // Notes `fill`, from `carrier`, dropped ahead of its marker; the oldest
-  // note goes past kRememberDropped.
+  // Notes `fill`, from `carrier`, dropped ahead of its marker; past
+  // kRememberDropped, the oldest note of the carrier with the most goes
+  // (see above; O(carriers noting) then).
   void NoteDropped(const wire::Header& fill, Gid carrier);
   // Forgets the drops noted for numbers of pair `key` up to `up_to`, or
   // all of them.
@@ -331,10 +337,11 @@ class PairOrder {
   uint64_t fills_lost_ = 0;
   uint64_t fills_dropped_ = 0;
   // Fills dropped ahead of their marker (NoteDropped): (source thread,
-  // destination thread, number, carrier) to when (a count), and back.
+  // destination thread, number, carrier) to when (a count), and back, per
+  // carrier.
   using DropKey = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>;
   std::map<DropKey, uint64_t> dropped_;
-  std::map<uint64_t, DropKey> dropped_order_;
+  std::unordered_map<uint64_t, std::map<uint64_t, DropKey>> dropped_by_carrier_;
   uint64_t drops_noted_ = 0;
   // The pairs awaiting a fill (Housekeeping looks at these only; node
   // pointers stay valid until erased).

@@ -596,6 +596,36 @@ TEST_CASE("the drops noted ahead of their markers are the latest ones: the oldes
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("one carrier's drops do not flush another's notes", "[order][multicast]") {
+  // Review 6 item 5: notes are kept per carrier.
+  Fixture f(/*process_cap=*/2 * kFrameBytes);
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // over budget: dropped, noted
+  CHECK(f.order.drops_remembered() == 1);
+  // Another peer has more fills than the notes' capacity dropped (its
+  // share full; fresh threads, so each is a new note).
+  REQUIRE(f.Fill(kForger, kOtherSender, 0).ok());
+  REQUIRE(f.Fill(kForger, kOtherSender, 1).ok());
+  constexpr uint32_t kMore = PairOrder::kRememberDropped + 100;
+  for (uint32_t i = 0; i < kMore; ++i) {
+    REQUIRE(f.Fill(kForger, Gid::Thread(1, 5, 100 + i), 0).ok());
+  }
+  CHECK(f.order.fills_dropped() == kMore + 1);
+  CHECK(f.order.drops_remembered() == PairOrder::kRememberDropped);
+  // The relay's note is still there: at its marker number 2 is given up.
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+  REQUIRE(f.Arrive(kSender, 3).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
+  CHECK(f.order.fills_lost() == 1);
+  CHECK(f.broken.empty());
+  f.order.Clear();
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("a relay dropped, not exited: its fill that comes after is delivered in its place",
           "[order][multicast]") {
   // Review 3 item 2: dropped is not gone for good.
