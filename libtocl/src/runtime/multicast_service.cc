@@ -195,6 +195,9 @@ void MulticastService::SendTickets(const MulticastRequest& request, RelayedCall&
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     if (top[g]) continue;  // its request comes from us: our own word
+    // Sent to directly already (the request or ticket of a relay above
+    // it failed): no one passes its request on.
+    if (call.answered[g]) continue;
     MulticastTicket ticket = TicketOf(request);
     ticket.nonce = groups[g].nonce;
     ticket.secret = groups[g].secret;

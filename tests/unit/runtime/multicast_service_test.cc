@@ -72,6 +72,9 @@ struct Fixture : PoolAndPoller {
       if (to == RelayOf(no_ticket_to) && IsMulticastTicket(bytes)) {
         return Unavailable("the test refuses this ticket");
       }
+      if (to == RelayOf(no_request_to) && !IsMulticastTicket(bytes)) {
+        return Unavailable("the test refuses this request");
+      }
       return Status::Ok();
     };
     hooks.post_marker = [this](Gid, Gid, Tag, uint64_t, Gid, uint64_t) -> Result<uint64_t> {
@@ -147,7 +150,8 @@ struct Fixture : PoolAndPoller {
   std::vector<Gid> direct;  // guarded by mu: the fills the sender sent itself
   std::atomic<uint64_t> next_seq{0};
   std::vector<Gid> receivers;
-  Gid no_ticket_to;  // a relay process whose ticket the fake network refuses
+  Gid no_ticket_to;   // a relay process whose ticket the fake network refuses
+  Gid no_request_to;  // and one whose (top) request it refuses
   MulticastService service;
 };
 
@@ -268,8 +272,9 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
   std::sort(direct.begin(), direct.end());
   CHECK(direct == std::vector<Gid>{ReceiverOf(1), ReceiverOf(2)});
   REQUIRE(pending.wait_for(0s) == std::future_status::timeout);
-  // The others answer.
-  const std::vector<Sent> sent = f.WaitSent(7);
+  // The others answer. (Sent: 3 top requests and the tickets to 1
+  // (refused), 3 and 5; none to 2, sent to with 1.)
+  const std::vector<Sent> sent = f.WaitSent(6);
   std::map<Gid, uint64_t> secret_of;
   uint64_t id = 0;
   Gid reply_to;
@@ -289,6 +294,48 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
     CHECK(result->receivers[g].carried_by == (g == 1 || g == 2 ? kProcess : RelayProcessOf(g)));
   }
   CHECK(f.Direct().size() == 2);
+  std::lock_guard lock(f.mu);
+  CHECK(f.sent.size() == 6);
+}
+
+TEST_CASE("the groups sent to directly after their top request failed get no ticket",
+          "[multicast][service]") {
+  Fixture f;
+  // 7 groups: tops 0 (for 0-3), 4 (for 4-5) and 6; tickets below them.
+  f.no_request_to = RelayProcessOf(0);
+  auto pending = f.Multicast(7, /*timeout=*/60s);
+  std::vector<Gid> direct = f.WaitDirect(4);
+  std::sort(direct.begin(), direct.end());
+  CHECK(direct == std::vector<Gid>{ReceiverOf(0), ReceiverOf(1), ReceiverOf(2), ReceiverOf(3)});
+  const std::vector<Sent> sent = f.WaitSent(3);
+  std::map<Gid, uint64_t> secret_of;
+  uint64_t id = 0;
+  Gid reply_to;
+  for (const Sent& message : sent) {
+    if (IsMulticastTicket(message.bytes)) continue;
+    const MulticastRequest request = DecodeRequest(message);
+    id = request.id;
+    reply_to = request.reply_to;
+    for (const MulticastGroup& group : request.groups) secret_of[group.relay] = group.secret;
+  }
+  for (size_t g : {4, 5, 6}) f.AnswerOk(g, id, reply_to, secret_of.at(RelayProcessOf(g)));
+  auto result = pending.get();
+  REQUIRE(result.ok());
+  for (size_t g = 0; g < 7; ++g) {
+    INFO(g);
+    CHECK(result->receivers[g].status.ok());
+    CHECK(result->receivers[g].carried_by == (g < 4 ? kProcess : RelayProcessOf(g)));
+  }
+  // The call is over: all it sent is here. A ticket to group 5's relay
+  // only (1-3 were sent to directly).
+  std::set<size_t> ticketed;
+  std::lock_guard lock(f.mu);
+  for (const Sent& message : f.sent) {
+    if (IsMulticastTicket(message.bytes)) {
+      ticketed.insert(static_cast<size_t>(message.to.host_index()) - 2);
+    }
+  }
+  CHECK(ticketed == std::set<size_t>{5});
 }
 
 }  // namespace
