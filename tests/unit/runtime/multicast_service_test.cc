@@ -163,6 +163,25 @@ MulticastRequest DecodeRequest(const Sent& sent) {
   return *request;
 }
 
+// What the relays learn from the requests sent (not the tickets): the
+// call's id and reply mailbox, and each group's secret by relay process.
+struct RequestsSeen {
+  uint64_t id = 0;
+  Gid reply_to;
+  std::map<Gid, uint64_t> secret_of;
+};
+RequestsSeen SeenIn(const std::vector<Sent>& sent) {
+  RequestsSeen seen;
+  for (const Sent& message : sent) {
+    if (IsMulticastTicket(message.bytes)) continue;
+    const MulticastRequest request = DecodeRequest(message);
+    seen.id = request.id;
+    seen.reply_to = request.reply_to;
+    for (const MulticastGroup& group : request.groups) seen.secret_of[group.relay] = group.secret;
+  }
+  return seen;
+}
+
 TEST_CASE("a multicast sender takes no answer without its group's secret", "[multicast][service]") {
   Fixture f;
   auto pending = f.Multicast(1);
@@ -280,17 +299,10 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
   // The others answer. (Sent: 3 top requests and the tickets to 1
   // (refused), 3 and 5; none to 2, sent to with 1.)
   const std::vector<Sent> sent = f.WaitSent(6);
-  std::map<Gid, uint64_t> secret_of;
-  uint64_t id = 0;
-  Gid reply_to;
-  for (const Sent& message : sent) {
-    if (IsMulticastTicket(message.bytes)) continue;
-    const MulticastRequest request = DecodeRequest(message);
-    id = request.id;
-    reply_to = request.reply_to;
-    for (const MulticastGroup& group : request.groups) secret_of[group.relay] = group.secret;
+  const RequestsSeen seen = SeenIn(sent);
+  for (size_t g : {0, 3, 4, 5, 6}) {
+    f.AnswerOk(g, seen.id, seen.reply_to, seen.secret_of.at(RelayProcessOf(g)));
   }
-  for (size_t g : {0, 3, 4, 5, 6}) f.AnswerOk(g, id, reply_to, secret_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < 7; ++g) {
@@ -313,17 +325,10 @@ TEST_CASE("the groups sent to directly after their top request failed get no tic
   std::sort(direct.begin(), direct.end());
   CHECK(direct == std::vector<Gid>{ReceiverOf(0), ReceiverOf(1), ReceiverOf(2), ReceiverOf(3)});
   const std::vector<Sent> sent = f.WaitSent(3);
-  std::map<Gid, uint64_t> secret_of;
-  uint64_t id = 0;
-  Gid reply_to;
-  for (const Sent& message : sent) {
-    if (IsMulticastTicket(message.bytes)) continue;
-    const MulticastRequest request = DecodeRequest(message);
-    id = request.id;
-    reply_to = request.reply_to;
-    for (const MulticastGroup& group : request.groups) secret_of[group.relay] = group.secret;
+  const RequestsSeen seen = SeenIn(sent);
+  for (size_t g : {4, 5, 6}) {
+    f.AnswerOk(g, seen.id, seen.reply_to, seen.secret_of.at(RelayProcessOf(g)));
   }
-  for (size_t g : {4, 5, 6}) f.AnswerOk(g, id, reply_to, secret_of.at(RelayProcessOf(g)));
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < 7; ++g) {

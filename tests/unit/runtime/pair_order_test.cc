@@ -87,6 +87,12 @@ struct Fixture {
   Status ForgedFill(Gid carrier, Gid source, uint64_t seq) {
     return Fill(carrier, source, seq, wire::FrameKind::kMessage, /*nonce=*/0);
   }
+  // Markers for `source`'s numbers 0 to n - 1 carried by `carrier`, then
+  // a message numbered n.
+  Status MarkersThenMessage(Gid source, uint64_t n, Gid carrier) {
+    for (uint64_t seq = 0; seq < n; ++seq) TOCL_RETURN_IF_ERROR(Marker(source, seq, carrier));
+    return Arrive(source, n);
+  }
   Status Skip(Gid source, uint64_t seq) {
     return order.Skip(source.process(), LongKey{source.raw(), kReceiver.raw(), seq});
   }
@@ -558,10 +564,7 @@ TEST_CASE(
   CHECK(f.InUse() == 2);
   // The latest drops are still judged at their marker: this one is lost.
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());
-  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
-  REQUIRE(f.Arrive(kSender, 3).ok());
+  REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.broken.empty());
@@ -582,10 +585,7 @@ TEST_CASE("the drops noted ahead of their markers are the latest ones: the oldes
   }
   CHECK(f.order.fills_dropped() == PairOrder::kRememberDropped + 1);
   // Number 2's drop is forgotten: at its marker it is awaited, not lost.
-  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
-  REQUIRE(f.Arrive(kSender, 3).ok());
+  REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
   CHECK(f.order.fills_lost() == 0);
   CHECK(f.delivered == Delivered{"3:0", "3:1"});
   REQUIRE(f.Fill(kSender.process(), kSender, 2).ok());  // say, the sender's own
@@ -614,10 +614,7 @@ TEST_CASE("one carrier's drops do not flush another's notes", "[order][multicast
   CHECK(f.order.fills_dropped() == kMore + 1);
   CHECK(f.order.drops_remembered() == PairOrder::kRememberDropped);
   // The relay's note is still there: at its marker number 2 is given up.
-  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 1, kRelay).ok());
-  REQUIRE(f.Marker(kSender, 2, kRelay).ok());
-  REQUIRE(f.Arrive(kSender, 3).ok());
+  REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.broken.empty());
