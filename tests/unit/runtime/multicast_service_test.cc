@@ -285,32 +285,43 @@ TEST_CASE("a multicast sender sends a ticket to each relay below the top of the 
   CHECK(f.Direct().empty());
 }
 
-TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subtree",
-          "[multicast][service]") {
-  Fixture f;
-  // 7 groups: 0 passes the request on to 1 (for 1-2) and 3; 1 to 2.
-  f.no_ticket_to = RelayProcessOf(1);
-  auto pending = f.Multicast(7, /*timeout=*/60s);
-  // Before any answer (and long before the timeout): groups 1 and 2.
-  std::vector<Gid> direct = f.WaitDirect(2);
-  std::sort(direct.begin(), direct.end());
-  CHECK(direct == std::vector<Gid>{ReceiverOf(1), ReceiverOf(2)});
-  REQUIRE(pending.wait_for(0s) == std::future_status::timeout);
-  // The others answer. (Sent: 3 top requests and the tickets to 1
-  // (refused), 3 and 5; none to 2, sent to with 1.)
-  const std::vector<Sent> sent = f.WaitSent(6);
-  const RequestsSeen seen = SeenIn(sent);
-  for (size_t g : {0, 3, 4, 5, 6}) {
-    f.AnswerOk(g, seen.id, seen.reply_to, seen.secret_of.at(RelayProcessOf(g)));
+// A 7-group call (tops 0 for 0-3, 4 for 4-5, and 6; 0 passes the request
+// on to 1 for 1-2, and to 3; 1 to 2) in which a refused send had the
+// groups `direct` sent to at once, before any answer: once `sent` messages
+// went out, the other groups' relays answer, and each group is carried by
+// its relay or (`direct`) by the sender.
+void AnswerOthers(Fixture& f, std::future<Result<MulticastResult>>& pending,
+                  const std::set<size_t>& direct, size_t sent) {
+  std::vector<Gid> sent_to = f.WaitDirect(direct.size());
+  std::sort(sent_to.begin(), sent_to.end());
+  std::vector<Gid> expected;
+  for (size_t g : direct) expected.push_back(ReceiverOf(g));
+  CHECK(sent_to == expected);
+  const RequestsSeen seen = SeenIn(f.WaitSent(sent));
+  for (size_t g = 0; g < 7; ++g) {
+    if (!direct.contains(g)) {
+      f.AnswerOk(g, seen.id, seen.reply_to, seen.secret_of.at(RelayProcessOf(g)));
+    }
   }
   auto result = pending.get();
   REQUIRE(result.ok());
   for (size_t g = 0; g < 7; ++g) {
     INFO(g);
     CHECK(result->receivers[g].status.ok());
-    CHECK(result->receivers[g].carried_by == (g == 1 || g == 2 ? kProcess : RelayProcessOf(g)));
+    CHECK(result->receivers[g].carried_by == (direct.contains(g) ? kProcess : RelayProcessOf(g)));
   }
-  CHECK(f.Direct().size() == 2);
+  CHECK(f.Direct().size() == direct.size());
+}
+
+TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subtree",
+          "[multicast][service]") {
+  Fixture f;
+  f.no_ticket_to = RelayProcessOf(1);
+  auto pending = f.Multicast(7, /*timeout=*/60s);
+  // Groups 1 and 2, before any answer (and long before the timeout). Sent:
+  // 3 top requests and the tickets to 1 (refused), 3 and 5; none to 2,
+  // sent to with 1.
+  AnswerOthers(f, pending, {1, 2}, /*sent=*/6);
   std::lock_guard lock(f.mu);
   CHECK(f.sent.size() == 6);
 }
@@ -318,24 +329,9 @@ TEST_CASE("a group whose ticket cannot be sent is sent to at once, with its subt
 TEST_CASE("the groups sent to directly after their top request failed get no ticket",
           "[multicast][service]") {
   Fixture f;
-  // 7 groups: tops 0 (for 0-3), 4 (for 4-5) and 6; tickets below them.
   f.no_request_to = RelayProcessOf(0);
   auto pending = f.Multicast(7, /*timeout=*/60s);
-  std::vector<Gid> direct = f.WaitDirect(4);
-  std::sort(direct.begin(), direct.end());
-  CHECK(direct == std::vector<Gid>{ReceiverOf(0), ReceiverOf(1), ReceiverOf(2), ReceiverOf(3)});
-  const std::vector<Sent> sent = f.WaitSent(3);
-  const RequestsSeen seen = SeenIn(sent);
-  for (size_t g : {4, 5, 6}) {
-    f.AnswerOk(g, seen.id, seen.reply_to, seen.secret_of.at(RelayProcessOf(g)));
-  }
-  auto result = pending.get();
-  REQUIRE(result.ok());
-  for (size_t g = 0; g < 7; ++g) {
-    INFO(g);
-    CHECK(result->receivers[g].status.ok());
-    CHECK(result->receivers[g].carried_by == (g < 4 ? kProcess : RelayProcessOf(g)));
-  }
+  AnswerOthers(f, pending, {0, 1, 2, 3}, /*sent=*/3);
   // The call is over: all it sent is here. A ticket to group 5's relay
   // only (1-3 were sent to directly).
   std::set<size_t> ticketed;
