@@ -450,23 +450,33 @@ void PairOrder::AgeFills(Clock::time_point now) {
   const std::vector<Pair*> holding(with_fills_.begin(), with_fills_.end());
   for (Pair* pair : holding) {
     for (auto it = pair->fills.begin(); it != pair->fills.end();) {
-      if (now - it->second.since < carrier_grace_ || MarkerHeld(*pair, it->first)) {
-        // (A fill whose marker waits behind a gap was judged to fit it on
-        // arrival: it waits as long as its marker, within its source's
-        // held budget.)
+      if (now - it->second.since < carrier_grace_) {
         ++it;
         continue;
       }
+      std::string misfit;
+      if (const wire::Header* marker = HeldMarker(*pair, it->first)) {
+        // Its marker waits behind a gap. A fill that fits it (as OnFill
+        // judges one arriving after it) waits as long as the marker, within
+        // its carrier's share; one that came first, unjudged, and does not
+        // fit is dropped now (not noted: it was not the one).
+        misfit = Misfit(it->second.carrier, it->second.slot->header(), MarkOf(*marker));
+        if (misfit.empty()) {
+          ++it;
+          continue;
+        }
+      }
       Held fill = TakeHeld(*pair, pair->fills, it++);
       const wire::Header& header = fill.slot->header();
-      // Should its marker come after all, the number is given up there
-      // (LostAhead) rather than awaited.
-      NoteDropped(header, fill.carrier);
-      (void)DropFill(
-          fill.carrier, header,
-          fmt::format(
-              "it waited for its marker for more than {} ms",
-              std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count()));
+      if (misfit.empty()) {
+        // Should its marker come after all, the number is given up there
+        // (LostAhead) rather than awaited.
+        NoteDropped(header, fill.carrier);
+        misfit = fmt::format(
+            "it waited for its marker for more than {} ms",
+            std::chrono::duration_cast<std::chrono::milliseconds>(carrier_grace_).count());
+      }
+      (void)DropFill(fill.carrier, header, misfit);
       // A pair its fills made, and nothing else touched, goes with them
       // (else fills naming fresh pairs, each aged out, would leave pairs
       // without bound).
@@ -478,9 +488,11 @@ void PairOrder::AgeFills(Clock::time_point now) {
   }
 }
 
-bool PairOrder::MarkerHeld(const Pair& pair, uint64_t seq) {
+const wire::Header* PairOrder::HeldMarker(const Pair& pair, uint64_t seq) {
   auto held = pair.held.find(seq);
-  return held != pair.held.end() && held->second.slot->header().kind == wire::FrameKind::kMarker;
+  if (held == pair.held.end()) return nullptr;
+  const wire::Header& header = held->second.slot->header();
+  return header.kind == wire::FrameKind::kMarker ? &header : nullptr;
 }
 
 void PairOrder::EraseIfUntouched(const PairKey& key) {

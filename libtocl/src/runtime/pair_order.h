@@ -31,8 +31,10 @@
 // lighter source, whose fill always gets in. At most
 // kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
 // carrier, and at most carrier_grace before its marker comes (Housekeeping
-// drops and notes it then; once its marker is held, it was judged to fit
-// and waits as long as that marker). One over any of these is dropped, and
+// drops and notes it then; a fill that fits its marker held behind a gap
+// waits as long as that marker, still charged to its carrier's share, and
+// one that does not fit it is dropped then, not noted). One over any of
+// these is dropped, and
 // noted (at most kRememberDropped notes, apart from the pairs: a pair is
 // not kept for them; when they are full, the oldest note of the carrier
 // with the most notes goes, the noting carrier's own if it has as many as
@@ -302,11 +304,12 @@ class PairOrder {
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
   // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
-  // at `now`, but not one whose marker is held (MarkerHeld): that marker
-  // judged it already, and it waits as long as the marker does.
+  // at `now`, but not one that fits its marker held behind a gap
+  // (HeldMarker): it waits as long as the marker does. One that does not
+  // fit it is dropped, not noted.
   void AgeFills(Clock::time_point now);
-  // Whether `pair` holds a marker for number `seq` (behind a gap).
-  static bool MarkerHeld(const Pair& pair, uint64_t seq);
+  // `pair`'s marker for number `seq` held behind a gap, or null.
+  static const wire::Header* HeldMarker(const Pair& pair, uint64_t seq);
   // Erases the pair of `key` when it is as a fill made it: nothing
   // numbered, held, skipped or remembered in it.
   void EraseIfUntouched(const PairKey& key);

@@ -781,6 +781,26 @@ TEST_CASE("a fill whose marker waits behind a gap does not age out: the marker j
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("a fill that came before its marker, held behind a gap, and does not fit it ages out",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Fill(kForger, kSender, 1).ok());   // unjudged: no marker yet
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());  // awaits its fill
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());  // held behind it; names kRelay
+  CHECK(f.order.HeldBytes(kForger) == kFrameBytes);
+  REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
+              .ok());
+  CHECK(f.order.fills_dropped() == 1);
+  CHECK(f.order.HeldBytes(kForger) == 0);
+  // Not noted as number 1's fill: the relay's is still taken.
+  REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  CHECK(f.delivered == Delivered{"3:0", "3:1"});
+  CHECK(f.order.fills_lost() == 0);
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]") {
   constexpr uint32_t kFresh = 100;
   Fixture f(/*process_cap=*/kFresh * kFrameBytes);
