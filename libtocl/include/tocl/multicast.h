@@ -110,10 +110,16 @@
 // whose fills reach a receiver far ahead of their markers, beyond its
 // budget for fills there (the receiver's per-process cap, half its
 // unexpected_cap, in all per relay; when that is full the newest fill of
-// the source process holding the most of it goes), loses those; a fill that reaches a receiver more
-// than the receiver's partial_timeout before its marker (a slow or reconnecting link from the
-// sender to that receiver) is dropped, and that number given up; and what
-// a relay of the call's own tree can do (see above). The
+// the source process holding the most of it goes), loses those; a fill
+// that waits at a receiver for its marker while the sender's messages to
+// that receiver make no progress for more than the receiver's
+// partial_timeout (the receiver congested, so its intake of the sender's
+// frames stalls while fills keep coming by another network; or a slow or
+// reconnecting link from the sender; or a gap before the marker) is
+// dropped, and that number given up (the wait counts from the later of
+// the fill's arrival and the pair's last progress, so a slow but moving
+// sender loses nothing); and what a relay of the call's own tree can do
+// (see above). The
 // receiver does not wait for a lost one for ever: once
 // `from`'s next message to it is there (and, when the relay died, once
 // both the relay's exit and that wait are the receiver's partial_timeout

@@ -294,7 +294,10 @@ Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
   }
   const uint64_t order = fills_held_++;
   pair.fills.emplace(seq, Held{carrier, std::move(slot), Clock::now(), order});
-  with_fills_.insert(&pair);
+  if (with_fills_.insert(&pair).second) {
+    pair.seen_next = pair.next_seq;  // (progress from here on: AgeFills)
+    pair.moved_at = Clock::time_point{};
+  }
   pair.held_bytes += bytes;
   Share& held = shares_[{carrier.raw(), source}];
   Carried& all = carried_[carrier.raw()];
@@ -449,8 +452,15 @@ void PairOrder::AgeFills(Clock::time_point now) {
   // (A copy: dropping a pair's last fill takes it out of with_fills_.)
   const std::vector<Pair*> holding(with_fills_.begin(), with_fills_.end());
   for (Pair* pair : holding) {
+    // The grace counts from the later of a fill's arrival and the pair's
+    // last progress seen here: while the pair moves, its source's frames
+    // come in order, and the marker may be among them (a loaded receiver).
+    if (pair->next_seq != pair->seen_next) {
+      pair->seen_next = pair->next_seq;
+      pair->moved_at = now;
+    }
     for (auto it = pair->fills.begin(); it != pair->fills.end();) {
-      if (now - it->second.since < carrier_grace_) {
+      if (now - std::max(it->second.since, pair->moved_at) < carrier_grace_) {
         ++it;
         continue;
       }

@@ -30,11 +30,25 @@
 // markers (or a carrier naming made-up ones) crowd out one another, not a
 // lighter source, whose fill always gets in. At most
 // kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
-// carrier, and at most carrier_grace before its marker comes (Housekeeping
-// drops and notes it then; a fill that fits its marker held behind a gap
-// waits as long as that marker, still charged to its carrier's share, and
-// one that does not fit it is dropped then, not noted). One over any of
-// these is dropped, and
+// carrier, and at most carrier_grace before its marker comes, counted from
+// the later of its arrival and its pair's last progress (Housekeeping
+// drops and notes it then; it notes each round whether the pair's next
+// number moved, so no clock is read on delivery: a marker still coming in
+// order behind a slow but moving pair is waited for, and only a stalled
+// pair's fills age; a fill that fits its marker held behind a gap waits as
+// long as that marker, still charged to its carrier's share, and one that
+// does not fit it is dropped then, not noted). Still lost, reported Ok to
+// its sender: a fill whose pair does not move for carrier_grace while it
+// waits (the receiver congested, its intake stalled, or the pair stalled
+// behind a gap). The wait behind a held marker has no time bound of its
+// own: it lasts as long as the gap before the marker, which closes when
+// the awaited fill comes, its carrier is gone for the grace
+// (GiveUpIfCarrierGone), its sender skips it, a note gives it up
+// (LostAhead), or the source's held frames pass process_cap (it is
+// dropped). A gap behind a live carrier whose fill was lost with no note
+// left stalls the pair with or without the skip, so the skip adds no wait
+// of its own; its memory is bounded (one fill per number and carrier,
+// kFillWindow, the carrier's shares). One over any of these is dropped, and
 // noted (at most kRememberDropped notes, apart from the pairs: a pair is
 // not kept for them; when they are full, the oldest note of the carrier
 // with the most notes goes, the noting carrier's own if it has as many as
@@ -234,6 +248,10 @@ class PairOrder {
     // pairs pay nothing); every marker from marks_from on is here.
     std::unique_ptr<std::array<Mark, kRememberMarks>> marks;
     uint64_t marks_from = 0;
+    // While it holds fills: next_seq as AgeFills last saw it, and when
+    // AgeFills saw it move (the epoch: not since it held fills).
+    uint64_t seen_next = 0;
+    Clock::time_point moved_at{};
   };
   using PairKey = std::pair<uint64_t, uint64_t>;  // source thread, destination thread
   struct PairHash {
@@ -304,7 +322,8 @@ class PairOrder {
   // above). True if so.
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
   // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
-  // at `now`, but not one that fits its marker held behind a gap
+  // at `now` (from the later of their arrival and their pair's last move,
+  // which it notes: seen_next), but not one that fits its marker held behind a gap
   // (HeldMarker): it waits as long as the marker does. One that does not
   // fit it is dropped, not noted.
   void AgeFills(Clock::time_point now);

@@ -801,6 +801,40 @@ TEST_CASE("a fill that came before its marker, held behind a gap, and does not f
   CHECK(f.InUse() == 0);
 }
 
+TEST_CASE("a fill waits past the grace while its pair moves, and ages once the pair stalls",
+          "[order][multicast]") {
+  Fixture f;
+  REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // ahead of its marker
+  const auto t = std::chrono::steady_clock::now();
+  SECTION("moving: messages 0 and 1 come less than the grace apart, then marker 2") {
+    REQUIRE(f.order.Housekeeping(t + kGrace / 2).ok());
+    REQUIRE(f.Arrive(kSender, 0).ok());
+    REQUIRE(f.order.Housekeeping(t + kGrace - std::chrono::seconds(1)).ok());  // moved
+    REQUIRE(f.Arrive(kSender, 1).ok());
+    // The fill is almost twice the grace old, but the pair moved within it.
+    REQUIRE(f.order.Housekeeping(t + 2 * kGrace - std::chrono::seconds(2)).ok());
+    CHECK(f.order.fills_dropped() == 0);
+    REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+    CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
+    CHECK(f.order.fills_lost() == 0);
+  }
+  SECTION("stalled after message 0: the fill ages a grace after the pair last moved") {
+    REQUIRE(f.Arrive(kSender, 0).ok());
+    REQUIRE(f.order.Housekeeping(t + std::chrono::seconds(1)).ok());  // moved
+    REQUIRE(f.order.Housekeeping(t + kGrace).ok());
+    CHECK(f.order.fills_dropped() == 0);
+    REQUIRE(f.order.Housekeeping(t + kGrace + std::chrono::seconds(1)).ok());
+    CHECK(f.order.fills_dropped() == 1);
+    REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+    REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+    REQUIRE(f.Marker(kSender, 2, kRelay).ok());  // its fill was dropped: given up
+    CHECK(f.delivered == Delivered{"3:0", "3:1"});
+    CHECK(f.order.fills_lost() == 1);
+  }
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]") {
   constexpr uint32_t kFresh = 100;
   Fixture f(/*process_cap=*/kFresh * kFrameBytes);
