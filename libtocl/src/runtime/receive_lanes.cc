@@ -80,9 +80,9 @@ void ReceiveLanes::NoteFills(Lane& lane) {
   if (holds == lane.holds_fills) return;
   lane.holds_fills = holds;
   if (holds) {
-    lanes_with_fills_.fetch_add(1, std::memory_order_release);
+    lanes_with_fills_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    lanes_with_fills_.fetch_sub(1, std::memory_order_release);
+    lanes_with_fills_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
@@ -118,7 +118,7 @@ void ReceiveLanes::CarrierGone(Gid process) {
 void ReceiveLanes::Housekeeping(PairOrder::Clock::time_point now) {
   if (held.owner != nullptr) return;
   if (!any_gone_.load(std::memory_order_acquire) &&
-      lanes_with_fills_.load(std::memory_order_acquire) == 0) {
+      lanes_with_fills_.load(std::memory_order_relaxed) == 0) {
     return;
   }
   PairOrder::Clock::rep due = next_housekeeping_.load(std::memory_order_relaxed);

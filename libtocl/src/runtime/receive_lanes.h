@@ -71,6 +71,8 @@ class ReceiveLanes {
   void Housekeeping(PairOrder::Clock::time_point now);
   // Pairs known in every lane (tests: state a peer's frames created).
   size_t Pairs();
+  // Lanes counted as holding fills (tests: the count returns to 0).
+  uint32_t lanes_with_fills() const { return lanes_with_fills_.load(std::memory_order_relaxed); }
   // Sending processes found broken are dropped from every lane (when this
   // thread holds none; else later). Also done by OnOrdered and Skip.
   void DropBroken();
@@ -110,8 +112,12 @@ class ReceiveLanes {
   // (PairOrder::Housekeeping looks only at the pairs awaiting a fill).
   std::atomic<bool> any_gone_{false};
   // Lanes whose order holds fills: Housekeeping ages them out (else a fill
-  // waited until some process exited).
-  std::atomic<uint32_t> lanes_with_fills_{0};
+  // waited until some process exited). A hint only: each lane's state is
+  // ordered by its lock (busy), so relaxed suffices, and a stale 0 delays
+  // ageing to the next round. On a line of its own: a lane's holder
+  // changes it as its order starts or stops holding fills, while any_broken_
+  // is read on every OnOrdered from every lane.
+  alignas(64) std::atomic<uint32_t> lanes_with_fills_{0};
   std::atomic<PairOrder::Clock::rep> next_housekeeping_{0};
 };
 

@@ -57,12 +57,16 @@ bool Eventually(const std::function<bool()>& done, std::chrono::milliseconds tim
 // the sequence numbers delivered, in order) and checked to be alone in its
 // lane: two deliveries in one lane at once mean its lock did not hold.
 struct Fixture {
-  explicit Fixture(size_t process_cap = size_t{64} << 20)
+  explicit Fixture(size_t process_cap = size_t{64} << 20,
+                   PairOrder::Clock::duration grace = std::chrono::seconds(10))
       : budget(size_t{256} << 20),
         pool(Network::kShm, 9, memory, budget),
-        lanes(process_cap, unexpected, [this](Gid from_process, buffers::SlotRef slot) {
-          return Deliver(from_process, std::move(slot));
-        }) {}
+        lanes(
+            process_cap, unexpected,
+            [this](Gid from_process, buffers::SlotRef slot) {
+              return Deliver(from_process, std::move(slot));
+            },
+            {}, grace) {}
 
   Status Deliver(Gid from_process, buffers::SlotRef slot) {
     const wire::Header& header = slot->header();
@@ -412,18 +416,20 @@ TEST_CASE("a fill held ahead of its marker ages out through Housekeeping with no
           "[lanes][multicast]") {
   // Review 6 blocker 1: Housekeeping ran only once some carrier exited, so
   // fills waited without bound in a job where none did.
-  constexpr auto kGrace = 10s;  // ReceiveLanes' default
-  Fixture f;
+  constexpr auto kGrace = 7s;
+  Fixture f(size_t{64} << 20, kGrace);
   const Gid source = Gid::Thread(kSendingProcess, 1);
   const Gid to = ReceiverIn(4);
-  {
+  const auto hold_fill = [&] {
     buffers::SlotRef fill(f.pool.TryGet(0));
     REQUIRE(fill);
     fill->header() = wire::MessageHeader(source, to, kTag, /*length=*/0, 0);
     fill->header().flags = wire::kFlagRelayed;
     fill->header().offset = 77;
     REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
-  }
+  };
+  hold_fill();
+  CHECK(f.lanes.lanes_with_fills() == 1);
   const auto start = Clock::now();
   f.lanes.Housekeeping(start);
   CHECK(f.unexpected.load() == kFrameBytes);  // held, within the grace
@@ -433,6 +439,14 @@ TEST_CASE("a fill held ahead of its marker ages out through Housekeeping with no
   CHECK(f.InUse() == 0);
   CHECK(f.Delivered(source, to).empty());
   CHECK(f.lanes.Pairs() == 0);
+  // Counted no more (else Housekeeping would run every second for nothing).
+  CHECK(f.lanes.lanes_with_fills() == 0);
+  hold_fill();
+  CHECK(f.lanes.lanes_with_fills() == 1);
+  f.lanes.Clear();
+  CHECK(f.lanes.lanes_with_fills() == 0);
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
 }
 
 }  // namespace
