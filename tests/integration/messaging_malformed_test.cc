@@ -454,7 +454,7 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     Frames frames;
     frames.Add(Message(Gid::Thread(sender, 1), relay, 3, garbage.size(), 0), garbage);
     std::vector<std::byte> truncated(garbage.begin(), garbage.begin() + 40);
-    const uint32_t magic = 0x31514D54;  // "TMQ1": a request cut short after its marker
+    const uint32_t magic = 0x32514D54;  // "TMQ2": a request cut short after its marker
     std::memcpy(truncated.data(), &magic, sizeof magic);
     frames.Add(Message(Gid::Thread(sender, 1), relay, 3, truncated.size(), 1), truncated);
     cases.push_back({"malformed multicast requests to the relay", std::move(frames), false,

@@ -9,9 +9,9 @@
 namespace tocl::runtime {
 namespace {
 
-constexpr uint32_t kRequestMagic = 0x31514D54;  // "TMQ1"
-constexpr uint32_t kReplyMagic = 0x31414D54;    // "TMA1"
-constexpr uint32_t kTicketMagic = 0x31544D54;   // "TMT1"
+constexpr uint32_t kRequestMagic = 0x32514D54;  // "TMQ2"
+constexpr uint32_t kReplyMagic = 0x32414D54;    // "TMA2"
+constexpr uint32_t kTicketMagic = 0x32544D54;   // "TMT2"
 constexpr size_t kTicketBytes = 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4;
 // The bytes a group and a receiver take at least: counts are checked
 // against them before anything is allocated.

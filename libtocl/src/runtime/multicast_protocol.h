@@ -5,16 +5,16 @@
 // to the sender's reply mailbox. Requests and tickets go to the relay's
 // mailbox with kMulticastRequestTag; the magic tells them apart.
 //
-//   request  u32 magic "TMQ1" | u64 request id | u64 source thread |
+//   request  u32 magic "TMQ2" | u64 request id | u64 source thread |
 //            u64 reply-to thread | u32 tag | u32 groups |
 //            per group: u64 relay process | u64 nonce | u64 secret |
 //                       u32 receivers |
 //                       per receiver: u64 thread | u64 seq
 //            | u32 wait ms | u64 payload length | payload
-//   ticket   u32 magic "TMT1" | u64 request id | u64 source thread |
+//   ticket   u32 magic "TMT2" | u64 request id | u64 source thread |
 //            u64 nonce | u64 secret | u32 tag | u64 payload length |
 //            u32 wait ms
-//   reply    u32 magic "TMA1" | u64 request id | u64 relay process |
+//   reply    u32 magic "TMA2" | u64 request id | u64 relay process |
 //            u64 secret | u32 status code | u16 message length | message |
 //            u32 receivers | per receiver: u64 thread | u32 status code |
 //                                          u16 message length | message

@@ -173,6 +173,26 @@ TEST_CASE("a multicast ticket comes out as it went in, and a malformed one is re
   CHECK(refused.status().message().find("not a thread") != std::string::npos);
 }
 
+TEST_CASE("a request, ticket or reply of the first layout (magic TMQ1, TMT1, TMA1) is refused",
+          "[multicast]") {
+  // The layouts gained the secret: an old peer's messages are refused by
+  // name rather than misread.
+  const auto version1 = [](std::vector<std::byte> bytes) {
+    REQUIRE(bytes.size() > 4);
+    REQUIRE(bytes[3] == std::byte{'2'});
+    bytes[3] = std::byte{'1'};
+    return bytes;
+  };
+  const auto payload = Payload(10);
+  CheckRefused(version1(Request(payload)), "not a multicast request");
+  const auto ticket = version1(EncodeMulticastTicket({.id = 42, .source = kSource}));
+  CHECK_FALSE(IsMulticastTicket(ticket));
+  CHECK_FALSE(DecodeMulticastTicket(ticket).ok());
+  CHECK_FALSE(
+      DecodeMulticastReply(version1(EncodeMulticastReply({.id = 5, .relay = Gid::Process(2, 5)})))
+          .ok());
+}
+
 TEST_CASE("a request's ticket terms are its first group's", "[multicast]") {
   const auto payload = Payload(300);
   const auto bytes = Request(payload);
