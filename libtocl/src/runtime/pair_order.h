@@ -323,9 +323,9 @@ class PairOrder {
   bool GiveUpIfCarrierGone(Pair& pair, Clock::time_point now);
   // Drops (and notes: NoteDropped) the fills held longer than carrier_grace
   // at `now` (from the later of their arrival and their pair's last move,
-  // which it notes: seen_next), but not one that fits its marker held behind a gap
-  // (HeldMarker): it waits as long as the marker does. One that does not
-  // fit it is dropped, not noted.
+  // which it notes: seen_next), but not one that fits its marker held
+  // behind a gap (HeldMarker): it waits as long as the marker does. One
+  // that does not fit it is dropped, not noted.
   void AgeFills(Clock::time_point now);
   // `pair`'s marker for number `seq` held behind a gap, or null.
   static const wire::Header* HeldMarker(const Pair& pair, uint64_t seq);
