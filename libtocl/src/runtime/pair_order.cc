@@ -667,4 +667,76 @@ size_t PairOrder::HeldBytes(Gid from_process) const {
          (fills == carried_.end() ? 0 : fills->second.bytes);
 }
 
+std::string PairOrder::CheckInvariants() const {
+  // The fills the pairs hold, by (carrier, source process): bytes, count.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<size_t, size_t>> in_pairs;
+  for (const auto& [key, pair] : pairs_) {
+    for (const auto& [seq, fill] : pair.fills) {
+      auto& [bytes, count] =
+          in_pairs[{fill.carrier.raw(), SourceProcess(fill.slot->header()).raw()}];
+      bytes += Mailbox::SlotBytes(fill.slot.get());
+      ++count;
+    }
+    if (!pair.fills.empty() && with_fills_.count(const_cast<Pair*>(&pair)) == 0) {
+      return fmt::format("a pair holding fills is not in with_fills_ (seq {})", pair.next_seq);
+    }
+  }
+  for (const Pair* pair : with_fills_) {
+    if (pair->fills.empty()) return "a pair in with_fills_ holds no fills";
+  }
+  std::unordered_map<uint64_t, std::pair<size_t, std::set<std::pair<size_t, uint64_t>>>> sums;
+  for (const auto& [key, share] : shares_) {
+    const auto [carrier, source] = key;
+    if (share.bytes == 0) return fmt::format("an empty share of carrier {:#x}", carrier);
+    size_t bytes = 0;
+    for (const auto& [order, where] : share.fills) {
+      const auto [pair, seq] = where;
+      const Held* found = nullptr;
+      for (auto [it, end] = pair->fills.equal_range(seq); it != end; ++it) {
+        if (it->second.order == order) found = &it->second;
+      }
+      if (found == nullptr || found->carrier.raw() != carrier ||
+          SourceProcess(found->slot->header()).raw() != source) {
+        return fmt::format("share ({:#x}, {:#x}): fill {} (number {}) is not in its pair", carrier,
+                           source, order, seq);
+      }
+      bytes += Mailbox::SlotBytes(found->slot.get());
+    }
+    if (bytes != share.bytes) {
+      return fmt::format("share ({:#x}, {:#x}): {} bytes, its fills {}", carrier, source,
+                         share.bytes, bytes);
+    }
+    const auto held = in_pairs.find(key);
+    if (held == in_pairs.end() || held->second != std::pair{bytes, share.fills.size()}) {
+      return fmt::format("share ({:#x}, {:#x}): the pairs hold other fills", carrier, source);
+    }
+    in_pairs.erase(held);
+    sums[carrier].first += bytes;
+    sums[carrier].second.insert({bytes, source});
+  }
+  if (!in_pairs.empty()) return "the pairs hold fills no share counts";
+  if (sums.size() != carried_.size()) return "carried_ has other carriers than shares_";
+  for (const auto& [carrier, all] : carried_) {
+    const auto sum = sums.find(carrier);
+    if (sum == sums.end() || sum->second.first != all.bytes || sum->second.second != all.shares) {
+      return fmt::format("carrier {:#x}: its total or its shares' set is out of step", carrier);
+    }
+  }
+  size_t notes = 0;
+  for (const auto& [carrier, by_order] : dropped_by_carrier_) {
+    if (by_order.empty()) return fmt::format("carrier {:#x}: an empty notes bucket", carrier);
+    for (const auto& [noted, key] : by_order) {
+      const auto found = dropped_.find(key);
+      if (found == dropped_.end() || found->second != noted || std::get<3>(key) != carrier) {
+        return fmt::format("carrier {:#x}: note {} is not in dropped_", carrier, noted);
+      }
+    }
+    notes += by_order.size();
+  }
+  if (notes != dropped_.size()) {
+    return fmt::format("{} notes per carrier, {} in dropped_", notes, dropped_.size());
+  }
+  return {};
+}
+
 }  // namespace tocl::runtime

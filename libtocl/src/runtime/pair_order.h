@@ -212,6 +212,12 @@ class PairOrder {
   // above).
   uint64_t fills_lost() const { return fills_lost_; }
 
+  // For tests: what is out of step among the fill and note indexes (Σ
+  // share bytes, each carrier's total and its shares' set, the fills the
+  // pairs hold, each share's fills found in their pair, the pairs with
+  // fills, the notes per carrier); empty if nothing. O(everything held).
+  std::string CheckInvariants() const;
+
  private:
   // A frame that waits, with the process that brought it.
   struct Held {

@@ -52,10 +52,11 @@ struct Fixture {
             }) {}
 
   // A short message, or a long message's start, numbered `seq`.
-  buffers::SlotRef Frame(Gid source, uint64_t seq,
-                         wire::FrameKind kind = wire::FrameKind::kMessage) {
+  // (In size class `size_class`: ClassBytes(size_class) held.)
+  buffers::SlotRef Frame(Gid source, uint64_t seq, wire::FrameKind kind = wire::FrameKind::kMessage,
+                         uint32_t size_class = 0) {
     REQUIRE((kind == wire::FrameKind::kMessage || kind == wire::FrameKind::kLongStart));
-    buffers::SlotRef slot(pool.TryGet(0));
+    buffers::SlotRef slot(pool.TryGet(size_class));
     REQUIRE(slot);
     slot->header() = kind == wire::FrameKind::kLongStart
                          ? wire::LongStartHeader(source, kReceiver, kTag, /*total=*/1 << 20,
@@ -78,8 +79,9 @@ struct Fixture {
   // The fill of `source`'s number `seq`, brought by `carrier` (with the
   // call's nonce, or `nonce`: one someone else had the carrier bring).
   Status Fill(Gid carrier, Gid source, uint64_t seq,
-              wire::FrameKind kind = wire::FrameKind::kMessage, uint64_t nonce = kNonce) {
-    buffers::SlotRef slot = Frame(source, seq, kind);
+              wire::FrameKind kind = wire::FrameKind::kMessage, uint64_t nonce = kNonce,
+              uint32_t size_class = 0) {
+    buffers::SlotRef slot = Frame(source, seq, kind, size_class);
     slot->header().flags = wire::kFlagRelayed;
     slot->header().offset = nonce;
     return order.OnOrdered(carrier, std::move(slot));
@@ -96,7 +98,17 @@ struct Fixture {
   Status Skip(Gid source, uint64_t seq) {
     return order.Skip(source.process(), LongKey{source.raw(), kReceiver.raw(), seq});
   }
-  uint64_t InUse() const { return pool.Stats()[0].in_use; }
+  // A fill in a larger size class: ClassBytes(size_class) held.
+  Status BigFill(Gid carrier, Gid source, uint64_t seq, uint32_t size_class) {
+    return Fill(carrier, source, seq, wire::FrameKind::kMessage, kNonce, size_class);
+  }
+  uint64_t InUse() const {
+    uint64_t in_use = 0;
+    for (const auto& stats : pool.Stats()) in_use += stats.in_use;
+    return in_use;
+  }
+  // The pair order's fill and note indexes are in step.
+  void CheckIndexes() const { CHECK(order.CheckInvariants() == std::string()); }
 
   buffers::AnonymousSlabMemory memory;
   buffers::PoolBudget budget;
@@ -521,23 +533,31 @@ TEST_CASE("fills over their relay's budget are dropped, never the relay, their n
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   // Its fills outran the markers (honest, but over the budget).
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // dropped
   CHECK(f.order.fills_dropped() == 1);
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == 2 * kFrameBytes);
   CHECK(f.broken.empty());
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kSender, 2, kRelay).ok());  // its fill will not come: given up
   REQUIRE(f.Arrive(kSender, 3).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
   CHECK(f.order.fills_lost() == 1);
   // A fill further ahead than the window is dropped, its carrier kept.
   REQUIRE(f.Fill(kRelay, kSender, 4 + PairOrder::kFillWindow + 1).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 2);
   // The relay's own messages still pass.
   const Gid relay_thread = Gid::Thread(kRelay.host_index(), kRelay.process_index(), 1);
   REQUIRE(f.Arrive(relay_thread, 0).ok());
+  f.CheckIndexes();
   CHECK(f.delivered.size() == 4);
   CHECK(f.broken.empty());
   CHECK(f.unexpected == 0);
@@ -552,19 +572,24 @@ TEST_CASE(
   // each naming a new source thread: each drop is noted, no pair is kept.
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
   CHECK(f.order.pairs() == 1);
   constexpr uint32_t kFresh = 10000;
   for (uint32_t i = 0; i < kFresh; ++i) {
     // (Fresh threads of the sender's process: its share is full.)
     REQUIRE(f.Fill(kRelay, Gid::Thread(1, 2, 100 + i), 0).ok());
   }
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == kFresh);
   CHECK(f.order.pairs() == 1);
   CHECK(f.InUse() == 2);
   // The latest drops are still judged at their marker: this one is lost.
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());
+  f.CheckIndexes();
   REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.broken.empty());
@@ -576,20 +601,26 @@ TEST_CASE("the drops noted ahead of their markers are the latest ones: the oldes
           "[order][multicast]") {
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // over budget: dropped, noted first
   CHECK(f.order.drops_remembered() == 1);
+  f.CheckIndexes();
   for (uint32_t i = 0; i < PairOrder::kRememberDropped; ++i) {
     REQUIRE(f.Fill(kRelay, Gid::Thread(1, 2, 100 + i), 0).ok());
     CHECK(f.order.drops_remembered() == std::min<size_t>(i + 2, PairOrder::kRememberDropped));
   }
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == PairOrder::kRememberDropped + 1);
   // Number 2's drop is forgotten: at its marker it is awaited, not lost.
   REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_lost() == 0);
   CHECK(f.delivered == Delivered{"3:0", "3:1"});
   REQUIRE(f.Fill(kSender.process(), kSender, 2).ok());  // say, the sender's own
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2", "3:3"});
+  f.CheckIndexes();
   CHECK(f.order.drops_remembered() == PairOrder::kRememberDropped);
   CHECK(f.broken.empty());
   CHECK(f.unexpected == 0);
@@ -600,25 +631,33 @@ TEST_CASE("one carrier's drops do not flush another's notes", "[order][multicast
   // Review 6 item 5: notes are kept per carrier.
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // over budget: dropped, noted
   CHECK(f.order.drops_remembered() == 1);
+  f.CheckIndexes();
   // Another peer has more fills than the notes' capacity dropped (its
   // share full; fresh threads, so each is a new note).
   REQUIRE(f.Fill(kForger, kOtherSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kForger, kOtherSender, 1).ok());
+  f.CheckIndexes();
   constexpr uint32_t kMore = PairOrder::kRememberDropped + 100;
   for (uint32_t i = 0; i < kMore; ++i) {
     REQUIRE(f.Fill(kForger, Gid::Thread(1, 5, 100 + i), 0).ok());
   }
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == kMore + 1);
   CHECK(f.order.drops_remembered() == PairOrder::kRememberDropped);
   // The relay's note is still there: at its marker number 2 is given up.
   REQUIRE(f.MarkersThenMessage(kSender, 3, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.broken.empty());
   f.order.Clear();
+  f.CheckIndexes();
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
 }
@@ -706,21 +745,27 @@ TEST_CASE("fills held for a carrier count against its own budget, not its pairs"
           "[order][multicast]") {
   Fixture f(/*process_cap=*/3 * kFrameBytes);
   for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Fill(kForger, kSender, seq).ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kForger) == 3 * kFrameBytes);
   CHECK(f.order.HeldBytes(kSender.process()) == 0);
   // One more is over its budget: that fill is dropped, nothing else.
   REQUIRE(f.Fill(kForger, kSender, 4).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 1);
   CHECK(f.broken.empty());
   CHECK(f.order.HeldBytes(kForger) == 3 * kFrameBytes);
   // Its own pairs have their own cap: 3 frames held ahead still fit.
   const Gid forger_thread = Gid::Thread(kForger.host_index(), kForger.process_index(), 1);
   for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Arrive(forger_thread, seq).ok());
+  f.CheckIndexes();
   CHECK(f.broken.empty());
   REQUIRE(f.Arrive(forger_thread, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(kSender, 0).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"1:0", "1:1", "1:2", "1:3", "3:0"});
   f.order.Clear();
+  f.CheckIndexes();
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
 }
@@ -732,30 +777,38 @@ TEST_CASE("fills held for a source that sends no markers give way to another sou
   // A process has the relay carry its own multicasts' fills ahead, and
   // never sends their markers: its whole share of the relay's budget.
   for (uint64_t seq = 1; seq <= kHeld; ++seq) REQUIRE(f.Fill(kRelay, kOtherSender, seq).ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
   CHECK(f.order.fills_dropped() == 0);
   // A real multicast through the same relay (another source process):
   // its fill overtakes its marker, and is held (the newest of the
   // other's goes: the relay's total is process_cap) and delivered.
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 1);
   CHECK(f.order.HeldBytes(kRelay) == kHeld * kFrameBytes);
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0"});
   CHECK(f.order.fills_lost() == 0);
   // Before the grace nothing ages; after it the held fills are gone, with
   // their charge (and a marker that comes after all gives its number up).
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now()).ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == (kHeld - 1) * kFrameBytes);
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
               .ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == 0);
   CHECK(f.order.fills_dropped() == kHeld);
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
   REQUIRE(f.Arrive(kOtherSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kOtherSender, 1, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(kOtherSender, 2).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.delivered == Delivered{"3:0", "3:0", "3:2"});
   CHECK(f.broken.empty());
@@ -768,12 +821,15 @@ TEST_CASE("a fill whose marker waits behind a gap does not age out: the marker j
   REQUIRE(f.Marker(kSender, 1, kRelay).ok());  // held behind it
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());    // fits marker 1: held
   CHECK(f.order.HeldBytes(kRelay) == kFrameBytes);
+  f.CheckIndexes();
   // Fill 0 is slow (a long message, a relay carrying to one receiver after
   // another): fill 1 has waited past the grace, but its marker is here.
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
               .ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 0);
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1"});
   CHECK(f.order.fills_lost() == 0);
   CHECK(f.broken.empty());
@@ -788,13 +844,17 @@ TEST_CASE("a fill that came before its marker, held behind a gap, and does not f
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());  // awaits its fill
   REQUIRE(f.Marker(kSender, 1, kRelay).ok());  // held behind it; names kRelay
   CHECK(f.order.HeldBytes(kForger) == kFrameBytes);
+  f.CheckIndexes();
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
               .ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 1);
   CHECK(f.order.HeldBytes(kForger) == 0);
   // Not noted as number 1's fill: the relay's is still taken.
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1"});
   CHECK(f.order.fills_lost() == 0);
   CHECK(f.unexpected == 0);
@@ -806,29 +866,41 @@ TEST_CASE("a fill waits past the grace while its pair moves, and ages once the p
   Fixture f;
   REQUIRE(f.Fill(kRelay, kSender, 2).ok());  // ahead of its marker
   const auto t = std::chrono::steady_clock::now();
+  f.CheckIndexes();
   SECTION("moving: messages 0 and 1 come less than the grace apart, then marker 2") {
     REQUIRE(f.order.Housekeeping(t + kGrace / 2).ok());
+    f.CheckIndexes();
     REQUIRE(f.Arrive(kSender, 0).ok());
+    f.CheckIndexes();
     REQUIRE(f.order.Housekeeping(t + kGrace - std::chrono::seconds(1)).ok());  // moved
     REQUIRE(f.Arrive(kSender, 1).ok());
+    f.CheckIndexes();
     // The fill is almost twice the grace old, but the pair moved within it.
     REQUIRE(f.order.Housekeeping(t + 2 * kGrace - std::chrono::seconds(2)).ok());
+    f.CheckIndexes();
     CHECK(f.order.fills_dropped() == 0);
     REQUIRE(f.Marker(kSender, 2, kRelay).ok());
+    f.CheckIndexes();
     CHECK(f.delivered == Delivered{"3:0", "3:1", "3:2"});
     CHECK(f.order.fills_lost() == 0);
   }
   SECTION("stalled after message 0: the fill ages a grace after the pair last moved") {
     REQUIRE(f.Arrive(kSender, 0).ok());
+    f.CheckIndexes();
     REQUIRE(f.order.Housekeeping(t + std::chrono::seconds(1)).ok());  // moved
     REQUIRE(f.order.Housekeeping(t + kGrace).ok());
+    f.CheckIndexes();
     CHECK(f.order.fills_dropped() == 0);
     REQUIRE(f.order.Housekeeping(t + kGrace + std::chrono::seconds(1)).ok());
+    f.CheckIndexes();
     CHECK(f.order.fills_dropped() == 1);
     REQUIRE(f.Marker(kSender, 1, kRelay).ok());
+    f.CheckIndexes();
     REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+    f.CheckIndexes();
     REQUIRE(f.Marker(kSender, 2, kRelay).ok());  // its fill was dropped: given up
     CHECK(f.delivered == Delivered{"3:0", "3:1"});
+    f.CheckIndexes();
     CHECK(f.order.fills_lost() == 1);
   }
   CHECK(f.unexpected == 0);
@@ -845,9 +917,11 @@ TEST_CASE("pairs made by fills that aged out go with them", "[order][multicast]"
   for (uint32_t t = 0; t < kFresh; ++t) {
     REQUIRE(f.Fill(kRelay, Gid::Thread(1, 200, 10 + t), 1).ok());
   }
+  f.CheckIndexes();
   CHECK(f.order.pairs() == before + kFresh);
   REQUIRE(f.order.Housekeeping(std::chrono::steady_clock::now() + kGrace + std::chrono::seconds(1))
               .ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == kFresh);
   CHECK(f.order.pairs() == before);
   CHECK(f.InUse() == 0);
@@ -865,32 +939,100 @@ TEST_CASE(
   for (uint32_t p = 0; p < 4; ++p) {
     for (uint64_t seq = 1; seq <= held[p]; ++seq) REQUIRE(f.Fill(kRelay, source(p), seq).ok());
   }
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 0);
   CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
   // An honest source's fill ahead of its marker: held; the newest fill of
   // the largest share (source 0's number 3) goes in its place.
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 1);
   CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0"});
   // Full again; a fill whose share ties the largest (source 1 holds 2, as
   // much as any) is itself dropped.
   REQUIRE(f.Fill(kRelay, source(3), 2).ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
   REQUIRE(f.Fill(kRelay, source(1), 3).ok());
+  f.CheckIndexes();
   CHECK(f.order.fills_dropped() == 2);
   CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
   // Source 0's newest was the one dropped, and noted: its number 3 is given
   // up at its marker, 1 and 2 are delivered.
   REQUIRE(f.Arrive(source(0), 0).ok());
+  f.CheckIndexes();
   for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Marker(source(0), seq, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(source(0), 4).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "1:0", "1:1", "1:2", "1:4"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.order.HeldBytes(kRelay) == 6 * kFrameBytes);
+  // At the tie the arriving fill went, not another share's newest: source
+  // 1's number 3 is not held, so at its marker it is given up too.
+  REQUIRE(f.Arrive(source(1), 0).ok());
+  f.CheckIndexes();
+  for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Marker(source(1), seq, kRelay).ok());
+  f.CheckIndexes();
+  CHECK(f.order.fills_lost() == 2);
+  CHECK(f.delivered == Delivered{"3:0", "1:0", "1:1", "1:2", "1:4", "1:0", "1:1", "1:2"});
+  CHECK(f.order.HeldBytes(kRelay) == 4 * kFrameBytes);
   CHECK(f.broken.empty());
   f.order.Clear();
+  f.CheckIndexes();
+  CHECK(f.unexpected == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE(
+    "a larger fill makes room by dropping several fills over two shares, the largest first, or is "
+    "dropped when it would make its share the largest",
+    "[order][multicast]") {
+  // Review 8 item 3: fills of several frames need more than one dropped.
+  Fixture f(/*process_cap=*/8 * kFrameBytes);
+  const auto source = [](uint32_t p) { return Gid::Thread(1, 100 + p, 1); };
+  for (uint64_t seq = 1; seq <= 4; ++seq) REQUIRE(f.Fill(kRelay, source(0), seq).ok());
+  f.CheckIndexes();
+  for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Fill(kRelay, source(1), seq).ok());
+  f.CheckIndexes();
+  CHECK(f.order.HeldBytes(kRelay) == 7 * kFrameBytes);
+  // Four frames' worth (size class 2) from a source holding none: 3 frames
+  // over the cap. Source 0's number 4 goes (4 > 3), then the two shares tie
+  // at 3 and source 1's number 3 goes, then source 0's number 3.
+  REQUIRE(buffers::ClassBytes(2) == 4 * kFrameBytes);
+  REQUIRE(f.BigFill(kRelay, kSender, 0, /*size_class=*/2).ok());
+  f.CheckIndexes();
+  CHECK(f.order.fills_dropped() == 3);
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  // Its source now holds the most: one more fill of it is itself dropped
+  // (and noted), nothing else.
+  REQUIRE(f.Fill(kRelay, kSender, 1).ok());
+  f.CheckIndexes();
+  CHECK(f.order.fills_dropped() == 4);
+  CHECK(f.order.HeldBytes(kRelay) == 8 * kFrameBytes);
+  REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  f.CheckIndexes();
+  REQUIRE(f.Marker(kSender, 1, kRelay).ok());  // its fill was dropped: given up
+  f.CheckIndexes();
+  CHECK(f.delivered == Delivered{"3:0"});
+  CHECK(f.order.fills_lost() == 1);
+  // Sources 0 and 1 kept numbers 1 and 2; 3 and 4 of source 0 and 3 of
+  // source 1 are given up at their markers.
+  REQUIRE(f.Arrive(source(0), 0).ok());
+  for (uint64_t seq = 1; seq <= 4; ++seq) REQUIRE(f.Marker(source(0), seq, kRelay).ok());
+  f.CheckIndexes();
+  REQUIRE(f.Arrive(source(1), 0).ok());
+  for (uint64_t seq = 1; seq <= 3; ++seq) REQUIRE(f.Marker(source(1), seq, kRelay).ok());
+  f.CheckIndexes();
+  CHECK(f.delivered == Delivered{"3:0", "1:0", "1:1", "1:2", "1:0", "1:1", "1:2"});
+  CHECK(f.order.fills_lost() == 4);
+  CHECK(f.order.HeldBytes(kRelay) == 0);
+  CHECK(f.broken.empty());
+  f.order.Clear();
+  f.CheckIndexes();
   CHECK(f.unexpected == 0);
   CHECK(f.InUse() == 0);
 }
@@ -899,15 +1041,23 @@ TEST_CASE("a fill dropped to make room for a lighter source is given up at its m
           "[order][multicast]") {
   Fixture f(/*process_cap=*/2 * kFrameBytes);
   REQUIRE(f.Fill(kRelay, kOtherSender, 1).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kOtherSender, 2).ok());
+  f.CheckIndexes();
   REQUIRE(f.Fill(kRelay, kSender, 0).ok());  // kOtherSender's number 2 goes
   CHECK(f.order.fills_dropped() == 1);
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == 2 * kFrameBytes);
   REQUIRE(f.Arrive(kOtherSender, 0).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kOtherSender, 1, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kOtherSender, 2, kRelay).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(kOtherSender, 3).ok());
+  f.CheckIndexes();
   REQUIRE(f.Marker(kSender, 0, kRelay).ok());
+  f.CheckIndexes();
   CHECK(f.delivered == Delivered{"3:0", "3:1", "3:3", "3:0"});
   CHECK(f.order.fills_lost() == 1);
   CHECK(f.broken.empty());
@@ -919,9 +1069,12 @@ TEST_CASE("a sender dropped takes the fills others carried for it, and their cha
           "[order][multicast]") {
   Fixture f;
   REQUIRE(f.Fill(kRelay, kSender, 3).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(kSender, 2).ok());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == kFrameBytes);
   f.order.DropProcess(kSender.process());
+  f.CheckIndexes();
   CHECK(f.order.HeldBytes(kRelay) == 0);
   CHECK(f.order.HeldBytes(kSender.process()) == 0);
   CHECK(f.unexpected == 0);
@@ -1075,9 +1228,12 @@ TEST_CASE("a skip far ahead of the pair is a broken sender", "[order]") {
 TEST_CASE("Clear drops what is held and returns its accounting", "[order]") {
   Fixture f;
   REQUIRE(f.Arrive(kSender, 4).ok());
+  f.CheckIndexes();
   REQUIRE(f.Arrive(kOtherSender, 2).ok());
+  f.CheckIndexes();
   CHECK(f.InUse() == 2);
   f.order.Clear();
+  f.CheckIndexes();
   CHECK(f.unexpected == 0);
   CHECK(f.order.HeldBytes(kSender.process()) == 0);
   CHECK(f.InUse() == 0);
