@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <type_traits>
 #include <utility>
 
@@ -322,9 +323,14 @@ bool PairOrder::MakeRoom(uint64_t carrier, uint64_t source, size_t carried, size
   if (can_free < needed) return false;
   for (size_t freed = 0; freed < needed;) {
     // (While freed < needed, a share larger than `carried` is left: each
-    // drop takes at most its size from what the larger shares give.)
+    // drop takes at most its size from what the larger shares give. Were
+    // none left, the arriving fill is refused: returning true would let
+    // the total pass process_cap.)
     const auto [largest, victim_source] = *carried_.at(carrier).shares.rbegin();
-    if (largest <= carried || victim_source == source) break;
+    if (largest <= carried || victim_source == source) {
+      assert(!"MakeRoom: no share larger than the arriving fill's left");
+      return false;
+    }
     // Its newest fill (copied out: taking it changes the share).
     const auto [order, where] = *shares_.at({carrier, victim_source}).fills.rbegin();
     const auto [victim_pair, seq] = where;
