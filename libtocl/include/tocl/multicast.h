@@ -46,10 +46,13 @@
 // relay carry fills of its own multicasts ahead of markers that never
 // come, taking room in that relay's fill budget at a receiver (the
 // receiver's per-process cap in all per relay; they age out after
-// partial_timeout): when that budget is full, the newest fill of the
-// source holding the most of it is dropped to make room, so another
-// source's fill holding less still gets in, and such senders crowd out
-// only one another. When it is itself a
+// partial_timeout): when that budget is full, the newest fills of the
+// sources holding the most of it are dropped to make room (max-min
+// sharing), so another source's fill gets in unless it would make its
+// source's share the largest; with n source processes that send no
+// markers (cheap to start), a source is sure only of 1/(n+1) of that
+// budget, and past that its newest fills are lost (reported Ok).
+// When it is itself a
 // relay in this call's tree (it has receivers in it), it can: give its
 // own group's receivers and those of the relays below it other bytes of
 // the same size in `from`'s name (a ticket does not cover the payload);
@@ -109,8 +112,10 @@
 // queue, loses that message (the sender does not send it again); a relay
 // whose fills reach a receiver far ahead of their markers, beyond its
 // budget for fills there (the receiver's per-process cap, half its
-// unexpected_cap, in all per relay; when that is full the newest fill of
-// the source process holding the most of it goes), loses those; a fill
+// unexpected_cap, in all per relay, shared max-min: when that is full the
+// newest fills of the source processes holding the most of it go, so a
+// source is sure only of cap/(n+1) with n others filling it), loses
+// those; a fill
 // that waits at a receiver for its marker while the sender's messages to
 // that receiver make no progress for more than the receiver's
 // partial_timeout (the receiver congested, so its intake of the sender's

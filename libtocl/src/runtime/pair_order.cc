@@ -285,7 +285,8 @@ Status PairOrder::HoldFill(Pair& pair, Gid carrier, buffers::SlotRef slot) {
   } else if (total + bytes > process_cap_ &&
              !MakeRoom(carrier.raw(), source, carried, total + bytes - process_cap_)) {
     why = fmt::format(
-        "the fills {} brought here would exceed {} bytes, and those for {} are the most",
+        "the fills {} brought here would exceed {} bytes, and room made for it would make those "
+        "for {} the most",
         carrier.ToString(), process_cap_, SourceProcess(header).ToString());
   }
   if (!why.empty()) {

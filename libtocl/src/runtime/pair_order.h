@@ -24,11 +24,15 @@
 // waits, within its carrier's budget: at most process_cap bytes of fills
 // per carrier in all, apart from what the carrier's own pairs hold, and
 // at most that per (carrier, source process) share. When a carrier's
-// total is full, the newest fill of its largest share is dropped to make
-// room, unless the arriving fill's share is itself the largest (or ties
-// it; then the arriving fill is dropped): source processes that send no
-// markers (or a carrier naming made-up ones) crowd out one another, not a
-// lighter source, whose fill always gets in. At most
+// total is full, the newest fills of its largest shares are dropped to
+// make room, unless the arriving fill would make its share the largest
+// (or tie it; then the arriving fill is dropped). The sharing is max-min:
+// a lighter source's fill gets in unless it would make its share the
+// largest, so with n source processes that send no markers (cheap to
+// start; or a carrier naming made-up ones) a source is sure only of
+// process_cap / (n + 1) of the carrier's budget, and past that its newest
+// fills are dropped (noted: given up at their markers, lost, reported Ok
+// to their sender). At most
 // kFillWindow numbers past the pair's next, kFillsPerCarrier per number and
 // carrier, and at most carrier_grace before its marker comes, counted from
 // the later of its arrival and its pair's last progress (Housekeeping
