@@ -51,8 +51,14 @@
 // sharing), so another source's fill gets in unless it would make its
 // source's share the largest; with n source processes that send no
 // markers (cheap to start), a source is sure only of 1/(n+1) of that
-// budget, and past that its newest fills are lost (reported Ok).
-// When it is itself a
+// budget, and past that its newest fills are lost (reported Ok). By
+// having many of its fills dropped there it also flushes that relay's
+// notes of other sources' dropped fills at that receiver (1024 per
+// receive lane, the relay with the most giving its oldest): a number whose
+// note is flushed is not given up, so that sender's pair with the
+// receiver waits behind the live relay until the frames held behind it
+// pass the receiver's per-process cap and the sender's pairs there are
+// dropped as broken. When it is itself a
 // relay in this call's tree (it has receivers in it), it can: give its
 // own group's receivers and those of the relays below it other bytes of
 // the same size in `from`'s name (a ticket does not cover the payload);
@@ -115,7 +121,9 @@
 // unexpected_cap, in all per relay, shared max-min: when that is full the
 // newest fills of the source processes holding the most of it go, so a
 // source is sure only of cap/(n+1) with n others filling it), loses
-// those; a fill
+// those; a dropped fill whose note at the receiver another source's drops
+// through the same relay flushed (see above) stalls that pair until the
+// sender is dropped as broken there; a fill
 // that waits at a receiver for its marker while the sender's messages to
 // that receiver make no progress for more than the receiver's
 // partial_timeout (the receiver congested, so its intake of the sender's

@@ -172,7 +172,7 @@ void PairOrder::NoteDropped(const wire::Header& fill, Gid carrier) {
   if (dropped_.count(key) != 0) return;
   if (dropped_.size() >= kRememberDropped) {
     // The carrier with the most notes gives its oldest: this one itself
-    // if it has as many as any (its misfits flush only its own notes).
+    // if it has as many as any (its drops flush only its own notes).
     auto most = dropped_by_carrier_.find(carrier.raw());
     for (auto it = dropped_by_carrier_.begin(); it != dropped_by_carrier_.end(); ++it) {
       if (most == dropped_by_carrier_.end() || it->second.size() > most->second.size()) most = it;

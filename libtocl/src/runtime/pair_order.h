@@ -56,9 +56,15 @@
 // noted (at most kRememberDropped notes, apart from the pairs: a pair is
 // not kept for them; when they are full, the oldest note of the carrier
 // with the most notes goes, the noting carrier's own if it has as many as
-// any: a carrier's misfits flush its own notes, never those of a carrier
+// any: a carrier's drops flush its own notes, never those of a carrier
 // with fewer, so a carrier's notes survive while it has fewer than
-// kRememberDropped / (carriers noting) of them): when its marker
+// kRememberDropped / (carriers noting) of them. Not covered: the sources,
+// not the carrier, decide which fills an honest relay carries, so a source
+// whose fills an honest relay brings here can, by having many of them
+// dropped (sending no markers), flush that relay's notes for other
+// sources; a number whose note is flushed is not given up: its pair waits
+// behind the live carrier until that pair's source process's held frames
+// pass process_cap and it is dropped as broken): when its marker
 // comes, names that carrier (or the source's process) and no held fill
 // fits, the fill was the one, and the number is given up with a warning
 // (fills_lost; the message is lost, the pair goes on). At the marker the
