@@ -5,6 +5,7 @@
 //                  [--peers]
 //                  [--repeats R]
 //   tocl-bench multinet [--json] [--quick] [--repeats R] [--baselines-only]
+//   tocl-bench multicast [--json] [--quick] [--repeats R] [--rate RATE]
 //   tocl-bench directory --cluster [--json] [--threads N] [--repeats R]
 //   tocl-bench spawn [--json] [--quick] [--repeats R]
 //   tocl-bench notify [--json] [--quick] [--repeats R] [--kills N] [--cluster]
@@ -27,6 +28,7 @@
 #include "cluster/spawn_bench.h"
 #include "directory_bench.h"
 #include "msg/msg_bench.h"
+#include "multicast/multicast_bench.h"
 #include "multinet/multinet_bench.h"
 #include "notify/notify_bench.h"
 #include "report.h"
@@ -196,6 +198,16 @@ int main(int argc, char** argv) {
   multinet_command->add_flag("--baselines-only", multinet.baselines_only,
                              "measure raw TCP only; start no tocl peers");
 
+  tocl::bench::MulticastBenchOptions multicast;
+  CLI::App* multicast_command = app.add_subcommand(
+      "multicast",
+      "1 MiB to 8 receivers on 3 hosts in network namespaces: one Multicast against 8 Sends, "
+      "time and bytes the sender's host sent (needs root)");
+  AddCommonOptions(*multicast_command, common);
+  multicast_command->add_flag("--quick", multicast.quick, "5 rounds: a smoke run");
+  multicast_command->add_option("--rate", multicast.rate,
+                                "the network's tc rate (e.g. 1gbit); unlimited when empty");
+
   tocl::bench::SpawnBenchOptions spawn;
   CLI::App* spawn_command = app.add_subcommand(
       "spawn",
@@ -259,6 +271,9 @@ int main(int argc, char** argv) {
     msg.warmup = std::chrono::milliseconds(msg_warmup_ms);
     msg.idle = std::chrono::milliseconds(static_cast<int64_t>(msg_idle_seconds * 1000));
     return RunSuite("msg", msg, common, tocl::bench::RunMsgBench);
+  }
+  if (multicast_command->parsed()) {
+    return RunSuite("multicast", multicast, common, tocl::bench::RunMulticastBench, "multicast");
   }
   if (multinet_command->parsed()) {
     return RunSuite("multinet", multinet, common, tocl::bench::RunMultinetBench, "multinet");

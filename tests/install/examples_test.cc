@@ -187,6 +187,33 @@ TEST_CASE(
     CHECK(HasLine(answered, "8 answers, log: 1 2 3 4 5 6 7 8"));
   }
 
+  {  // multicast: three listeners get hello, the table and bye, in that order
+    const std::vector<std::string> env = {"TOCL_DAEMON=" + seed.address()};
+    const std::string multicast = cmake_build + "/multicast";
+    Result<ChildProcess> listen =
+        ChildProcess::Spawn({multicast, "listen", "3"},
+                            SpawnOptions{.output_path = "", .pipe_stdin = false, .env = env});
+    REQUIRE(listen.status().message() == "");
+    const std::string sent = RunOk({multicast, "send", "3"}, seconds(60), env);
+    CHECK(HasLine(sent, "the table: 3 of 3 delivered, [0-9]+ copies sent"));
+    CHECK(HasLine(sent, "bye: 3 of 3 delivered"));
+    REQUIRE(listen->Wait(seconds(30)).value_or(-1) == 0);
+    const std::string heard = listen->Output();
+    INFO(heard);
+    CHECK(HasLine(heard, "h1\\.p[0-9]+\\.t[0-9]+: 1048576 bytes \\(from h1\\.p[0-9]+\\.t1\\)"));
+    // Each listener's lines: hello, then the table, then bye.
+    for (const std::string& thread : {std::string("t1"), std::string("t2"), std::string("t3")}) {
+      const size_t hello = heard.find("." + thread + ": hello");
+      const size_t table = heard.find("." + thread + ": 1048576 bytes");
+      const size_t bye = heard.find("." + thread + ": bye");
+      CHECK(hello != std::string::npos);
+      CHECK(table != std::string::npos);
+      CHECK(bye != std::string::npos);
+      CHECK(hello < table);
+      CHECK(table < bye);
+    }
+  }
+
   {  // packed: a header handler places an image's pixels; a reader reads a second one
     const std::string packed =
         RunOk({cmake_build + "/packed"}, seconds(60), {"TOCL_DAEMON=" + seed.address()});

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -18,13 +19,18 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon_harness.h"
 #include "messaging_support.h"
 #include "raw_handshake.h"
+#include "runtime/internal_threads.h"
+#include "runtime/multicast_protocol.h"
 #include "security/cluster_key.h"
 #include "status_assertions.h"
 #include "wire/frame.h"
@@ -349,6 +355,111 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     cases.push_back({"acknowledgements and grants for messages never sent",
                      Frames().Add(ack).Add(grant), false, /*must_close=*/false, sender});
   }
+  // Multicast (issue #19): relayed frames, and requests to the relay.
+  {
+    wire::Header bad = Hello(stranger, target_process);
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a hello marked relayed", Frames().AddHello(bad)});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, Gid::Thread(honest_process, 1), 1, payload.size());
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed message for another process", Frames().Add(bad, Bytes(payload)),
+                     false, true, stranger});
+  }
+  {
+    wire::Header bad = Message(Gid::Thread(honest_process, 1), target, 1, 0);
+    bad.kind = wire::FrameKind::kGrant;
+    bad.total = 0;
+    bad.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed grant from another process than the handshake's", Frames().Add(bad),
+                     false, true, stranger});
+  }
+  {
+    wire::Header bad = Message(stranger_thread, target, 1, payload.size());
+    bad.flags = wire::kFlagRelayed | 4;
+    cases.push_back({"unknown flag bits beside relayed", Frames().Add(bad, Bytes(payload)), false,
+                     true, stranger});
+  }
+  {
+    // A fill (a relay's frame, wire/frame.h) naming the honest process's
+    // thread, whose messages to the target are numbered from 0 ("before
+    // anything" took 0), for a number no marker of it took: dropped, not
+    // delivered (the echo would answer it with tag 77: checked after the
+    // cases); its carrier is not blamed (anyone can have a relay carry a
+    // fill: multicast.h), so the connection stays.
+    const Gid relayer = new_stranger();
+    wire::Header forged = Message(me, target, 77, payload.size(), /*seq=*/0);
+    forged.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill naming a third process's thread, for a number no marker took",
+                     Frames().Add(forged, Bytes(payload)), false, /*must_close=*/false, relayer});
+  }
+  {
+    // A fill for a number far ahead: nothing to judge it by yet, so it
+    // waits (charged to its carrier, not delivered: checked after the
+    // cases), and the connection stays.
+    wire::Header ahead = Message(me, target, 77, payload.size(), /*seq=*/1000);
+    ahead.flags = wire::kFlagRelayed;
+    const Gid relayer = new_stranger();
+    cases.push_back({"a fill for a number far ahead of its pair",
+                     Frames().Add(ahead, Bytes(payload)), false, /*must_close=*/false, relayer});
+  }
+  {
+    // A fill in the name of a runtime's internal thread (the honest
+    // process's spawn service), or for one: refused at once.
+    const Gid relayer = new_stranger();
+    wire::Header forged = Message(Gid::Thread(honest_process, Gid::kMaxThread), target, 77,
+                                  payload.size(), /*seq=*/0);
+    forged.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill from a runtime's internal thread",
+                     Frames().Add(forged, Bytes(payload)), false, /*must_close=*/true, relayer});
+    wire::Header to_service =
+        Message(me, Gid::Thread(target_process, Gid::kMaxThread), 77, payload.size(), /*seq=*/0);
+    to_service.flags = wire::kFlagRelayed;
+    cases.push_back({"a fill for a runtime's internal thread",
+                     Frames().Add(to_service, Bytes(payload)), false, /*must_close=*/true,
+                     new_stranger()});
+  }
+  {
+    // Relayed aborts go the way their tag says: a sender's (tag 0) only to
+    // a thread of the process it came to, a receiver's (tag 1) only from a
+    // thread of the process it came from (forged ones to made-up
+    // destinations would otherwise each make state there).
+    wire::Header to_elsewhere = Message(me, Gid::Thread(honest_process, 7), 0, 0);
+    to_elsewhere.kind = wire::FrameKind::kAbort;
+    to_elsewhere.flags = wire::kFlagRelayed;
+    const Gid aborter = new_stranger();
+    cases.push_back({"a relayed sender's abort for a thread of another process",
+                     Frames().Add(to_elsewhere), false, /*must_close=*/true, aborter});
+    wire::Header in_anothers_name = Message(me, target, 0, 0);
+    in_anothers_name.kind = wire::FrameKind::kAbort;
+    in_anothers_name.tag = 1;
+    in_anothers_name.flags = wire::kFlagRelayed;
+    cases.push_back({"a relayed receiver's abort in another process's thread's name",
+                     Frames().Add(in_anothers_name), false, /*must_close=*/true, new_stranger()});
+  }
+  {
+    // A marker only comes from its sender's own process.
+    const Gid relayer = new_stranger();
+    cases.push_back({"a marker for another process's thread",
+                     Frames().Add(wire::MarkerHeader(me, target, 77, payload.size(), relayer, 0)),
+                     false, /*must_close=*/true, relayer});
+  }
+  {
+    // Garbage, and a request from a user thread, to the target's multicast
+    // relay (the thread index before the spawn service's): refused with a
+    // log line, never answered to a user thread, and the target goes on.
+    const Gid sender = new_stranger();
+    const Gid relay = Gid::Thread(target_process, Gid::kMaxThread - 1);
+    Frames frames;
+    frames.Add(Message(Gid::Thread(sender, 1), relay, 3, garbage.size(), 0), garbage);
+    std::vector<std::byte> truncated(garbage.begin(), garbage.begin() + 40);
+    const uint32_t magic = 0x32514D54;  // "TMQ2": a request cut short after its marker
+    std::memcpy(truncated.data(), &magic, sizeof magic);
+    frames.Add(Message(Gid::Thread(sender, 1), relay, 3, truncated.size(), 1), truncated);
+    cases.push_back({"malformed multicast requests to the relay", std::move(frames), false,
+                     /*must_close=*/false, sender});
+  }
   // Left open: the target must not wait for the rest of it.
   cases.push_back({"a header cut short, left open", hello().Truncate(20), false, false});
   cases.push_back({"a payload cut short, left open",
@@ -375,6 +486,9 @@ TEST_CASE("malformed frames on a process's tcp port close that connection, the p
     CHECK_OK(ping("after " + test.what));
     ++target_received;
   }
+
+  // Nothing forged was delivered: the echo would have answered it.
+  CHECK(runtime->TryRecv(me, Gid(), 77).status().code() == StatusCode::kTryAgain);
 
   // Many idle connections at once do not starve the honest one.
   for (int i = 0; i < 100; ++i) {
@@ -517,6 +631,265 @@ TEST_CASE(
   CHECK(next_text() == "h");
   CHECK(nothing_more());
   CHECK_FALSE(raw.ClosedByPeer(milliseconds(300)));
+}
+
+TEST_CASE(
+    "forged relayed aborts and probes about a long message in flight are ignored at both ends, "
+    "and the message arrives",
+    "[integration][msg][tcp][long][multicast]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "sender", "tcp"));
+  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  // Its grant waits for a RecvInto: the message stays in flight meanwhile.
+  RuntimeOptions small = RuntimeOptionsFor(daemon, "receiver", "tcp");
+  small.reassembly_cap = size_t{256} << 10;
+  auto receiver = REQUIRE_VALUE(StartRuntime(small));
+  const Gid r = REQUIRE_VALUE(receiver->EnrollThread("r"));
+  const std::vector<std::byte> payload = PatternBytes(size_t{1} << 20, 19);
+
+  const uint64_t heard_before = FramesReceived(*sender);
+  auto sent = std::async(std::launch::async, [&] { return sender->Send(s, r, 3, payload); });
+  // The receiver has the start once it answers the sender's probe ("waits
+  // for memory"): the first frame the sender hears (nobody else talks to
+  // it). (A start waiting for memory is not visible to Probe.)
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*sender) == heard_before && steady_clock::now() < deadline) {
+    REQUIRE(sent.wait_for(milliseconds(20)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*sender) > heard_before);
+
+  // A third process, relay-flagged: the sender's abort and probe to the
+  // receiver, the receiver's abort to the sender (message 0 of the pair).
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 2);
+  auto forge = [&](Runtime& target, wire::Header header) {
+    header.flags = wire::kFlagRelayed;
+    const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, target.gid()));
+    RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+    REQUIRE_OK(raw.Handshake(forger, target.gid()));
+    // Then a frame with a bad magic, which closes the connection: once
+    // it is closed, the forged frame before it was handled (the frames of
+    // a connection are taken in order), while the message is in flight.
+    wire::Header closer = header;
+    closer.magic = 0;
+    REQUIRE(raw.Write(Frames().Add(header).Add(closer).bytes()) == RawConnection::Written::kAll);
+    REQUIRE(raw.ClosedByPeer(seconds(20)));
+    REQUIRE(sent.wait_for(milliseconds(0)) == std::future_status::timeout);
+  };
+  forge(*receiver, LongControl(wire::FrameKind::kAbort, s, r, 0));  // "its sender gave up"
+  forge(*receiver, LongControl(wire::FrameKind::kProbe, s, r, 0));
+  wire::Header receiver_abort = LongControl(wire::FrameKind::kAbort, r, s, 0);
+  receiver_abort.tag = 1;  // "its receiver gave up"
+  forge(*sender, receiver_abort);
+
+  std::vector<std::byte> out(payload.size());
+  MessageInfo info = REQUIRE_VALUE(receiver->RecvIntoFor(r, out, seconds(30), s, 3));
+  CHECK(info.size == payload.size());
+  CHECK(out == payload);
+  CHECK_OK(sent.get());
+}
+
+TEST_CASE(
+    "a forged relay answer is ignored: the sender waits for its relay's, then gives the message "
+    "itself",
+    "[integration][msg][tcp][multicast]") {
+  Daemon daemon;
+  REQUIRE_OK(daemon.Start());
+  // The relay (the lowest receiving process), stopped: it answers nothing.
+  MsgWorker relay = REQUIRE_VALUE(MsgWorker::Start(daemon, MsgWorkerArgs("idle", "stuck-relay")));
+  auto sender = REQUIRE_VALUE(StartRuntime(daemon, "answered-sender", "shm,tcp"));
+  const Gid s = REQUIRE_VALUE(sender->EnrollThread("s"));
+  auto other = REQUIRE_VALUE(StartRuntime(daemon, "answered-other"));
+  const Gid o = REQUIRE_VALUE(other->EnrollThread("o"));
+  REQUIRE(relay.process() < other->gid());
+  const std::vector<Gid> to{relay.threads().at(0), o};
+  REQUIRE_OK(relay.child().Signal(SIGSTOP));
+
+  const std::vector<std::byte> payload = PatternBytes(300, 23);
+  const uint64_t other_heard = FramesReceived(*other);
+  auto pending = std::async(std::launch::async, [&] {
+    return sender->Multicast(s, to, 7, payload, {.timeout = seconds(60), .relay_local = true});
+  });
+  // Its marker reached `other`: the sender waits for the relay's answer.
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(*other) == other_heard && steady_clock::now() < deadline) {
+    REQUIRE(pending.wait_for(milliseconds(5)) == std::future_status::timeout);
+  }
+  REQUIRE(FramesReceived(*other) > other_heard);
+
+  // A process outside the multicast's tree answers "ok" for the relay's
+  // group, as the relay would: the sender's first request (id 1), to each
+  // reply mailbox it may wait on.
+  runtime::MulticastReply forged{.id = 1, .relay = relay.process()};
+  for (Gid receiver : to) forged.receivers.push_back({receiver, Status::Ok()});
+  const std::vector<std::byte> answer = runtime::EncodeMulticastReply(forged);
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 3);
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, sender->gid()));
+  RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+  REQUIRE_OK(raw.Handshake(forger, sender->gid()));
+  Frames frames;
+  for (uint32_t k = 0; k < 4; ++k) {
+    const Gid mailbox = Gid::Thread(sender->gid(), runtime::kFirstInternalThread + k);
+    frames.Add(
+        Message(runtime::RelayOf(forger), mailbox, runtime::kMulticastReplyTag, answer.size()),
+        answer);
+  }
+  // Then a frame with a bad magic: once the sender closes the connection
+  // for it, the answers before it are in its reply mailboxes (the frames
+  // of a connection are taken in order), where the waiting call takes
+  // them at once.
+  wire::Header closer = Message(runtime::RelayOf(forger), Gid::Thread(sender->gid(), 1), 1, 0);
+  closer.magic = 0;
+  frames.Add(closer);
+  REQUIRE(raw.Write(frames.bytes()) == RawConnection::Written::kAll);
+  REQUIRE(raw.ClosedByPeer(seconds(20)));
+  REQUIRE(pending.wait_for(milliseconds(0)) == std::future_status::timeout);
+
+  // Killed, the relay fails the wait (the directory says so): the sender
+  // gives `other` the message itself. Taken as the relay's answer, the
+  // forgery would have ended the call with nobody sending to `other`.
+  REQUIRE_VALUE(relay.child().Kill());
+  auto result = REQUIRE_VALUE(pending.get());
+  REQUIRE(result.receivers.size() == 2);
+  CHECK_FALSE(result.receivers[0].status.ok());  // the relay's own thread died with it
+  INFO(result.receivers[1].status.ToString());
+  CHECK(result.receivers[1].status.ok());
+  CHECK(result.receivers[1].carried_by == sender->gid());
+  Buffer got = REQUIRE_VALUE(other->RecvFor(o, seconds(20), s, 7));
+  CHECK(got.size() == payload.size());
+  CHECK(other->TryRecv(o, s, 7).status().code() == StatusCode::kTryAgain);
+}
+
+// A third process's relay thread passes a request (as a parent relay in a
+// tree would) to `relay`'s relay thread: carry `bytes` as number `seq` of
+// (s, r), r a thread of the receiving process, with no nonce. s's process sent
+// the relay no ticket for it (multicast_tickets.h), so the relay waits for
+// one (the request's 200 ms), then refuses it, answering s's process.
+// Returns once that answer reached the sender (nobody else talks to it
+// meanwhile). (Whether the relay carried anything is for the caller to
+// check at r, and for the relay unit tests: counting r's frames here
+// would be racy, a fill on another connection may land after the answer.)
+void ForgeRelayRequest(Daemon& daemon, Runtime& relay, Runtime& sender, Gid s, Gid r, uint64_t seq,
+                       Tag tag, const std::vector<std::byte>& bytes) {
+  const Gid forger = Gid::Process(s.host_index(), Gid::kMaxProcess - 4);
+  runtime::MulticastRequest request{
+      .id = 1000,  // not the sender's: its answer is ignored there
+      .source = s,
+      .reply_to = Gid::Thread(sender.gid(), runtime::kFirstInternalThread),
+      .tag = tag,
+      .wait_ms = 200,
+      .payload = bytes};
+  const std::vector<runtime::MulticastGroup> groups{
+      runtime::MulticastGroup{relay.gid(), {{r, seq}}}};
+  const std::vector<std::byte> encoded = runtime::EncodeMulticastRequest(request, groups);
+  auto client = REQUIRE_VALUE(daemon.Connect());
+  const std::string endpoint = REQUIRE_VALUE(TcpEndpointOf(*client, relay.gid()));
+  RawConnection raw = REQUIRE_VALUE(RawConnection::Open(endpoint));
+  REQUIRE_OK(raw.Handshake(forger, relay.gid()));
+  const uint64_t answers = FramesReceived(sender);
+  REQUIRE(raw.Write(Frames()
+                        .Add(Message(runtime::RelayOf(forger), runtime::RelayOf(relay.gid()),
+                                     runtime::kMulticastRequestTag, encoded.size()),
+                             encoded)
+                        .bytes()) == RawConnection::Written::kAll);
+  const auto deadline = steady_clock::now() + seconds(20);
+  while (FramesReceived(sender) == answers && steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  REQUIRE(FramesReceived(sender) > answers);
+}
+
+// Three processes under one daemon: a relay (thread q) that is the lowest
+// receiving process, a receiver (thread r) that has seen nothing of the
+// sender (thread s), so s's next message to r takes number 0 of the pair.
+struct DeputyCast {
+  explicit DeputyCast(const std::string& name) {
+    REQUIRE_OK(daemon.Start());
+    relay = REQUIRE_VALUE(StartRuntime(daemon, name + "-relay", "shm,tcp"));
+    q = REQUIRE_VALUE(relay->EnrollThread("q"));
+    receiver = REQUIRE_VALUE(StartRuntime(daemon, name + "-receiver"));
+    r = REQUIRE_VALUE(receiver->EnrollThread("r"));
+    sender = REQUIRE_VALUE(StartRuntime(daemon, name + "-sender"));
+    s = REQUIRE_VALUE(sender->EnrollThread("s"));
+    REQUIRE(relay->gid() < receiver->gid());
+  }
+
+  Daemon daemon;
+  std::unique_ptr<Runtime> relay, receiver, sender;
+  Gid q, r, s;
+};
+
+TEST_CASE(
+    "a relay asked by a third process to carry bytes in a sender's name: its receiver gets the "
+    "sender's own message, not those bytes",
+    "[integration][msg][tcp][multicast]") {
+  // The multicast takes number 0 of (s, r).
+  DeputyCast cast("deputy");
+  auto& [daemon, relay, receiver, sender, q, r, s] = cast;
+  const std::vector<std::byte> real = PatternBytes(300, 31);
+  const std::vector<std::byte> forged = PatternBytes(300, 97);  // same size and tag
+  constexpr Tag kTag = 12;
+
+  // A forged request for (s, r, 0), with its own bytes and no nonce: the
+  // relay refuses it (no ticket), r never sees it.
+  ForgeRelayRequest(daemon, *relay, *sender, s, r, 0, kTag, forged);
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
+
+  // The real multicast, through the same relay.
+  const std::vector<Gid> to{q, r};
+  auto result = REQUIRE_VALUE(sender->Multicast(s, to, kTag, real, {.relay_local = true}));
+  for (const MulticastOutcome& outcome : result.receivers) {
+    INFO(outcome.receiver.ToString() << ": " << outcome.status.ToString());
+    CHECK(outcome.status.ok());
+  }
+  Buffer got = REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag));
+  CHECK(std::vector<std::byte>(got.span().begin(), got.span().end()) == real);
+  Buffer at_relay = REQUIRE_VALUE(relay->RecvFor(q, seconds(20), s, kTag));
+  CHECK(std::vector<std::byte>(at_relay.span().begin(), at_relay.span().end()) == real);
+  // The relay is not cut off from r: the next multicast comes through it.
+  auto again =
+      REQUIRE_VALUE(sender->Multicast(s, to, kTag, PatternBytes(40, 5), {.relay_local = true}));
+  CHECK(again.all_delivered());
+  Buffer next = REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag));
+  CHECK(next.size() == 40);
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
+}
+
+TEST_CASE(
+    "a relay asked by a third process to carry a fill for a plain message's number is not cut off: "
+    "the sender's message, a multicast through it and its own message all arrive",
+    "[integration][msg][tcp][multicast]") {
+  // Review 3 item 1: number 0 of (s, r) is s's plain Send; the relay
+  // refuses to carry the forged fill for it (no ticket from s's process).
+  DeputyCast cast("plain");
+  auto& [daemon, relay, receiver, sender, q, r, s] = cast;
+  constexpr Tag kTag = 13;
+  ForgeRelayRequest(daemon, *relay, *sender, s, r, 0, kTag, PatternBytes(300, 97));
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
+
+  const std::vector<std::byte> plain = PatternBytes(200, 3);
+  REQUIRE_OK(sender->Send(s, r, kTag, plain));
+  const std::vector<std::byte> multicast = PatternBytes(250, 4);
+  const std::vector<Gid> to{q, r};
+  auto result = REQUIRE_VALUE(sender->Multicast(s, to, kTag, multicast, {.relay_local = true}));
+  for (const MulticastOutcome& outcome : result.receivers) {
+    INFO(outcome.receiver.ToString() << ": " << outcome.status.ToString());
+    CHECK(outcome.status.ok());
+    if (outcome.receiver == r) CHECK(outcome.carried_by == relay->gid());
+  }
+  const std::vector<std::byte> own = PatternBytes(150, 5);
+  REQUIRE_OK(relay->Send(q, r, kTag, own));
+
+  auto bytes_of = [](const Buffer& buffer) {
+    return std::vector<std::byte>(buffer.span().begin(), buffer.span().end());
+  };
+  CHECK(bytes_of(REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag))) == plain);
+  CHECK(bytes_of(REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), s, kTag))) == multicast);
+  CHECK(bytes_of(REQUIRE_VALUE(receiver->RecvFor(r, seconds(20), q, kTag))) == own);
+  CHECK(bytes_of(REQUIRE_VALUE(relay->RecvFor(q, seconds(20), s, kTag))) == multicast);
+  CHECK(receiver->TryRecv(r, s, kTag).status().code() == StatusCode::kTryAgain);
 }
 
 }  // namespace

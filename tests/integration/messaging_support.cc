@@ -186,6 +186,12 @@ Result<RuntimePair> StartRuntimePair(const Daemon& daemon, const std::string& na
   return pair;
 }
 
+uint64_t FramesReceived(const Runtime& runtime) {
+  uint64_t frames = 0;
+  for (const NetworkStats& network : runtime.Networks()) frames += network.frames_received;
+  return frames;
+}
+
 std::vector<std::byte> PatternBytes(size_t size, uint32_t seed) {
   std::vector<std::byte> bytes(size);
   uint32_t x = seed * 2654435761u + 1;

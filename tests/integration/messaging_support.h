@@ -164,6 +164,10 @@ struct RuntimePair {
 Result<RuntimePair> StartRuntimePair(const Daemon& daemon, const std::string& name,
                                      std::string subsystems = {});
 
+// Frames received by `runtime`'s networks so far (a test waits for a frame
+// it sent by hand to be there).
+uint64_t FramesReceived(const Runtime& runtime);
+
 // `size` bytes that differ at every offset (a misplaced fragment shows),
 // different for each seed.
 std::vector<std::byte> PatternBytes(size_t size, uint32_t seed);

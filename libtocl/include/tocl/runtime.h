@@ -80,6 +80,7 @@
 #include "tocl/handler.h"
 #include "tocl/membership.h"
 #include "tocl/message_info.h"
+#include "tocl/multicast.h"
 #include "tocl/network_stats.h"
 #include "tocl/packed_message.h"
 #include "tocl/pool_stats.h"
@@ -332,6 +333,28 @@ class TOCL_EXPORT Runtime {
                                                     PackedHeaderFunction header,
                                                     PackedDoneFunction done,
                                                     HandlerOptions options = {});
+
+  // --- multicast (tocl/multicast.h) ----------------------------------------------
+  // Sends `payload` from thread `from` (enrolled here) to every thread of
+  // `to` with `tag`, once per other host (relays fan it out there), each
+  // receiver getting it in its place among `from`'s messages to it.
+  // Returns once every receiver's outcome is known (multicast.h says what
+  // each means); a receiver that is gone is reported there, and the others
+  // still get it. Errors (nothing sent): InvalidArgument for bad use (an
+  // empty list, an id that is not a thread's, one twice, `from` among them,
+  // kAnyTag, a payload over kMaxMessageBytes), Unavailable once shutting
+  // down.
+  Result<MulticastResult> Multicast(Gid from, std::span<const Gid> to, Tag tag,
+                                    std::span<const std::byte> payload,
+                                    MulticastOptions options = {});
+  // The same to every thread that `query` (Query's language) matches when
+  // it is called, but `from` itself (a query's result never includes its
+  // sender), in Gid order. NotFound "multicast: the query '...' matches no
+  // thread" when there is none; InvalidArgument for a query that does not
+  // parse; Query's other errors.
+  Result<MulticastResult> Multicast(Gid from, std::string_view query, Tag tag,
+                                    std::span<const std::byte> payload,
+                                    MulticastOptions options = {});
 
   // --- networks ---------------------------------------------------------------
   // The open networks with their traffic counters and the bandwidth learned

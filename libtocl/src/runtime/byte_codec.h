@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tocl/status.h"
+
 namespace tocl::runtime {
 
 class ByteWriter {
@@ -72,5 +74,17 @@ class ByteReader {
   size_t at_ = 0;
   bool ok_ = true;
 };
+
+// A status carried as (code, message) in a reply: a code this build does
+// not know (or one that is not an error) is still an error (kInternal);
+// an empty message becomes `fallback`.
+inline Status StatusFromWire(uint32_t code, std::string_view message, std::string_view fallback) {
+  if (code == 0) return Status::Ok();
+  const bool known = code <= static_cast<uint32_t>(StatusCode::kInternal) &&
+                     code != static_cast<uint32_t>(StatusCode::kTryAgain) &&
+                     code != static_cast<uint32_t>(StatusCode::kInProgress);
+  return Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+                std::string(message.empty() ? fallback : message));
+}
 
 }  // namespace tocl::runtime

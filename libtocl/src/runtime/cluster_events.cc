@@ -4,16 +4,16 @@
 
 #include "runtime/notifier.h"
 #include "runtime/peer_routes.h"
-#include "runtime/thread_service.h"
+#include "runtime/reply_mailboxes.h"
 
 namespace tocl::runtime {
 
-void ApplyClusterChange(const ChangeEvent& event, PeerRoutes& routes, ThreadService& spawns,
+void ApplyClusterChange(const ChangeEvent& event, PeerRoutes& routes, ReplyMailboxes& replies,
                         Notifier& notifier) {
   switch (event.op) {
     case ChangeOp::kExited:
       if (event.gid.is_process()) {
-        spawns.FailPending(event.gid, ProcessExitedStatus(event.gid, event.entity.exit_reason));
+        replies.FailPending(event.gid, ProcessExitedStatus(event.gid, event.entity.exit_reason));
       }
       break;
     case ChangeOp::kUnreachable:
@@ -21,7 +21,7 @@ void ApplyClusterChange(const ChangeEvent& event, PeerRoutes& routes, ThreadServ
       if (event.gid.is_host()) {
         const Status why = Unavailable(HostDownReason(event.gid));
         routes.HostDown(event.gid, why);
-        spawns.FailPending(event.gid, why);
+        replies.FailPending(event.gid, why);
       }
       break;
     case ChangeOp::kReachable:

@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -78,6 +79,9 @@ inline constexpr Tag kProbeWaiting = 1;  // receiver to sender: the start waits 
 // kAbort's tag: who gives up.
 inline constexpr Tag kAbortBySender = 0;
 inline constexpr Tag kAbortByReceiver = 1;
+static_assert(kProbeAsk == 0 && kAbortBySender == 0 && kProbeWaiting != 0 && kAbortByReceiver != 0,
+              "wire::RelayedTowardReceiver and RelayedTowardSender tell a relayed abort's and "
+              "probe's direction by these tags");
 
 // A control frame from the sender of a message this process receives (its
 // abort, its probe: LongReceiver's); any other (grant, acknowledgement, the
@@ -93,6 +97,11 @@ struct LongSend {
   LongKey key;
   std::span<const std::byte> data;
   Tag tag = 0;
+  // Set before Begin: a multicast's fill has the number its marker took
+  // (else the pair's next), and wire::kFlagRelayed on every frame.
+  std::optional<uint64_t> numbered_as;
+  uint64_t nonce = 0;  // a fill's (wire/frame.h), in its start's offset
+  uint16_t flags = 0;
 
   std::mutex mu;         // the sender and the poller (acknowledgements)
   bool granted = false;  // guarded by mu

@@ -47,6 +47,11 @@ Status LongReceiver::OnLongStart(Gid from_process, buffers::SlotRef slot) {
   const Gid to = Gid::FromRaw(header.destination);
   Mailbox* mailbox = receive_.Find(to);
   if (mailbox == nullptr || mailbox->left()) {
+    if (wire::Relayed(header)) {
+      // A multicast's fill: a second one is answered "given up" too.
+      std::lock_guard lock(mu_);
+      RememberAbortedLocked(KeyOf(header));
+    }
     SendControl(from_process, -1, wire::FrameKind::kAbort, KeyOf(header));
     return Status::Ok();
   }
@@ -139,6 +144,13 @@ Result<LongReceiver::Placed> LongReceiver::PlaceLocked(Gid from_process, const w
   }
   InboundLong& message = *it->second;
   const uint64_t fragment = message.fragment_bytes;
+  if (message.source_process != from_process && wire::Relayed(header)) {
+    // A fill's fragment from the carrier it was taken from (OnRefill):
+    // told to stop, not acknowledged (it would report bytes it did not
+    // place as given).
+    fragments_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return Placed::kAborted;
+  }
   if (message.source_process != from_process || !message.granted || header.total != message.total ||
       header.offset % fragment != 0 ||
       header.length != std::min(fragment, message.total - header.offset)) {
@@ -183,9 +195,21 @@ Status LongReceiver::OnControl(int network, Gid from_process, const wire::Header
       std::lock_guard lock(mu_);
       auto it = inbound_.find(key);
       if (it != inbound_.end()) {
-        FinishLocked(*it->second,
-                     Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
-                     false);
+        // Only the process carrying it may end it (a relayed abort may
+        // name any sender: wire::SourceFits).
+        if (it->second->source_process != from_process) {
+          Log().warn("tocl: ignoring an abort of long message {} from {}: {} carries it", key.seq,
+                     from_process.ToString(), it->second->source_process.ToString());
+          return Status::Ok();
+        }
+        if (Gid::FromRaw(key.source).process() != from_process) {
+          // A relay gave up a multicast's fill: its sender sends it itself.
+          OrphanLocked(*it->second);
+        } else {
+          FinishLocked(*it->second,
+                       Unavailable(fmt::format("its sender {} gave up", from_process.ToString())),
+                       false);
+        }
         return Status::Ok();
       }
     }
@@ -290,6 +314,9 @@ void LongReceiver::FinishLocked(InboundLong& message, Status status, bool tell_s
   if (!status.ok() && tell_sender) {
     QueueControlLocked(message.source_process, -1, wire::FrameKind::kAbort, message.key);
     RememberAbortedLocked(message.key);
+  } else if (!status.ok() && (message.flags & wire::kFlagRelayed) != 0) {
+    // A multicast's fill: a second one is answered "given up" (OnRefill).
+    RememberAbortedLocked(message.key);
   }
   std::erase(waiting_grant_, &message);
   std::erase(waiting_receive_, &message);
@@ -330,12 +357,17 @@ Result<buffers::LargeSlot*> LongReceiver::NewMessageSlot(const InboundLong& mess
 
 Status LongReceiver::DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
                                       uint16_t flags) {
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, WholeMessage(from, to, tag, payload));
+  slot->header().flags = flags;
+  return receive_.Deliver(slot);  // an error drops `slot`
+}
+
+Result<buffers::SlotRef> LongReceiver::WholeMessage(Gid from, Gid to, Tag tag,
+                                                    std::span<const std::byte> payload) {
   TOCL_ASSIGN_OR_RETURN(buffers::LargeSlot * large, NewReassemblySlot(payload.size()));
   large->header() = wire::WholeMessageHeader(from, to, tag, payload.size());
-  large->header().flags = flags;
-  std::memcpy(large->payload(), payload.data(), payload.size());
-  buffers::SlotRef slot(large);
-  return receive_.Deliver(slot);  // an error drops `slot`
+  if (!payload.empty()) std::memcpy(large->payload(), payload.data(), payload.size());
+  return buffers::SlotRef(large);
 }
 
 // --- the poller's round ---------------------------------------------------------
@@ -484,9 +516,14 @@ void LongReceiver::CancelBound(const Status& status) {
 void LongReceiver::SenderExited(Gid process, const std::string& reason) {
   std::lock_guard lock(mu_);
   std::vector<InboundLong*> orphans;
+  std::vector<InboundLong*> fills;
   for (auto& [key, message] : inbound_) {
-    if (message->source_process == process) orphans.push_back(message.get());
+    if (message->source_process != process) continue;
+    // A multicast's fill that a relay carried: left for its sender's own
+    // try (OnRefill).
+    (Gid::FromRaw(key.source).process() == process ? orphans : fills).push_back(message.get());
   }
+  for (InboundLong* message : fills) OrphanLocked(*message);
   for (InboundLong* message : orphans) {
     FinishLocked(*message,
                  Unavailable(fmt::format("its sending process {} has exited ({})",
@@ -495,10 +532,81 @@ void LongReceiver::SenderExited(Gid process, const std::string& reason) {
   }
 }
 
+void LongReceiver::OrphanLocked(InboundLong& message) {
+  if (message.granted) {
+    // Its memory is in the mailbox: kept, and what came stays, for
+    // partial_timeout.
+    message.source_process = Gid();
+    message.last_activity = Clock::now();
+    return;
+  }
+  // Nothing of it is in the mailbox yet: as if it never started.
+  const LongKey key = message.key;
+  std::erase(waiting_grant_, &message);
+  std::erase(waiting_receive_, &message);
+  inbound_.erase(key);
+  if (reopened_.size() >= kRememberAborted) reopened_.clear();
+  reopened_.insert(key);
+}
+
+Status LongReceiver::OnRefill(Gid from_process, buffers::SlotRef slot, bool given_up) {
+  const wire::Header header = slot->header();
+  const LongKey key = KeyOf(header);
+  const bool from_its_sender = Gid::FromRaw(key.source).process() == from_process;
+  {
+    std::lock_guard lock(mu_);
+    auto it = inbound_.find(key);
+    if (given_up && it == inbound_.end()) {
+      // Its number passed without it (no fill of it was taken): not
+      // delivered, whoever carries it now.
+      reopened_.erase(key);
+      RememberAbortedLocked(key);
+      QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      slot.reset();
+    } else if (reopened_.count(key) != 0) {
+      // Its relay exited before the grant: the sender's own try starts
+      // anew (below); anyone else's is a second copy.
+      if (!from_its_sender) return Status::Ok();
+      reopened_.erase(key);
+    } else if (it == inbound_.end()) {
+      // Given up here (its carrier hears so now, not after its
+      // partial_timeout), or here whole (all of it acknowledged: its
+      // carrier sends nothing more).
+      if (aborted_keys_.count(key) != 0) {
+        QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      } else {
+        QueueControlLocked(from_process, -1, wire::FrameKind::kAck, key, 0, header.total);
+      }
+      slot.reset();
+    } else if (it->second->source_process == from_process || it->second->total != header.total ||
+               it->second->fragment_bytes != header.reserved) {
+      return Status::Ok();  // a second copy of its own
+    } else if (!from_its_sender) {
+      // The relay's, late: its sender carries it now.
+      QueueControlLocked(from_process, -1, wire::FrameKind::kAbort, key);
+      slot.reset();
+    } else {
+      // Taken over by the sender's own process (its relay died midway, or
+      // is too slow for it): granted again, to the new carrier; what came
+      // already stays (its fragments are acknowledged again), and the
+      // relay's later fragments are dropped.
+      InboundLong& message = *it->second;
+      message.source_process = from_process;
+      message.last_activity = message.granted_at = Clock::now();
+      if (message.granted) QueueControlLocked(from_process, -1, wire::FrameKind::kGrant, key);
+      slot.reset();
+    }
+  }
+  if (slot) return OnLongStart(from_process, std::move(slot));
+  FlushControls();
+  return Status::Ok();
+}
+
 // --- control frames ---------------------------------------------------------------
 
 void LongReceiver::QueueControlLocked(Gid peer_process, int network, wire::FrameKind kind,
                                       const LongKey& about, uint64_t offset, uint64_t length) {
+  if (peer_process.is_null()) return;  // a fill whose carrier died (SenderExited)
   control_outbox_.push_back(OutControl{peer_process, network, kind, about, offset, length});
 }
 
@@ -519,8 +627,11 @@ void LongReceiver::FlushControls() {
 
 void LongReceiver::SendControl(Gid peer_process, int network, wire::FrameKind kind,
                                const LongKey& about, uint64_t offset, uint64_t length) {
-  // Toward the sender (grant, ack, receiver's abort) or the receiver.
-  const bool to_sender = Gid::FromRaw(about.source).process() == peer_process;
+  // Toward the sender (grant, ack, receiver's abort) or the receiver. The
+  // sender's side may be a relay carrying the message for a thread of
+  // another process (multicast): the frame names that thread and says so.
+  const bool to_sender = Gid::FromRaw(about.destination).process() != peer_process;
+  const bool relayed = to_sender && Gid::FromRaw(about.source).process() != peer_process;
   const Gid from = Gid::FromRaw(to_sender ? about.destination : about.source);
   const Gid to = Gid::FromRaw(to_sender ? about.source : about.destination);
   Tag tag = 0;
@@ -529,8 +640,9 @@ void LongReceiver::SendControl(Gid peer_process, int network, wire::FrameKind ki
   } else if (kind == wire::FrameKind::kProbe) {
     tag = to_sender ? kProbeWaiting : kProbeAsk;
   }
-  events_.SendControl(peer_process, network,
-                      wire::ControlHeader(kind, from, to, about.seq, tag, offset, length));
+  wire::Header header = wire::ControlHeader(kind, from, to, about.seq, tag, offset, length);
+  if (relayed) header.flags = wire::kFlagRelayed;
+  events_.SendControl(peer_process, network, header);
 }
 
 }  // namespace tocl::runtime

@@ -125,12 +125,31 @@ class LongReceiver {
   // the receive completes with `status` (the runtime shuts down: nothing
   // may write into an application's memory after).
   void CancelBound(const Status& status);
-  // Process `process` exited: its messages to us will not complete.
+  // Process `process` exited: its messages to us will not complete. A
+  // multicast's fill it carried for another process's thread (wire/frame.h)
+  // is kept open for that sender's own second try instead (OnRefill), as
+  // is one its carrier aborts.
   void SenderExited(Gid process, const std::string& reason);
+  // A second long fill for a number whose marker has passed (PairOrder's
+  // refill), from the source's own process or its relay: answered "all
+  // here" (whole acknowledgement) or "given up" (abort) when the first is
+  // done; from the source's process, takes over the fill a relay carries
+  // (it exited midway, or the sender stopped waiting for it) or starts one
+  // whose relay exited before its grant; a relay's late one while another
+  // carries it is told to stop (abort). `given_up`: the pair's order gave
+  // its number up (PairOrder: its carrier exited, or its fill was dropped
+  // ahead), so the message was not delivered: its carrier is told so
+  // (abort, and so are its later fragments), never "all here".
+  Status OnRefill(Gid from_process, buffers::SlotRef slot, bool given_up = false);
   // A long message from a thread of this process: one copy into library
   // memory, delivered whole to thread `to`, with wire header `flags`.
   Status DeliverInProcess(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
                           uint16_t flags = 0);
+  // A copy of `payload` in library memory as a whole message from `from`
+  // to `to` (seq 0: the caller numbers it), not delivered: a multicast
+  // relay hands it to its receiver's pair order.
+  Result<buffers::SlotRef> WholeMessage(Gid from, Gid to, Tag tag,
+                                        std::span<const std::byte> payload);
 
   // Drops our references to the memory of messages still arriving (the
   // runtime goes away; their mailboxes drop theirs).
@@ -143,6 +162,11 @@ class LongReceiver {
   uint64_t fragments_dropped() const { return fragments_dropped_.load(std::memory_order_relaxed); }
 
  private:
+  // A fill whose carrier is gone or gave up: a granted one keeps its
+  // memory and mailbox entry without a carrier (until partial_timeout), an
+  // ungranted one goes and its key is reopened (OnRefill).
+  void OrphanLocked(InboundLong& message);
+
   struct OutControl {
     Gid peer_process;
     int network;
@@ -220,6 +244,9 @@ class LongReceiver {
   // Guarded by mu_: messages given up here, the last kRememberAborted.
   std::unordered_set<LongKey, LongKeyHash> aborted_keys_;
   std::deque<LongKey> aborted_order_;
+  // Guarded by mu_: multicast fills whose carrier exited before their
+  // grant, open for their sender's second try (OnRefill).
+  std::unordered_set<LongKey, LongKeyHash> reopened_;
   std::atomic<uint64_t> reassembly_used_{0};
   std::atomic<uint64_t> fragments_dropped_{0};
   std::atomic<bool> housekeeping_{false};  // something to grant or check

@@ -35,6 +35,21 @@ Status LongSender::Send(SendQueue& peer, Gid from, Gid to, Tag tag,
                         std::span<const std::byte> payload, uint16_t flags) {
   LongSend send;
   TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, receive_.Find(from), send, flags));
+  return Carry(peer, send);
+}
+
+Status LongSender::SendFill(SendQueue& peer, Gid from, Gid to, Tag tag,
+                            std::span<const std::byte> payload, uint64_t seq, uint64_t nonce,
+                            Mailbox& wake) {
+  LongSend send;
+  send.numbered_as = seq;
+  send.nonce = nonce;
+  send.flags = wire::kFlagRelayed;
+  TOCL_RETURN_IF_ERROR(Begin(peer, from, to, tag, payload, &wake, send));
+  return Carry(peer, send);
+}
+
+Status LongSender::Carry(SendQueue& peer, LongSend& send) {
   // A network may have no room (shm: no buffer provided yet); its owner
   // rings our bell when it provides more, so the poller must hear bells.
   events_.ListenForBells(true);
@@ -89,16 +104,23 @@ Status LongSender::Begin(SendQueue& peer, Gid from, Gid to, Tag tag,
   // at once); the number is known only once the pair's lane is held (the
   // pair's short messages take theirs without peer.mu()).
   wire::Header start_header = wire::LongStartHeader(from, to, tag, payload.size(), fragment_bytes_);
-  start_header.flags = flags;
+  start_header.flags = send.flags | flags;
+  start_header.offset = send.nonce;
   auto start = peer.HeaderFrame(peer.default_route(), start_header);
   Status posted = start.status();
-  if (posted.ok()) {
-    posted = peer.Post(from, to, *start, peer.default_route(), [&](uint64_t seq) {
-      send.key = LongKey{from.raw(), to.raw(), seq};
-      std::lock_guard lock(mu_);
-      outbound_[send.key] = &send;
-      send.registered = true;
-    });
+  auto numbered = [&](uint64_t seq) {
+    send.key = LongKey{from.raw(), to.raw(), seq};
+    std::lock_guard lock(mu_);
+    outbound_[send.key] = &send;
+    send.registered = true;
+  };
+  if (posted.ok() && send.numbered_as) {
+    // A multicast's fill: numbered by its marker.
+    (*start)->header().seq = *send.numbered_as;
+    numbered(*send.numbered_as);
+    posted = peer.PostNumbered(*start, peer.default_route());
+  } else if (posted.ok()) {
+    posted = peer.Post(from, to, *start, peer.default_route(), numbered);
   }
   if (!posted.ok()) Unregister(send);
   return posted;
@@ -118,7 +140,7 @@ void LongSender::End(SendQueue& peer, LongSend& send, const Status& result) {
       LearnLocked(peer, send);
       if (!result.ok() && peer.state() != SendQueue::State::kFailed) {
         // Tell the receiver (best effort: its networks may be the ones gone).
-        PostControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send.key,
+        PostControlLocked(peer, peer.default_route(), wire::FrameKind::kAbort, send,
                           kAbortBySender);
       }
     }
@@ -162,7 +184,7 @@ std::optional<Status> LongSender::Step(SendQueue& peer, LongSend& send) {
   lock.unlock();
   if (probe_due) {
     send.next_probe = now + send.probe_every;
-    ProbeLocked(peer, send.key, send.probes++, now);
+    ProbeLocked(peer, send, send.probes++, now);
   }
   return std::nullopt;
 }
@@ -215,9 +237,10 @@ Status LongSender::PlaceFragmentsLocked(SendQueue& peer, LongSend& send, Clock::
   while (const auto placement = send.fragments.Next(health)) {
     const uint64_t offset = send.fragments.Offset(placement->index);
     const uint64_t length = send.fragments.Length(placement->index);
-    const wire::Header header = wire::FragmentHeader(
+    wire::Header header = wire::FragmentHeader(
         Gid::FromRaw(send.key.source), Gid::FromRaw(send.key.destination), send.tag, send.key.seq,
         offset, static_cast<uint32_t>(length), send.data.size());
+    header.flags = send.flags;
     if (!peer.PostFragment(int(placement->rail), header, send.data.subspan(offset, length),
                            placement->resent)) {
       send.fragments.Full(placement->rail);
@@ -245,7 +268,7 @@ void LongSender::ReportFailuresLocked(SendQueue& peer,
 }
 
 // The network the start or the grant went by may be the one that died.
-void LongSender::ProbeLocked(SendQueue& peer, const LongKey& key, size_t round,
+void LongSender::ProbeLocked(SendQueue& peer, const LongSend& send, size_t round,
                              Clock::time_point now) {
   std::vector<int> live;
   for (size_t route = 0; route < peer.rails().size(); ++route) {
@@ -254,18 +277,28 @@ void LongSender::ProbeLocked(SendQueue& peer, const LongKey& key, size_t round,
     }
   }
   const int route = live.empty() ? peer.default_route() : live[round % live.size()];
-  PostControlLocked(peer, route, wire::FrameKind::kProbe, key, kProbeAsk);
+  PostControlLocked(peer, route, wire::FrameKind::kProbe, send, kProbeAsk);
 }
 
 // Best effort: a frame that cannot go now is dropped (the probe is sent
 // again next round; an abort the receiver misses ends by its partial_timeout).
 void LongSender::PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind,
-                                   const LongKey& key, Tag tag) {
-  (void)peer.PostControl(route, wire::ControlHeader(kind, Gid::FromRaw(key.source),
-                                                    Gid::FromRaw(key.destination), key.seq, tag));
+                                   const LongSend& send, Tag tag) {
+  wire::Header header = wire::ControlHeader(kind, Gid::FromRaw(send.key.source),
+                                            Gid::FromRaw(send.key.destination), send.key.seq, tag);
+  header.flags = send.flags;
+  (void)peer.PostControl(route, header);
 }
 
-void LongSender::OnControl(const wire::Header& header) {
+void LongSender::OnControl(Gid from_process, const wire::Header& header) {
+  // Only the receiver's own process speaks about its message (a relayed
+  // abort or probe may name any thread: wire::SourceFits).
+  if (Gid::FromRaw(header.source).process() != from_process) {
+    Log().warn("tocl: ignoring a {} about message {} to {} from process {}",
+               static_cast<unsigned>(header.kind), header.seq,
+               Gid::FromRaw(header.source).ToString(), from_process.ToString());
+    return;
+  }
   std::lock_guard lock(mu_);
   // About a message we send: key (our thread, their thread, seq).
   auto it = outbound_.find(LongKey{header.destination, header.source, header.seq});

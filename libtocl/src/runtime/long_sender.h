@@ -89,6 +89,15 @@ class LongSender {
   Status Send(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
               uint16_t flags = 0);
 
+  // Send of a multicast's fill (wire/frame.h): number `seq` of the
+  // (from, to) pair, whose marker `from`'s process posted; `from` is a
+  // thread of this process (the sender's fallback) or of another one, for
+  // which this one carries the message. Every frame of it carries
+  // wire::kFlagRelayed, its start `nonce` (the marker's). `wake` is signalled when the receiver
+  // answers (the carrying thread's mailbox).
+  Status SendFill(SendQueue& peer, Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                  uint64_t seq, uint64_t nonce, Mailbox& wake);
+
   // Send in steps, for a thread that carries several sends at once
   // (background_sends.h): Begin numbers and posts the start (the message
   // takes its place among the thread's sends to `to` now) and registers
@@ -106,11 +115,15 @@ class LongSender {
   void ListenForBells(bool on) { events_.ListenForBells(on); }
 
   // The poller: a receiver's grant, acknowledgement, abort or answer to a
-  // probe (!FromSender(header)). One about no message being sent (it
-  // finished) is dropped.
-  void OnControl(const wire::Header& header);
+  // probe (!FromSender(header)) that came from `from_process`. One about no
+  // message being sent (it finished), or from a process other than the
+  // receiver's, is dropped.
+  void OnControl(Gid from_process, const wire::Header& header);
 
  private:
+  // Send's steps after Begin: Step until an outcome, waiting on
+  // send.wake between rounds, then End.
+  Status Carry(SendQueue& peer, LongSend& send);
   // Out of the table (the poller no longer finds it).
   void Unregister(LongSend& send);
   // One round of the fragment scheduler for `send` (its mu held): failed
@@ -124,11 +137,11 @@ class LongSender {
   void LearnLocked(SendQueue& peer, LongSend& send);
   // Asks the receiver what became of long message `key`, over the peer's
   // usable networks in turn (round `round`).
-  void ProbeLocked(SendQueue& peer, const LongKey& key, size_t round, Clock::time_point now);
+  void ProbeLocked(SendQueue& peer, const LongSend& send, size_t round, Clock::time_point now);
   // A control frame from the sending thread of long message `key` to its
   // receiver (abort, probe) on the peer's route `route` (an index into
   // peer.rails()).
-  void PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind, const LongKey& key,
+  void PostControlLocked(SendQueue& peer, int route, wire::FrameKind kind, const LongSend& send,
                          Tag tag);
 
   const Limits limits_;

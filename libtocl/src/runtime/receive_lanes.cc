@@ -19,14 +19,18 @@ thread_local HeldLane held;
 }  // namespace
 
 ReceiveLanes::ReceiveLanes(size_t process_cap, std::atomic<size_t>& unexpected_bytes,
-                           const PairOrder::Deliver& deliver) {
+                           const PairOrder::Deliver& deliver, const PairOrder::Refill& refill,
+                           PairOrder::Clock::duration carrier_grace) {
   const size_t lane_cap = std::max<size_t>(process_cap / wire::kReceiveLanes, 1);
   for (auto& lane : lanes_) {
-    lane = std::make_unique<Lane>(lane_cap, unexpected_bytes, deliver, [this](Gid from_process) {
-      std::lock_guard lock(broken_mu_);
-      broken_.push_back(from_process);
-      any_broken_.store(true, std::memory_order_release);
-    });
+    lane = std::make_unique<Lane>(
+        lane_cap, unexpected_bytes, deliver,
+        [this](Gid from_process) {
+          std::lock_guard lock(broken_mu_);
+          broken_.push_back(from_process);
+          any_broken_.store(true, std::memory_order_release);
+        },
+        refill, carrier_grace);
   }
 }
 
@@ -63,11 +67,23 @@ uint32_t ReceiveLanes::CounterOfThisThread() const {
 template <typename F>
 auto ReceiveLanes::WithLane(uint32_t lane, F&& f) {
   Lane& l = *lanes_[lane];
-  if (HeldByThisThread(lane)) return f(l.order);
-  Enter(lane);
+  const bool enter = !HeldByThisThread(lane);
+  if (enter) Enter(lane);
   auto result = f(l.order);
-  Leave(lane);
+  NoteFills(l);
+  if (enter) Leave(lane);
   return result;
+}
+
+void ReceiveLanes::NoteFills(Lane& lane) {
+  const bool holds = lane.order.holds_fills();
+  if (holds == lane.holds_fills) return;
+  lane.holds_fills = holds;
+  if (holds) {
+    lanes_with_fills_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    lanes_with_fills_.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
@@ -81,10 +97,50 @@ Status ReceiveLanes::OnOrdered(Gid from_process, buffers::SlotRef slot) {
   return status;
 }
 
-Status ReceiveLanes::Skip(Gid from_process, const LongKey& key) {
+Status ReceiveLanes::Skip(Gid from_process, const LongKey& key, bool receiver_here) {
   DropBroken();
   return WithLane(wire::LaneOf(Gid::FromRaw(key.destination)),
-                  [&](PairOrder& order) { return order.Skip(from_process, key); });
+                  [&](PairOrder& order) { return order.Skip(from_process, key, receiver_here); });
+}
+
+void ReceiveLanes::CarrierGone(Gid process) {
+  DropBroken();
+  const auto now = PairOrder::Clock::now();
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [&](PairOrder& order) {
+      order.CarrierGone(process, now);
+      return 0;
+    });
+  }
+  any_gone_.store(true, std::memory_order_release);
+}
+
+void ReceiveLanes::Housekeeping(PairOrder::Clock::time_point now) {
+  if (held.owner != nullptr) return;
+  if (!any_gone_.load(std::memory_order_acquire) &&
+      lanes_with_fills_.load(std::memory_order_relaxed) == 0) {
+    return;
+  }
+  PairOrder::Clock::rep due = next_housekeeping_.load(std::memory_order_relaxed);
+  const PairOrder::Clock::rep at = now.time_since_epoch().count();
+  if (at < due || !next_housekeeping_.compare_exchange_strong(
+                      due, (now + std::chrono::seconds(1)).time_since_epoch().count())) {
+    return;
+  }
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    WithLane(lane, [&](PairOrder& order) {
+      (void)order.Housekeeping(now);  // (its errors: of frames no network waits for)
+      return 0;
+    });
+  }
+}
+
+size_t ReceiveLanes::Pairs() {
+  size_t pairs = 0;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
+    pairs += WithLane(lane, [](PairOrder& order) { return order.pairs(); });
+  }
+  return pairs;
 }
 
 void ReceiveLanes::DropBroken() {
@@ -96,6 +152,7 @@ void ReceiveLanes::DropBroken() {
     broken.swap(broken_);
     any_broken_.store(false, std::memory_order_relaxed);
   }
+  // Dropped, not exited: not gone as a carrier (PairOrder).
   for (uint32_t lane = 0; lane < lanes_.size(); ++lane) {
     WithLane(lane, [&](PairOrder& order) {
       for (Gid process : broken) order.DropProcess(process);

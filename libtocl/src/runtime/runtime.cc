@@ -12,7 +12,9 @@
 #include "runtime/cluster_events.h"
 #include "runtime/directory_queries.h"
 #include "runtime/handler_dispatch.h"
+#include "runtime/internal_threads.h"
 #include "runtime/membership/membership_watches.h"
+#include "runtime/multicast_service.h"
 #include "runtime/notifier.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/runtime_options.h"
@@ -64,10 +66,15 @@ Runtime::Impl::Impl(RuntimeOptions opts)
                 [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
                   return SendLong(from, to, tag, payload);
                 }),
-      lanes(options.unexpected_cap / 2, receive.unexpected_bytes(),
-            [this](Gid from_process, buffers::SlotRef slot) {
-              return DeliverInOrder(from_process, std::move(slot));
-            }),
+      lanes(
+          options.unexpected_cap / 2, receive.unexpected_bytes(),
+          [this](Gid from_process, buffers::SlotRef slot) {
+            return DeliverInOrder(from_process, std::move(slot));
+          },
+          [this](Gid from_process, buffers::SlotRef slot, bool given_up) {
+            return long_receiver.OnRefill(from_process, std::move(slot), given_up);
+          },
+          options.partial_timeout),
       long_receiver(
           runtime::LongReceiver::Limits{
               .reassembly_cap = options.reassembly_cap,
@@ -114,17 +121,41 @@ Status Runtime::Impl::Open() {
           },
       .deliver_arrived = [this](Gid gone,
                                 const std::string& reason) { DeliverArrivedFrom(gone, reason); }});
+  reply_mailboxes = std::make_unique<runtime::ReplyMailboxes>(receive);
+  multicasts = std::make_unique<runtime::MulticastService>(
+      receive, *reply_mailboxes, shutting_down,
+      runtime::MulticastHooks{
+          .send =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                return send_side.SendCopy(from, to, tag, payload);
+              },
+          .post_marker =
+              [this](Gid from, Gid to, Tag tag, uint64_t total, Gid carrier, uint64_t nonce) {
+                return send_side.PostMarker(from, to, tag, total, carrier, nonce);
+              },
+          .send_fill =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                     runtime::FillOf fill, runtime::Mailbox& wake) {
+                return SendFill(from, to, tag, payload, fill, wake);
+              },
+          .post_no_fill = [this](Gid from, Gid to,
+                                 uint64_t seq) { send_side.PostNoFill(from, to, seq); },
+          .sender_mailbox = [this](Gid from) -> Result<runtime::Mailbox*> {
+            TOCL_RETURN_IF_ERROR(send_side.CheckSender(from));
+            return receive.LocalMailbox(from);
+          }});
   spawn_service = std::make_unique<runtime::ThreadService>(
-      receive, runtime::ThreadServiceHooks{
-                   .enroll =
-                       [this](std::string name, Attributes attributes) {
-                         return EnrollThread(std::move(name), std::move(attributes));
-                       },
-                   .leave = [this](Gid thread) { LeaveThread(thread); },
-                   .send =
-                       [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
-                         return send_side.SendCopy(from, to, tag, payload);
-                       }});
+      receive, *reply_mailboxes,
+      runtime::ThreadServiceHooks{
+          .enroll =
+              [this](std::string name, Attributes attributes) {
+                return EnrollThread(std::move(name), std::move(attributes));
+              },
+          .leave = [this](Gid thread) { LeaveThread(thread); },
+          .send =
+              [this](Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
+                return send_side.SendCopy(from, to, tag, payload);
+              }});
 
   EnrollOptions enroll;
   enroll.name = options.name.empty() ? runtime::ProgramName() : options.name;
@@ -132,7 +163,7 @@ Status Runtime::Impl::Open() {
   runtime::DirectoryEvents events;
   events.on_exited = [this](Gid gid, const std::string& reason) { OnExited(gid, reason); };
   events.on_change = [this](const ChangeEvent& event) {
-    runtime::ApplyClusterChange(event, routes, *spawn_service, *notifier);
+    runtime::ApplyClusterChange(event, routes, *reply_mailboxes, *notifier);
   };
   // The registrar reports from its own thread, which starts with the link,
   // before the networks below are opened: until they are, there is nothing
@@ -163,11 +194,14 @@ Status Runtime::Impl::Open() {
   }
   // Before the endpoints are published: requests may come as soon as they are.
   spawn_service->Open(process, ShortMaxPayload());
+  multicasts->Open(process);
 
   progress = std::make_unique<runtime::ProgressEngine>(*reactor, [this] {
     const bool queued = queue_events.RetryWaiting();
     lanes.DropBroken();
-    return long_receiver.Housekeeping(std::chrono::steady_clock::now()) || queued;
+    const auto now = std::chrono::steady_clock::now();
+    lanes.Housekeeping(now);
+    return long_receiver.Housekeeping(now) || queued;
   });
   receive.AttachProgress(*progress);
   queue_events.AttachProgress(*progress);
@@ -256,6 +290,7 @@ Status Runtime::Impl::Shutdown(std::chrono::milliseconds flush_timeout) {
   if (memberships) memberships->StopAll();
   if (notifier) notifier->Stop();
   if (spawn_service) spawn_service->Stop();
+  if (multicasts) multicasts->Stop();
   rails.Close();
   if (link) {
     (void)link->Flush(std::chrono::seconds(1));
@@ -295,9 +330,25 @@ void RailSink::LeaveLane(uint32_t lane) {
 Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot) {
   rails[rail]->CountReceived(lanes.CounterOfThisThread(),
                              wire::kHeaderBytes + slot->header().length);
+  if (slot->header().flags != 0 || slot->header().kind == wire::FrameKind::kMarker) {
+    TOCL_RETURN_IF_ERROR(CheckFill(from_process, slot->header()));
+  }
   switch (slot->header().kind) {
     case wire::FrameKind::kMessage:
     case wire::FrameKind::kLongStart:
+    case wire::FrameKind::kMarker:
+      if (slot->header().kind == wire::FrameKind::kMessage && wire::Relayed(slot->header()) &&
+          receive.LocalMailbox(Gid::FromRaw(slot->header().destination)).status().code() ==
+              StatusCode::kInvalidArgument) {
+        // A short fill for a thread never enrolled here (a carrier may
+        // name any): it makes no pair (pair order state); dropped as a
+        // message to a thread that does not exist is. (A long one goes on:
+        // its carrier is answered; a pair it made and that holds nothing
+        // is not kept, PairOrder::OnOrdered.)
+        Log().debug("tocl: dropping a fill from {} for {}: no such thread here",
+                    from_process.ToString(), Gid::FromRaw(slot->header().destination).ToString());
+        return Status::Ok();
+      }
       return lanes.OnOrdered(from_process, std::move(slot));
     case wire::FrameKind::kFragment:
       return long_receiver.OnFragment(rail, from_process, std::move(slot));
@@ -312,10 +363,39 @@ Status Runtime::Impl::OnFrame(int rail, Gid from_process, buffers::SlotRef slot)
       const wire::Header header = slot->header();
       slot.reset();
       if (runtime::FromSender(header)) return long_receiver.OnControl(rail, from_process, header);
-      long_sender.OnControl(header);
+      long_sender.OnControl(from_process, header);
       return Status::Ok();
     }
   }
+}
+
+Status Runtime::Impl::CheckFill(Gid from_process, const wire::Header& header) const {
+  // Multicast's frames (wire/frame.h: markers and fills) never involve the
+  // runtime's own threads: a carrier must not speak for a spawn service or
+  // a reply mailbox (a packed piece's flag is not a fill's).
+  if (header.kind != wire::FrameKind::kMarker && !wire::Relayed(header)) return Status::Ok();
+  const Gid source = Gid::FromRaw(header.source);
+  const Gid destination = Gid::FromRaw(header.destination);
+  if (runtime::IsInternalThread(source) || runtime::IsInternalThread(destination)) {
+    return InvalidArgument(
+        fmt::format("a multicast frame (kind {}) from {} to {}: a runtime thread",
+                    static_cast<unsigned>(header.kind), source.ToString(), destination.ToString()));
+  }
+  const bool control =
+      header.kind == wire::FrameKind::kAbort || header.kind == wire::FrameKind::kProbe;
+  if (control && (runtime::FromSender(header) ? destination.process() != process
+                                              : source.process() != from_process)) {
+    // The network let it name a thread of neither end (SourceFits,
+    // DestinationFits take either way for these kinds); its tag says
+    // which way it goes: a sender's toward a receiver here, a receiver's
+    // from the receiver's own process. (A forged one to a made-up
+    // destination would otherwise make state.)
+    return InvalidArgument(
+        fmt::format("a relayed {} from {} to {} (tag {}) going the other way than its tag says",
+                    header.kind == wire::FrameKind::kAbort ? "abort" : "probe", source.ToString(),
+                    destination.ToString(), header.tag));
+  }
+  return Status::Ok();
 }
 
 Status Runtime::Impl::DeliverInOrder(Gid from_process, buffers::SlotRef slot) {
@@ -346,12 +426,33 @@ Status Runtime::Impl::SendLong(Gid from, Gid to, Tag tag, std::span<const std::b
   return long_sender.Send(*peer, from, to, tag, payload, flags);
 }
 
+Status Runtime::Impl::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                               runtime::FillOf fill, runtime::Mailbox& wake) {
+  if (shutting_down.load()) return Unavailable("the runtime is shutting down");
+  if (to.process() == process) {
+    // A relay's own receiver: the fill goes into its pair order here, as
+    // if it had come from this process (the marker names it).
+    TOCL_RETURN_IF_ERROR(receive.LocalMailbox(to).status());
+    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot,
+                          long_receiver.WholeMessage(from, to, tag, payload));
+    runtime::StampFill(slot->header(), fill);
+    return lanes.OnOrdered(process, std::move(slot));
+  }
+  if (buffers::ClassFor(payload.size()) < num_classes) {
+    return send_side.SendFill(from, to, tag, payload, fill);
+  }
+  TOCL_ASSIGN_OR_RETURN(runtime::SendQueue * peer, routes.PeerOf(to));
+  return long_sender.SendFill(*peer, from, to, tag, payload, fill.seq, fill.nonce, wake);
+}
+
 void LongReceiverEvents::SendControl(Gid process, int network, const wire::Header& header) {
   impl_.routes.PostControl(process, network, header);
 }
 
 Status LongReceiverEvents::SkipInOrder(Gid from_process, const runtime::LongKey& key) {
-  return impl_.lanes.Skip(from_process, key);
+  // A pair is made for a thread of ours only (a forged abort names any).
+  const bool receiver_here = impl_.receive.LocalMailbox(Gid::FromRaw(key.destination)).ok();
+  return impl_.lanes.Skip(from_process, key, receiver_here);
 }
 
 void LongReceiverEvents::HousekeepingDue(bool wake) {
@@ -384,7 +485,11 @@ std::vector<tocl::NetworkStats> Runtime::Impl::Networks() const {
 
 void Runtime::Impl::OnExited(Gid gid, const std::string& reason) {
   exited_senders.Note(gid, reason);
-  if (gid.is_process()) long_receiver.SenderExited(gid, reason);
+  if (gid.is_process()) {
+    long_receiver.SenderExited(gid, reason);
+    // Fills it was to carry for others (multicast) will not come.
+    lanes.CarrierGone(gid);
+  }
   routes.Exited(gid, reason);
 }
 
@@ -455,6 +560,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Start(RuntimeOptions options) {
   TOCL_RETURN_IF_ERROR(impl->Open());
   std::unique_ptr<Runtime> runtime(new Runtime(std::move(impl)));
   runtime->impl_->spawn_service->Start(*runtime);
+  runtime->impl_->multicasts->Start();
   return runtime;
 }
 
@@ -585,6 +691,33 @@ Result<std::vector<Entity>> Runtime::WaitForQuery(std::string_view expression, s
                                                   std::chrono::milliseconds timeout) {
   return runtime::AwaitMatches(impl_->link->client(), expression, count, timeout,
                                impl_->query_stop.get_token());
+}
+
+Result<MulticastResult> Runtime::Multicast(Gid from, std::span<const Gid> to, Tag tag,
+                                           std::span<const std::byte> payload,
+                                           MulticastOptions options) {
+  return impl_->multicasts->Send(from, to, tag, payload, options);
+}
+
+Result<MulticastResult> Runtime::Multicast(Gid from, std::string_view query, Tag tag,
+                                           std::span<const std::byte> payload,
+                                           MulticastOptions options) {
+  if (impl_->shutting_down.load()) return Unavailable("the runtime is shutting down");
+  TOCL_RETURN_IF_ERROR(impl_->send_side.CheckSender(from));
+  // Resolved now: the threads that match when it is sent.
+  TOCL_ASSIGN_OR_RETURN(std::vector<Entity> matches,
+                        runtime::QueryEntities(impl_->link->client(), query, 0));
+  std::vector<Gid> to;
+  for (const Entity& entity : matches) {
+    if (entity.gid.is_thread() && entity.gid != from && entity.state != EntityState::kExited) {
+      to.push_back(entity.gid);
+    }
+  }
+  if (to.empty()) {
+    return NotFound(fmt::format("multicast: the query '{}' matches no thread (of {} entities)",
+                                query, matches.size()));
+  }
+  return impl_->multicasts->Send(from, to, tag, payload, options);
 }
 
 Gid Runtime::parent() const {

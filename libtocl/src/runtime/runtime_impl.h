@@ -34,6 +34,11 @@
 //            (long) ──> BackgroundSends (background_sends.h): LongSender's
 //            steps on one thread; Request (request.cc) waits through
 //            ReceiveSide
+//   Multicast ──> MulticastService (multicast_service.h): a marker in
+//            each remote receiver's pair (SendSide::PostMarker), requests
+//            to relays; a relay's service thread (and the sender's
+//            fallback) ──> SendFill (SendSide, LongSender, or the pair
+//            order of its own receivers)
 //   Directory: DirectoryLink (our daemon: enrollment, registrations, the
 //            change stream) ──> OnExited, ApplyClusterChange (cluster_events.h)
 //            ──> PeerRoutes, ThreadService, Notifier; HostDaemons
@@ -82,6 +87,7 @@
 #include "runtime/rails.h"
 #include "runtime/receive_lanes.h"
 #include "runtime/receive_side.h"
+#include "runtime/reply_mailboxes.h"
 #include "runtime/runtime_options.h"
 #include "runtime/send_queue.h"
 #include "runtime/send_side.h"
@@ -93,6 +99,7 @@
 namespace tocl::runtime {
 class HandlerDispatch;
 class MembershipWatches;
+class MulticastService;
 class Notifier;
 class ThreadService;
 }  // namespace tocl::runtime
@@ -158,6 +165,10 @@ struct Runtime::Impl final {
   // A short message or long-message start whose turn came in its pair's
   // order (pair_order's callback).
   Status DeliverInOrder(Gid from_process, buffers::SlotRef slot);
+  // InvalidArgument for a marker or relayed frame (wire/frame.h) naming
+  // one of the runtime's internal threads, or a relayed abort or probe
+  // going the other way than its tag says (the frame's connection closes).
+  Status CheckFill(Gid from_process, const wire::Header& header) const;
   bool Congested() const { return receive.Congested(); }
 
   // --- threads ---
@@ -175,6 +186,15 @@ struct Runtime::Impl final {
   // message's piece).
   Status SendLong(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
                   uint16_t flags = 0);
+  // A multicast's fill (wire/frame.h): `payload` to `to` as number
+  // `fill.seq` of the (from, to) pair, with the nonce of the marker
+  // `from`'s process posted; `from`
+  // is a thread of this process (the sender's fallback) or of the process
+  // this one relays for. Into `to`'s pair order here when it is this
+  // process's; else short by SendSide::SendFill, long by
+  // LongSender::SendFill (waking `wake`).
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                  runtime::FillOf fill, runtime::Mailbox& wake);
 
   // A process or thread exited (the link's watcher thread): its long
   // messages to us fail, sends to it fail.
@@ -243,7 +263,11 @@ struct Runtime::Impl final {
   Gid parent;  // $TOCL_PARENT
   // Last: they use everything above, and are stopped by Shutdown.
   std::unique_ptr<runtime::Notifier> notifier;
+  // Where internal calls (SpawnThread, multicasts) wait for replies.
+  std::unique_ptr<runtime::ReplyMailboxes> reply_mailboxes;
   std::unique_ptr<runtime::ThreadService> spawn_service;
+  // Runtime::Multicast, and this process's relay (multicast_service.h).
+  std::unique_ptr<runtime::MulticastService> multicasts;
   // Runtime::WatchMembers (membership/membership_watches.h).
   std::unique_ptr<runtime::MembershipWatches> memberships;
   // Message handlers (handler_dispatch.h): first to go, their calls use

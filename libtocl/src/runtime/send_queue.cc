@@ -213,19 +213,28 @@ Status SendQueue::Post(Gid from, Gid to, buffers::SlotRef& slot, int route,
   uint64_t& seq = SeqOf(lane, from, to);
   slot->header().seq = seq;
   if (numbered) numbered(seq);
-  Status status = PostNowOrQueue(route, slot, static_cast<int>(wire::LaneOf(to)));
-  if (!status.ok()) {
-    if (Reroute(route)) {
-      Queue(std::move(slot), default_route_);
-      status = Status::Ok();
-    } else {
-      // Never sent: the receiver must not wait for its number.
-      slot->set_state(BufferState::kFailed);
-      Fail(status);
-    }
-  }
+  Status status = PostOrFail(route, slot, static_cast<int>(wire::LaneOf(to)));
   if (status.ok()) ++seq;
   return status;
+}
+
+Status SendQueue::PostOrFail(int route, buffers::SlotRef& slot, int held_lane) {
+  Status status = PostNowOrQueue(route, slot, held_lane);
+  if (status.ok()) return status;
+  if (Reroute(route)) {
+    Queue(std::move(slot), default_route_);
+    return Status::Ok();
+  }
+  // Never sent: the receiver must not wait for its number.
+  slot->set_state(BufferState::kFailed);
+  Fail(status);
+  return status;
+}
+
+Status SendQueue::PostNumbered(buffers::SlotRef& slot, int route) {
+  if (!FlushAndCheckReady()) return NotReady();
+  if (route < 0) route = default_route_;
+  return PostOrFail(route, slot, -1);
 }
 
 Status SendQueue::PostCopy(Gid from, Gid to, uint32_t tag, std::span<const std::byte> payload) {

@@ -211,6 +211,11 @@ class SendQueue {
   // number is not used. `numbered` (if any) is called with the pair's lane
   // lock held: it takes no lock of the queue.
   Status Post(Gid from, Gid to, buffers::SlotRef& slot, int route, const Numbered& numbered = {});
+  // Posts a frame numbered already (a multicast's fill, wire/frame.h: the
+  // number its marker took, here or in the process of its source thread)
+  // behind what waits,
+  // as Post does, without touching this queue's numbers. Errors as Post's.
+  Status PostNumbered(buffers::SlotRef& slot, int route);
   // A short message copied from `payload` onto the receiving thread's lane
   // of the default route, numbered like Post, without mu(): a copying
   // send's first try. Ok: sent. TryAgain: the lane is full now (worth a
@@ -343,6 +348,9 @@ class SendQueue {
   // a frame on another way could fall behind the lane by more than the
   // receiver holds for it (pair_order.h's cap). Ok: taken (`slot` empty).
   Status PostFrame(int route, buffers::SlotRef& slot, int held_lane);
+  // PostNowOrQueue, and on failure Reroute (the frame queued for another
+  // route) or Fail (the frame kFailed, the caller's).
+  Status PostOrFail(int route, buffers::SlotRef& slot, int held_lane);
   void Queue(buffers::SlotRef slot, int route);
   // Route `broken` broke: failed for good, and later frames go over
   // another (true), or there is none left (false).

@@ -8,6 +8,7 @@
 #include "buffers/large_slot.h"
 #include "buffers/size_class.h"
 #include "runtime/internal_threads.h"
+#include "runtime/long_message.h"
 
 namespace tocl::runtime {
 namespace {
@@ -112,30 +113,40 @@ Status SendSide::SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer) {
   return SendSlot(from, to, tag, shared, slot->pool->network());
 }
 
-Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                          uint16_t flags) {
-  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
-  slot->header().flags = flags;
-  if (to.process() == process_) return receive_.Deliver(slot);
-
+template <typename Post>
+Status SendSide::PostLocked(Gid to, Post&& post) {
   TOCL_ASSIGN_OR_RETURN(SendQueue * destination, routes_.PeerOf(to));
   SendQueue& peer = *destination;
   std::unique_lock lock(peer.mu());
   TOCL_RETURN_IF_ERROR(routes_.ResolvePeer(peer, lock));
-  int route = peer.default_route();
-  if (network != Network::kFastest) {
-    // The buffer's own network when it reaches the peer (no copy to
-    // another pool) and is usable, else the default. (The clock is read
-    // only for a network that failed.)
-    const int own = peer.RouteOfPool(slot->pool);
-    if (own >= 0) {
-      const RailHealth& health = peer.health()[own];
-      if (!health.failed || health.UsableAt(Clock::now())) route = own;
-    }
-  }
-  TOCL_RETURN_IF_ERROR(peer.Post(from, to, slot, route));
+  TOCL_RETURN_IF_ERROR(post(peer));
   peer.AwaitRoom(lock);  // back-pressure
   return Status::Ok();
+}
+
+Status SendSide::PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
+                          uint16_t flags, std::optional<FillOf> fill_of) {
+  slot->header() = wire::MessageHeader(from, to, tag, slot->header().length);
+  slot->header().flags = flags;
+  if (fill_of) {
+    StampFill(slot->header(), *fill_of);
+  } else if (to.process() == process_) {
+    return receive_.Deliver(slot);
+  }
+  return PostLocked(to, [&](SendQueue& peer) {
+    int route = peer.default_route();
+    if (network != Network::kFastest) {
+      // The buffer's own network when it reaches the peer (no copy to
+      // another pool) and is usable, else the default. (The clock is read
+      // only for a network that failed.)
+      const int own = peer.RouteOfPool(slot->pool);
+      if (own >= 0) {
+        const RailHealth& health = peer.health()[own];
+        if (!health.failed || health.UsableAt(Clock::now())) route = own;
+      }
+    }
+    return fill_of ? peer.PostNumbered(slot, route) : peer.Post(from, to, slot, route);
+  });
 }
 
 Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload) {
@@ -172,6 +183,41 @@ Status SendSide::SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> 
   TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
                                                             payload, Clock::time_point::max()));
   return PostSlot(from, to, tag, slot, Network::kFastest);  // an error drops `slot`
+}
+
+Result<uint64_t> SendSide::PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
+                                      uint64_t nonce) {
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  uint64_t seq = 0;
+  TOCL_RETURN_IF_ERROR(PostLocked(to, [&](SendQueue& peer) -> Status {
+    wire::Header header = wire::MarkerHeader(from, to, tag, total, carrier);
+    header.reserved = nonce;  // (wire/frame.h: the call's nonce)
+    TOCL_ASSIGN_OR_RETURN(buffers::SlotRef marker, peer.HeaderFrame(peer.default_route(), header));
+    return peer.Post(from, to, marker, peer.default_route(),
+                     [&](uint64_t number) { seq = number; });
+  }));
+  return seq;
+}
+
+Status SendSide::SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload,
+                          FillOf fill) {
+  const uint32_t class_index = buffers::ClassFor(payload.size());
+  if (class_index >= num_classes_) {
+    return InvalidArgument(fmt::format("a {} byte message is not short", payload.size()));
+  }
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return Unavailable("the runtime is shutting down");
+  }
+  TOCL_ASSIGN_OR_RETURN(buffers::SlotRef slot, CopyToBuffer(rails_.fastest()->pool(), class_index,
+                                                            payload, Clock::time_point::max()));
+  return PostSlot(from, to, tag, slot, Network::kFastest, 0, fill);  // an error drops `slot`
+}
+
+void SendSide::PostNoFill(Gid from, Gid to, uint64_t seq) {
+  routes_.PostControl(to.process(), -1,
+                      wire::ControlHeader(wire::FrameKind::kAbort, from, to, seq, kAbortBySender));
 }
 
 Status SendSide::DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload) {

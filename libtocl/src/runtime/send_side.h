@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "buffers/slot_ref.h"
@@ -32,12 +33,28 @@
 #include "tocl/gid.h"
 #include "tocl/runtime.h"
 #include "tocl/status.h"
+#include "wire/frame.h"
 
 namespace tocl::runtime {
 
 // InvalidArgument for kAnyTag (it matches any tag in Recv; nothing is sent
 // with it), ok for every other tag.
 Status CheckSendableTag(Tag tag);
+
+// A multicast's fill (wire/frame.h): the number its marker took in the
+// pair, and the nonce the marker holds.
+struct FillOf {
+  uint64_t seq = 0;
+  uint64_t nonce = 0;
+};
+
+// Makes `header` (a message's, or a whole message's) `fill`'s frame: its
+// number, the nonce (in `offset`), the relayed flag.
+inline void StampFill(wire::Header& header, const FillOf& fill) {
+  header.seq = fill.seq;
+  header.offset = fill.nonce;
+  header.flags |= wire::kFlagRelayed;
+}
 
 class SendSide {
  public:
@@ -73,11 +90,14 @@ class SendSide {
   // route when it reaches the destination: Ok takes it (`slot` is left
   // empty); on error it is still in `slot`, the caller's. PostSlot skips
   // CheckSend. `flags`: the frame's wire flags (wire::kFlagPackedPiece for
-  // a packed message's piece).
+  // a packed message's piece). `fill_of`: a multicast's fill (wire/frame.h)
+  // for that number of the (from, to) pair, posted numbered already
+  // (SendQueue::PostNumbered) with wire::kFlagRelayed and its nonce, to
+  // another process.
   Status SendSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
                   uint16_t flags = 0);
   Status PostSlot(Gid from, Gid to, Tag tag, buffers::SlotRef& slot, Network network,
-                  uint16_t flags = 0);
+                  uint16_t flags = 0, std::optional<FillOf> fill_of = std::nullopt);
   // Runtime::Send of an application's Buffer (see runtime.h). By rvalue
   // the buffer's reference goes with the send and a failed send gives it
   // back; by reference the runtime shares the buffer (or, to this process
@@ -86,11 +106,35 @@ class SendSide {
   Status SendBuffer(Gid from, Gid to, Tag tag, Buffer& buffer);
   // Sends a copy of `payload` (a long message when it fits no class).
   Status SendCopy(Gid from, Gid to, Tag tag, std::span<const std::byte> payload);
+  // A multicast's marker (wire/frame.h) from `from` (a thread of this
+  // process) to `to` of another process, through the pair's order like a
+  // Send: its number in the (from, to) pair, which now stands for a
+  // `total` byte message with `tag` carried by process `carrier`, whose
+  // fill holds `nonce`. Send's errors (nothing posted); no check of `from`
+  // (the caller's).
+  Result<uint64_t> PostMarker(Gid from, Gid to, Tag tag, uint64_t total, Gid carrier,
+                              uint64_t nonce);
+  // A short fill (it fits a class): `payload` to `to` of another process
+  // as number `seq` of the (from, to) pair, copied into a pool buffer and
+  // posted behind what waits for the process. `from` is a thread of this
+  // process (the sender's fallback) or of the one this relays for. Send's
+  // errors; no check of `from` (the caller's).
+  Status SendFill(Gid from, Gid to, Tag tag, std::span<const std::byte> payload, FillOf fill);
+  // Tells `to`'s process that number `seq` of the (from, to) pair, a
+  // marker's, gets no fill (a sender's abort: PairOrder::Skip). Best
+  // effort, as a long message's abort.
+  void PostNoFill(Gid from, Gid to, uint64_t seq);
   // A message from `source` (any gid) put straight into local thread
   // `self`'s mailbox: exit notices. Waits at most a second for a buffer.
   Status DeliverNotice(Gid self, Gid source, Tag tag, std::span<const std::byte> payload);
 
  private:
+  // The destination's queue (PeerOf), its lock, its routes resolved
+  // (ResolvePeer), `post(peer)` under the lock, then the queue's
+  // back-pressure (AwaitRoom): every numbered post to another process.
+  template <typename Post>
+  Status PostLocked(Gid to, Post&& post);
+
   ReceiveSide& receive_;
   PeerRoutes& routes_;
   const Rails& rails_;

@@ -89,13 +89,7 @@ Result<SpawnReply> DecodeSpawnReply(std::span<const std::byte> bytes) {
     }
     return reply;
   }
-  // A code this build does not know is still an error.
-  const auto known = code <= static_cast<uint32_t>(StatusCode::kInternal) &&
-                     code != static_cast<uint32_t>(StatusCode::kTryAgain) &&
-                     code != static_cast<uint32_t>(StatusCode::kInProgress);
-  reply.status = Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
-                        message.empty() ? std::string("the spawn service failed without a reason")
-                                        : std::string(message));
+  reply.status = StatusFromWire(code, message, "the spawn service failed without a reason");
   return reply;
 }
 

@@ -198,38 +198,6 @@ void ThreadService::JoinFinished() {
 
 // --- the caller -------------------------------------------------------------------
 
-Result<Mailbox*> ThreadService::AcquireReplyMailbox() {
-  std::lock_guard lock(calls_mu_);
-  if (!free_replies_.empty()) {
-    Mailbox* mailbox = free_replies_.back();
-    free_replies_.pop_back();
-    return mailbox;
-  }
-  if (replies_made_ == kReplyMailboxes) {
-    return ResourceExhausted(
-        fmt::format("{} SpawnThread calls of this process are waiting already", kReplyMailboxes));
-  }
-  return receive_.AddInternal(kFirstInternalThread + replies_made_++);
-}
-
-void ThreadService::ReleaseReplyMailbox(Mailbox* mailbox) {
-  // A late reply (after a timeout) must not linger, holding a buffer.
-  while (detail::BufferSlot* stale = mailbox->Take(Selector{})) receive_.Release(stale);
-  std::lock_guard lock(calls_mu_);
-  pending_.erase(mailbox);
-  free_replies_.push_back(mailbox);
-}
-
-void ThreadService::FailPending(Gid scope, const Status& why) {
-  std::lock_guard lock(calls_mu_);
-  for (auto& [mailbox, call] : pending_) {
-    const bool inside = scope.is_process() ? call.process == scope : call.process.host() == scope;
-    if (!inside || !call.failure.ok()) continue;
-    call.failure = why;
-    mailbox->Wake();
-  }
-}
-
 Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view entry,
                                        std::span<const std::byte> payload,
                                        std::chrono::milliseconds timeout) {
@@ -244,16 +212,8 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
         payload.size(), max_payload));
   }
   const auto deadline = Clock::now() + timeout;
-  TOCL_ASSIGN_OR_RETURN(Mailbox * mailbox, AcquireReplyMailbox());
-  struct Release {
-    ThreadService& service;
-    Mailbox* mailbox;
-    ~Release() { service.ReleaseReplyMailbox(mailbox); }
-  } release{*this, mailbox};
-  {
-    std::lock_guard lock(calls_mu_);
-    pending_[mailbox] = Pending{process, Status::Ok()};
-  }
+  TOCL_ASSIGN_OR_RETURN(Mailbox * acquired, replies_.Acquire({process}, "SpawnThread"));
+  const ReplyMailboxes::Lease mailbox(replies_, acquired);
   SpawnRequest request;
   request.id = next_request_.fetch_add(1, std::memory_order_relaxed);
   request.spawner = from;
@@ -261,12 +221,9 @@ Result<Gid> ThreadService::SpawnThread(Gid from, Gid process, std::string_view e
   request.payload = payload;
   const Gid service = ServiceOf(process);
   TOCL_RETURN_IF_ERROR(
-      hooks_.send(mailbox->gid(), service, kSpawnThreadRequestTag, EncodeSpawnRequest(request)));
+      hooks_.send((*mailbox).gid(), service, kSpawnThreadRequestTag, EncodeSpawnRequest(request)));
 
-  auto failure = [&] {
-    std::lock_guard lock(calls_mu_);
-    return pending_[mailbox].failure;
-  };
+  auto failure = [&] { return replies_.FirstFailure(mailbox.get()); };
   const Selector replies{service, kSpawnThreadReplyTag};
   for (;;) {
     auto message = receive_.ReceiveOn(*mailbox, replies, deadline, failure);

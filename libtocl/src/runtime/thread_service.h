@@ -11,7 +11,7 @@
 // It sees the runtime through the receive side (its mailboxes) and its
 // hooks.
 //
-// Threading: SpawnThread and FailPending from any thread; Start and Stop
+// Threading: SpawnThread from any thread; Start and Stop
 // from Runtime::Start and Runtime::Impl::Shutdown.
 #pragma once
 
@@ -31,6 +31,7 @@
 
 #include "runtime/mailbox.h"
 #include "runtime/receive_side.h"
+#include "runtime/reply_mailboxes.h"
 #include "tocl/buffer.h"
 #include "tocl/entry.h"
 #include "tocl/runtime.h"
@@ -49,9 +50,9 @@ struct ThreadServiceHooks {
 
 class ThreadService {
  public:
-  // `receive` must outlive this.
-  ThreadService(ReceiveSide& receive, ThreadServiceHooks hooks)
-      : receive_(receive), hooks_(std::move(hooks)) {}
+  // `receive` and `replies` must outlive this.
+  ThreadService(ReceiveSide& receive, ReplyMailboxes& replies, ThreadServiceHooks hooks)
+      : receive_(receive), replies_(replies), hooks_(std::move(hooks)) {}
   ~ThreadService();
   ThreadService(const ThreadService&) = delete;
   ThreadService& operator=(const ThreadService&) = delete;
@@ -69,16 +70,7 @@ class ThreadService {
   Result<Gid> SpawnThread(Gid from, Gid process, std::string_view entry,
                           std::span<const std::byte> payload, std::chrono::milliseconds timeout);
 
-  // Calls waiting for a reply from `scope` (a process, or every process of
-  // a host) end with `why` at once.
-  void FailPending(Gid scope, const Status& why);
-
  private:
-  struct Pending {
-    Gid process;
-    Status failure;  // set by FailPending
-  };
-
   // An enrolled thread whose entry is to start.
   struct Launch {
     Gid self;
@@ -100,10 +92,8 @@ class ThreadService {
   void RunEntry(uint64_t key, Launch launch);
   void JoinFinished();
 
-  Result<Mailbox*> AcquireReplyMailbox();
-  void ReleaseReplyMailbox(Mailbox* mailbox);
-
   ReceiveSide& receive_;
+  ReplyMailboxes& replies_;  // where a caller waits (a process that exits fails it)
   const ThreadServiceHooks hooks_;
   Gid process_;                 // set by Open
   size_t max_message_ = 0;      // set by Open
@@ -111,11 +101,6 @@ class ThreadService {
   Mailbox* service_ = nullptr;  // owned by the thread table
   std::thread server_;
   std::atomic<uint64_t> next_request_{1};
-
-  std::mutex calls_mu_;
-  std::vector<Mailbox*> free_replies_;             // guarded by calls_mu_
-  uint32_t replies_made_ = 0;                      // guarded by calls_mu_
-  std::unordered_map<Mailbox*, Pending> pending_;  // guarded by calls_mu_
 
   std::mutex entries_mu_;
   std::condition_variable entry_done_;

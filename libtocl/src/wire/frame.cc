@@ -91,17 +91,29 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
   if (header.version != kVersion) {
     return InvalidArgument(fmt::format("unsupported wire version {}", header.version));
   }
-  const bool piece_kind =
-      header.kind == FrameKind::kMessage || header.kind == FrameKind::kLongStart;
-  const uint16_t allowed_flags = piece_kind ? kFlagPackedPiece : 0;
-  if ((header.flags & ~allowed_flags) != 0 ||
-      (header.reserved != 0 && header.kind != FrameKind::kLongStart)) {
+  if (header.flags != 0) {
+    // (Plain frames, nearly all of them, skip this.)
+    const bool piece_kind =
+        header.kind == FrameKind::kMessage || header.kind == FrameKind::kLongStart;
+    const bool relay_kind = RelayedTowardReceiver(header.kind) || RelayedTowardSender(header.kind);
+    const uint16_t allowed_flags =
+        (piece_kind ? kFlagPackedPiece : 0) | (relay_kind ? kFlagRelayed : 0);
+    if ((header.flags & ~allowed_flags) != 0 || header.flags == (kFlagRelayed | kFlagPackedPiece)) {
+      // A relay never carries a packed message's piece.
+      return InvalidArgument(fmt::format("header flags {:#06x} on a frame of kind {}", header.flags,
+                                         static_cast<unsigned>(header.kind)));
+    }
+  }
+  if (header.reserved != 0 && header.kind != FrameKind::kLongStart &&
+      header.kind != FrameKind::kMarker) {
     return InvalidArgument("reserved header bits are set");
   }
+  // A short message's or long start's offset, unless it is a fill's nonce.
+  const uint64_t offset = Relayed(header) ? 0 : header.offset;
   switch (header.kind) {
     case FrameKind::kMessage:
       TOCL_RETURN_IF_ERROR(CheckLength(header, limits));
-      if (header.offset != 0 || header.total != header.length) {
+      if (offset != 0 || header.total != header.length) {
         return InvalidArgument("a short message with a fragment offset or total");
       }
       return CheckThreads(header);
@@ -110,7 +122,7 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
     case FrameKind::kProof:
       return CheckHandshake(header);
     case FrameKind::kLongStart:
-      if (header.length != 0 || header.offset != 0) {
+      if (header.length != 0 || offset != 0) {
         return InvalidArgument("a long-message start with a payload or offset");
       }
       if (header.total == 0 || header.total > kMaxMessageBytes) {
@@ -143,6 +155,13 @@ Status ValidateHeader(const Header& header, const Limits& limits) {
     case FrameKind::kResume:
     case FrameKind::kReceived:
       return CheckStream(header);
+    case FrameKind::kMarker:
+      if (header.length != 0 || header.total > kMaxMessageBytes ||
+          !Gid::FromRaw(header.offset).is_process()) {
+        return InvalidArgument(fmt::format("a marker of {} bytes with a payload, or carrier {}",
+                                           header.total, Gid::FromRaw(header.offset).ToString()));
+      }
+      return CheckThreads(header);
   }
   return InvalidArgument(fmt::format("unknown frame kind {}", static_cast<unsigned>(header.kind)));
 }

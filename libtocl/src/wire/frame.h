@@ -8,7 +8,8 @@
 //        0     4  magic "TOCL" (0x4C434F54 read as a little-endian u32)
 //        4     1  version (kVersion: 6)
 //        5     1  kind (FrameKind)
-//        6     2  flags (kFlagPackedPiece or 0; the other bits reserved)
+//        6     2  flags (kFlagRelayed, kFlagPackedPiece or 0; the other bits
+//                 reserved)
 //        8     4  tag
 //       12     4  length: payload bytes in this frame
 //       16     8  source Gid (a thread; a process for handshake frames)
@@ -53,10 +54,11 @@
 // Version 2 brought the handshake, version 3 kProbe (a long send waiting for
 // its grant), version 4 kResume and kReceived (nothing sent is lost with a
 // connection), version 5 kReceived on reverse traffic, version 6 header
-// flags (kFlagPackedPiece); peers of another version are refused at the
-// handshake, naming the version: tcp's hello carries it, via's ConnectData
-// version (3) and shm's kSegmentVersion (5) follow it, so such peers never
-// exchange a frame.
+// flags (kFlagPackedPiece, and kFlagRelayed with kMarker: no release came
+// between the two, so one version covers both); peers of another version
+// are refused at the handshake, naming the version: tcp's hello carries
+// it, via's ConnectData version (3) and shm's kSegmentVersion (5) follow
+// it, so such peers never exchange a frame.
 //
 // Flags: kFlagPackedPiece marks a short message or a long-message start as
 // a body piece of a packed message (tocl/packed_message.h): it is matched
@@ -65,6 +67,30 @@
 // The flag came with version 6, so a peer older than it never sees one: it
 // refuses the hello, and the two processes do not talk at all rather than
 // lose a channel to the first packed message.
+//
+// Multicast (runtime/multicast_service.h): markers and fills. S's thread's
+// message to R of another host may be carried by a relay process Q. S's
+// process posts a header-only kMarker into the (S, R) pair like a Send: it
+// takes the next number n and says "n is a `total` byte message with `tag`
+// carried by process `offset` (Q), with nonce `reserved`" (64 random bits
+// per call and relay group). The payload reaches R as a *fill* for (S, R,
+// n): a kMessage or kLongStart (its kFragments and the long-message
+// conversation run in S's place) with kFlagRelayed and the nonce in
+// `offset`, from Q or (its fallback) S's own process. Fills name S as
+// source, R's answers to Q (kGrant, kAck, a receiver's kAbort and kProbe)
+// name S as destination; kFlagRelayed lets a network accept a thread of
+// neither end there (SourceFits, DestinationFits; the runtime checks that
+// an abort or probe goes the way its tag says). A marker must come from S's
+// process; R's pair order (runtime/pair_order.h) delivers a fill only from
+// Q or S's process with the marker's tag, size and nonce (a relay carries
+// only what S's process announced to it, runtime/multicast_tickets.h; any
+// process may still send fills of its own: such a misfit is dropped).
+// Any fill that does not fit, from whichever process and for whichever
+// number, is dropped and counted, its carrier not blamed
+// (its connection and pairs stay); one that came first waits within its
+// carrier's fill budget and is judged at the marker. A fill naming a
+// runtime's internal thread closes its connection. A relayed fragment of
+// no message being received is dropped. Other kinds: no flag.
 //
 // Nothing from a network is trusted: DecodeHeader checks every field a
 // receiver relies on before anything uses it.
@@ -104,7 +130,13 @@ enum class FrameKind : uint8_t {
   kProbe = 10,     // long message: the sender asks what became of its start; the receiver answers
   kResume = 11,    // stream: the connector says which stream and from which frame on
   kReceived = 12,  // stream: the acceptor's cumulative count of frames received
+  kMarker = 13,    // multicast: pair number `seq` is a message carried by process `offset`
 };
+
+// Header::flags: a fill (see above): a frame of a message whose number a
+// marker took, carried on behalf of its source (to its receiver), or a
+// receiver's answer about it (to its carrier).
+inline constexpr uint16_t kFlagRelayed = 1;
 
 // Header::flags: a body piece of a packed message (see above).
 inline constexpr uint16_t kFlagPackedPiece = 0x0002;
@@ -218,6 +250,51 @@ constexpr Header StreamHeader(FrameKind kind, Gid from_process, Gid to_process, 
                 .offset = frame};
 }
 
+// A marker (see above): message `seq` of the (from, to) pair, `total` bytes
+// with tag `tag`, carried by `carrier` (the caller sets the nonce).
+constexpr Header MarkerHeader(Gid from, Gid to, uint32_t tag, uint64_t total, Gid carrier,
+                              uint64_t seq = 0) {
+  return Header{.kind = FrameKind::kMarker,
+                .tag = tag,
+                .source = from.raw(),
+                .destination = to.raw(),
+                .seq = seq,
+                .offset = carrier.raw(),
+                .total = total};
+}
+
+inline bool Relayed(const Header& header) {
+  return (header.flags & kFlagRelayed) != 0;
+}
+
+// The kinds a fill's carrier sends toward a receiver in its source's name,
+// and those a receiver answers it with (abort, probe: both; by tag, runtime).
+constexpr bool RelayedTowardReceiver(FrameKind kind) {
+  return kind == FrameKind::kMessage || kind == FrameKind::kLongStart ||
+         kind == FrameKind::kFragment || kind == FrameKind::kAbort || kind == FrameKind::kProbe;
+}
+constexpr bool RelayedTowardSender(FrameKind kind) {
+  return kind == FrameKind::kGrant || kind == FrameKind::kAck || kind == FrameKind::kAbort ||
+         kind == FrameKind::kProbe;
+}
+
+// Whether a frame that came on a connection (shm channel, VI) from
+// `peer_process` may name its source: a thread of that process, or
+// anyone's for a fill toward a message's receiver (its pair order checks
+// the carrier). Inline, the process compare first: every received frame
+// is checked.
+inline bool SourceFits(const Header& header, Gid peer_process) {
+  return Gid::FromRaw(header.source).process() == peer_process ||
+         (Relayed(header) && RelayedTowardReceiver(header.kind));
+}
+// Whether a frame that came to `self_process` may name its destination: a
+// thread of this process, or anyone's for a receiver's answer to a fill's
+// carrier.
+inline bool DestinationFits(const Header& header, Gid self_process) {
+  return Gid::FromRaw(header.destination).process() == self_process ||
+         (Relayed(header) && RelayedTowardSender(header.kind));
+}
+
 // What a receiver accepts: payloads up to `max_payload` bytes.
 struct Limits {
   uint32_t max_payload = 0;
@@ -225,7 +302,9 @@ struct Limits {
 
 // Reads and checks a header from the first kHeaderBytes of `bytes`.
 // InvalidArgument (with what was wrong) for: too few bytes, bad magic,
-// unknown version or kind, nonzero flags/reserved, a length over the limit,
+// unknown version or kind, flags a kind does not take (kFlagPackedPiece:
+// kMessage, kLongStart; kFlagRelayed: the kinds above; never both), nonzero
+// reserved, a length over the limit,
 // offset/total that do not fit the kind (see above), source or destination
 // that are not thread ids (process ids for handshake frames), a handshake
 // frame whose length is not its payload's.

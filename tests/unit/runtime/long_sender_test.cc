@@ -133,7 +133,7 @@ struct Fixture : PoolAndPoller, SendQueue::Events, LongSender::Events {
   // The receiver's control frame about the message with sequence `seq`.
   void Answer(wire::FrameKind kind, uint64_t seq, Tag tag = 0, uint64_t offset = 0,
               uint64_t length = 0) {
-    sender.OnControl(wire::ControlHeader(kind, kBob, kAlice, seq, tag, offset, length));
+    sender.OnControl(kPeer, wire::ControlHeader(kind, kBob, kAlice, seq, tag, offset, length));
   }
   void AnswerFrame(size_t route, const Taken& frame) {
     const wire::Header& header = frame.header;

@@ -57,12 +57,16 @@ bool Eventually(const std::function<bool()>& done, std::chrono::milliseconds tim
 // the sequence numbers delivered, in order) and checked to be alone in its
 // lane: two deliveries in one lane at once mean its lock did not hold.
 struct Fixture {
-  explicit Fixture(size_t process_cap = size_t{64} << 20)
+  explicit Fixture(size_t process_cap = size_t{64} << 20,
+                   PairOrder::Clock::duration grace = std::chrono::seconds(10))
       : budget(size_t{256} << 20),
         pool(Network::kShm, 9, memory, budget),
-        lanes(process_cap, unexpected, [this](Gid from_process, buffers::SlotRef slot) {
-          return Deliver(from_process, std::move(slot));
-        }) {}
+        lanes(
+            process_cap, unexpected,
+            [this](Gid from_process, buffers::SlotRef slot) {
+              return Deliver(from_process, std::move(slot));
+            },
+            {}, grace) {}
 
   Status Deliver(Gid from_process, buffers::SlotRef slot) {
     const wire::Header& header = slot->header();
@@ -84,6 +88,14 @@ struct Fixture {
     buffers::SlotRef slot(pool.TryGet(0));
     if (!slot) return ResourceExhausted("the test pool is spent");
     slot->header() = wire::MessageHeader(source, destination, kTag, /*length=*/0, seq);
+    return lanes.OnOrdered(source.process(), std::move(slot));
+  }
+  // A multicast's marker: `source`'s number `seq`, carried by `carrier`.
+  Status Marker(Gid source, Gid destination, uint64_t seq, Gid carrier, uint64_t nonce) {
+    buffers::SlotRef slot(pool.TryGet(0));
+    if (!slot) return ResourceExhausted("the test pool is spent");
+    slot->header() = wire::MarkerHeader(source, destination, kTag, 0, carrier, seq);
+    slot->header().reserved = nonce;
     return lanes.OnOrdered(source.process(), std::move(slot));
   }
   std::vector<uint64_t> Delivered(Gid source, Gid destination) {
@@ -312,6 +324,127 @@ TEST_CASE("a skip goes to the lane of the message's receiving thread", "[lanes]"
   CHECK(f.Delivered(source, to) == std::vector<uint64_t>{1});
   REQUIRE(f.lanes.Skip(kSendingProcess, LongKey{source.raw(), to.raw(), 2}).ok());
   CHECK(f.Delivered(source, to) == std::vector<uint64_t>{1, 3});
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("skips for receivers not of this process make no state in any lane, nor a carrier gone",
+          "[lanes][multicast]") {
+  Fixture f;
+  // Forged aborts (a relayed one names any receiver) for pairs not seen.
+  const Gid source = Gid::Thread(kOtherProcess, 1);
+  for (uint32_t lane = 0; lane < kLanes; ++lane) {
+    REQUIRE(f.lanes
+                .Skip(kOtherProcess, LongKey{source.raw(), ReceiverIn(lane).raw(), 9},
+                      /*receiver_here=*/false)
+                .ok());
+  }
+  CHECK(f.lanes.Pairs() == 0);
+  // A process gone that carried nothing here changes nothing either.
+  f.lanes.CarrierGone(kOtherProcess);
+  CHECK(f.lanes.Pairs() == 0);
+  REQUIRE(f.Arrive(source, ReceiverIn(3), 0).ok());
+  CHECK(f.lanes.Pairs() == 1);
+  CHECK(f.Delivered(source, ReceiverIn(3)) == std::vector<uint64_t>{0});
+}
+
+TEST_CASE("a relay dropped from every lane is not gone: its fill that comes later is delivered",
+          "[lanes][multicast]") {
+  // Review 3 item 2, through ReceiveLanes: DropBroken drops, it does not
+  // mark the process exited.
+  constexpr uint64_t kNonce = 77;
+  Fixture f(kLanes * 2 * kFrameBytes);
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(3);
+  const Gid relay_thread = Gid::Thread(kOtherProcess, 1);
+  {
+    buffers::SlotRef marker(f.pool.TryGet(0));
+    REQUIRE(marker);
+    marker->header() = wire::MarkerHeader(source, to, kTag, 0, kOtherProcess, 0);
+    marker->header().reserved = kNonce;
+    REQUIRE(f.lanes.OnOrdered(kSendingProcess, std::move(marker)).ok());
+  }
+  REQUIRE(f.Arrive(source, to, 1).ok());
+  // The relay's own frames to another receiver outrun their gap: dropped.
+  REQUIRE(f.Arrive(relay_thread, ReceiverIn(5), 1).ok());
+  REQUIRE(f.Arrive(relay_thread, ReceiverIn(5), 2).ok());
+  CHECK(f.Arrive(relay_thread, ReceiverIn(5), 3).code() == StatusCode::kInvalidArgument);
+  f.lanes.DropBroken();
+  // Housekeeping long after (some other process did exit) gives nothing up.
+  f.lanes.CarrierGone(Gid::Process(1, 6));
+  f.lanes.Housekeeping(Clock::now() + 1h);
+  CHECK(f.Delivered(source, to).empty());
+  buffers::SlotRef fill(f.pool.TryGet(0));
+  REQUIRE(fill);
+  fill->header() = wire::MessageHeader(source, to, kTag, /*length=*/0, 0);
+  fill->header().flags = wire::kFlagRelayed;
+  fill->header().offset = kNonce;
+  REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
+  CHECK(f.Delivered(source, to) == std::vector<uint64_t>{0, 1});
+  f.lanes.Clear();
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE(
+    "a carrier gone: Housekeeping gives its awaited number up after the grace period, at most "
+    "once a second",
+    "[lanes][multicast]") {
+  // Review 4 item 7: the give-up through ReceiveLanes (every lane, rate
+  // limited), with ReceiveLanes' default grace of 10 s.
+  constexpr auto kGrace = 10s;
+  Fixture f;
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(6);
+  REQUIRE(f.Marker(source, to, 0, kOtherProcess, 77).ok());
+  REQUIRE(f.Arrive(source, to, 1).ok());
+  f.lanes.CarrierGone(kOtherProcess);
+  const auto start = Clock::now();
+  f.lanes.Housekeeping(start);  // sees the stall
+  f.lanes.Housekeeping(start + kGrace - 1ms);
+  CHECK(f.Delivered(source, to).empty());
+  // Due, but within a second of the last run: nothing.
+  f.lanes.Housekeeping(start + kGrace);
+  CHECK(f.Delivered(source, to).empty());
+  f.lanes.Housekeeping(start + kGrace + 1s);
+  CHECK(f.Delivered(source, to) == std::vector<uint64_t>{1});
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+}
+
+TEST_CASE("a fill held ahead of its marker ages out through Housekeeping with no process gone",
+          "[lanes][multicast]") {
+  // Review 6 blocker 1: Housekeeping ran only once some carrier exited, so
+  // fills waited without bound in a job where none did.
+  constexpr auto kGrace = 7s;
+  Fixture f(size_t{64} << 20, kGrace);
+  const Gid source = Gid::Thread(kSendingProcess, 1);
+  const Gid to = ReceiverIn(4);
+  const auto hold_fill = [&] {
+    buffers::SlotRef fill(f.pool.TryGet(0));
+    REQUIRE(fill);
+    fill->header() = wire::MessageHeader(source, to, kTag, /*length=*/0, 0);
+    fill->header().flags = wire::kFlagRelayed;
+    fill->header().offset = 77;
+    REQUIRE(f.lanes.OnOrdered(kOtherProcess, std::move(fill)).ok());
+  };
+  hold_fill();
+  CHECK(f.lanes.lanes_with_fills() == 1);
+  const auto start = Clock::now();
+  f.lanes.Housekeeping(start);
+  CHECK(f.unexpected.load() == kFrameBytes);  // held, within the grace
+  CHECK(f.InUse() == 1);
+  f.lanes.Housekeeping(start + kGrace + 1s);
+  CHECK(f.unexpected.load() == 0);
+  CHECK(f.InUse() == 0);
+  CHECK(f.Delivered(source, to).empty());
+  CHECK(f.lanes.Pairs() == 0);
+  // Counted no more (else Housekeeping would run every second for nothing).
+  CHECK(f.lanes.lanes_with_fills() == 0);
+  hold_fill();
+  CHECK(f.lanes.lanes_with_fills() == 1);
+  f.lanes.Clear();
+  CHECK(f.lanes.lanes_with_fills() == 0);
   CHECK(f.unexpected.load() == 0);
   CHECK(f.InUse() == 0);
 }

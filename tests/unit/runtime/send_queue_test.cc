@@ -326,6 +326,38 @@ TEST_CASE("sequence numbers count per (sending thread, receiving thread) pair an
   CHECK(f.queue.NextSeq(kBob, kDave) == 0);
 }
 
+TEST_CASE("a multicast's fill is posted with its marker's number, without moving the pair's count",
+          "[send_queue][multicast]") {
+  Fixture f;
+  FakeRoute& route = f.AddRoute(0);
+  (void)f.Post(kAlice, kCarol);
+  (void)f.Post(kAlice, kCarol);  // number 1 stands for the marker
+  (void)f.Post(kAlice, kCarol);
+  CHECK(f.queue.NextSeq(kAlice, kCarol) == 3);
+  // The relay failed: the sender posts the fill itself, with the marker's
+  // number, behind what waits.
+  buffers::SlotRef fill = f.Message(kAlice, kCarol);
+  fill->header().seq = 1;
+  fill->header().flags = wire::kFlagRelayed;
+  {
+    std::lock_guard lock(f.queue.mu());
+    REQUIRE(f.queue.PostNumbered(fill, -1).ok());
+  }
+  CHECK(route.Seqs() == Seqs{0, 1, 2, 1});
+  CHECK(f.queue.NextSeq(kAlice, kCarol) == 3);
+  // A relay's fill for a thread of another process goes the same way.
+  buffers::SlotRef relayed = f.Message(Gid::Thread(3, 5, 1), kCarol);
+  relayed->header().seq = 40;
+  relayed->header().flags = wire::kFlagRelayed;
+  {
+    std::lock_guard lock(f.queue.mu());
+    REQUIRE(f.queue.PostNumbered(relayed, -1).ok());
+  }
+  CHECK(route.Seqs() == Seqs{0, 1, 2, 1, 40});
+  CHECK(f.queue.NextSeq(Gid::Thread(3, 5, 1), kCarol) == 0);
+  CHECK(f.InUse() == 0);
+}
+
 TEST_CASE("PostCopy sends from the caller's memory at once, but never past frames that wait",
           "[send_queue]") {
   Fixture f;

@@ -862,7 +862,7 @@ TEST_CASE("a frame with an invalid header closes its channel naming the problem"
   t.receiver.shm->Poll();
   const std::string text = log.Text();
   INFO(text);
-  CHECK_THAT(text, Catch::Matchers::Contains("reserved header bits are set"));
+  CHECK_THAT(text, Catch::Matchers::Contains("header flags 0x0004 on a frame of kind 1"));
   CHECK(t.receiver.sink.size() == 1);
   CHECK(t.receiver.PoolInUse() == 0);
 }

@@ -173,7 +173,7 @@ TEST_CASE("a header of another wire version is rejected naming the version", "[w
 
 TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
   Header header = ValidMessage();
-  for (uint8_t kind : {uint8_t{0}, uint8_t{13}, uint8_t{200}}) {
+  for (uint8_t kind : {uint8_t{0}, uint8_t{14}, uint8_t{200}}) {
     INFO("kind " << int{kind});
     header.kind = static_cast<FrameKind>(kind);
     CheckRejected(header, "unknown frame kind " + std::to_string(kind));
@@ -182,10 +182,15 @@ TEST_CASE("a header of an unknown kind is rejected naming the kind", "[wire]") {
 
 TEST_CASE("a header with flags or reserved bits set is rejected", "[wire]") {
   Header header = ValidMessage();
-  header.flags = 1;
-  CheckRejected(header, "reserved header bits are set");
+  header.flags = 4;
+  CheckRejected(header, "header flags 0x0004 on a frame of kind 1");
   header.flags = 0x8000;
-  CheckRejected(header, "reserved header bits are set");
+  CheckRejected(header, "header flags 0x8000 on a frame of kind 1");
+  header.flags = kFlagRelayed | 0x8000;
+  CheckRejected(header, "header flags 0x8001 on a frame of kind 1");
+  header = ValidHello();
+  header.flags = kFlagRelayed;  // a handshake is never relayed
+  CheckRejected(header, "header flags 0x0001 on a frame of kind 2");
   header = ValidMessage();
   header.reserved = uint64_t{1} << 63;
   CheckRejected(header, "reserved header bits are set");
@@ -317,9 +322,9 @@ TEST_CASE("a packed piece's flag is accepted on messages and long starts only", 
   CHECK(ValidateHeader(start, kLimits).ok());
   Header fragment = FragmentHeader(kSource, kDestination, 42, 3, 0, 100, 1000);
   fragment.flags = kFlagPackedPiece;
-  CheckRejected(fragment, "reserved header bits are set");
-  header.flags = kFlagPackedPiece | 1;
-  CheckRejected(header, "reserved header bits are set");
+  CheckRejected(fragment, "header flags 0x0002 on a frame of kind 5");
+  header.flags = kFlagPackedPiece | kFlagRelayed;  // a relay never carries a piece
+  CheckRejected(header, "header flags 0x0003 on a frame of kind 1");
 }
 
 TEST_CASE("the first problem found is the one reported: magic before everything else", "[wire]") {
@@ -399,6 +404,87 @@ TEST_CASE("long-message frames: starts, fragments, acks and control frames are c
     control.source = Gid::Process(1, 2).raw();
     CheckRejected(control, "is not a thread");
   }
+}
+
+}  // namespace
+}  // namespace tocl::wire
+
+namespace tocl::wire {
+namespace {
+
+TEST_CASE(
+    "a relayed frame may name a thread of neither end of its connection, in its direction only",
+    "[wire][multicast]") {
+  const Gid sender_process = Gid::Process(1, 2);
+  const Gid relay_process = Gid::Process(2, 3);
+  const Gid receiver_process = Gid::Process(2, 4);
+  // The relay's frame toward the receiver names the multicast's sender.
+  Header toward = MessageHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1), 7,
+                                0, /*seq=*/5);
+  CHECK_FALSE(SourceFits(toward, relay_process));
+  toward.flags = kFlagRelayed;
+  CHECK(ValidateHeader(toward, kLimits).ok());
+  CHECK(SourceFits(toward, relay_process));
+  CHECK(DestinationFits(toward, receiver_process));
+  CHECK_FALSE(DestinationFits(toward, relay_process));  // not for anyone but its receiver
+
+  // The receiver's grant goes to the relay, naming the sender.
+  Header grant = ControlHeader(FrameKind::kGrant, Gid::Thread(receiver_process, 1),
+                               Gid::Thread(sender_process, 1), 5);
+  CHECK_FALSE(DestinationFits(grant, relay_process));
+  grant.flags = kFlagRelayed;
+  CHECK(ValidateHeader(grant, kLimits).ok());
+  CHECK(DestinationFits(grant, relay_process));
+  CHECK(SourceFits(grant, receiver_process));
+  // A grant claiming a foreign source is refused even when relayed.
+  CHECK_FALSE(SourceFits(grant, relay_process));
+
+  // A relayed data frame cannot claim a foreign destination.
+  Header fragment = FragmentHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1),
+                                   7, 5, 0, 100, 1000);
+  fragment.flags = kFlagRelayed;
+  CHECK(ValidateHeader(fragment, kLimits).ok());
+  CHECK_FALSE(DestinationFits(fragment, relay_process));
+
+  // A fill's nonce is in its offset (a plain message's must be 0), and a
+  // relayed long start's too.
+  toward.offset = 0x1234;
+  CHECK(ValidateHeader(toward, kLimits).ok());
+  toward.flags = 0;
+  CheckRejected(toward, "a short message with a fragment offset or total");
+  Header start = LongStartHeader(Gid::Thread(sender_process, 1), Gid::Thread(receiver_process, 1),
+                                 7, 1000, 100, 5);
+  start.offset = 0x1234;
+  CheckRejected(start, "a long-message start with a payload or offset");
+  start.flags = kFlagRelayed;
+  CHECK(ValidateHeader(start, kLimits).ok());
+}
+
+TEST_CASE("a marker names its carrier process and the size of its message, and nothing else",
+          "[wire][multicast]") {
+  const Gid sender = Gid::Thread(Gid::Process(1, 2), 1);
+  const Gid receiver = Gid::Thread(Gid::Process(2, 4), 1);
+  const Gid relay = Gid::Process(2, 3);
+  Header marker = MarkerHeader(sender, receiver, 7, uint64_t{1} << 20, relay, 5);
+  CHECK(ValidateHeader(marker, kLimits).ok());
+  CHECK(Gid::FromRaw(marker.offset) == relay);
+  marker.reserved = 99;  // the call's nonce
+  CHECK(ValidateHeader(marker, kLimits).ok());
+  // It comes from the sender's own process, never from a relay.
+  CHECK(SourceFits(marker, sender.process()));
+  CHECK_FALSE(SourceFits(marker, relay));
+  Header bad = marker;
+  bad.flags = kFlagRelayed;
+  CheckRejected(bad, "header flags 0x0001 on a frame of kind 13");
+  bad = marker;
+  bad.offset = receiver.raw();  // a thread, not a process
+  CheckRejected(bad, "a marker of");
+  bad = marker;
+  bad.total = kMaxMessageBytes + 1;
+  CheckRejected(bad, "a marker of");
+  bad = marker;
+  bad.length = 8;
+  CheckRejected(bad, "a marker of");
 }
 
 }  // namespace

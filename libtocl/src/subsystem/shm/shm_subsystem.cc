@@ -802,8 +802,8 @@ class ShmSubsystemImpl final : public Subsystem, public FdHandler {
         length > buffers::ClassBytes(slot.class_index)) {
       return InvalidArgument("frame length does not match its descriptor");
     }
-    if (header.kind == wire::FrameKind::kHello || Gid::FromRaw(header.source).process() != sender ||
-        Gid::FromRaw(header.destination).process() != options_.self_process) {
+    if (header.kind == wire::FrameKind::kHello || !wire::SourceFits(header, sender) ||
+        !wire::DestinationFits(header, options_.self_process)) {
       return InvalidArgument("a frame with a foreign source or destination");
     }
     return Status::Ok();

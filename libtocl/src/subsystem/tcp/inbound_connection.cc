@@ -199,12 +199,12 @@ bool InboundConnection::Admit(const wire::Header& header) {
                              : "a second resume of the stream");
     return false;
   }
-  if (source.process() != hello_process_) {
+  if (!wire::SourceFits(header, hello_process_)) {
     Close(fmt::format("a message from {} on the connection of {}", source.ToString(),
                       hello_process_.ToString()));
     return false;
   }
-  if (destination.process() != context_.self_process) {
+  if (!wire::DestinationFits(header, context_.self_process)) {
     Close(fmt::format("a message for {}, but this is {}", destination.ToString(),
                       context_.self_process.ToString()));
     return false;

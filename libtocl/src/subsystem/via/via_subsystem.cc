@@ -543,12 +543,12 @@ Status ViaSubsystem::CheckFrame(const Vi& vi, detail::BufferSlot* slot, uint32_t
   if (wire::HandshakePayloadBytes(header->kind) != 0) {
     return InvalidArgument("a tcp handshake frame on a VI");
   }
-  if (Gid::FromRaw(header->source).process() != vi.peer) {
+  if (!wire::SourceFits(*header, vi.peer)) {
     return InvalidArgument(fmt::format("a message from {} on the VI of {}",
                                        Gid::FromRaw(header->source).ToString(),
                                        vi.peer.ToString()));
   }
-  if (Gid::FromRaw(header->destination).process() != options_.self_process) {
+  if (!wire::DestinationFits(*header, options_.self_process)) {
     return InvalidArgument(fmt::format("a message for {}, but this is {}",
                                        Gid::FromRaw(header->destination).ToString(),
                                        options_.self_process.ToString()));
